@@ -1,0 +1,48 @@
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+
+namespace tandem {
+
+// Element types of weights and KV-cache blocks.
+enum class DType : uint8_t { kF32 = 0, kF16 = 1, kBF16 = 2 };
+
+inline size_t DTypeSize(DType t) { return t == DType::kF32 ? 4 : 2; }
+
+// Lower-case name as used on the command line and in configs: "fp32", "fp16", "bf16".
+std::string_view DTypeName(DType t);
+
+// Accepts "fp32|f32|float32|float", "fp16|f16|float16|half", "bf16|bfloat16".
+absl::StatusOr<DType> ParseDType(std::string_view name);
+
+inline float Bf16ToF32(uint16_t h) {
+  uint32_t bits = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+// Round-to-nearest-even; NaN stays NaN.
+inline uint16_t F32ToBf16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40);
+  bits += 0x7fffu + ((bits >> 16) & 1u);
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+// IEEE binary16 conversions (scalar; kernels use F16C).
+float F16ToF32(uint16_t h);
+uint16_t F32ToF16(float f);
+
+// Converts n elements of `src` (type `t`) to float.
+void ToFloat(DType t, const void* src, float* dst, size_t n);
+// Converts n floats to type `t`.
+void FromFloat(DType t, const float* src, void* dst, size_t n);
+
+}  // namespace tandem

@@ -1,0 +1,49 @@
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace tandem {
+
+// A fixed set of worker threads for data-parallel kernels. The engine step loop owns the pool
+// and calls ParallelFor from one thread at a time; the calling thread does a share of the work.
+// Workers spin briefly before sleeping, since a forward pass issues hundreds of short jobs.
+class ThreadPool {
+ public:
+  // `num_threads` counts the caller: 1 means no workers at all. 0 picks the hardware count.
+  explicit ThreadPool(int num_threads = 0);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int num_threads() const { return static_cast<int>(workers_.size()) + 1; }
+
+  // Splits [0, n) into at most num_threads() contiguous ranges of at least `grain` items and
+  // runs fn(begin, end) on each; returns when all are done.
+  void ParallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
+
+ private:
+  void WorkerLoop(int index);
+  void RunShare(int index);
+
+  std::vector<std::thread> workers_;
+  std::mutex mu_;
+  std::condition_variable wake_;
+  // Job state, published by `generation_` (release) and read by workers (acquire).
+  const std::function<void(int64_t, int64_t)>* job_ = nullptr;
+  int64_t job_n_ = 0;
+  int job_parts_ = 0;
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<int> pending_{0};
+  std::atomic<bool> stop_{false};
+};
+
+// Returns a process-wide pool sized from TANDEM_NUM_THREADS or the hardware concurrency.
+ThreadPool& DefaultThreadPool();
+
+}  // namespace tandem

@@ -1,0 +1,47 @@
+#include "common/util/thread_pool.h"
+
+#include <atomic>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace tandem {
+namespace {
+
+TEST(ThreadPoolTest, CoversEveryIndexExactlyOnce) {
+  ThreadPool pool(3);
+  for (int64_t n : {1, 2, 3, 7, 100, 1001}) {
+    std::vector<std::atomic<int>> hits(n);
+    pool.ParallelFor(n, 1, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) hits[i].fetch_add(1);
+    });
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 1) << "n=" << n << " i=" << i;
+  }
+}
+
+TEST(ThreadPoolTest, RespectsGrainAndRepeatsManyTimes) {
+  ThreadPool pool(2);
+  std::atomic<int64_t> sum{0};
+  for (int rep = 0; rep < 2000; ++rep) {
+    pool.ParallelFor(10, 8, [&](int64_t b, int64_t e) {
+      EXPECT_TRUE(e - b >= 2 || e == 10);
+      for (int64_t i = b; i < e; ++i) sum.fetch_add(i);
+    });
+  }
+  EXPECT_EQ(sum.load(), 2000 * 45);
+}
+
+TEST(ThreadPoolTest, SingleThreadRunsInline) {
+  ThreadPool pool(1);
+  EXPECT_EQ(pool.num_threads(), 1);
+  int calls = 0;
+  pool.ParallelFor(50, 1, [&](int64_t b, int64_t e) {
+    ++calls;
+    EXPECT_EQ(b, 0);
+    EXPECT_EQ(e, 50);
+  });
+  EXPECT_EQ(calls, 1);
+}
+
+}  // namespace
+}  // namespace tandem
