@@ -1,0 +1,269 @@
+#include "common/engine/engine.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "common/util/status_macros.h"
+
+namespace tandem::engine {
+
+std::string_view FinishReasonName(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kNone:
+      return "none";
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kAbort:
+      return "abort";
+    case FinishReason::kError:
+      return "error";
+  }
+  return "unknown";
+}
+
+Engine::Sequence::Sequence(Request r, int64_t id)
+    : request(std::move(r)), kv_id(id), sampler(request.sampling) {
+  tokens = request.prompt;
+  prompt_len = static_cast<int>(tokens.size());
+}
+
+absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(model::Model& model,
+                                                       const EngineOptions& options) {
+  if (options.block_size <= 0 || options.block_size > 4096) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("block_size must be in [1, 4096], got ", options.block_size));
+  }
+  if (options.max_num_seqs <= 0 || options.max_num_batched_tokens <= 0 || options.chunk_size <= 0) {
+    return absl::InvalidArgumentError(
+        "max_num_seqs, max_num_batched_tokens and chunk_size must be positive");
+  }
+  kv::KvCacheOptions kv_options;
+  kv_options.layout = model.config().KvLayoutFor(options.kv_dtype, options.block_size);
+  kv_options.num_blocks = options.num_blocks > 0
+                              ? options.num_blocks
+                              : options.kv_cache_bytes / static_cast<int64_t>(kv_options.layout.BlockBytes());
+  if (kv_options.num_blocks <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "kv cache of ", options.kv_cache_bytes, " bytes holds no block of ",
+        kv_options.layout.BlockBytes(), " bytes"));
+  }
+  kv_options.model_id = options.model_id.empty() ? model.config().architecture_name : options.model_id;
+  kv_options.enable_prefix_caching = options.enable_prefix_caching;
+  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<kv::KvCacheManager> kv,
+                          kv::KvCacheManager::Create(kv_options));
+  return std::unique_ptr<Engine>(new Engine(model, options, std::move(kv)));
+}
+
+Engine::Engine(model::Model& model, const EngineOptions& options,
+               std::unique_ptr<kv::KvCacheManager> kv)
+    : model_(model), options_(options), kv_(std::move(kv)) {}
+
+absl::Status Engine::AddRequest(Request request) {
+  const auto& config = model_.config();
+  const int64_t context = config.ContextLength();
+  if (request.prompt.empty()) return absl::InvalidArgumentError("prompt is empty");
+  for (int32_t t : request.prompt) {
+    if (t < 0 || t >= config.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat("prompt token id ", t,
+                                                     " is outside the vocabulary [0, ",
+                                                     config.vocab_size, ")"));
+    }
+  }
+  if (static_cast<int64_t>(request.prompt.size()) >= context) {
+    return absl::InvalidArgumentError(absl::StrCat("prompt has ", request.prompt.size(),
+                                                   " tokens; the context holds ", context));
+  }
+  if (request.max_tokens <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_tokens must be > 0, got ", request.max_tokens));
+  }
+  if (request.max_tokens > context - static_cast<int64_t>(request.prompt.size())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "prompt (", request.prompt.size(), " tokens) + max_tokens (", request.max_tokens,
+        ") exceeds the context length of ", context));
+  }
+  TANDEM_RETURN_IF_ERROR(request.sampling.Validate());
+  int64_t blocks_needed =
+      (static_cast<int64_t>(request.prompt.size()) + request.max_tokens + options_.block_size - 1) /
+      options_.block_size;
+  if (blocks_needed > kv_->Stats().total_blocks) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "request needs ", blocks_needed, " KV blocks; the cache holds ", kv_->Stats().total_blocks));
+  }
+  if (by_id_.contains(request.id)) {
+    return absl::AlreadyExistsError(absl::StrCat("request id \"", request.id, "\" is in use"));
+  }
+  auto seq = std::make_unique<Sequence>(std::move(request), next_kv_id_++);
+  by_id_[seq->request.id] = seq.get();
+  waiting_.push_back(std::move(seq));
+  return absl::OkStatus();
+}
+
+void Engine::Abort(const std::string& id) {
+  if (by_id_.contains(id)) aborts_.push_back(id);
+}
+
+RequestOutput Engine::MakeOutput(const Sequence& seq) const {
+  RequestOutput out;
+  out.id = seq.request.id;
+  out.prompt_tokens = seq.prompt_len;
+  out.cached_prompt_tokens = seq.cached_prompt_tokens;
+  out.completion_tokens = seq.completion_tokens;
+  return out;
+}
+
+void Engine::Finish(Sequence& seq, FinishReason reason, RequestOutput& out) {
+  out.finish = reason;
+  kv_->FreeSequence(seq.kv_id);
+  by_id_.erase(seq.request.id);
+}
+
+void Engine::ProcessAborts(std::vector<RequestOutput>& outputs) {
+  for (const std::string& id : aborts_) {
+    auto it = by_id_.find(id);
+    if (it == by_id_.end()) continue;
+    Sequence* seq = it->second;
+    RequestOutput out = MakeOutput(*seq);
+    Finish(*seq, FinishReason::kAbort, out);
+    outputs.push_back(std::move(out));
+    auto same = [seq](const SeqPtr& p) { return p.get() == seq; };
+    running_.remove_if(same);
+    waiting_.erase(std::remove_if(waiting_.begin(), waiting_.end(), same), waiting_.end());
+  }
+  aborts_.clear();
+}
+
+void Engine::Preempt(std::list<SeqPtr>::iterator it) {
+  // Recompute-style preemption: drop the KV; the prefix cache often brings most of it back.
+  Sequence& seq = **it;
+  kv_->FreeSequence(seq.kv_id);
+  seq.num_computed = 0;
+  waiting_.push_front(std::move(*it));
+  running_.erase(it);
+}
+
+bool Engine::ReserveOrPreempt(Sequence& seq, int num_tokens, std::vector<RequestOutput>& outputs) {
+  for (;;) {
+    absl::Status s = kv_->Reserve(seq.kv_id, seq.num_computed + num_tokens);
+    if (s.ok()) return true;
+    auto victim = std::prev(running_.end());
+    if (victim->get() != &seq) {
+      Preempt(victim);
+      continue;
+    }
+    if (running_.size() > 1) {
+      Preempt(victim);  // `seq` is the newest: it waits for blocks instead
+      return false;
+    }
+    RequestOutput out = MakeOutput(seq);
+    out.error = s;
+    Finish(seq, FinishReason::kError, out);
+    outputs.push_back(std::move(out));
+    running_.erase(victim);
+    return false;
+  }
+}
+
+void Engine::ScheduleRunning(int& budget, std::vector<RequestOutput>& outputs) {
+  for (auto it = running_.begin(); it != running_.end() && budget > 0; ++it) {
+    Sequence& seq = **it;
+    int pending = static_cast<int>(seq.tokens.size()) - seq.num_computed;
+    int n = std::min({pending, options_.chunk_size, budget});
+    // On failure `seq` was the last running sequence and has left the running list.
+    if (!ReserveOrPreempt(seq, n, outputs)) return;
+    scheduled_.push_back({&seq, n});
+    budget -= n;
+  }
+}
+
+void Engine::AdmitWaiting(int& budget) {
+  const int bs = options_.block_size;
+  while (!waiting_.empty() && budget > 0 &&
+         static_cast<int>(running_.size()) < options_.max_num_seqs) {
+    Sequence& seq = *waiting_.front();
+    int len = static_cast<int>(seq.tokens.size());
+    int upper = std::min({len, options_.chunk_size, budget});
+    if (!kv_->CanAllocate((upper + bs - 1) / bs)) return;
+    absl::StatusOr<int> cached = kv_->AddSequence(seq.kv_id, seq.tokens);
+    if (!cached.ok()) return;
+    int n = std::min({len - *cached, options_.chunk_size, budget});
+    seq.num_computed = *cached;
+    if (!kv_->Reserve(seq.kv_id, *cached + n).ok()) {
+      kv_->FreeSequence(seq.kv_id);
+      seq.num_computed = 0;
+      return;
+    }
+    if (seq.completion_tokens == 0) seq.cached_prompt_tokens = *cached;
+    scheduled_.push_back({&seq, n});
+    budget -= n;
+    running_.push_back(std::move(waiting_.front()));
+    waiting_.pop_front();
+  }
+}
+
+FinishReason Engine::CheckStop(const Sequence& seq, int32_t token) const {
+  const Request& r = seq.request;
+  if (std::find(r.stop_token_ids.begin(), r.stop_token_ids.end(), token) !=
+      r.stop_token_ids.end()) {
+    return FinishReason::kStop;
+  }
+  if (!r.ignore_eos && model_.config().IsEos(token)) return FinishReason::kStop;
+  if (seq.completion_tokens >= r.max_tokens) return FinishReason::kLength;
+  if (static_cast<int64_t>(seq.tokens.size()) >= model_.config().ContextLength()) {
+    return FinishReason::kLength;
+  }
+  return FinishReason::kNone;
+}
+
+absl::Status Engine::RunBatch(std::vector<RequestOutput>& outputs) {
+  forward_.clear();
+  for (const Scheduled& s : scheduled_) {
+    Sequence& seq = *s.seq;
+    bool samples = seq.num_computed + s.num_tokens == static_cast<int>(seq.tokens.size());
+    forward_.push_back({.tokens = seq.tokens.data() + seq.num_computed,
+                        .num_tokens = s.num_tokens,
+                        .start_pos = seq.num_computed,
+                        .block_table = kv_->BlockTableData(seq.kv_id),
+                        .logits = samples ? model::LogitsMode::kLast : model::LogitsMode::kNone});
+  }
+  TANDEM_RETURN_IF_ERROR(model_.Forward(forward_, kv_->pool_base(), kv_->layout(), logits_));
+  const int64_t vocab = model_.config().vocab_size;
+  int64_t row = 0;
+  for (size_t i = 0; i < scheduled_.size(); ++i) {
+    Sequence& seq = *scheduled_[i].seq;
+    seq.num_computed += scheduled_[i].num_tokens;
+    kv_->CommitTokens(seq.kv_id, seq.tokens, seq.num_computed);
+    if (forward_[i].logits == model::LogitsMode::kNone) continue;
+    std::span<const float> row_logits(logits_.data() + row * vocab, vocab);
+    ++row;
+    int32_t token = seq.sampler.Sample(row_logits);
+    seq.tokens.push_back(token);
+    ++seq.completion_tokens;
+    RequestOutput out = MakeOutput(seq);
+    out.new_tokens.push_back(token);
+    if (seq.request.return_logits) out.logits.assign(row_logits.begin(), row_logits.end());
+    FinishReason reason = CheckStop(seq, token);
+    if (reason != FinishReason::kNone) {
+      Finish(seq, reason, out);
+      running_.remove_if([&seq](const SeqPtr& p) { return p.get() == &seq; });
+    }
+    outputs.push_back(std::move(out));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<RequestOutput>> Engine::Step() {
+  std::vector<RequestOutput> outputs;
+  ProcessAborts(outputs);
+  scheduled_.clear();
+  int budget = options_.max_num_batched_tokens;
+  ScheduleRunning(budget, outputs);
+  AdmitWaiting(budget);
+  if (scheduled_.empty()) return outputs;
+  TANDEM_RETURN_IF_ERROR(RunBatch(outputs));
+  return outputs;
+}
+
+}  // namespace tandem::engine

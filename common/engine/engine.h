@@ -1,0 +1,98 @@
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <list>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "common/engine/request.h"
+#include "common/kv/kv_cache_manager.h"
+#include "common/model/model.h"
+#include "common/model/sampler.h"
+
+namespace tandem::engine {
+
+struct EngineOptions {
+  int block_size = 16;
+  DType kv_dtype = DType::kBF16;
+  int64_t num_blocks = 0;             // 0: derive from kv_cache_bytes
+  int64_t kv_cache_bytes = 1LL << 30;
+  int max_num_seqs = 64;              // running sequences at once
+  int max_num_batched_tokens = 2048;  // tokens per step, prefill chunks and decodes together
+  int chunk_size = 512;               // prompt tokens per sequence per step
+  bool enable_prefix_caching = true;
+  std::string model_id;               // enters every block hash; defaults to the model path
+};
+
+// Continuous batching over a paged KV cache. Each Step() runs one forward batch that mixes
+// decode tokens of running sequences with prefill chunks of new ones, without padding.
+// Single-threaded: one loop owns the engine and calls AddRequest/Abort/Step.
+class Engine {
+ public:
+  static absl::StatusOr<std::unique_ptr<Engine>> Create(model::Model& model,
+                                                        const EngineOptions& options);
+
+  // InvalidArgument for an empty prompt, ids outside the vocabulary, bad sampling values,
+  // max_tokens <= 0 or past the context; AlreadyExists for a duplicate id; ResourceExhausted if
+  // the request could never fit in the KV cache.
+  absl::Status AddRequest(Request request);
+  // Ends the request at the next step (FinishReason::kAbort) and frees its blocks.
+  void Abort(const std::string& id);
+  // Runs one batch. Returns an output for every request that produced a token or finished.
+  absl::StatusOr<std::vector<RequestOutput>> Step();
+
+  bool HasUnfinished() const { return !running_.empty() || !waiting_.empty() || !aborts_.empty(); }
+  int NumRunning() const { return static_cast<int>(running_.size()); }
+  int NumWaiting() const { return static_cast<int>(waiting_.size()); }
+  kv::KvCacheStats KvStats() const { return kv_->Stats(); }
+  kv::KvCacheManager& kv_cache() { return *kv_; }
+  const EngineOptions& options() const { return options_; }
+
+ private:
+  struct Sequence {
+    Request request;
+    int64_t kv_id = 0;
+    std::vector<int32_t> tokens;  // prompt + generated
+    int prompt_len = 0;
+    int num_computed = 0;         // tokens whose KV is in the cache
+    int cached_prompt_tokens = 0;
+    int completion_tokens = 0;
+    model::Sampler sampler;
+    Sequence(Request r, int64_t id);
+  };
+  using SeqPtr = std::unique_ptr<Sequence>;
+  struct Scheduled {
+    Sequence* seq;
+    int num_tokens;
+  };
+
+  Engine(model::Model& model, const EngineOptions& options, std::unique_ptr<kv::KvCacheManager> kv);
+  void ProcessAborts(std::vector<RequestOutput>& outputs);
+  void ScheduleRunning(int& budget, std::vector<RequestOutput>& outputs);
+  void AdmitWaiting(int& budget);
+  bool ReserveOrPreempt(Sequence& seq, int num_tokens, std::vector<RequestOutput>& outputs);
+  void Preempt(std::list<SeqPtr>::iterator it);
+  void Finish(Sequence& seq, FinishReason reason, RequestOutput& out);
+  RequestOutput MakeOutput(const Sequence& seq) const;
+  absl::Status RunBatch(std::vector<RequestOutput>& outputs);
+  FinishReason CheckStop(const Sequence& seq, int32_t token) const;
+
+  model::Model& model_;
+  EngineOptions options_;
+  std::unique_ptr<kv::KvCacheManager> kv_;
+  std::deque<SeqPtr> waiting_;
+  std::list<SeqPtr> running_;  // admission order; preemption takes from the back
+  std::vector<std::string> aborts_;
+  absl::flat_hash_map<std::string, Sequence*> by_id_;
+  int64_t next_kv_id_ = 1;
+  // Per-step scratch, reused.
+  std::vector<Scheduled> scheduled_;
+  std::vector<model::ForwardSequence> forward_;
+  std::vector<float> logits_;
+};
+
+}  // namespace tandem::engine

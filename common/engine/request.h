@@ -1,0 +1,46 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "common/model/sampler.h"
+
+namespace tandem::engine {
+
+enum class FinishReason {
+  kNone,    // still running
+  kStop,    // EOS or a stop token
+  kLength,  // max_tokens or the context length reached
+  kAbort,   // aborted by the caller
+  kError,   // could not be served (see RequestOutput::error)
+};
+
+std::string_view FinishReasonName(FinishReason reason);
+
+struct Request {
+  std::string id;  // unique among unfinished requests
+  std::vector<int32_t> prompt;
+  model::SamplingParams sampling;
+  int max_tokens = 16;
+  std::vector<int32_t> stop_token_ids;
+  bool ignore_eos = false;
+  // Copy the logits each token was sampled from into RequestOutput (tests, tools).
+  bool return_logits = false;
+};
+
+// What one step did for one request: a new token, a finish, or both.
+struct RequestOutput {
+  std::string id;
+  std::vector<int32_t> new_tokens;
+  FinishReason finish = FinishReason::kNone;
+  absl::Status error;  // set when finish == kError
+  int prompt_tokens = 0;
+  int cached_prompt_tokens = 0;  // prompt tokens whose KV came from the prefix cache
+  int completion_tokens = 0;
+  std::vector<float> logits;  // when Request::return_logits and a token was sampled
+};
+
+}  // namespace tandem::engine

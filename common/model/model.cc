@@ -1,0 +1,190 @@
+#include "common/model/model.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "common/kernels/cpu/attention.h"
+#include "common/kernels/cpu/elementwise.h"
+#include "common/kernels/cpu/gemm.h"
+#include "common/util/status_macros.h"
+
+namespace tandem::model {
+namespace {
+
+template <typename T>
+void Grow(std::vector<T>& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+}
+
+const float* BiasOrNull(const std::vector<float>& b) { return b.empty() ? nullptr : b.data(); }
+
+}  // namespace
+
+void Model::Workspace::Reserve(const ModelConfig& c, int64_t t) {
+  int64_t q = int64_t{c.num_heads} * c.head_dim, kv = int64_t{c.num_kv_heads} * c.head_dim;
+  Grow(hidden, t * c.hidden_size);
+  Grow(normed, t * c.hidden_size);
+  Grow(proj, t * c.hidden_size);
+  Grow(this->q, t * q);
+  Grow(attn, t * q);
+  Grow(k, t * kv);
+  Grow(v, t * kv);
+  Grow(gate_up, t * 2 * c.intermediate_size);
+  Grow(mlp, t * c.intermediate_size);
+  Grow(positions, t);
+}
+
+absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir, ThreadPool& pool) {
+  TANDEM_ASSIGN_OR_RETURN(ModelConfig config, ModelConfig::FromDirectory(dir));
+  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<ModelWeights> weights, ModelWeights::Load(dir, config));
+  return std::make_unique<Model>(std::move(config), std::move(weights), pool);
+}
+
+Model::Model(ModelConfig config, std::unique_ptr<ModelWeights> weights, ThreadPool& pool)
+    : config_(std::move(config)),
+      weights_(std::move(weights)),
+      pool_(pool),
+      inv_freq_(config_.RopeInvFreq()) {}
+
+absl::Status Model::Validate(std::span<const ForwardSequence> batch, const kv::KvLayout& layout,
+                             int64_t* total_tokens) const {
+  if (layout.num_layers != config_.num_layers || layout.num_kv_heads != config_.num_kv_heads ||
+      layout.head_dim != config_.head_dim) {
+    return absl::InvalidArgumentError("KV layout does not match the model geometry");
+  }
+  int64_t total = 0;
+  for (const auto& s : batch) {
+    if (s.num_tokens <= 0 || s.tokens == nullptr || s.block_table == nullptr || s.start_pos < 0) {
+      return absl::InvalidArgumentError("forward batch entry without tokens or block table");
+    }
+    if (s.start_pos + s.num_tokens > config_.ContextLength()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("positions up to ", s.start_pos + s.num_tokens,
+                       " exceed the model context of ", config_.ContextLength(), " tokens"));
+    }
+    for (int i = 0; i < s.num_tokens; ++i) {
+      if (s.tokens[i] < 0 || s.tokens[i] >= config_.vocab_size) {
+        return absl::InvalidArgumentError(absl::StrCat("token id ", s.tokens[i],
+                                                       " is outside the vocabulary [0, ",
+                                                       config_.vocab_size, ")"));
+      }
+    }
+    total += s.num_tokens;
+  }
+  *total_tokens = total;
+  return absl::OkStatus();
+}
+
+absl::Status Model::Forward(std::span<const ForwardSequence> batch, uint8_t* kv_base,
+                            const kv::KvLayout& layout, std::vector<float>& logits) {
+  int64_t total = 0;
+  TANDEM_RETURN_IF_ERROR(Validate(batch, layout, &total));
+  logits.clear();
+  if (total == 0) return absl::OkStatus();
+  ws_.Reserve(config_, total);
+  Embed(batch, total);
+  for (int layer = 0; layer < config_.num_layers; ++layer) {
+    AttentionBlock(layer, batch, total, kv_base, layout);
+    MlpBlock(layer, total);
+  }
+  ComputeLogits(batch, logits);
+  return absl::OkStatus();
+}
+
+void Model::Embed(std::span<const ForwardSequence> batch, int64_t total) {
+  const int64_t h = config_.hidden_size;
+  const auto& e = weights_->embed_tokens;
+  const size_t row_bytes = h * DTypeSize(e.dtype);
+  int64_t t = 0;
+  for (const auto& s : batch) {
+    for (int i = 0; i < s.num_tokens; ++i, ++t) {
+      const auto* row = static_cast<const uint8_t*>(e.data) + s.tokens[i] * row_bytes;
+      ToFloat(e.dtype, row, ws_.hidden.data() + t * h, h);
+      ws_.positions[t] = s.start_pos + i;
+    }
+  }
+}
+
+void Model::AttentionBlock(int layer, std::span<const ForwardSequence> batch, int64_t total,
+                           uint8_t* kv_base, const kv::KvLayout& layout) {
+  const LayerWeights& w = weights_->layers[layer];
+  const int64_t h = config_.hidden_size;
+  const int nh = config_.num_heads, nkv = config_.num_kv_heads, hd = config_.head_dim;
+  const int64_t qw = int64_t{nh} * hd, kvw = int64_t{nkv} * hd;
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+
+  kernels::RmsNorm(ws_.hidden.data(), w.input_norm.data(), eps, total, h, ws_.normed.data());
+  kernels::Gemm(ws_.normed.data(), total, h, w.q_proj, BiasOrNull(w.q_bias), ws_.q.data(), qw, pool_);
+  kernels::Gemm(ws_.normed.data(), total, h, w.k_proj, BiasOrNull(w.k_bias), ws_.k.data(), kvw, pool_);
+  kernels::Gemm(ws_.normed.data(), total, h, w.v_proj, BiasOrNull(w.v_bias), ws_.v.data(), kvw, pool_);
+  if (config_.qk_norm) {
+    kernels::RmsNorm(ws_.q.data(), w.q_norm.data(), eps, total * nh, hd, ws_.q.data());
+    kernels::RmsNorm(ws_.k.data(), w.k_norm.data(), eps, total * nkv, hd, ws_.k.data());
+  }
+  pool_.ParallelFor(total, 16, [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) {
+      kernels::ApplyRope(ws_.q.data() + t * qw, nh, hd, ws_.positions[t], inv_freq_.data());
+      kernels::ApplyRope(ws_.k.data() + t * kvw, nkv, hd, ws_.positions[t], inv_freq_.data());
+    }
+  });
+
+  // Up to a few hundred sequences per step; a small stack-like vector reused across layers.
+  static thread_local std::vector<kernels::AttentionSequence> seqs;
+  seqs.clear();
+  int64_t t = 0;
+  for (const auto& s : batch) {
+    kernels::WriteKv(ws_.k.data() + t * kvw, ws_.v.data() + t * kvw, s.num_tokens, s.start_pos,
+                     s.block_table, kv_base, layout, layer);
+    seqs.push_back({.q = ws_.q.data() + t * qw,
+                    .out = ws_.attn.data() + t * qw,
+                    .num_tokens = s.num_tokens,
+                    .start_pos = s.start_pos,
+                    .block_table = s.block_table});
+    t += s.num_tokens;
+  }
+  kernels::PagedAttention(seqs.data(), static_cast<int>(seqs.size()), nh, kv_base, layout, layer,
+                          1.0f / std::sqrt(static_cast<float>(hd)), pool_);
+  kernels::Gemm(ws_.attn.data(), total, qw, w.o_proj, nullptr, ws_.proj.data(), h, pool_);
+  kernels::AddInPlace(ws_.hidden.data(), ws_.proj.data(), total * h);
+}
+
+void Model::MlpBlock(int layer, int64_t total) {
+  const LayerWeights& w = weights_->layers[layer];
+  const int64_t h = config_.hidden_size, f = config_.intermediate_size;
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  kernels::RmsNorm(ws_.hidden.data(), w.post_attention_norm.data(), eps, total, h,
+                   ws_.normed.data());
+  kernels::Gemm(ws_.normed.data(), total, h, w.gate_proj, nullptr, ws_.gate_up.data(), 2 * f, pool_);
+  kernels::Gemm(ws_.normed.data(), total, h, w.up_proj, nullptr, ws_.gate_up.data() + f, 2 * f,
+                pool_);
+  kernels::SiluMul(ws_.gate_up.data(), total, f, ws_.mlp.data());
+  kernels::Gemm(ws_.mlp.data(), total, f, w.down_proj, nullptr, ws_.proj.data(), h, pool_);
+  kernels::AddInPlace(ws_.hidden.data(), ws_.proj.data(), total * h);
+}
+
+void Model::ComputeLogits(std::span<const ForwardSequence> batch, std::vector<float>& logits) {
+  const int64_t h = config_.hidden_size, vocab = config_.vocab_size;
+  ws_.logit_rows.clear();
+  int64_t t = 0;
+  for (const auto& s : batch) {
+    if (s.logits == LogitsMode::kAll) {
+      for (int i = 0; i < s.num_tokens; ++i) ws_.logit_rows.push_back(t + i);
+    } else if (s.logits == LogitsMode::kLast) {
+      ws_.logit_rows.push_back(t + s.num_tokens - 1);
+    }
+    t += s.num_tokens;
+  }
+  const int64_t rows = static_cast<int64_t>(ws_.logit_rows.size());
+  if (rows == 0) return;
+  // Gather the wanted rows (ascending, so in-place compaction is safe), then norm + lm_head.
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* src = ws_.hidden.data() + ws_.logit_rows[r] * h;
+    std::copy(src, src + h, ws_.normed.data() + r * h);
+  }
+  kernels::RmsNorm(ws_.normed.data(), weights_->final_norm.data(),
+                   static_cast<float>(config_.rms_norm_eps), rows, h, ws_.normed.data());
+  logits.resize(rows * vocab);
+  kernels::Gemm(ws_.normed.data(), rows, h, weights_->lm_head, nullptr, logits.data(), vocab, pool_);
+}
+
+}  // namespace tandem::model

@@ -1,0 +1,74 @@
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/kv/kv_layout.h"
+#include "common/model/model_config.h"
+#include "common/model/model_weights.h"
+#include "common/util/thread_pool.h"
+
+namespace tandem::model {
+
+// Which logits a sequence of a batch wants back.
+enum class LogitsMode { kNone, kLast, kAll };
+
+// One sequence's share of a forward batch: `num_tokens` new tokens at positions
+// start_pos.. whose K/V go to (and whose attention reads from) the blocks of `block_table`.
+struct ForwardSequence {
+  const int32_t* tokens = nullptr;
+  int num_tokens = 0;
+  int64_t start_pos = 0;
+  const int32_t* block_table = nullptr;
+  LogitsMode logits = LogitsMode::kLast;
+};
+
+// A Llama-family decoder on CPU. Batches are ragged (no padding): the new tokens of every
+// sequence are concatenated, projections run once over all of them, attention runs per
+// sequence over its paged KV. Not thread-safe: one engine loop drives a Model; the kernels
+// parallelize inside each call on the model's thread pool.
+class Model {
+ public:
+  static absl::StatusOr<std::unique_ptr<Model>> Load(const std::string& dir, ThreadPool& pool);
+  // For tests and tools that build configs/weights themselves.
+  Model(ModelConfig config, std::unique_ptr<ModelWeights> weights, ThreadPool& pool);
+
+  const ModelConfig& config() const { return config_; }
+  const ModelWeights& weights() const { return *weights_; }
+  ThreadPool& pool() { return pool_; }
+
+  // Runs the batch, writing each new token's K/V into its cache slot. `logits` receives, in
+  // batch order, vocab_size floats per requested row (0, 1 or num_tokens rows per sequence).
+  // InvalidArgument for token ids outside the vocabulary or positions past the context.
+  absl::Status Forward(std::span<const ForwardSequence> batch, uint8_t* kv_base,
+                       const kv::KvLayout& layout, std::vector<float>& logits);
+
+ private:
+  // Scratch activations, grown to the largest batch seen and reused (no per-step allocation).
+  struct Workspace {
+    std::vector<float> hidden, normed, q, k, v, attn, proj, gate_up, mlp;
+    std::vector<int64_t> positions;
+    std::vector<int64_t> logit_rows;
+    void Reserve(const ModelConfig& c, int64_t tokens);
+  };
+
+  absl::Status Validate(std::span<const ForwardSequence> batch, const kv::KvLayout& layout,
+                        int64_t* total_tokens) const;
+  void Embed(std::span<const ForwardSequence> batch, int64_t total);
+  void AttentionBlock(int layer, std::span<const ForwardSequence> batch, int64_t total,
+                      uint8_t* kv_base, const kv::KvLayout& layout);
+  void MlpBlock(int layer, int64_t total);
+  void ComputeLogits(std::span<const ForwardSequence> batch, std::vector<float>& logits);
+
+  ModelConfig config_;
+  std::unique_ptr<ModelWeights> weights_;
+  ThreadPool& pool_;
+  std::vector<float> inv_freq_;
+  Workspace ws_;
+};
+
+}  // namespace tandem::model

@@ -1,0 +1,213 @@
+#include "common/model/model_weights.h"
+
+#include <cstring>
+#include <map>
+#include <set>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/util/file_util.h"
+#include "common/util/json_fields.h"
+#include "common/util/status_macros.h"
+
+namespace tandem::model {
+
+// Looks tensors up by name across all files, checks them, and records which were used.
+class WeightBinder {
+ public:
+  WeightBinder(ModelWeights& w, std::string dir) : w_(w), dir_(std::move(dir)) {}
+
+  absl::Status Index() {
+    for (const auto& f : w_.files_) {
+      for (const auto& t : f->tensors()) {
+        if (!entries_.emplace(t.name, Slot{f.get(), &t}).second) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(f->path(), ": tensor \"", t.name, "\" also appears in another shard"));
+        }
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<kernels::WeightMatrix> Matrix(const std::string& name, int64_t rows,
+                                               int64_t cols) {
+    TANDEM_ASSIGN_OR_RETURN(auto slot, Find(name, {rows, cols}));
+    TANDEM_ASSIGN_OR_RETURN(DType dtype, FloatType(slot));
+    return kernels::WeightMatrix{Aligned(slot, dtype), dtype, rows, cols};
+  }
+
+  absl::StatusOr<std::vector<float>> Vector(const std::string& name, int64_t n) {
+    TANDEM_ASSIGN_OR_RETURN(auto slot, Find(name, {n}));
+    TANDEM_ASSIGN_OR_RETURN(DType dtype, FloatType(slot));
+    std::vector<float> out(n);
+    // memcpy-based conversion: safe for unaligned mapped bytes.
+    std::vector<uint8_t> tmp(n * DTypeSize(dtype));
+    std::memcpy(tmp.data(), slot.file->Data(*slot.entry), tmp.size());
+    ToFloat(dtype, tmp.data(), out.data(), n);
+    return out;
+  }
+
+  bool Has(const std::string& name) const { return entries_.contains(name); }
+  void Ignore(const std::string& name) { used_.insert(name); }
+
+  absl::Status CheckAllUsed() const {
+    for (const auto& [name, slot] : entries_) {
+      if (used_.contains(name)) continue;
+      // Old Llama checkpoints carry RoPE buffers; they are recomputed, not read.
+      if (absl::EndsWith(name, "rotary_emb.inv_freq")) continue;
+      return absl::InvalidArgumentError(absl::StrCat(
+          slot.file->path(), ": unexpected tensor \"", name, "\" (not part of this architecture)"));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  struct Slot {
+    const SafetensorsFile* file;
+    const TensorEntry* entry;
+  };
+
+  absl::StatusOr<Slot> Find(const std::string& name, const std::vector<int64_t>& shape) {
+    auto it = entries_.find(name);
+    if (it == entries_.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(dir_, ": missing tensor \"", name, "\" in the safetensors files"));
+    }
+    const Slot& s = it->second;
+    if (s.entry->shape != shape) {
+      auto dims = [](const std::vector<int64_t>& v) {
+        std::string out = "[";
+        for (size_t i = 0; i < v.size(); ++i) absl::StrAppend(&out, i ? ", " : "", v[i]);
+        return out + "]";
+      };
+      return absl::InvalidArgumentError(absl::StrCat(s.file->path(), ": tensor \"", name,
+                                                     "\" has shape ", dims(s.entry->shape),
+                                                     ", config.json implies ", dims(shape)));
+    }
+    used_.insert(name);
+    w_.total_bytes += static_cast<int64_t>(s.entry->end - s.entry->begin);
+    return s;
+  }
+
+  absl::StatusOr<DType> FloatType(const Slot& s) {
+    switch (s.entry->dtype) {
+      case StDType::kF32:
+        return DType::kF32;
+      case StDType::kF16:
+        return DType::kF16;
+      case StDType::kBF16:
+        return DType::kBF16;
+      default:
+        return absl::InvalidArgumentError(
+            absl::StrCat(s.file->path(), ": tensor \"", s.entry->name, "\" has dtype ",
+                         std::string(StDTypeName(s.entry->dtype)), "; weights must be F32, F16 or BF16"));
+    }
+  }
+
+  const void* Aligned(const Slot& s, DType dtype) {
+    const uint8_t* p = s.file->Data(*s.entry);
+    if (reinterpret_cast<uintptr_t>(p) % DTypeSize(dtype) == 0) return p;
+    size_t n = s.entry->end - s.entry->begin;
+    auto copy = std::make_unique<uint8_t[]>(n);
+    std::memcpy(copy.get(), p, n);
+    w_.realigned_.push_back(std::move(copy));
+    return w_.realigned_.back().get();
+  }
+
+  ModelWeights& w_;
+  std::string dir_;
+  absl::flat_hash_map<std::string, Slot> entries_;
+  std::set<std::string> used_;
+};
+
+namespace {
+
+// Lists the safetensors files of a model directory (sharded or not).
+absl::StatusOr<std::vector<std::string>> ListWeightFiles(const std::string& dir) {
+  std::string index_path = dir + "/model.safetensors.index.json";
+  if (!FileExists(index_path)) {
+    std::string single = dir + "/model.safetensors";
+    if (!FileExists(single)) {
+      return absl::NotFoundError(absl::StrCat(
+          dir, ": no model.safetensors or model.safetensors.index.json in the model directory"));
+    }
+    return std::vector<std::string>{single};
+  }
+  TANDEM_ASSIGN_OR_RETURN(std::string text, ReadFileToString(index_path, 64 << 20));
+  TANDEM_ASSIGN_OR_RETURN(nlohmann::json j, ParseJsonObject(text, index_path));
+  auto map = j.find("weight_map");
+  if (map == j.end() || !map->is_object()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(index_path, ": key \"weight_map\" must be an object"));
+  }
+  std::set<std::string> files;
+  for (auto it = map->begin(); it != map->end(); ++it) {
+    if (!it->is_string() || it->get<std::string>().find('/') != std::string::npos) {
+      return absl::InvalidArgumentError(absl::StrCat(index_path, ": weight_map entry \"", it.key(),
+                                                     "\" must name a file in the directory"));
+    }
+    files.insert(it->get<std::string>());
+  }
+  std::vector<std::string> out;
+  for (const auto& f : files) out.push_back(dir + "/" + f);
+  return out;
+}
+
+absl::Status BindLayer(WeightBinder& b, const ModelConfig& c, int i, LayerWeights& l) {
+  std::string p = absl::StrCat("model.layers.", i, ".");
+  int64_t h = c.hidden_size, q = int64_t{c.num_heads} * c.head_dim,
+          kv = int64_t{c.num_kv_heads} * c.head_dim, f = c.intermediate_size;
+  TANDEM_ASSIGN_OR_RETURN(l.input_norm, b.Vector(p + "input_layernorm.weight", h));
+  TANDEM_ASSIGN_OR_RETURN(l.q_proj, b.Matrix(p + "self_attn.q_proj.weight", q, h));
+  TANDEM_ASSIGN_OR_RETURN(l.k_proj, b.Matrix(p + "self_attn.k_proj.weight", kv, h));
+  TANDEM_ASSIGN_OR_RETURN(l.v_proj, b.Matrix(p + "self_attn.v_proj.weight", kv, h));
+  TANDEM_ASSIGN_OR_RETURN(l.o_proj, b.Matrix(p + "self_attn.o_proj.weight", h, q));
+  if (c.attention_bias) {
+    TANDEM_ASSIGN_OR_RETURN(l.q_bias, b.Vector(p + "self_attn.q_proj.bias", q));
+    TANDEM_ASSIGN_OR_RETURN(l.k_bias, b.Vector(p + "self_attn.k_proj.bias", kv));
+    TANDEM_ASSIGN_OR_RETURN(l.v_bias, b.Vector(p + "self_attn.v_proj.bias", kv));
+  }
+  if (c.qk_norm) {
+    TANDEM_ASSIGN_OR_RETURN(l.q_norm, b.Vector(p + "self_attn.q_norm.weight", c.head_dim));
+    TANDEM_ASSIGN_OR_RETURN(l.k_norm, b.Vector(p + "self_attn.k_norm.weight", c.head_dim));
+  }
+  TANDEM_ASSIGN_OR_RETURN(l.post_attention_norm, b.Vector(p + "post_attention_layernorm.weight", h));
+  TANDEM_ASSIGN_OR_RETURN(l.gate_proj, b.Matrix(p + "mlp.gate_proj.weight", f, h));
+  TANDEM_ASSIGN_OR_RETURN(l.up_proj, b.Matrix(p + "mlp.up_proj.weight", f, h));
+  TANDEM_ASSIGN_OR_RETURN(l.down_proj, b.Matrix(p + "mlp.down_proj.weight", h, f));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(const std::string& dir,
+                                                                 const ModelConfig& c) {
+  auto w = std::make_unique<ModelWeights>();
+  TANDEM_ASSIGN_OR_RETURN(std::vector<std::string> paths, ListWeightFiles(dir));
+  for (const auto& path : paths) {
+    TANDEM_ASSIGN_OR_RETURN(auto file, SafetensorsFile::Open(path));
+    w->files_.push_back(std::move(file));
+  }
+  WeightBinder b(*w, dir);
+  TANDEM_RETURN_IF_ERROR(b.Index());
+  TANDEM_ASSIGN_OR_RETURN(w->embed_tokens,
+                          b.Matrix("model.embed_tokens.weight", c.vocab_size, c.hidden_size));
+  w->dtype = w->embed_tokens.dtype;
+  w->layers.resize(c.num_layers);
+  for (int i = 0; i < c.num_layers; ++i) {
+    TANDEM_RETURN_IF_ERROR(BindLayer(b, c, i, w->layers[i]));
+  }
+  TANDEM_ASSIGN_OR_RETURN(w->final_norm, b.Vector("model.norm.weight", c.hidden_size));
+  if (c.tie_word_embeddings) {
+    // Some tied checkpoints still store lm_head; HF ties it to the embedding regardless.
+    b.Ignore("lm_head.weight");
+    w->lm_head = w->embed_tokens;
+  } else {
+    TANDEM_ASSIGN_OR_RETURN(w->lm_head, b.Matrix("lm_head.weight", c.vocab_size, c.hidden_size));
+  }
+  TANDEM_RETURN_IF_ERROR(b.CheckAllUsed());
+  return w;
+}
+
+}  // namespace tandem::model

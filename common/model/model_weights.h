@@ -1,0 +1,47 @@
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/kernels/cpu/gemm.h"
+#include "common/model/model_config.h"
+#include "common/model/safetensors.h"
+
+namespace tandem::model {
+
+// Weights of one decoder layer. Matrices point into the memory-mapped files in their stored
+// dtype; the small vectors (norms, biases) are converted to f32 once at load time.
+struct LayerWeights {
+  std::vector<float> input_norm;
+  kernels::WeightMatrix q_proj, k_proj, v_proj, o_proj;
+  std::vector<float> q_bias, k_bias, v_bias;  // empty unless config.attention_bias
+  std::vector<float> q_norm, k_norm;          // [head_dim], Qwen3 only
+  std::vector<float> post_attention_norm;
+  kernels::WeightMatrix gate_proj, up_proj, down_proj;
+};
+
+// All weights of a model directory, validated against its config: every expected tensor present
+// with the right shape and a float dtype, no unexpected tensors. Owns the mappings.
+class ModelWeights {
+ public:
+  // Loads DIR/model.safetensors or the shards listed in DIR/model.safetensors.index.json.
+  static absl::StatusOr<std::unique_ptr<ModelWeights>> Load(const std::string& dir,
+                                                            const ModelConfig& config);
+
+  kernels::WeightMatrix embed_tokens;
+  kernels::WeightMatrix lm_head;  // equals embed_tokens when embeddings are tied
+  std::vector<float> final_norm;
+  std::vector<LayerWeights> layers;
+  DType dtype = DType::kBF16;  // dtype of the large matrices (the embedding's)
+  int64_t total_bytes = 0;     // bytes of all tensors used
+
+ private:
+  std::vector<std::unique_ptr<SafetensorsFile>> files_;
+  // Copies of tensors whose mapped bytes are not aligned to their element size.
+  std::vector<std::unique_ptr<uint8_t[]>> realigned_;
+  friend class WeightBinder;
+};
+
+}  // namespace tandem::model

@@ -1,0 +1,57 @@
+// model-inspect: look inside a Hugging Face model directory and run it on the Tandem engine.
+#include <cstdio>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "tools/model_inspect/commands.h"
+
+namespace {
+
+constexpr char kUsage[] = R"(usage:
+  model-inspect info --model DIR
+      architecture, parameter count, dtype, context length, KV geometry
+  model-inspect --kv-cache --model DIR [--context N] [--kv-dtype fp32|fp16|bf16] [--memory BYTES]
+      KV-cache size: bytes per token per layer, bytes per token, bytes for one sequence of
+      --context tokens (default: the model's context), tokens that fit in --memory
+      (e.g. 80GiB). Needs only config.json.
+  model-inspect forward --model DIR --tokens 1,2,3 --logits-out FILE [--kv-dtype auto|...]
+      writes float32 little-endian logits of every position, shape [n_tokens, vocab]
+  model-inspect generate --model DIR --tokens 1,2,3 --max-tokens N [--temperature T]
+                [--top-p P] [--top-k K] [--seed S] [--ignore-eos] [--kv-dtype auto|...]
+      prints the generated ids comma-separated on one line (timings go to stderr)
+Common: --threads N (default: TANDEM_NUM_THREADS or all cores).
+)";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  auto args = tandem::CliArgs::Parse(argc, argv, {"kv-cache", "ignore-eos", "help"});
+  if (!args.ok()) {
+    std::fprintf(stderr, "model-inspect: %s\n%s", std::string(args.status().message()).c_str(), kUsage);
+    return 2;
+  }
+  const auto& pos = args->positional();
+  std::string command = pos.empty() ? "" : pos[0];
+  if (args->Has("help") || command == "help") {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  absl::Status status;
+  if (args->Has("kv-cache") && (command.empty() || command == "info")) {
+    status = tandem::tools::RunKvCache(*args);
+  } else if (command == "info") {
+    status = tandem::tools::RunInfo(*args);
+  } else if (command == "forward") {
+    status = tandem::tools::RunForward(*args);
+  } else if (command == "generate") {
+    status = tandem::tools::RunGenerate(*args);
+  } else {
+    std::fprintf(stderr, "model-inspect: unknown command \"%s\"\n%s", command.c_str(), kUsage);
+    return 2;
+  }
+  if (!status.ok()) {
+    std::fprintf(stderr, "model-inspect: %s\n", status.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}

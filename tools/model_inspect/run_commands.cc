@@ -1,0 +1,132 @@
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/engine/engine.h"
+#include "common/kv/kv_cache_manager.h"
+#include "common/model/model.h"
+#include "common/util/file_util.h"
+#include "common/util/status_macros.h"
+#include "common/util/thread_pool.h"
+#include "tools/model_inspect/commands.h"
+
+namespace tandem::tools {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+absl::StatusOr<std::unique_ptr<ThreadPool>> MakePool(const CliArgs& args) {
+  TANDEM_ASSIGN_OR_RETURN(int64_t threads, args.IntOr("threads", 0));
+  if (threads < 0 || threads > 1024) return absl::InvalidArgumentError("--threads out of range");
+  if (threads == 0) {
+    if (const char* env = std::getenv("TANDEM_NUM_THREADS")) threads = std::atoi(env);
+  }
+  return std::make_unique<ThreadPool>(static_cast<int>(threads));
+}
+
+// "auto" means the model's own dtype, as Hugging Face stores KV in the activation dtype.
+absl::StatusOr<DType> KvDType(const CliArgs& args, const model::ModelConfig& c) {
+  std::string name = args.StringOr("kv-dtype", "auto");
+  if (name == "auto") return c.torch_dtype;
+  return ParseDType(name);
+}
+
+}  // namespace
+
+absl::Status RunForward(const CliArgs& args) {
+  TANDEM_RETURN_IF_ERROR(args.CheckKnown({"model", "tokens", "logits-out", "kv-dtype", "threads"}));
+  TANDEM_ASSIGN_OR_RETURN(std::string dir, args.String("model"));
+  TANDEM_ASSIGN_OR_RETURN(std::vector<int32_t> tokens, args.IntList("tokens"));
+  TANDEM_ASSIGN_OR_RETURN(std::string out_path, args.String("logits-out"));
+  if (tokens.empty()) return absl::InvalidArgumentError("--tokens is empty");
+  TANDEM_ASSIGN_OR_RETURN(auto pool, MakePool(args));
+  TANDEM_ASSIGN_OR_RETURN(auto model, model::Model::Load(dir, *pool));
+  const auto& c = model->config();
+  TANDEM_ASSIGN_OR_RETURN(DType kv_dtype, KvDType(args, c));
+  kv::KvCacheOptions kv_options;
+  kv_options.layout = c.KvLayoutFor(kv_dtype, 16);
+  kv_options.num_blocks = (static_cast<int64_t>(tokens.size()) + 15) / 16;
+  kv_options.model_id = dir;
+  kv_options.enable_prefix_caching = false;
+  TANDEM_ASSIGN_OR_RETURN(auto kv, kv::KvCacheManager::Create(kv_options));
+  TANDEM_RETURN_IF_ERROR(kv->AddSequence(1, tokens).status());
+  TANDEM_RETURN_IF_ERROR(kv->Reserve(1, static_cast<int>(tokens.size())));
+  model::ForwardSequence seq{.tokens = tokens.data(),
+                             .num_tokens = static_cast<int>(tokens.size()),
+                             .start_pos = 0,
+                             .block_table = kv->BlockTableData(1),
+                             .logits = model::LogitsMode::kAll};
+  std::vector<float> logits;
+  auto t0 = Clock::now();
+  TANDEM_RETURN_IF_ERROR(model->Forward({&seq, 1}, kv->pool_base(), kv->layout(), logits));
+  auto t1 = Clock::now();
+  TANDEM_RETURN_IF_ERROR(WriteStringToFile(
+      out_path, std::string_view(reinterpret_cast<const char*>(logits.data()),
+                                 logits.size() * sizeof(float))));
+  std::fprintf(stderr, "forward: %zu tokens in %.3f s; logits [%zu, %lld] -> %s\n", tokens.size(),
+               Seconds(t0, t1), tokens.size(), static_cast<long long>(c.vocab_size),
+               out_path.c_str());
+  return absl::OkStatus();
+}
+
+absl::Status RunGenerate(const CliArgs& args) {
+  TANDEM_RETURN_IF_ERROR(args.CheckKnown({"model", "tokens", "max-tokens", "temperature", "top-p",
+                                          "top-k", "seed", "ignore-eos", "kv-dtype", "threads"}));
+  TANDEM_ASSIGN_OR_RETURN(std::string dir, args.String("model"));
+  TANDEM_ASSIGN_OR_RETURN(std::vector<int32_t> tokens, args.IntList("tokens"));
+  engine::Request request;
+  request.id = "generate";
+  request.prompt = tokens;
+  request.ignore_eos = args.Has("ignore-eos");
+  TANDEM_ASSIGN_OR_RETURN(int64_t max_tokens, args.IntOr("max-tokens", 16));
+  TANDEM_ASSIGN_OR_RETURN(double temperature, args.DoubleOr("temperature", 0.0));
+  TANDEM_ASSIGN_OR_RETURN(double top_p, args.DoubleOr("top-p", 1.0));
+  TANDEM_ASSIGN_OR_RETURN(int64_t top_k, args.IntOr("top-k", 0));
+  TANDEM_ASSIGN_OR_RETURN(int64_t seed, args.IntOr("seed", 0));
+  request.max_tokens = static_cast<int>(std::clamp<int64_t>(max_tokens, -1, 1 << 30));
+  request.sampling = {.temperature = static_cast<float>(temperature),
+                      .top_p = static_cast<float>(top_p),
+                      .top_k = static_cast<int>(std::clamp<int64_t>(top_k, -1, 1 << 30)),
+                      .seed = static_cast<uint64_t>(seed)};
+  TANDEM_ASSIGN_OR_RETURN(auto pool, MakePool(args));
+  TANDEM_ASSIGN_OR_RETURN(auto model, model::Model::Load(dir, *pool));
+  engine::EngineOptions options;
+  TANDEM_ASSIGN_OR_RETURN(options.kv_dtype, KvDType(args, model->config()));
+  options.model_id = dir;
+  int64_t needed = static_cast<int64_t>(tokens.size()) + std::max<int64_t>(max_tokens, 0);
+  options.num_blocks = std::max<int64_t>(1, (needed + options.block_size - 1) / options.block_size);
+  TANDEM_ASSIGN_OR_RETURN(auto engine, engine::Engine::Create(*model, options));
+  TANDEM_RETURN_IF_ERROR(engine->AddRequest(std::move(request)));
+  std::vector<int32_t> generated;
+  engine::FinishReason finish = engine::FinishReason::kNone;
+  auto t0 = Clock::now();
+  Clock::time_point first_token;
+  while (engine->HasUnfinished()) {
+    TANDEM_ASSIGN_OR_RETURN(auto outputs, engine->Step());
+    for (const auto& out : outputs) {
+      if (generated.empty() && !out.new_tokens.empty()) first_token = Clock::now();
+      generated.insert(generated.end(), out.new_tokens.begin(), out.new_tokens.end());
+      if (out.finish == engine::FinishReason::kError) return out.error;
+      if (out.finish != engine::FinishReason::kNone) finish = out.finish;
+    }
+  }
+  auto t1 = Clock::now();
+  std::printf("%s\n", absl::StrJoin(generated, ",").c_str());
+  double decode_s = generated.size() > 1 ? Seconds(first_token, t1) : 0;
+  std::fprintf(stderr,
+               "generate: prompt %zu tokens, %zu generated (finish: %s); prefill %.3f s "
+               "(%.1f tok/s), decode %.1f tok/s\n",
+               tokens.size(), generated.size(), std::string(engine::FinishReasonName(finish)).c_str(),
+               Seconds(t0, first_token), tokens.size() / std::max(1e-9, Seconds(t0, first_token)),
+               decode_s > 0 ? (generated.size() - 1) / decode_s : 0.0);
+  return absl::OkStatus();
+}
+
+}  // namespace tandem::tools
