@@ -1,0 +1,166 @@
+// engine-bench: end-to-end prefill and decode throughput of the CPU engine on a model
+// directory, with the memory-bandwidth bound beside each decode figure. Prints a Markdown table.
+//
+//   engine-bench --model DIR [--prompt-lens 128,512,2048] [--batches 1,8,32]
+//                [--decode-steps 32] [--repeats 3] [--threads N]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <immintrin.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/engine/engine.h"
+#include "common/model/model.h"
+#include "common/util/cli_args.h"
+#include "common/util/status_macros.h"
+
+namespace tandem::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Read bandwidth in bytes/s: all threads sum disjoint slices of a 1 GiB buffer.
+double MeasureReadBandwidth(ThreadPool& pool) {
+  const size_t n = (size_t{1} << 30) / sizeof(float);
+  std::vector<float> buf(n, 1.0f);
+  std::vector<double> runs;
+  for (int rep = 0; rep < 5; ++rep) {
+    std::vector<double> partial(pool.num_threads() * 8, 0);
+    auto t0 = Clock::now();
+    pool.ParallelFor(static_cast<int64_t>(n), 1 << 20, [&](int64_t b, int64_t e) {
+      __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+      for (int64_t i = b; i + 16 <= e; i += 16) {
+        acc0 = _mm256_add_ps(acc0, _mm256_loadu_ps(&buf[i]));
+        acc1 = _mm256_add_ps(acc1, _mm256_loadu_ps(&buf[i + 8]));
+      }
+      float tmp[8];
+      _mm256_storeu_ps(tmp, _mm256_add_ps(acc0, acc1));
+      partial[(b * pool.num_threads() / n) * 8] += tmp[0];
+    });
+    runs.push_back(n * sizeof(float) / std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  return Median(runs);
+}
+
+engine::Request MakeRequest(const std::string& id, int len, int max_tokens, int vocab) {
+  std::mt19937 rng(len * 7919 + std::hash<std::string>{}(id));
+  engine::Request r;
+  r.id = id;
+  r.prompt.resize(len);
+  for (auto& t : r.prompt) t = static_cast<int32_t>(rng() % vocab);
+  r.max_tokens = max_tokens;
+  r.ignore_eos = true;
+  return r;
+}
+
+// Seconds to prefill one prompt of `len` tokens (first token sampled), prefix cache off.
+absl::StatusOr<double> TimePrefill(model::Model& m, int len, int rep) {
+  engine::EngineOptions o;
+  o.chunk_size = len;
+  o.max_num_batched_tokens = len;
+  o.num_blocks = len / 16 + 4;
+  o.enable_prefix_caching = false;
+  TANDEM_ASSIGN_OR_RETURN(auto e, engine::Engine::Create(m, o));
+  TANDEM_RETURN_IF_ERROR(e->AddRequest(MakeRequest(absl::StrCat("p", rep), len, 1, m.config().vocab_size)));
+  auto t0 = Clock::now();
+  while (e->HasUnfinished()) TANDEM_RETURN_IF_ERROR(e->Step().status());
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// Decode tokens/s with `batch` sequences of 64-token prompts, timed after all prefills.
+absl::StatusOr<double> TimeDecode(model::Model& m, int batch, int steps) {
+  engine::EngineOptions o;
+  o.max_num_seqs = batch;
+  o.num_blocks = batch * ((64 + steps + 2) / 16 + 2);
+  o.enable_prefix_caching = false;
+  TANDEM_ASSIGN_OR_RETURN(auto e, engine::Engine::Create(m, o));
+  for (int i = 0; i < batch; ++i) {
+    TANDEM_RETURN_IF_ERROR(e->AddRequest(
+        MakeRequest(absl::StrCat("d", i), 64, steps + 2, m.config().vocab_size)));
+  }
+  // Prefill everything (one step each until every sequence produced its first token).
+  int produced = 0;
+  while (produced < batch) {
+    TANDEM_ASSIGN_OR_RETURN(auto outs, e->Step());
+    for (const auto& out : outs) produced += out.completion_tokens == 1;
+  }
+  int64_t tokens = 0;
+  auto t0 = Clock::now();
+  for (int s = 0; s < steps; ++s) {
+    TANDEM_ASSIGN_OR_RETURN(auto outs, e->Step());
+    for (const auto& out : outs) tokens += static_cast<int64_t>(out.new_tokens.size());
+  }
+  return tokens / std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+absl::Status Run(const CliArgs& args) {
+  TANDEM_RETURN_IF_ERROR(args.CheckKnown(
+      {"model", "prompt-lens", "batches", "decode-steps", "repeats", "threads", "skip-bandwidth"}));
+  TANDEM_ASSIGN_OR_RETURN(std::string dir, args.String("model"));
+  std::vector<int32_t> lens = {128, 512, 2048}, batches = {1, 8, 32};
+  if (args.Has("prompt-lens")) TANDEM_ASSIGN_OR_RETURN(lens, args.IntList("prompt-lens"));
+  if (args.Has("batches")) TANDEM_ASSIGN_OR_RETURN(batches, args.IntList("batches"));
+  TANDEM_ASSIGN_OR_RETURN(int64_t steps, args.IntOr("decode-steps", 32));
+  TANDEM_ASSIGN_OR_RETURN(int64_t repeats, args.IntOr("repeats", 3));
+  TANDEM_ASSIGN_OR_RETURN(int64_t threads, args.IntOr("threads", 0));
+  ThreadPool pool(static_cast<int>(threads));
+  TANDEM_ASSIGN_OR_RETURN(auto model, model::Model::Load(dir, pool));
+  const double weight_bytes = static_cast<double>(model->weights().total_bytes);
+  // The decode pass reads every matrix but the embedding (only rows are gathered from it).
+  const auto& emb = model->weights().embed_tokens;
+  double read_bytes = weight_bytes;
+  if (model->weights().lm_head.data != emb.data) read_bytes -= emb.rows * emb.cols * DTypeSize(emb.dtype);
+  double bw = args.Has("skip-bandwidth") ? 0 : MeasureReadBandwidth(pool);
+  std::printf("model: %s, %.1f M parameters, %s weights (%.1f MiB read per decode step)\n",
+              dir.c_str(), model->config().ParameterCount() / 1e6,
+              std::string(DTypeName(model->weights().dtype)).c_str(), read_bytes / (1 << 20));
+  std::printf("threads: %d, measured read bandwidth: %.2f GB/s\n\n", pool.num_threads(), bw / 1e9);
+  std::printf("| phase | size | tokens/s (median of %lld) | bandwidth bound tokens/s | of bound |\n",
+              static_cast<long long>(repeats));
+  std::printf("|---|---|---|---|---|\n");
+  for (int len : lens) {
+    std::vector<double> rates;
+    for (int r = 0; r < repeats; ++r) {
+      TANDEM_ASSIGN_OR_RETURN(double s, TimePrefill(*model, len, r));
+      rates.push_back(len / s);
+    }
+    std::printf("| prefill | %d-token prompt | %.1f | | |\n", len, Median(rates));
+    std::fflush(stdout);
+  }
+  for (int b : batches) {
+    std::vector<double> rates;
+    for (int r = 0; r < repeats; ++r) {
+      TANDEM_ASSIGN_OR_RETURN(double rate, TimeDecode(*model, b, static_cast<int>(steps)));
+      rates.push_back(rate);
+    }
+    double bound = bw > 0 ? b * bw / read_bytes : 0;
+    double med = Median(rates);
+    std::printf("| decode | batch %d | %.1f | %.1f | %.0f%% |\n", b, med, bound,
+                bound > 0 ? 100 * med / bound : 0);
+    std::fflush(stdout);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace tandem::bench
+
+int main(int argc, char** argv) {
+  auto args = tandem::CliArgs::Parse(argc, argv, {"skip-bandwidth"});
+  absl::Status s = args.ok() ? tandem::bench::Run(*args) : args.status();
+  if (!s.ok()) {
+    std::fprintf(stderr, "engine-bench: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}

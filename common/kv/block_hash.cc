@@ -1,0 +1,34 @@
+#include "common/kv/block_hash.h"
+
+#include <xxhash.h>
+
+#include <cstring>
+
+namespace tandem::kv {
+
+uint64_t HashModelId(std::string_view model_id) {
+  return XXH3_64bits(model_id.data(), model_id.size());
+}
+
+BlockHash HashBlock(uint64_t model_id_hash, BlockHash prev, std::span<const int32_t> tokens) {
+  // Two fixed-size hashes instead of concatenating into a buffer: no allocation on the hot path.
+  uint64_t seed_input[2] = {model_id_hash, prev};
+  const uint64_t seed = XXH3_64bits(seed_input, sizeof(seed_input));
+  return XXH3_64bits_withSeed(tokens.data(), tokens.size_bytes(), seed);
+}
+
+std::vector<BlockHash> HashPrefixBlocks(uint64_t model_hash, std::span<const int32_t> tokens,
+                                        int block_size) {
+  std::vector<BlockHash> hashes;
+  if (block_size <= 0) return hashes;
+  const size_t num_full = tokens.size() / static_cast<size_t>(block_size);
+  hashes.reserve(num_full);
+  BlockHash prev = 0;
+  for (size_t i = 0; i < num_full; ++i) {
+    prev = HashBlock(model_hash, prev, tokens.subspan(i * block_size, block_size));
+    hashes.push_back(prev);
+  }
+  return hashes;
+}
+
+}  // namespace tandem::kv

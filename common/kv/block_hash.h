@@ -1,0 +1,26 @@
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <vector>
+
+namespace tandem::kv {
+
+// Key of a full KV block in the prefix cache. Chained: the hash of block i covers the model, the
+// hash of block i-1 and the tokens of block i, so equal hashes mean equal whole prefixes.
+using BlockHash = uint64_t;
+
+// XXH3-64 of the model id; every block hash is seeded with it so two models never share blocks.
+uint64_t HashModelId(std::string_view model_id);
+
+// h_i = XXH3_64(tokens of block i as little-endian int32, seed = XXH3_64(model_id_hash, prev)).
+// `prev` is 0 for the first block. Stable across processes and machines (little-endian hosts),
+// which is what lets prefill and decode workers agree on block keys.
+BlockHash HashBlock(uint64_t model_id_hash, BlockHash prev, std::span<const int32_t> tokens);
+
+// Chained hashes of every FULL block of `tokens` (a trailing partial block is not hashed).
+std::vector<BlockHash> HashPrefixBlocks(uint64_t model_hash, std::span<const int32_t> tokens,
+                                        int block_size);
+
+}  // namespace tandem::kv

@@ -1,0 +1,104 @@
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/kv/block_hash.h"
+#include "common/kv/kv_layout.h"
+
+namespace tandem::kv {
+
+// Upper bounds that keep every size computation far from overflow and reject configs or wire
+// input that cannot be meant (InvalidArgument rather than a failed multi-terabyte allocation).
+inline constexpr int kMaxLayers = 4096;
+inline constexpr int kMaxKvHeads = 4096;
+inline constexpr int kMaxHeadDim = 65536;
+inline constexpr int kMaxBlockSize = 65536;
+inline constexpr size_t kMaxBlockBytes = size_t{1} << 30;  // 1 GiB per block
+inline constexpr size_t kMaxPoolBytes = size_t{1} << 40;   // 1 TiB per pool
+
+// OK if every dimension is positive and within the bounds above; InvalidArgument naming the field
+// otherwise.
+absl::Status ValidateKvLayout(const KvLayout& layout);
+
+inline constexpr int32_t kNoBlock = -1;
+
+// Metadata of one block; the bytes live in the BlockPool. A block is in exactly one state:
+//   free:   ref_count == 0, !indexed, on the free list;
+//   used:   ref_count > 0 (indexed or not), on no list;
+//   cached: ref_count == 0, indexed, on the LRU list (evictable).
+struct KvBlock {
+  int32_t ref_count = 0;
+  // True while this block is the prefix index's entry for `hash`.
+  bool indexed = false;
+  BlockHash hash = 0;
+  // Intrusive LRU links (block ids), valid only while cached.
+  int32_t lru_prev = kNoBlock;
+  int32_t lru_next = kNoBlock;
+};
+
+// Owns the block memory (one 64-byte-aligned, lazily zeroed mapping), the block metadata, the
+// free list and the LRU list of cached blocks. Every operation is O(1). Not thread-safe: the
+// KvCacheManager serialises access under its mutex. It does not know about the prefix index; the
+// caller drops the index entry of a block it evicts.
+class BlockPool {
+ public:
+  // InvalidArgument on bad geometry or sizes, ResourceExhausted if the mapping fails.
+  static absl::StatusOr<std::unique_ptr<BlockPool>> Create(const KvLayout& layout,
+                                                           int64_t num_blocks);
+  ~BlockPool();
+  BlockPool(const BlockPool&) = delete;
+  BlockPool& operator=(const BlockPool&) = delete;
+
+  const KvLayout& layout() const { return layout_; }
+  size_t block_bytes() const { return block_bytes_; }
+  int64_t num_blocks() const { return static_cast<int64_t>(blocks_.size()); }
+  int64_t num_free() const { return static_cast<int64_t>(free_list_.size()); }
+  int64_t num_cached() const { return lru_size_; }
+  int64_t num_used() const { return num_used_; }
+  // Blocks an allocation can obtain now: free + evictable.
+  int64_t num_available() const { return num_free() + num_cached(); }
+
+  uint8_t* base() const { return base_; }
+  uint8_t* BlockData(int32_t id) const { return base_ + static_cast<size_t>(id) * block_bytes_; }
+  const KvBlock& block(int32_t id) const { return blocks_[id]; }
+  bool IsValidId(int64_t id) const { return id >= 0 && id < num_blocks(); }
+
+  // Takes a free block, else evicts the least recently released cached block. The block comes
+  // back with ref_count 1 and not indexed. If a cached block was evicted, `*evicted_hash` gets
+  // its hash (the caller must drop it from its index) and `*evicted` is true. Returns kNoBlock if
+  // nothing is available.
+  int32_t Allocate(bool* evicted, BlockHash* evicted_hash);
+  // ref_count++; a cached block leaves the LRU list (becomes used).
+  void Acquire(int32_t id);
+  // ref_count--; at 0 an indexed block becomes cached (LRU tail = most recent), else free.
+  void Release(int32_t id);
+  // Marks a used block as the index entry for `hash` (so it is cached, not freed, at refcount 0).
+  void SetIndexed(int32_t id, BlockHash hash);
+  // Oldest cached block, or kNoBlock.
+  int32_t LruHead() const { return lru_head_; }
+  // Turns a cached block into a free one (not indexed any more). Returns its hash.
+  BlockHash DropCached(int32_t id);
+
+ private:
+  BlockPool(const KvLayout& layout, int64_t num_blocks, uint8_t* base, size_t mapped_bytes);
+  void LruUnlink(int32_t id);
+  void LruPushBack(int32_t id);
+
+  const KvLayout layout_;
+  const size_t block_bytes_;
+  uint8_t* const base_;
+  const size_t mapped_bytes_;
+  std::vector<KvBlock> blocks_;
+  std::vector<int32_t> free_list_;  // stack; back() is handed out next
+  int32_t lru_head_ = kNoBlock;     // least recently released, evicted first
+  int32_t lru_tail_ = kNoBlock;
+  int64_t lru_size_ = 0;
+  int64_t num_used_ = 0;
+};
+
+}  // namespace tandem::kv

@@ -1,0 +1,133 @@
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "common/kv/block_hash.h"
+#include "common/kv/block_pool.h"
+#include "common/kv/kv_cache_stats.h"
+#include "common/kv/kv_layout.h"
+
+namespace tandem::kv {
+
+struct KvCacheOptions {
+  KvLayout layout;
+  int64_t num_blocks = 0;
+  std::string model_id;  // part of every block hash
+  bool enable_prefix_caching = true;
+};
+
+// Outcome of inserting externally produced blocks (see ImportBlocks in kv_transfer.h).
+struct ImportResult {
+  int64_t imported = 0;         // blocks copied in and indexed as cached
+  int64_t already_present = 0;  // blocks skipped because their hash was already indexed
+};
+
+// Paged KV cache: per-sequence block tables over a BlockPool, plus the prefix index
+// (block hash -> block) whose unreferenced blocks form an LRU cache.
+//
+// Thread-safe: every method takes `mu_`. The engine step loop is the main caller; export/import
+// and stats may come from RPC threads. Block *contents* are not guarded: the engine writes a
+// sequence's blocks only between Reserve and CommitTokens, and a block is shared (prefix hit)
+// only after it was committed, i.e. is read-only.
+class KvCacheManager {
+ public:
+  // InvalidArgument on bad geometry or absurd sizes, ResourceExhausted if allocation fails.
+  static absl::StatusOr<std::unique_ptr<KvCacheManager>> Create(const KvCacheOptions& options);
+
+  KvCacheManager(const KvCacheManager&) = delete;
+  KvCacheManager& operator=(const KvCacheManager&) = delete;
+
+  const KvLayout& layout() const { return layout_; }
+  const std::string& model_id() const { return model_id_; }
+  uint64_t model_hash() const { return model_hash_; }
+  bool prefix_caching_enabled() const { return prefix_caching_; }
+  // Start of block memory: block b lives at pool_base() + b * layout().BlockBytes().
+  uint8_t* pool_base() { return base_; }
+
+  // Registers `seq_id` and maps the longest cached prefix of `prompt` made of full blocks, but
+  // never the whole prompt (at most (prompt.size()-1)/block_size blocks), so at least one token is
+  // left to compute. Each lookup counts a hit, the first failing one a miss. Returns the number
+  // of prompt tokens whose KV is present (a multiple of block_size). AlreadyExists if registered.
+  absl::StatusOr<int> AddSequence(int64_t seq_id, std::span<const int32_t> prompt);
+
+  // Grows the block table to cover positions [0, num_tokens): free blocks first, then LRU
+  // eviction of cached blocks. ResourceExhausted (nothing changed) if there are not enough;
+  // NotFound for an unknown sequence.
+  absl::Status Reserve(int64_t seq_id, int num_tokens);
+
+  // True if `num_new_blocks` more blocks could be obtained now (free + evictable).
+  bool CanAllocate(int64_t num_new_blocks) const;
+  int64_t NumAvailableBlocks() const;
+
+  // Call after the KV of tokens[0, num_computed) is written. Every newly full block gets its
+  // chained hash and enters the prefix index, unless that hash is already indexed (then the block
+  // stays unindexed and is freed, not cached, on release). `tokens` is the full token list so far.
+  void CommitTokens(int64_t seq_id, std::span<const int32_t> tokens, int num_computed);
+
+  // Releases every block of the sequence, last block first, so that within a sequence the tail is
+  // evicted before the head. Unknown ids are ignored.
+  void FreeSequence(int64_t seq_id);
+
+  std::vector<int32_t> BlockTable(int64_t seq_id) const;  // copy; empty if unknown
+  // Valid until the sequence is freed or its table grows; nullptr if unknown.
+  const int32_t* BlockTableData(int64_t seq_id) const;
+  // Number of blocks in the sequence's table (0 if unknown).
+  int NumBlocks(int64_t seq_id) const;
+
+  KvCacheStats Stats() const;
+  // Drops every cached (evictable) block to free and out of the index. Blocks in use stay.
+  void ResetPrefixCache();
+
+  // --- Support for kv_transfer and tests. ---
+
+  // Refcount of a block (-1 for an invalid id).
+  int32_t BlockRefCount(int32_t block_id) const;
+  // True if `hash` is in the prefix index.
+  bool ContainsHash(BlockHash hash) const;
+  // InvalidArgument if an id is out of range, FailedPrecondition if a block is free (holds no
+  // KV anyone could want to export).
+  absl::Status CheckBlocksLive(std::span<const int32_t> block_ids) const;
+  // Copies `block_data[i]` (BlockBytes() each) into fresh blocks indexed under `hashes[i]` as
+  // cached (refcount 0, evictable). Hashes already indexed (or repeated) are skipped.
+  // ResourceExhausted (nothing changed) if the new blocks do not fit; FailedPrecondition if
+  // prefix caching is disabled.
+  absl::StatusOr<ImportResult> InsertCachedBlocks(std::span<const BlockHash> hashes,
+                                                  std::span<const uint8_t* const> block_data);
+
+ private:
+  struct Sequence {
+    std::vector<int32_t> blocks;
+    // Chained hashes of the first hashes.size() (full, committed) blocks.
+    std::vector<BlockHash> hashes;
+  };
+
+  KvCacheManager(const KvCacheOptions& options, std::unique_ptr<BlockPool> pool);
+
+  // Allocates one block, evicting if needed. The caller has checked availability.
+  int32_t AllocateBlock() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const KvLayout layout_;
+  const std::string model_id_;
+  const uint64_t model_hash_;
+  const bool prefix_caching_;
+  uint8_t* const base_;  // immutable copy of pool_->base(), readable without the lock
+
+  mutable absl::Mutex mu_;
+  const std::unique_ptr<BlockPool> pool_ ABSL_PT_GUARDED_BY(mu_);
+  absl::flat_hash_map<BlockHash, int32_t> index_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<int64_t, Sequence> seqs_ ABSL_GUARDED_BY(mu_);
+  int64_t hits_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t misses_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t evictions_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace tandem::kv

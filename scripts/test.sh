@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Installs what is missing, builds Tandem and runs every test suite CI runs:
+#   1. release build: unit, reference (torch parity) and integration tests
+#   2. ASan+UBSan build: unit tests
+#   3. libFuzzer build (clang): each fuzz target for TANDEM_FUZZ_SECONDS (default 30)
+# Usage: scripts/test.sh [--quick]   (--quick skips the sanitizer and fuzz passes)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+quick=0
+[ "${1:-}" = "--quick" ] && quick=1
+jobs=$(nproc)
+fuzz_seconds=${TANDEM_FUZZ_SECONDS:-30}
+
+scripts/install-deps.sh
+
+echo "== release build"
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+ninja -C build
+echo "== release tests"
+ctest --test-dir build -j "$jobs" --output-on-failure --timeout 900
+
+[ "$quick" = 1 ] && exit 0
+
+echo "== ASan+UBSan build (unit tests)"
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTANDEM_SANITIZE=ON \
+  -DTANDEM_BUILD_BENCH=OFF >/dev/null
+ninja -C build-asan unit_tests
+echo "== ASan+UBSan unit tests"
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+  ctest --test-dir build-asan -L unit -j "$jobs" --output-on-failure --timeout 900
+
+echo "== fuzz (${fuzz_seconds}s per target)"
+CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DTANDEM_FUZZ=ON -DTANDEM_BUILD_TESTS=OFF -DTANDEM_BUILD_BENCH=OFF \
+  -DTANDEM_FUZZ_SECONDS="$fuzz_seconds" >/dev/null
+ninja -C build-fuzz fuzz_targets
+ctest --test-dir build-fuzz -L fuzz -j "$jobs" --output-on-failure
+echo "== all test suites passed"

@@ -1,0 +1,250 @@
+#include "common/engine/engine.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <random>
+
+#include "gtest/gtest.h"
+#include "tests/unit/testing/temp_model.h"
+
+namespace tandem::engine {
+namespace {
+
+struct Result {
+  std::vector<int32_t> tokens;
+  std::vector<std::vector<float>> logits;
+  FinishReason finish = FinishReason::kNone;
+  int cached_prompt_tokens = 0;
+};
+
+std::vector<int32_t> RandomPrompt(int len, uint32_t seed, int vocab) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> p(len);
+  for (auto& t : p) t = static_cast<int32_t>(rng() % vocab);
+  return p;
+}
+
+double MaxRelDiff(const std::vector<float>& a, const std::vector<float>& b) {
+  double mean = 0, var = 0, diff = 0;
+  for (float x : a) mean += x;
+  mean /= a.size();
+  for (float x : a) var += (x - mean) * (x - mean);
+  double sd = std::sqrt(var / a.size());
+  for (size_t i = 0; i < a.size(); ++i) diff = std::max(diff, std::fabs(double(a[i]) - b[i]));
+  return diff / sd;
+}
+
+class EngineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = testing::WriteTempModel(testing::TinySpec());
+    ASSERT_FALSE(dir_.empty());
+    auto m = model::Model::Load(dir_, pool_);
+    ASSERT_TRUE(m.ok()) << m.status();
+    model_ = std::move(*m);
+  }
+
+  EngineOptions Options() const {
+    EngineOptions o;
+    o.kv_dtype = DType::kF32;
+    o.num_blocks = 256;
+    return o;
+  }
+
+  std::unique_ptr<Engine> MakeEngine(const EngineOptions& o, model::Model* m = nullptr) {
+    auto e = Engine::Create(m ? *m : *model_, o);
+    EXPECT_TRUE(e.ok()) << e.status();
+    return e.ok() ? std::move(*e) : nullptr;
+  }
+
+  Request Greedy(const std::string& id, std::vector<int32_t> prompt, int max_tokens) {
+    Request r;
+    r.id = id;
+    r.prompt = std::move(prompt);
+    r.max_tokens = max_tokens;
+    r.ignore_eos = true;
+    r.return_logits = true;
+    return r;
+  }
+
+  std::map<std::string, Result> RunAll(Engine& e, const std::vector<Request>& requests) {
+    for (const auto& r : requests) EXPECT_TRUE(e.AddRequest(r).ok());
+    std::map<std::string, Result> results;
+    for (int steps = 0; e.HasUnfinished() && steps < 10000; ++steps) {
+      auto outs = e.Step();
+      EXPECT_TRUE(outs.ok()) << outs.status();
+      if (!outs.ok()) break;
+      for (auto& o : *outs) {
+        Result& r = results[o.id];
+        r.tokens.insert(r.tokens.end(), o.new_tokens.begin(), o.new_tokens.end());
+        if (!o.logits.empty()) r.logits.push_back(o.logits);
+        r.cached_prompt_tokens = o.cached_prompt_tokens;
+        if (o.finish != FinishReason::kNone) r.finish = o.finish;
+        EXPECT_TRUE(o.error.ok()) << o.error;
+      }
+    }
+    EXPECT_FALSE(e.HasUnfinished());
+    return results;
+  }
+
+  Result Solo(const Request& r) {
+    auto e = MakeEngine(Options());
+    return RunAll(*e, {r})[r.id];
+  }
+
+  void ExpectSameAsSolo(const std::map<std::string, Result>& got,
+                        const std::vector<Request>& requests) {
+    for (const auto& r : requests) {
+      Result solo = Solo(r);
+      const Result& g = got.at(r.id);
+      EXPECT_EQ(g.tokens, solo.tokens) << r.id;
+      ASSERT_EQ(g.logits.size(), solo.logits.size()) << r.id;
+      for (size_t i = 0; i < g.logits.size(); ++i) {
+        EXPECT_LE(MaxRelDiff(solo.logits[i], g.logits[i]), 1e-4) << r.id << " step " << i;
+      }
+    }
+  }
+
+  std::vector<Request> MixedRequests(int n, int max_tokens) {
+    std::vector<Request> rs;
+    for (int i = 0; i < n; ++i) {
+      rs.push_back(Greedy("r" + std::to_string(i), RandomPrompt(1 + 9 * i, 100 + i, 128), max_tokens));
+    }
+    return rs;
+  }
+
+  ThreadPool pool_{2};
+  std::string dir_;
+  std::unique_ptr<model::Model> model_;
+};
+
+TEST_F(EngineTest, BatchedExecutionMatchesEachSequenceAlone) {
+  auto requests = MixedRequests(6, 8);
+  auto e = MakeEngine(Options());
+  auto got = RunAll(*e, requests);
+  ExpectSameAsSolo(got, requests);
+  for (const auto& [id, r] : got) EXPECT_EQ(r.finish, FinishReason::kLength) << id;
+  EXPECT_EQ(e->KvStats().used_blocks, 0);
+}
+
+TEST_F(EngineTest, ChunkedPrefillMatchesUnchunked) {
+  auto requests = MixedRequests(5, 6);
+  EngineOptions o = Options();
+  o.chunk_size = 5;
+  o.max_num_batched_tokens = 7;
+  auto e = MakeEngine(o);
+  ExpectSameAsSolo(RunAll(*e, requests), requests);
+}
+
+TEST_F(EngineTest, PrefixCacheHitMatchesFullComputation) {
+  std::vector<int32_t> shared = RandomPrompt(40, 5, 128);
+  std::vector<int32_t> longer = shared;
+  for (int t : RandomPrompt(9, 6, 128)) longer.push_back(t);
+  auto e = MakeEngine(Options());
+  RunAll(*e, {Greedy("a", shared, 8)});
+  Request b = Greedy("b", longer, 8);
+  auto got = RunAll(*e, {b});
+  // Blocks 0 and 1 (tokens 0..31) are shared with "a"; block 2 holds different tokens.
+  EXPECT_EQ(got["b"].cached_prompt_tokens, 32);
+  EXPECT_GT(e->KvStats().hits, 0);
+  ExpectSameAsSolo(got, {b});
+}
+
+TEST_F(EngineTest, PreemptionUnderMemoryPressureKeepsOutputs) {
+  auto requests = MixedRequests(6, 24);
+  EngineOptions o = Options();
+  o.num_blocks = 8;  // 128 token slots for 6 requests of up to 69 tokens each
+  auto e = MakeEngine(o);
+  auto got = RunAll(*e, requests);
+  ExpectSameAsSolo(got, requests);
+  EXPECT_EQ(e->KvStats().used_blocks, 0);
+}
+
+TEST_F(EngineTest, StopTokenEosAndMaxTokensFinishSequences) {
+  Request base = Greedy("s", RandomPrompt(12, 9, 128), 10);
+  Result solo = Solo(base);
+  ASSERT_EQ(solo.tokens.size(), 10u);
+
+  Request stop = base;
+  stop.stop_token_ids = {solo.tokens[3]};
+  auto e = MakeEngine(Options());
+  Result r = RunAll(*e, {stop})["s"];
+  int first = static_cast<int>(std::find(solo.tokens.begin(), solo.tokens.end(), solo.tokens[3]) -
+                               solo.tokens.begin());
+  EXPECT_EQ(r.finish, FinishReason::kStop);
+  EXPECT_EQ(r.tokens.size(), static_cast<size_t>(first + 1));
+
+  // Same model with EOS = the 3rd generated token: stops there unless ignore_eos.
+  auto config = model::ModelConfig::FromDirectory(dir_);
+  ASSERT_TRUE(config.ok());
+  config->eos_token_ids = {solo.tokens[2]};
+  auto weights = model::ModelWeights::Load(dir_, *config);
+  ASSERT_TRUE(weights.ok());
+  model::Model eos_model(*config, std::move(*weights), pool_);
+  auto e2 = MakeEngine(Options(), &eos_model);
+  Request honour = base;
+  honour.ignore_eos = false;
+  Result h = RunAll(*e2, {honour})["s"];
+  EXPECT_EQ(h.finish, FinishReason::kStop);
+  EXPECT_LE(h.tokens.size(), 3u);
+  EXPECT_EQ(h.tokens.back(), solo.tokens[2]);
+  Result ignored = RunAll(*e2, {base})["s"];
+  EXPECT_EQ(ignored.tokens, solo.tokens);
+  EXPECT_EQ(ignored.finish, FinishReason::kLength);
+}
+
+TEST_F(EngineTest, AbortReleasesEveryBlock) {
+  auto e = MakeEngine(Options());
+  auto requests = MixedRequests(3, 50);
+  for (const auto& r : requests) ASSERT_TRUE(e->AddRequest(r).ok());
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(e->Step().ok());
+  EXPECT_GT(e->KvStats().used_blocks, 0);
+  e->Abort("r1");
+  e->Abort("r2");
+  e->Abort("unknown-id");
+  auto outs = e->Step();
+  ASSERT_TRUE(outs.ok());
+  int aborted = 0;
+  for (const auto& o : *outs) aborted += o.finish == FinishReason::kAbort;
+  EXPECT_EQ(aborted, 2);
+  e->Abort("r0");
+  ASSERT_TRUE(e->Step().ok());
+  EXPECT_FALSE(e->HasUnfinished());
+  kv::KvCacheStats s = e->KvStats();
+  EXPECT_EQ(s.used_blocks, 0);
+  EXPECT_EQ(s.free_blocks + s.cached_blocks, s.total_blocks);
+}
+
+TEST_F(EngineTest, SeededSamplingIsReproducible) {
+  auto sampled = [&](uint64_t seed) {
+    Request r = Greedy("x", RandomPrompt(8, 3, 128), 32);
+    r.sampling = {.temperature = 0.9f, .top_p = 0.95f, .top_k = 40, .seed = seed};
+    return Solo(r).tokens;
+  };
+  EXPECT_EQ(sampled(123), sampled(123));
+  EXPECT_NE(sampled(123), sampled(124));
+}
+
+TEST_F(EngineTest, RejectsInvalidRequests) {
+  auto e = MakeEngine(Options());
+  auto code = [&](Request r) { return e->AddRequest(std::move(r)).code(); };
+  EXPECT_EQ(code(Greedy("a", {}, 4)), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(code(Greedy("b", {1, 128}, 4)), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(code(Greedy("c", {1, -1}, 4)), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(code(Greedy("d", {1, 2}, 0)), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(code(Greedy("e", {1, 2}, 511)), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(code(Greedy("f", std::vector<int32_t>(512, 1), 1)), absl::StatusCode::kInvalidArgument);
+  Request hot = Greedy("g", {1, 2}, 4);
+  hot.sampling.temperature = -1;
+  EXPECT_EQ(code(hot), absl::StatusCode::kInvalidArgument);
+  Request top_p = Greedy("h", {1, 2}, 4);
+  top_p.sampling.top_p = 1.5f;
+  EXPECT_EQ(code(top_p), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(e->AddRequest(Greedy("dup", {1, 2}, 4)).ok());
+  EXPECT_EQ(code(Greedy("dup", {1, 2}, 4)), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(e->NumWaiting(), 1);
+}
+
+}  // namespace
+}  // namespace tandem::engine

@@ -1,0 +1,123 @@
+#include "common/model/model_weights.h"
+
+#include <cstring>
+#include <fstream>
+
+#include "common/model/model.h"
+#include "common/util/file_util.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/unit/testing/temp_model.h"
+
+namespace tandem::model {
+namespace {
+
+using make_random_model::Arch;
+using ::testing::HasSubstr;
+
+absl::Status LoadDir(const std::string& dir) {
+  auto c = ModelConfig::FromDirectory(dir);
+  if (!c.ok()) return c.status();
+  return ModelWeights::Load(dir, *c).status();
+}
+
+// Rewrites DIR/model.safetensors with `edit` applied to its JSON header.
+void EditHeader(const std::string& dir, const std::function<void(nlohmann::json&)>& edit) {
+  std::string path = dir + "/model.safetensors";
+  std::string bytes = *ReadFileToString(path);
+  uint64_t n;
+  std::memcpy(&n, bytes.data(), 8);
+  auto header = nlohmann::json::parse(bytes.substr(8, n));
+  edit(header);
+  std::string h = header.dump();
+  while ((8 + h.size()) % 8) h += ' ';
+  uint64_t m = h.size();
+  std::string out(8, '\0');
+  std::memcpy(out.data(), &m, 8);
+  ASSERT_TRUE(WriteStringToFile(path, out + h + bytes.substr(8 + n)).ok());
+}
+
+TEST(ModelWeightsTest, LoadsEveryArchitectureAndDtype) {
+  for (Arch arch : {Arch::kLlama, Arch::kMistral, Arch::kQwen2, Arch::kQwen3}) {
+    for (DType dt : {DType::kF32, DType::kF16, DType::kBF16}) {
+      auto spec = testing::TinySpec(arch);
+      spec.dtype = dt;
+      spec.tie_embeddings = arch == Arch::kQwen2;
+      std::string dir = testing::WriteTempModel(spec);
+      auto c = ModelConfig::FromDirectory(dir);
+      ASSERT_TRUE(c.ok()) << c.status();
+      auto w = ModelWeights::Load(dir, *c);
+      ASSERT_TRUE(w.ok()) << w.status();
+      EXPECT_EQ((*w)->dtype, dt);
+      EXPECT_EQ((*w)->layers.size(), 2u);
+      EXPECT_EQ((*w)->layers[0].q_bias.empty(), arch != Arch::kQwen2);
+      EXPECT_EQ((*w)->layers[0].q_norm.empty(), arch != Arch::kQwen3);
+      EXPECT_EQ((*w)->lm_head.data == (*w)->embed_tokens.data, spec.tie_embeddings);
+    }
+  }
+}
+
+TEST(ModelWeightsTest, ShardedModelGivesSameLogitsAsSingleFile) {
+  auto spec = testing::TinySpec();
+  std::string one = testing::WriteTempModel(spec, 1);
+  std::string three = testing::WriteTempModel(spec, 3);
+  ASSERT_TRUE(FileExists(three + "/model.safetensors.index.json"));
+  ThreadPool pool(1);
+  auto a = Model::Load(one, pool);
+  auto b = Model::Load(three, pool);
+  ASSERT_TRUE(a.ok() && b.ok());
+  auto ea = (*a)->weights().layers[1].down_proj, eb = (*b)->weights().layers[1].down_proj;
+  ASSERT_EQ(ea.rows * ea.cols, eb.rows * eb.cols);
+  EXPECT_EQ(std::memcmp(ea.data, eb.data, ea.rows * ea.cols * DTypeSize(ea.dtype)), 0);
+}
+
+TEST(ModelWeightsTest, MalformedDirectoriesGiveClearErrors) {
+  auto spec = testing::TinySpec();
+  struct Case {
+    std::function<void(nlohmann::json&)> edit;
+    std::string expect;
+  };
+  std::vector<Case> cases = {
+      {[](auto& h) { h.erase("model.layers.1.mlp.up_proj.weight"); },
+       "missing tensor \"model.layers.1.mlp.up_proj.weight\""},
+      {[](auto& h) { h["model.layers.0.self_attn.q_proj.weight"]["shape"] = {32, 128}; },
+       "model.layers.0.self_attn.q_proj.weight\" has shape [32, 128]"},
+      {[](auto& h) {
+         auto e = h["model.norm.weight"];
+         e["dtype"] = "I32";
+         h["model.norm.weight"] = e;
+       },
+       "has dtype I32"},
+      {[](auto& h) {
+         h["extra.weight"] = {{"dtype", "F32"}, {"shape", {0}}, {"data_offsets", {0, 0}}};
+       },
+       "unexpected tensor \"extra.weight\""},
+  };
+  for (const auto& c : cases) {
+    std::string dir = testing::WriteTempModel(spec);
+    EditHeader(dir, c.edit);
+    absl::Status s = LoadDir(dir);
+    ASSERT_FALSE(s.ok()) << c.expect;
+    EXPECT_THAT(std::string(s.message()), HasSubstr(c.expect));
+    EXPECT_THAT(std::string(s.message()), HasSubstr(dir));
+  }
+  std::string dir = testing::WriteTempModel(spec);
+  std::string path = dir + "/model.safetensors";
+  std::string bytes = *ReadFileToString(path);
+  ASSERT_TRUE(WriteStringToFile(path, bytes.substr(0, bytes.size() - 100)).ok());
+  EXPECT_THAT(std::string(LoadDir(dir).message()), HasSubstr("model.safetensors"));
+  std::remove(path.c_str());
+  EXPECT_EQ(LoadDir(dir).code(), absl::StatusCode::kNotFound);
+}
+
+TEST(ModelWeightsTest, ConfigAloneIsEnoughForKvSizing) {
+  std::string dir = testing::WriteTempModel(testing::TinySpec());
+  std::remove((dir + "/model.safetensors").c_str());
+  auto c = ModelConfig::FromDirectory(dir);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->KvLayoutFor(DType::kF16, 16).BytesPerToken(), 2u * 2 * 2 * 16 * 2);
+}
+
+}  // namespace
+}  // namespace tandem::model
