@@ -108,8 +108,12 @@ absl::Status Run(const CliArgs& args) {
       {"model", "prompt-lens", "batches", "decode-steps", "repeats", "threads", "skip-bandwidth"}));
   TANDEM_ASSIGN_OR_RETURN(std::string dir, args.String("model"));
   std::vector<int32_t> lens = {128, 512, 2048}, batches = {1, 8, 32};
-  if (args.Has("prompt-lens")) TANDEM_ASSIGN_OR_RETURN(lens, args.IntList("prompt-lens"));
-  if (args.Has("batches")) TANDEM_ASSIGN_OR_RETURN(batches, args.IntList("batches"));
+  if (args.Has("prompt-lens")) {
+    TANDEM_ASSIGN_OR_RETURN(lens, args.IntList("prompt-lens"));
+  }
+  if (args.Has("batches")) {
+    TANDEM_ASSIGN_OR_RETURN(batches, args.IntList("batches"));
+  }
   TANDEM_ASSIGN_OR_RETURN(int64_t steps, args.IntOr("decode-steps", 32));
   TANDEM_ASSIGN_OR_RETURN(int64_t repeats, args.IntOr("repeats", 3));
   TANDEM_ASSIGN_OR_RETURN(int64_t threads, args.IntOr("threads", 0));

@@ -1,0 +1,191 @@
+// Benchmarks of the CPU kernels at Llama-3.2-1B-like shapes. GEMV results report weight bytes
+// per second, to be compared with BM_MemoryRead (the machine's plain read bandwidth); GEMM
+// results report FLOP/s. Threads: TANDEM_NUM_THREADS or all cores (DefaultThreadPool).
+//
+//   ./build/bench/kernels_bench --benchmark_min_time=0.1
+
+#include <immintrin.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "benchmark/benchmark.h"
+#include "common/kernels/cpu/attention.h"
+#include "common/kernels/cpu/elementwise.h"
+#include "common/kernels/cpu/gemm.h"
+#include "common/kernels/cpu/gemm_internal.h"
+#include "common/kv/kv_layout.h"
+#include "common/util/dtype.h"
+#include "common/util/thread_pool.h"
+
+namespace tandem::kernels {
+namespace {
+
+std::vector<float> RandomFloats(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& f : v) f = dist(rng);
+  return v;
+}
+
+// bf16 weights filled with a cheap pattern (every page written, so none is the shared zero page).
+std::vector<uint16_t> Bf16Weights(int64_t n) {
+  std::vector<uint16_t> w(n);
+  for (int64_t i = 0; i < n; ++i) w[i] = F32ToBf16(static_cast<float>((i * 7919) % 1000) * 1e-3f);
+  return w;
+}
+
+void BM_MemoryRead(benchmark::State& state) {
+  const size_t bytes = size_t{1} << 30;
+  std::vector<float> buf(bytes / sizeof(float), 1.0f);
+  ThreadPool& pool = DefaultThreadPool();
+  const int64_t n = static_cast<int64_t>(buf.size());
+  for (auto _ : state) {
+    std::vector<float> partial(pool.num_threads(), 0.0f);
+    pool.ParallelFor(n, 1 << 20, [&](int64_t b, int64_t e) {
+      __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                       _mm256_setzero_ps()};
+      for (int64_t i = b; i + 32 <= e; i += 32) {
+        for (int u = 0; u < 4; ++u) {
+          acc[u] = _mm256_add_ps(acc[u], _mm256_loadu_ps(buf.data() + i + 8 * u));
+        }
+      }
+      alignas(32) float out[8];
+      _mm256_store_ps(out,
+                      _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+      partial[b * pool.num_threads() / n] = std::accumulate(out, out + 8, 0.0f);
+    });
+    benchmark::DoNotOptimize(partial.data());
+  }
+  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(bytes));
+  state.counters["threads"] = pool.num_threads();
+}
+BENCHMARK(BM_MemoryRead)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// Args: m, n, k, path (0: Gemm dispatch, 1: streaming, 2: tiled). bf16 weights.
+void RunGemm(benchmark::State& state) {
+  const int64_t m = state.range(0), n = state.range(1), k = state.range(2);
+  const int64_t path = state.range(3);
+  std::vector<uint16_t> w = Bf16Weights(n * k);
+  std::vector<float> x = RandomFloats(m * k, 1);
+  std::vector<float> y(m * n);
+  WeightMatrix wm{w.data(), DType::kBF16, n, k};
+  ThreadPool& pool = DefaultThreadPool();
+  for (auto _ : state) {
+    if (path == 1) {
+      internal::GemmStreaming(x.data(), m, k, wm, nullptr, y.data(), n, pool);
+    } else if (path == 2) {
+      internal::GemmTiled(x.data(), m, k, wm, nullptr, y.data(), n, pool);
+    } else {
+      Gemm(x.data(), m, k, wm, nullptr, y.data(), n, pool);
+    }
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetBytesProcessed(state.iterations() * n * k * 2);
+  state.counters["FLOPS"] = benchmark::Counter(static_cast<double>(2 * m * n * k),
+                                               benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void BM_GemmDecode(benchmark::State& state) { RunGemm(state); }
+BENCHMARK(BM_GemmDecode)
+    ->ArgNames({"m", "n", "k", "path"})
+    ->ArgsProduct({{1, 8, 32}, {2048}, {2048}, {0}})
+    ->ArgsProduct({{1, 8, 32}, {8192}, {2048}, {0}})
+    ->ArgsProduct({{1, 8, 32}, {2048}, {8192}, {0}})
+    ->ArgsProduct({{1, 8, 32}, {128256}, {2048}, {0}})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+
+void BM_GemmPrefill(benchmark::State& state) { RunGemm(state); }
+BENCHMARK(BM_GemmPrefill)
+    ->ArgNames({"m", "n", "k", "path"})
+    ->Args({512, 2048, 2048, 0})
+    ->Args({512, 8192, 2048, 0})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+// Both strategies around the dispatch threshold, to tune kDecodeMaxM.
+void BM_GemmPaths(benchmark::State& state) { RunGemm(state); }
+BENCHMARK(BM_GemmPaths)
+    ->ArgNames({"m", "n", "k", "path"})
+    ->ArgsProduct({{2, 4, 8, 16}, {2048}, {2048}, {1, 2}})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+
+// A batch of `num_seqs` sequences, each `context` tokens long in the cache (bf16, one layer,
+// Llama-3.2-1B heads), attending `new_tokens` queries at the end of the context.
+void RunAttention(benchmark::State& state, int num_seqs, int64_t context, int new_tokens) {
+  constexpr int kHeads = 32;
+  kv::KvLayout layout{1, 8, 64, 16, DType::kBF16};
+  const int64_t blocks_per_seq = (context + layout.block_size - 1) / layout.block_size;
+  std::vector<uint8_t> kv_pool(num_seqs * blocks_per_seq * layout.BlockBytes());
+  std::vector<float> kv_f32 = RandomFloats(kv_pool.size() / 2, 2);
+  FromFloat(DType::kBF16, kv_f32.data(), kv_pool.data(), kv_f32.size());
+  std::vector<int32_t> tables(num_seqs * blocks_per_seq);
+  std::iota(tables.begin(), tables.end(), 0);
+  std::shuffle(tables.begin(), tables.end(), std::mt19937(3));
+  const int64_t q_size = static_cast<int64_t>(new_tokens) * kHeads * layout.head_dim;
+  std::vector<float> q = RandomFloats(num_seqs * q_size, 4);
+  std::vector<float> out(q.size());
+  std::vector<AttentionSequence> seqs;
+  for (int s = 0; s < num_seqs; ++s) {
+    seqs.push_back({q.data() + s * q_size, out.data() + s * q_size, new_tokens,
+                    context - new_tokens, tables.data() + s * blocks_per_seq});
+  }
+  ThreadPool& pool = DefaultThreadPool();
+  for (auto _ : state) {
+    PagedAttention(seqs.data(), num_seqs, kHeads, kv_pool.data(), layout, 0, 0.125f, pool);
+    benchmark::DoNotOptimize(out.data());
+  }
+  // Causal prefill touches about half the key/query pairs.
+  const double pairs = new_tokens == 1 ? static_cast<double>(context)
+                                       : 0.5 * new_tokens * static_cast<double>(context);
+  state.counters["FLOPS"] = benchmark::Counter(num_seqs * pairs * kHeads * layout.head_dim * 4,
+                                               benchmark::Counter::kIsIterationInvariantRate);
+  state.SetBytesProcessed(state.iterations() * num_seqs * context * layout.BytesPerToken());
+}
+
+void BM_AttentionDecode(benchmark::State& state) { RunAttention(state, 32, 1024, 1); }
+BENCHMARK(BM_AttentionDecode)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+void BM_AttentionPrefill(benchmark::State& state) { RunAttention(state, 1, 512, 512); }
+BENCHMARK(BM_AttentionPrefill)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+void BM_RmsNorm(benchmark::State& state) {
+  const int64_t rows = state.range(0), dim = 2048;
+  std::vector<float> x = RandomFloats(rows * dim, 5);
+  std::vector<float> w = RandomFloats(dim, 6);
+  std::vector<float> y(x.size());
+  for (auto _ : state) {
+    RmsNorm(x.data(), w.data(), 1e-5f, rows, dim, y.data());
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetBytesProcessed(state.iterations() * rows * dim * 8);
+}
+BENCHMARK(BM_RmsNorm)->Arg(1)->Arg(512);
+
+// One token's q (32 heads) then k (8 heads) at the same position, as the model calls it.
+void BM_Rope(benchmark::State& state) {
+  std::vector<float> q = RandomFloats(32 * 64, 7);
+  std::vector<float> k = RandomFloats(8 * 64, 8);
+  std::vector<float> inv_freq(32);
+  for (int j = 0; j < 32; ++j) inv_freq[j] = std::pow(500000.0f, -2.0f * j / 64);
+  int64_t pos = 0;
+  for (auto _ : state) {
+    ApplyRope(q.data(), 32, 64, pos, inv_freq.data());
+    ApplyRope(k.data(), 8, 64, pos, inv_freq.data());
+    ++pos;
+    benchmark::DoNotOptimize(q.data());
+  }
+}
+BENCHMARK(BM_Rope);
+
+}  // namespace
+}  // namespace tandem::kernels
+
+BENCHMARK_MAIN();

@@ -1,0 +1,188 @@
+// Paged attention on the CPU.
+//
+// A work item is (sequence, KV head, tile of up to kTileTokens new tokens). Its query rows are
+// every (token, query head) pair that shares the KV head, so each K/V chunk is converted to f32
+// once and reused by all of them (GQA groups in decode, token x group tiles in prefill). Keys
+// are consumed in chunks of kKeyChunk positions gathered across blocks, so the block size only
+// affects the gather, with a streaming ("online") softmax over chunks. Items are handed out
+// dynamically, largest first, since causal items differ in cost by up to the context length.
+
+#include "common/kernels/cpu/attention.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "common/kernels/cpu/attention_tile.h"
+#include "common/util/dtype.h"
+
+namespace tandem::kernels {
+namespace {
+
+using internal::AttentionScratch;
+
+constexpr int kTargetRows = 32;  // query rows per item: enough K/V reuse, small enough tiles
+
+struct WorkItem {
+  int seq;
+  int kv_head;
+  int t0;
+  int t1;
+  int64_t cost;  // ~ rows x keys, for largest-first ordering
+};
+
+// Byte offset from the pool base of token position `pos` of `head` (K if `v` is false).
+size_t KvRowOffset(const kv::KvLayout& layout, const int32_t* table, int layer, int head, bool v,
+                   int64_t pos) {
+  const size_t block = static_cast<size_t>(table[pos / layout.block_size]);
+  const size_t slot = static_cast<size_t>(pos % layout.block_size);
+  const size_t head_offset = v ? layout.VOffset(layer, head) : layout.KOffset(layer, head);
+  return block * layout.BlockBytes() + head_offset + slot * layout.head_dim * layout.ElementBytes();
+}
+
+// Calls fn(i, run, offset) for each run of positions [p0 + i, p0 + i + run) of `head` (K if `v`
+// is false) that lies contiguously in one block, at byte `offset` from the pool base.
+template <typename Fn>
+void ForEachRun(const kv::KvLayout& layout, const int32_t* table, int layer, int head, bool v,
+                int64_t p0, int n, Fn&& fn) {
+  for (int i = 0; i < n;) {
+    const int64_t pos = p0 + i;
+    const int run =
+        static_cast<int>(std::min<int64_t>(n - i, layout.block_size - pos % layout.block_size));
+    fn(i, run, KvRowOffset(layout, table, layer, head, v, pos));
+    i += run;
+  }
+}
+
+// Converts K (or V) of positions [p0, p0 + n) to f32 rows of `dp` floats, zero-padded.
+void GatherChunk(const uint8_t* kv_base, const kv::KvLayout& layout, const int32_t* table,
+                 int layer, int head, bool v, int64_t p0, int n, int dp, float* dst) {
+  const int d = layout.head_dim;
+  const size_t row_bytes = static_cast<size_t>(d) * layout.ElementBytes();
+  ForEachRun(layout, table, layer, head, v, p0, n, [&](int i, int run, size_t offset) {
+    const uint8_t* src = kv_base + offset;
+    if (dp == d) {  // rows of a block are contiguous: one call per run
+      ToFloat(layout.dtype, src, dst + static_cast<int64_t>(i) * dp, static_cast<size_t>(run) * d);
+      return;
+    }
+    for (int r = 0; r < run; ++r) {
+      float* row = dst + static_cast<int64_t>(i + r) * dp;
+      ToFloat(layout.dtype, src + r * row_bytes, row, d);
+      std::fill(row + d, row + dp, 0.0f);
+    }
+  });
+}
+
+// Blocks are scattered, so each is a short stream the hardware prefetcher would only catch
+// halfway through; requesting the next chunk into L2 while this one is computed hides that.
+void PrefetchChunk(const uint8_t* kv_base, const kv::KvLayout& layout, const int32_t* table,
+                   int layer, int head, int64_t p0, int n) {
+  const size_t row_bytes = static_cast<size_t>(layout.head_dim) * layout.ElementBytes();
+  for (bool v : {false, true}) {
+    ForEachRun(layout, table, layer, head, v, p0, n, [&](int, int run, size_t offset) {
+      const char* src = reinterpret_cast<const char*>(kv_base + offset);
+      for (size_t b = 0; b < run * row_bytes; b += 64) _mm_prefetch(src + b, _MM_HINT_T1);
+    });
+  }
+}
+
+void RunItem(const WorkItem& item, const AttentionSequence& seq, int num_heads,
+             const uint8_t* kv_base, const kv::KvLayout& layout, int layer, float scale) {
+  const int group = num_heads / layout.num_kv_heads;
+  const int d = layout.head_dim;
+  const int dp = (d + 7) & ~7;
+  const int rows = (item.t1 - item.t0) * group;
+  thread_local AttentionScratch scratch;
+  scratch.Reset(rows, dp);
+
+  // Row r is (token t0 + r / group, query head kv_head * group + r % group).
+  for (int r = 0; r < rows; ++r) {
+    const int t = item.t0 + r / group;
+    const int h = item.kv_head * group + r % group;
+    const float* q = seq.q + (static_cast<int64_t>(t) * num_heads + h) * d;
+    float* dst = scratch.q.data() + static_cast<int64_t>(r) * dp;
+    for (int i = 0; i < d; ++i) dst[i] = q[i] * scale;
+    std::fill(dst + d, dst + dp, 0.0f);
+    scratch.row_pos[r] = seq.start_pos + t;
+  }
+  const int64_t end_pos = seq.start_pos + item.t1;  // one past the last key any row needs
+  for (int64_t c0 = 0; c0 < end_pos; c0 += internal::kKeyChunk) {
+    const int n = static_cast<int>(std::min<int64_t>(internal::kKeyChunk, end_pos - c0));
+    const int64_t next = c0 + internal::kKeyChunk;
+    if (next < end_pos) {
+      PrefetchChunk(kv_base, layout, seq.block_table, layer, item.kv_head, next,
+                    static_cast<int>(std::min<int64_t>(internal::kKeyChunk, end_pos - next)));
+    }
+    GatherChunk(kv_base, layout, seq.block_table, layer, item.kv_head, false, c0, n, dp,
+                scratch.k.data());
+    GatherChunk(kv_base, layout, seq.block_table, layer, item.kv_head, true, c0, n, dp,
+                scratch.v.data());
+    internal::AttendChunk(scratch, rows, dp, c0, n);
+  }
+  for (int r = 0; r < rows; ++r) {
+    const int t = item.t0 + r / group;
+    const int h = item.kv_head * group + r % group;
+    float* out = seq.out + (static_cast<int64_t>(t) * num_heads + h) * d;
+    const float* o = scratch.o.data() + static_cast<int64_t>(r) * dp;
+    const float inv = 1.0f / scratch.sum[r];
+    for (int i = 0; i < d; ++i) out[i] = o[i] * inv;
+  }
+}
+
+std::vector<WorkItem> MakeItems(const AttentionSequence* seqs, int num_seqs, int num_kv_heads,
+                                int group) {
+  const int tile_tokens = std::max(1, kTargetRows / group);
+  std::vector<WorkItem> items;
+  for (int s = 0; s < num_seqs; ++s) {
+    for (int t0 = 0; t0 < seqs[s].num_tokens; t0 += tile_tokens) {
+      const int t1 = std::min(seqs[s].num_tokens, t0 + tile_tokens);
+      const int64_t cost = static_cast<int64_t>(t1 - t0) * group * (seqs[s].start_pos + t1);
+      for (int h = 0; h < num_kv_heads; ++h) items.push_back({s, h, t0, t1, cost});
+    }
+  }
+  std::stable_sort(items.begin(), items.end(),
+                   [](const WorkItem& a, const WorkItem& b) { return a.cost > b.cost; });
+  return items;
+}
+
+}  // namespace
+
+void PagedAttention(const AttentionSequence* seqs, int num_seqs, int num_heads,
+                    const uint8_t* kv_base, const kv::KvLayout& layout, int layer, float scale,
+                    ThreadPool& pool) {
+  const int group = num_heads / layout.num_kv_heads;
+  const std::vector<WorkItem> items = MakeItems(seqs, num_seqs, layout.num_kv_heads, group);
+  auto run = [&](const WorkItem& item) {
+    RunItem(item, seqs[item.seq], num_heads, kv_base, layout, layer, scale);
+  };
+  if (items.size() <= 1 || pool.num_threads() == 1) {
+    for (const WorkItem& item : items) run(item);
+    return;
+  }
+  // ParallelFor splits statically; a shared counter balances items of very different cost.
+  std::atomic<size_t> next{0};
+  pool.ParallelFor(pool.num_threads(), 1, [&](int64_t, int64_t) {
+    for (size_t i = next.fetch_add(1); i < items.size(); i = next.fetch_add(1)) run(items[i]);
+  });
+}
+
+void WriteKv(const float* k, const float* v, int num_tokens, int64_t start_pos,
+             const int32_t* block_table, uint8_t* kv_base, const kv::KvLayout& layout, int layer) {
+  const int d = layout.head_dim;
+  for (int t = 0; t < num_tokens; ++t) {
+    const int64_t pos = start_pos + t;
+    for (int h = 0; h < layout.num_kv_heads; ++h) {
+      const int64_t src = (static_cast<int64_t>(t) * layout.num_kv_heads + h) * d;
+      FromFloat(layout.dtype, k + src,
+                kv_base + KvRowOffset(layout, block_table, layer, h, false, pos), d);
+      FromFloat(layout.dtype, v + src,
+                kv_base + KvRowOffset(layout, block_table, layer, h, true, pos), d);
+    }
+  }
+}
+
+}  // namespace tandem::kernels

@@ -1,0 +1,23 @@
+#pragma once
+
+// The two strategies behind Gemm(), exposed so tests and benchmarks can drive each at any M.
+// Both have Gemm()'s exact contract; Gemm() picks by M.
+
+#include <cstdint>
+
+#include "common/kernels/cpu/gemm.h"
+#include "common/util/thread_pool.h"
+
+namespace tandem::kernels::internal {
+
+// Streams each weight row from memory once for all M rows of x. Best for small M (decode),
+// where the weights' memory bandwidth is the limit.
+void GemmStreaming(const float* x, int64_t m, int64_t x_stride, const WeightMatrix& w,
+                   const float* bias, float* y, int64_t y_stride, ThreadPool& pool);
+
+// Converts cache-sized weight panels to f32 once and runs a register-blocked kernel over all M
+// rows against each. Best for large M (prefill), where FMA throughput is the limit.
+void GemmTiled(const float* x, int64_t m, int64_t x_stride, const WeightMatrix& w,
+               const float* bias, float* y, int64_t y_stride, ThreadPool& pool);
+
+}  // namespace tandem::kernels::internal

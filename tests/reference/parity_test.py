@@ -1,0 +1,281 @@
+#!/usr/bin/python3
+"""Parity of the C++ engine (model-inspect) with the independent torch reference.
+
+For each case: generate a random model with make-random-model, run `model-inspect forward` on
+a 40-token random prompt and compare every position's logits with hf_reference.py (float64 on
+the same, possibly half-precision-rounded, weights); then run `model-inspect generate` greedily
+for 64 tokens and check each generated id against the reference (teacher-forced on the engine's
+own sequence). Exit 0 on pass, 1 on fail, 77 when torch is unavailable.
+
+  /usr/bin/python3 parity_test.py --case llama --model-inspect build/tools/model_inspect/model-inspect \
+      --make-model build/tools/make_random_model/make-random-model --workdir /tmp/parity
+  --case all runs every case.
+"""
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+try:
+    import numpy as np
+    import torch  # noqa: F401  (hf_reference needs it)
+except ImportError as e:
+    print("SKIP: torch/numpy unavailable for %s: %s" % (sys.executable, e))
+    sys.exit(77)
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import hf_reference  # noqa: E402
+
+PROMPT_LEN = 40
+GREEDY_STEPS = 64
+
+# Tolerances on |engine - reference| / std(reference logits) over all prompt positions: (max,
+# mean). The reference is float64 on the same (possibly half-precision-rounded) weights, so
+# weight rounding is never counted as error; what remains is the engine's arithmetic.
+#  * fp32: float32 arithmetic against float64 lands near 1e-7 for these tiny models; 1e-3 leaves
+#    a wide margin, while every modelling bug probed by `hf_reference.py --selftest` (RoPE
+#    pairing or scaling, rms eps, q/k norm, GQA grouping) moves logits by > 10x that.
+#  * bf16 / fp16: the engine may keep activations or its KV cache in half precision. The bound
+#    is "no worse than Hugging Face's own eager execution in that dtype", measured with the
+#    reference's native-dtype emulation on the half-precision cases over 5 seeds:
+#      bf16: max 0.065-0.18, mean 0.009-0.014;  fp16: max 0.013-0.030, mean 0.0017-0.0022
+#    (a bf16 KV cache alone gives max 0.017-0.056; an fp16 one 0.003-0.006). Tolerances are
+#    ~1.4x the worst observation. Gross dtype bugs (bf16 read as fp16, wrong byte order) are
+#    errors of order 1 and fail clearly.
+TOLERANCE = {"fp32": (1e-3, 1e-4), "fp16": (0.05, 0.004), "bf16": (0.25, 0.025)}
+
+# Greedy check: the engine's token at each step must be the reference argmax given the engine's
+# own prefix, except at a near tie, where the reference's top logit beats the engine's choice by
+# no more than the allowed logit error (max tolerance * std): at that precision the step cannot
+# be decided. Exemptions are printed with their margins. In half precision the allowed error is
+# large (~0.2-0.4 logits), and HF-like execution flipped up to 4 of 64 such steps in our
+# measurements, hence the larger cap.
+MAX_NEAR_TIES = {"fp32": 3, "fp16": 8, "bf16": 8}
+
+# Case -> make-random-model flags. All tiny (2 layers, hidden 64) so each case takes seconds.
+CASES = {
+    # Llama-2 style: multi-head attention, untied lm_head.
+    "llama": dict(arch="llama", heads=4, kv_heads=4, tie=False, sampler_check=True),
+    # Llama-3 style: GQA, tied embeddings, rope_theta 500000 and llama3 rope scaling with a
+    # small original context (64) so that the kept / interpolated / slowed frequency bands all
+    # matter within the 104 positions tested.
+    "llama3": dict(arch="llama", heads=4, kv_heads=2, tie=True, rope_theta=500000,
+                   rope_scaling="llama3", rope_original_max_pos=64),
+    # Mistral: GQA, sliding_window null. A large rms eps makes eps handling observable.
+    "mistral": dict(arch="mistral", heads=4, kv_heads=2, tie=False, rms_eps=1e-2),
+    # Qwen2: q/k/v biases, tied embeddings, theta 1e6.
+    "qwen2": dict(arch="qwen2", heads=4, kv_heads=2, tie=True),
+    # Qwen3: per-head q/k RMSNorm, head_dim 32 != hidden / heads = 16.
+    "qwen3": dict(arch="qwen3", heads=4, kv_heads=2, head_dim=32, tie=False),
+    # Multi-query attention.
+    "mqa": dict(arch="llama", heads=4, kv_heads=1, tie=False),
+    # Weights split over three safetensors files with an index, three layers.
+    "sharded": dict(arch="llama", heads=4, kv_heads=2, tie=False, layers=3, shards=3),
+    # Sizes that are not multiples of SIMD widths or GEMM tiles: 3 heads of 32 on hidden 96,
+    # ffn 200, vocab 1003, multi-query.
+    "odd_sizes": dict(arch="llama", heads=3, kv_heads=1, hidden=96, head_dim=32, ffn=200,
+                      vocab=1003, tie=False),
+    # Wider matrices (hidden 512, ffn 1408, vocab 4096) so blocked GEMM paths run.
+    "wide": dict(arch="qwen2", heads=8, kv_heads=2, hidden=512, ffn=1408, vocab=4096, tie=True),
+    # Half-precision weights.
+    "llama3_bf16": dict(arch="llama", heads=4, kv_heads=2, tie=True, rope_theta=500000,
+                        rope_scaling="llama3", rope_original_max_pos=64, dtype="bf16"),
+    "qwen3_bf16": dict(arch="qwen3", heads=4, kv_heads=2, head_dim=32, dtype="bf16"),
+    "qwen2_fp16": dict(arch="qwen2", heads=4, kv_heads=2, tie=True, dtype="fp16"),
+    "mistral_fp16": dict(arch="mistral", heads=4, kv_heads=1, dtype="fp16"),
+}
+
+
+def make_model_args(case, spec, out):
+    args = ["--out", out, "--arch", spec["arch"], "--heads", spec["heads"],
+            "--kv-heads", spec["kv_heads"], "--dtype", spec.get("dtype", "fp32"),
+            "--tie-embeddings", "true" if spec.get("tie") else "false",
+            "--seed", sum(map(ord, case))]
+    for key, flag in (("layers", "--layers"), ("head_dim", "--head-dim"), ("hidden", "--hidden"),
+                      ("ffn", "--ffn"), ("vocab", "--vocab"),
+                      ("rope_theta", "--rope-theta"), ("rope_scaling", "--rope-scaling"),
+                      ("rope_original_max_pos", "--rope-original-max-pos"),
+                      ("rms_eps", "--rms-eps"), ("shards", "--shards")):
+        if key in spec:
+            args += [flag, spec[key]]
+    return [str(a) for a in args]
+
+
+def run(cmd, timeout=120):
+    t0 = time.time()
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout,
+                          universal_newlines=True)
+    if proc.returncode != 0:
+        raise RuntimeError("command failed (rc %d): %s\n%s" %
+                           (proc.returncode, " ".join(cmd), proc.stderr[-3000:]))
+    return proc.stdout, time.time() - t0
+
+
+def engine_logits(inspect, model, ids, path, vocab):
+    run([inspect, "forward", "--model", model, "--tokens", ",".join(map(str, ids)),
+         "--logits-out", path])
+    data = np.fromfile(path, dtype="<f4")
+    if data.size != len(ids) * vocab:
+        raise RuntimeError("logits file has %d floats, want %d x %d" % (data.size, len(ids), vocab))
+    return data.reshape(len(ids), vocab).astype(np.float64)
+
+
+def engine_generate(inspect, model, ids, steps, extra=()):
+    out, _ = run([inspect, "generate", "--model", model, "--tokens", ",".join(map(str, ids)),
+                  "--max-tokens", str(steps), "--ignore-eos"] + list(extra))
+    lines = [l for l in out.strip().splitlines() if l.strip()]
+    if not lines:
+        raise RuntimeError("generate printed nothing on stdout")
+    return [int(t) for t in lines[-1].replace(" ", "").split(",") if t]
+
+
+def check_greedy(ref, prompt, generated, steps, allowed_error, max_near_ties):
+    """Returns (ok, summary, details): every engine choice must be the reference argmax on the
+    engine's own prefix, or within `allowed_error` of it (near tie)."""
+    details = []
+    if len(generated) != steps:
+        return False, "%d ids, want %d" % (len(generated), steps), details
+    logits = ref.logits(prompt + generated[:-1])[len(prompt) - 1:]
+    near_ties, mismatches = [], []
+    for step, (row, tok) in enumerate(zip(logits, generated)):
+        best = int(np.argmax(row))
+        if tok == best:
+            continue
+        deficit = row[best] - row[tok]
+        top2 = np.sort(row)[-2:]
+        entry = (step, tok, best, deficit, top2[1] - top2[0])
+        (near_ties if deficit <= allowed_error else mismatches).append(entry)
+    for step, tok, best, deficit, margin in near_ties + mismatches:
+        details.append("step %d: engine %d, reference %d; reference top-2 margin %.3g, engine "
+                       "token %.3g below top (allowed %.3g)" % (step, tok, best, margin, deficit,
+                                                                allowed_error))
+    ok = not mismatches and len(near_ties) <= max_near_ties
+    summary = "%d/%d exact" % (steps - len(near_ties) - len(mismatches), steps)
+    if near_ties:
+        summary += ", %d near-tie" % len(near_ties)
+    if mismatches:
+        summary += ", %d MISMATCH" % len(mismatches)
+    return ok, summary, details
+
+
+def diagnose(model, prompt, got, want):
+    """Hints at the cause of a logits mismatch: where it starts, and whether the engine is close
+    to the reference with K/V rounded to half precision or with HF-style half activations."""
+    std = want.std()
+    per_pos = np.abs(got - want).max(axis=1) / std
+    lines = ["per-position max|diff|/std: " + " ".join("%.1e" % v for v in per_pos)]
+    if per_pos[0] <= 1e-3 and per_pos.max() > 1e-2:
+        lines.append("position 0 agrees: suspect attention over earlier positions or RoPE")
+    elif per_pos[0] > 1e-2:
+        lines.append("position 0 already differs: suspect weights / norms / MLP / lm_head "
+                     "(attention there only sees the token itself)")
+    for label, kw in (("K/V rounded to bf16", dict(kv_dtype="bf16")),
+                      ("K/V rounded to fp16", dict(kv_dtype="fp16")),
+                      ("HF-style bf16 activations", dict(native="bf16")),
+                      ("HF-style fp16 activations", dict(native="fp16"))):
+        alt = hf_reference.Reference.from_dir(model, **kw).logits(prompt)
+        lines.append("engine vs reference with %s: max|diff|/std %.2e" %
+                     (label, np.abs(got - alt).max() / std))
+    return lines
+
+
+def run_case(case, args):
+    spec = CASES[case]
+    work = os.path.join(args.workdir, case)
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    model = os.path.join(work, "model")
+    run([args.make_model] + make_model_args(case, spec, model))
+    ref = hf_reference.Reference.from_dir(model)
+    dtype = spec.get("dtype", "fp32")
+    rng = np.random.RandomState(sum(map(ord, case)) + 1)
+    prompt = rng.randint(0, ref.vocab, size=PROMPT_LEN).tolist()
+
+    want = ref.logits(prompt)
+    got = engine_logits(args.model_inspect, model, prompt, os.path.join(work, "logits.f32"),
+                        ref.vocab)
+    std = want.std()
+    rel = np.abs(got - want).max() / std
+    rel_mean = np.abs(got - want).mean() / std
+    tol, tol_mean = TOLERANCE[dtype]
+    ok_logits = bool(rel <= tol and rel_mean <= tol_mean)
+    lines = []
+    if not ok_logits:
+        lines += diagnose(model, prompt, got, want)
+    elif dtype != "fp32":
+        # Information, not a requirement: an engine with float32 activations and a KV cache in
+        # the model dtype lands within ~1e-4 of this variant of the reference.
+        kv_ref = hf_reference.Reference.from_dir(model, kv_dtype=dtype).logits(prompt)
+        lines.append("engine vs reference with K/V rounded to %s: max|diff|/std %.2e" %
+                     (dtype, np.abs(got - kv_ref).max() / std))
+
+    generated = engine_generate(args.model_inspect, model, prompt, GREEDY_STEPS)
+    ok_greedy, greedy_summary, details = check_greedy(ref, prompt, generated, GREEDY_STEPS,
+                                                      tol * std, MAX_NEAR_TIES[dtype])
+    lines += details
+    if details or not ok_greedy:
+        ref_ids, margins = ref.greedy(prompt, GREEDY_STEPS)
+        lines.append("reference greedy: %s" % ref_ids)
+        lines.append("engine greedy:    %s" % generated)
+        lines.append("reference top-2 margins (min %.3g): %s" %
+                     (min(margins), " ".join("%.2g" % m for m in margins)))
+
+    ok_sampler = True
+    if spec.get("sampler_check"):
+        # Sampling restricted to the top-1 token must reproduce greedy decoding.
+        sampled = engine_generate(args.model_inspect, model, prompt, 16,
+                                  ["--temperature", "0.8", "--top-k", "1", "--seed", "7"])
+        ok_sampler = sampled == generated[:16]
+        greedy_summary += ", top-k 1 sampling %s" % ("= greedy" if ok_sampler else "DIFFERS")
+        if not ok_sampler:
+            lines.append("top-k 1 sampled: %s" % sampled)
+
+    ok = ok_logits and ok_greedy and ok_sampler
+    summary = ("%-13s %-4s %-4s logits max|diff|/std %.2e (tol %.2g), mean %.1e (tol %.2g)"
+               "  greedy %s" % (case, dtype, "ok" if ok else "FAIL", rel, tol, rel_mean, tol_mean,
+                                greedy_summary))
+    return ok, summary, lines
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--case", required=True, help="one of %s, or all" % ", ".join(CASES))
+    parser.add_argument("--model-inspect", required=True)
+    parser.add_argument("--make-model", required=True)
+    parser.add_argument("--workdir", required=True)
+    parser.add_argument("--keep", action="store_true", help="keep generated models")
+    args = parser.parse_args()
+    cases = list(CASES) if args.case == "all" else [args.case]
+    for c in cases:
+        if c not in CASES:
+            parser.error("unknown case %s" % c)
+    for tool in (args.model_inspect, args.make_model):
+        if not os.access(tool, os.X_OK):
+            print("FAIL: %s is not an executable" % tool)
+            return 1
+    all_ok, summaries = True, []
+    for case in cases:
+        t0 = time.time()
+        try:
+            ok, summary, lines = run_case(case, args)
+        except Exception as e:  # A crash of the engine is a failure of the case.
+            ok, summary, lines = False, "%-13s      FAIL  %s" % (case, e), []
+        summary += "  [%.1fs]" % (time.time() - t0)
+        print(summary)
+        for l in lines:
+            print("    " + l)
+        summaries.append(summary)
+        all_ok &= ok
+        if ok and not args.keep:
+            shutil.rmtree(os.path.join(args.workdir, case), ignore_errors=True)
+    if len(cases) > 1:
+        print("\nsummary:\n" + "\n".join(summaries))
+    print("PASS" if all_ok else "FAIL")
+    return 0 if all_ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

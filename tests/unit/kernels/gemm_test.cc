@@ -1,0 +1,132 @@
+#include "common/kernels/cpu/gemm.h"
+
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/kernels/cpu/gemm_internal.h"
+#include "common/util/dtype.h"
+#include "common/util/thread_pool.h"
+#include "gtest/gtest.h"
+
+namespace tandem::kernels {
+namespace {
+
+using GemmFn = std::function<void(const float*, int64_t, int64_t, const WeightMatrix&, const float*,
+                                  float*, int64_t, ThreadPool&)>;
+
+struct Problem {
+  int64_t m, n, k, x_stride, y_stride;
+  DType dtype;
+  bool bias;
+};
+
+std::vector<float> RandomVector(size_t n, std::mt19937& rng) {
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& f : v) f = dist(rng);
+  return v;
+}
+
+// Runs `gemm` on random data and compares with a double-precision reference over the weights
+// as stored (rounded to the dtype). Error bound: f32 accumulation, relative to sum |x| |w|.
+void CheckGemm(const Problem& p, const GemmFn& gemm, ThreadPool& pool, uint32_t seed) {
+  SCOPED_TRACE(::testing::Message()
+               << "m=" << p.m << " n=" << p.n << " k=" << p.k << " dtype=" << DTypeName(p.dtype)
+               << " bias=" << p.bias << " xs=" << p.x_stride << " ys=" << p.y_stride);
+  std::mt19937 rng(seed);
+  std::vector<float> x = RandomVector(p.m * p.x_stride, rng);
+  std::vector<float> w_f32 = RandomVector(p.n * p.k, rng);
+  std::vector<float> bias = RandomVector(p.n, rng);
+  std::vector<uint8_t> w_stored(p.n * p.k * DTypeSize(p.dtype));
+  FromFloat(p.dtype, w_f32.data(), w_stored.data(), w_f32.size());
+  std::vector<float> w_rounded(p.n * p.k);
+  ToFloat(p.dtype, w_stored.data(), w_rounded.data(), w_rounded.size());
+
+  constexpr float kSentinel = 12345.0f;
+  std::vector<float> y(p.m * p.y_stride, kSentinel);
+  WeightMatrix w{w_stored.data(), p.dtype, p.n, p.k};
+  gemm(x.data(), p.m, p.x_stride, w, p.bias ? bias.data() : nullptr, y.data(), p.y_stride, pool);
+
+  // Eight f32 lanes each sum k/8 products, then a short reduction: ~(k/8 + 16) roundings.
+  const double tolerance = (p.k / 8 + 16) * std::ldexp(1.0, -24);
+  for (int64_t i = 0; i < p.m; ++i) {
+    for (int64_t j = 0; j < p.n; ++j) {
+      double ref = p.bias ? bias[j] : 0.0;
+      double magnitude = std::abs(ref);
+      for (int64_t t = 0; t < p.k; ++t) {
+        const double prod = static_cast<double>(x[i * p.x_stride + t]) * w_rounded[j * p.k + t];
+        ref += prod;
+        magnitude += std::abs(prod);
+      }
+      ASSERT_NEAR(y[i * p.y_stride + j], ref, tolerance * magnitude + 1e-6)
+          << "at " << i << "," << j;
+    }
+    // Padding between rows must be left alone.
+    for (int64_t j = p.n; j < p.y_stride; ++j) ASSERT_EQ(y[i * p.y_stride + j], kSentinel);
+  }
+}
+
+const DType kDTypes[] = {DType::kF32, DType::kF16, DType::kBF16};
+
+// (n, k) pairs: tails in both, single row/column, more than one 96-row panel and more than one
+// 512-column block in the tiled path.
+const std::pair<int64_t, int64_t> kShapes[] = {{1, 1}, {7, 13}, {33, 100}, {5, 1030}, {200, 515}};
+const int64_t kMs[] = {1, 2, 3, 5, 8, 17, 64};
+
+void SweepShapes(const GemmFn& gemm, int threads) {
+  ThreadPool pool(threads);
+  uint32_t seed = 1;
+  for (DType dtype : kDTypes) {
+    for (auto [n, k] : kShapes) {
+      for (int64_t m : kMs) {
+        for (bool bias : {false, true}) {
+          CheckGemm({m, n, k, k, n, dtype, bias}, gemm, pool, seed++);
+        }
+      }
+    }
+  }
+}
+
+TEST(GemmTest, MatchesReferenceTwoThreads) { SweepShapes(Gemm, 2); }
+
+TEST(GemmTest, MatchesReferenceThreeThreads) { SweepShapes(Gemm, 3); }
+
+TEST(GemmTest, StreamingPathAtEveryM) { SweepShapes(internal::GemmStreaming, 2); }
+
+TEST(GemmTest, TiledPathAtEveryM) { SweepShapes(internal::GemmTiled, 3); }
+
+TEST(GemmTest, HonoursRowStrides) {
+  ThreadPool pool(2);
+  for (DType dtype : kDTypes) {
+    for (int64_t m : {1, 3, 8, 40}) {
+      CheckGemm({m, 45, 70, 77, 51, dtype, true}, Gemm, pool, 7);
+      CheckGemm({m, 45, 70, 77, 51, dtype, false}, internal::GemmTiled, pool, 8);
+      CheckGemm({m, 45, 70, 77, 51, dtype, false}, internal::GemmStreaming, pool, 9);
+    }
+  }
+}
+
+TEST(GemmTest, SingleThreadLargeMSmallN) {
+  // Few panels and many rows: the tiled path splits M across threads instead of N.
+  ThreadPool one(1);
+  ThreadPool three(3);
+  CheckGemm({130, 10, 300, 300, 10, DType::kBF16, true}, Gemm, one, 11);
+  CheckGemm({130, 10, 300, 300, 10, DType::kBF16, true}, Gemm, three, 12);
+}
+
+TEST(GemmTest, EmptyKGivesBias) {
+  ThreadPool pool(2);
+  std::vector<float> bias = {1.5f, -2.0f, 3.0f};
+  std::vector<float> y(6, 0.0f);
+  uint16_t dummy = 0;
+  WeightMatrix w{&dummy, DType::kBF16, 3, 0};
+  Gemm(nullptr, 2, 0, w, bias.data(), y.data(), 3, pool);
+  EXPECT_EQ(y, (std::vector<float>{1.5f, -2.0f, 3.0f, 1.5f, -2.0f, 3.0f}));
+}
+
+}  // namespace
+}  // namespace tandem::kernels
