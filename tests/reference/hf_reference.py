@@ -251,6 +251,10 @@ class Reference:
             return self._linear(h, "lm_head").numpy()
 
     def greedy(self, prompt_ids, steps):
+        """Greedy continuation: the `steps` new ids."""
+        return self.greedy_with_margins(prompt_ids, steps)[0]
+
+    def greedy_with_margins(self, prompt_ids, steps):
         """Greedy continuation (full recompute per step): (new ids, top-1 minus top-2 margins)."""
         seq, out, margins = list(prompt_ids), [], []
         for _ in range(steps):
@@ -356,8 +360,9 @@ def _selftest_model(results, name, config):
     ids = rng.randint(0, config["vocab_size"], size=24).tolist()
     full = ref.logits(ids)
     prefix = ref.logits(ids[:10])
-    _check(results, name + ": prefix logits = rows of full logits",
-           np.abs(full[:10] - prefix).max() < 1e-12, "max diff %.1e" % np.abs(full[:10] - prefix).max())
+    d = np.abs(full[:10] - prefix).max()
+    _check(results, name + ": prefix logits = rows of full logits", d < 1e-12,
+           "max diff %.1e" % d)
     # RoPE encodes relative positions only: shifting all positions leaves logits unchanged
     # (without llama3 scaling the check is exact up to float64 rounding of the angles).
     shifted = ref.logits(ids, start_pos=37)
@@ -471,10 +476,10 @@ def _selftest_files(results, make_model, workdir):
     ref = Reference.from_dir(one)
     stats = {k: float(v.std()) for k, v in a.items()}
     mean_norm = float(a["model.norm.weight"].mean())
+    up_std = stats["model.layers.0.mlp.up_proj.weight"]
     _check(results, "make-random-model init (norm ~1, matrices ~1.5/sqrt(h))",
-           abs(mean_norm - 1) < 0.05 and
-           abs(stats["model.layers.0.mlp.up_proj.weight"] - 1.5 / 8) < 0.01,
-           "norm mean %.3f, up_proj std %.4f" % (mean_norm, stats["model.layers.0.mlp.up_proj.weight"]))
+           abs(mean_norm - 1) < 0.05 and abs(up_std - 1.5 / 8) < 0.01,
+           "norm mean %.3f, up_proj std %.4f" % (mean_norm, up_std))
     logits = ref.logits(list(range(3, 43)))
     _check(results, "make-random-model tiny logits std >= 1", logits.std() >= 1.0,
            "std %.2f" % logits.std())
@@ -516,7 +521,7 @@ def main():
     ref = Reference.from_dir(args.model, native=args.native)
     ids = [int(t) for t in args.tokens.split(",")]
     if args.greedy:
-        print(",".join(str(t) for t in ref.greedy(ids, args.greedy)[0]))
+        print(",".join(str(t) for t in ref.greedy(ids, args.greedy)))
     else:
         np.set_printoptions(precision=4, suppress=True)
         print(ref.logits(ids))

@@ -7,7 +7,8 @@ the same, possibly half-precision-rounded, weights); then run `model-inspect gen
 for 64 tokens and check each generated id against the reference (teacher-forced on the engine's
 own sequence). Exit 0 on pass, 1 on fail, 77 when torch is unavailable.
 
-  /usr/bin/python3 parity_test.py --case llama --model-inspect build/tools/model_inspect/model-inspect \
+  /usr/bin/python3 parity_test.py --case llama \
+      --model-inspect build/tools/model_inspect/model-inspect \
       --make-model build/tools/make_random_model/make-random-model --workdir /tmp/parity
   --case all runs every case.
 """
@@ -217,7 +218,7 @@ def run_case(case, args):
                                                       tol * std, MAX_NEAR_TIES[dtype])
     lines += details
     if details or not ok_greedy:
-        ref_ids, margins = ref.greedy(prompt, GREEDY_STEPS)
+        ref_ids, margins = ref.greedy_with_margins(prompt, GREEDY_STEPS)
         lines.append("reference greedy: %s" % ref_ids)
         lines.append("engine greedy:    %s" % generated)
         lines.append("reference top-2 margins (min %.3g): %s" %
