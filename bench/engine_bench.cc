@@ -3,6 +3,8 @@
 //
 //   engine-bench --model DIR [--prompt-lens 128,512,2048] [--batches 1,8,32]
 //                [--decode-steps 32] [--repeats 3] [--threads N]
+#include <immintrin.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -10,8 +12,6 @@
 #include <random>
 #include <string>
 #include <vector>
-
-#include <immintrin.h>
 
 #include "absl/strings/str_cat.h"
 #include "common/engine/engine.h"
@@ -71,7 +71,8 @@ absl::StatusOr<double> TimePrefill(model::Model& m, int len, int rep) {
   o.num_blocks = len / 16 + 4;
   o.enable_prefix_caching = false;
   TANDEM_ASSIGN_OR_RETURN(auto e, engine::Engine::Create(m, o));
-  TANDEM_RETURN_IF_ERROR(e->AddRequest(MakeRequest(absl::StrCat("p", rep), len, 1, m.config().vocab_size)));
+  TANDEM_RETURN_IF_ERROR(
+      e->AddRequest(MakeRequest(absl::StrCat("p", rep), len, 1, m.config().vocab_size)));
   auto t0 = Clock::now();
   while (e->HasUnfinished()) TANDEM_RETURN_IF_ERROR(e->Step().status());
   return std::chrono::duration<double>(Clock::now() - t0).count();
@@ -85,8 +86,8 @@ absl::StatusOr<double> TimeDecode(model::Model& m, int batch, int steps) {
   o.enable_prefix_caching = false;
   TANDEM_ASSIGN_OR_RETURN(auto e, engine::Engine::Create(m, o));
   for (int i = 0; i < batch; ++i) {
-    TANDEM_RETURN_IF_ERROR(e->AddRequest(
-        MakeRequest(absl::StrCat("d", i), 64, steps + 2, m.config().vocab_size)));
+    TANDEM_RETURN_IF_ERROR(
+        e->AddRequest(MakeRequest(absl::StrCat("d", i), 64, steps + 2, m.config().vocab_size)));
   }
   // Prefill everything (one step each until every sequence produced its first token).
   int produced = 0;
@@ -123,14 +124,16 @@ absl::Status Run(const CliArgs& args) {
   // The decode pass reads every matrix but the embedding (only rows are gathered from it).
   const auto& emb = model->weights().embed_tokens;
   double read_bytes = weight_bytes;
-  if (model->weights().lm_head.data != emb.data) read_bytes -= emb.rows * emb.cols * DTypeSize(emb.dtype);
+  if (model->weights().lm_head.data != emb.data)
+    read_bytes -= emb.rows * emb.cols * DTypeSize(emb.dtype);
   double bw = args.Has("skip-bandwidth") ? 0 : MeasureReadBandwidth(pool);
   std::printf("model: %s, %.1f M parameters, %s weights (%.1f MiB read per decode step)\n",
               dir.c_str(), model->config().ParameterCount() / 1e6,
               std::string(DTypeName(model->weights().dtype)).c_str(), read_bytes / (1 << 20));
   std::printf("threads: %d, measured read bandwidth: %.2f GB/s\n\n", pool.num_threads(), bw / 1e9);
-  std::printf("| phase | size | tokens/s (median of %lld) | bandwidth bound tokens/s | of bound |\n",
-              static_cast<long long>(repeats));
+  std::printf(
+      "| phase | size | tokens/s (median of %lld) | bandwidth bound tokens/s | of bound |\n",
+      static_cast<long long>(repeats));
   std::printf("|---|---|---|---|---|\n");
   for (int len : lens) {
     std::vector<double> rates;

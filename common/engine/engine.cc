@@ -41,15 +41,17 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(model::Model& model,
   }
   kv::KvCacheOptions kv_options;
   kv_options.layout = model.config().KvLayoutFor(options.kv_dtype, options.block_size);
-  kv_options.num_blocks = options.num_blocks > 0
-                              ? options.num_blocks
-                              : options.kv_cache_bytes / static_cast<int64_t>(kv_options.layout.BlockBytes());
+  kv_options.num_blocks =
+      options.num_blocks > 0
+          ? options.num_blocks
+          : options.kv_cache_bytes / static_cast<int64_t>(kv_options.layout.BlockBytes());
   if (kv_options.num_blocks <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "kv cache of ", options.kv_cache_bytes, " bytes holds no block of ",
-        kv_options.layout.BlockBytes(), " bytes"));
+    return absl::InvalidArgumentError(absl::StrCat("kv cache of ", options.kv_cache_bytes,
+                                                   " bytes holds no block of ",
+                                                   kv_options.layout.BlockBytes(), " bytes"));
   }
-  kv_options.model_id = options.model_id.empty() ? model.config().architecture_name : options.model_id;
+  kv_options.model_id =
+      options.model_id.empty() ? model.config().architecture_name : options.model_id;
   kv_options.enable_prefix_caching = options.enable_prefix_caching;
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<kv::KvCacheManager> kv,
                           kv::KvCacheManager::Create(kv_options));
@@ -66,31 +68,31 @@ absl::Status Engine::AddRequest(Request request) {
   if (request.prompt.empty()) return absl::InvalidArgumentError("prompt is empty");
   for (int32_t t : request.prompt) {
     if (t < 0 || t >= config.vocab_size) {
-      return absl::InvalidArgumentError(absl::StrCat("prompt token id ", t,
-                                                     " is outside the vocabulary [0, ",
-                                                     config.vocab_size, ")"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "prompt token id ", t, " is outside the vocabulary [0, ", config.vocab_size, ")"));
     }
   }
   if (static_cast<int64_t>(request.prompt.size()) >= context) {
-    return absl::InvalidArgumentError(absl::StrCat("prompt has ", request.prompt.size(),
-                                                   " tokens; the context holds ", context));
+    return absl::InvalidArgumentError(
+        absl::StrCat("prompt has ", request.prompt.size(), " tokens; the context holds ", context));
   }
   if (request.max_tokens <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_tokens must be > 0, got ", request.max_tokens));
   }
   if (request.max_tokens > context - static_cast<int64_t>(request.prompt.size())) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "prompt (", request.prompt.size(), " tokens) + max_tokens (", request.max_tokens,
-        ") exceeds the context length of ", context));
+    return absl::InvalidArgumentError(absl::StrCat("prompt (", request.prompt.size(),
+                                                   " tokens) + max_tokens (", request.max_tokens,
+                                                   ") exceeds the context length of ", context));
   }
   TANDEM_RETURN_IF_ERROR(request.sampling.Validate());
   int64_t blocks_needed =
       (static_cast<int64_t>(request.prompt.size()) + request.max_tokens + options_.block_size - 1) /
       options_.block_size;
   if (blocks_needed > kv_->Stats().total_blocks) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "request needs ", blocks_needed, " KV blocks; the cache holds ", kv_->Stats().total_blocks));
+    return absl::ResourceExhaustedError(absl::StrCat("request needs ", blocks_needed,
+                                                     " KV blocks; the cache holds ",
+                                                     kv_->Stats().total_blocks));
   }
   if (by_id_.contains(request.id)) {
     return absl::AlreadyExistsError(absl::StrCat("request id \"", request.id, "\" is in use"));

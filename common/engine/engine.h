@@ -19,13 +19,13 @@ namespace tandem::engine {
 struct EngineOptions {
   int block_size = 16;
   DType kv_dtype = DType::kBF16;
-  int64_t num_blocks = 0;             // 0: derive from kv_cache_bytes
+  int64_t num_blocks = 0;  // 0: derive from kv_cache_bytes
   int64_t kv_cache_bytes = 1LL << 30;
   int max_num_seqs = 64;              // running sequences at once
   int max_num_batched_tokens = 2048;  // tokens per step, prefill chunks and decodes together
   int chunk_size = 512;               // prompt tokens per sequence per step
   bool enable_prefix_caching = true;
-  std::string model_id;               // enters every block hash; defaults to the model path
+  std::string model_id;  // enters every block hash; defaults to the model path
 };
 
 // Continuous batching over a paged KV cache. Each Step() runs one forward batch that mixes
@@ -58,7 +58,7 @@ class Engine {
     int64_t kv_id = 0;
     std::vector<int32_t> tokens;  // prompt + generated
     int prompt_len = 0;
-    int num_computed = 0;         // tokens whose KV is in the cache
+    int num_computed = 0;  // tokens whose KV is in the cache
     int cached_prompt_tokens = 0;
     int completion_tokens = 0;
     model::Sampler sampler;

@@ -58,15 +58,14 @@ absl::Status Model::Validate(std::span<const ForwardSequence> batch, const kv::K
       return absl::InvalidArgumentError("forward batch entry without tokens or block table");
     }
     if (s.start_pos + s.num_tokens > config_.ContextLength()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("positions up to ", s.start_pos + s.num_tokens,
-                       " exceed the model context of ", config_.ContextLength(), " tokens"));
+      return absl::InvalidArgumentError(absl::StrCat("positions up to ", s.start_pos + s.num_tokens,
+                                                     " exceed the model context of ",
+                                                     config_.ContextLength(), " tokens"));
     }
     for (int i = 0; i < s.num_tokens; ++i) {
       if (s.tokens[i] < 0 || s.tokens[i] >= config_.vocab_size) {
-        return absl::InvalidArgumentError(absl::StrCat("token id ", s.tokens[i],
-                                                       " is outside the vocabulary [0, ",
-                                                       config_.vocab_size, ")"));
+        return absl::InvalidArgumentError(absl::StrCat(
+            "token id ", s.tokens[i], " is outside the vocabulary [0, ", config_.vocab_size, ")"));
       }
     }
     total += s.num_tokens;
@@ -114,9 +113,12 @@ void Model::AttentionBlock(int layer, std::span<const ForwardSequence> batch, in
   const float eps = static_cast<float>(config_.rms_norm_eps);
 
   kernels::RmsNorm(ws_.hidden.data(), w.input_norm.data(), eps, total, h, ws_.normed.data());
-  kernels::Gemm(ws_.normed.data(), total, h, w.q_proj, BiasOrNull(w.q_bias), ws_.q.data(), qw, pool_);
-  kernels::Gemm(ws_.normed.data(), total, h, w.k_proj, BiasOrNull(w.k_bias), ws_.k.data(), kvw, pool_);
-  kernels::Gemm(ws_.normed.data(), total, h, w.v_proj, BiasOrNull(w.v_bias), ws_.v.data(), kvw, pool_);
+  kernels::Gemm(ws_.normed.data(), total, h, w.q_proj, BiasOrNull(w.q_bias), ws_.q.data(), qw,
+                pool_);
+  kernels::Gemm(ws_.normed.data(), total, h, w.k_proj, BiasOrNull(w.k_bias), ws_.k.data(), kvw,
+                pool_);
+  kernels::Gemm(ws_.normed.data(), total, h, w.v_proj, BiasOrNull(w.v_bias), ws_.v.data(), kvw,
+                pool_);
   if (config_.qk_norm) {
     kernels::RmsNorm(ws_.q.data(), w.q_norm.data(), eps, total * nh, hd, ws_.q.data());
     kernels::RmsNorm(ws_.k.data(), w.k_norm.data(), eps, total * nkv, hd, ws_.k.data());
@@ -154,7 +156,8 @@ void Model::MlpBlock(int layer, int64_t total) {
   const float eps = static_cast<float>(config_.rms_norm_eps);
   kernels::RmsNorm(ws_.hidden.data(), w.post_attention_norm.data(), eps, total, h,
                    ws_.normed.data());
-  kernels::Gemm(ws_.normed.data(), total, h, w.gate_proj, nullptr, ws_.gate_up.data(), 2 * f, pool_);
+  kernels::Gemm(ws_.normed.data(), total, h, w.gate_proj, nullptr, ws_.gate_up.data(), 2 * f,
+                pool_);
   kernels::Gemm(ws_.normed.data(), total, h, w.up_proj, nullptr, ws_.gate_up.data() + f, 2 * f,
                 pool_);
   kernels::SiluMul(ws_.gate_up.data(), total, f, ws_.mlp.data());
@@ -184,7 +187,8 @@ void Model::ComputeLogits(std::span<const ForwardSequence> batch, std::vector<fl
   kernels::RmsNorm(ws_.normed.data(), weights_->final_norm.data(),
                    static_cast<float>(config_.rms_norm_eps), rows, h, ws_.normed.data());
   logits.resize(rows * vocab);
-  kernels::Gemm(ws_.normed.data(), rows, h, weights_->lm_head, nullptr, logits.data(), vocab, pool_);
+  kernels::Gemm(ws_.normed.data(), rows, h, weights_->lm_head, nullptr, logits.data(), vocab,
+                pool_);
 }
 
 }  // namespace tandem::model

@@ -71,7 +71,8 @@ absl::StatusOr<RopeScaling> ParseRopeScaling(const json& j, std::string_view sou
     }
   } else {
     return absl::UnimplementedError(absl::StrCat(std::string(source), ": rope_scaling type \"",
-                                                 type, "\" is not supported (default, linear, llama3)"));
+                                                 type,
+                                                 "\" is not supported (default, linear, llama3)"));
   }
   return rs;
 }
@@ -115,7 +116,8 @@ absl::Status ParseShape(const JsonFields& f, ModelConfig& c) {
   int64_t default_head_dim = c.hidden_size / heads;
   TANDEM_ASSIGN_OR_RETURN(int64_t head_dim, f.IntOr("head_dim", default_head_dim, 1, kMaxHeadDim));
   if (!f.HasValue("head_dim") && c.hidden_size % heads != 0) {
-    return f.Error("hidden_size", "must be divisible by num_attention_heads when head_dim is unset");
+    return f.Error("hidden_size",
+                   "must be divisible by num_attention_heads when head_dim is unset");
   }
   if (head_dim % 2 != 0) return f.Error("head_dim", "must be even for rotary embeddings");
   c.head_dim = static_cast<int>(head_dim);
@@ -233,8 +235,8 @@ std::vector<float> ModelConfig::RopeInvFreq() const {
       if (wavelen > low_wavelen) {
         f /= rs.factor;
       } else if (wavelen >= high_wavelen) {
-        double smooth = (old_len / wavelen - rs.low_freq_factor) /
-                        (rs.high_freq_factor - rs.low_freq_factor);
+        double smooth =
+            (old_len / wavelen - rs.low_freq_factor) / (rs.high_freq_factor - rs.low_freq_factor);
         f = (1 - smooth) * f / rs.factor + smooth * f;
       }
     }

@@ -21,8 +21,8 @@ struct RopeScaling {
   enum class Type { kNone, kLinear, kLlama3 };
   Type type = Type::kNone;
   double factor = 1.0;
-  double low_freq_factor = 1.0;            // llama3
-  double high_freq_factor = 4.0;           // llama3
+  double low_freq_factor = 1.0;                     // llama3
+  double high_freq_factor = 4.0;                    // llama3
   int64_t original_max_position_embeddings = 8192;  // llama3
 };
 

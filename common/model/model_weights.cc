@@ -56,8 +56,8 @@ class WeightBinder {
       if (used_.contains(name)) continue;
       // Old Llama checkpoints carry RoPE buffers; they are recomputed, not read.
       if (absl::EndsWith(name, "rotary_emb.inv_freq")) continue;
-      return absl::InvalidArgumentError(absl::StrCat(
-          slot.file->path(), ": unexpected tensor \"", name, "\" (not part of this architecture)"));
+      return absl::InvalidArgumentError(absl::StrCat(slot.file->path(), ": unexpected tensor \"",
+                                                     name, "\" (not part of this architecture)"));
     }
     return absl::OkStatus();
   }
@@ -99,9 +99,9 @@ class WeightBinder {
       case StDType::kBF16:
         return DType::kBF16;
       default:
-        return absl::InvalidArgumentError(
-            absl::StrCat(s.file->path(), ": tensor \"", s.entry->name, "\" has dtype ",
-                         std::string(StDTypeName(s.entry->dtype)), "; weights must be F32, F16 or BF16"));
+        return absl::InvalidArgumentError(absl::StrCat(
+            s.file->path(), ": tensor \"", s.entry->name, "\" has dtype ",
+            std::string(StDTypeName(s.entry->dtype)), "; weights must be F32, F16 or BF16"));
     }
   }
 
@@ -172,7 +172,8 @@ absl::Status BindLayer(WeightBinder& b, const ModelConfig& c, int i, LayerWeight
     TANDEM_ASSIGN_OR_RETURN(l.q_norm, b.Vector(p + "self_attn.q_norm.weight", c.head_dim));
     TANDEM_ASSIGN_OR_RETURN(l.k_norm, b.Vector(p + "self_attn.k_norm.weight", c.head_dim));
   }
-  TANDEM_ASSIGN_OR_RETURN(l.post_attention_norm, b.Vector(p + "post_attention_layernorm.weight", h));
+  TANDEM_ASSIGN_OR_RETURN(l.post_attention_norm,
+                          b.Vector(p + "post_attention_layernorm.weight", h));
   TANDEM_ASSIGN_OR_RETURN(l.gate_proj, b.Matrix(p + "mlp.gate_proj.weight", f, h));
   TANDEM_ASSIGN_OR_RETURN(l.up_proj, b.Matrix(p + "mlp.up_proj.weight", f, h));
   TANDEM_ASSIGN_OR_RETURN(l.down_proj, b.Matrix(p + "mlp.down_proj.weight", h, f));

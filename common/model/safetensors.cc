@@ -20,10 +20,10 @@ struct DTypeSpec {
   size_t size;
 };
 constexpr DTypeSpec kDTypes[] = {
-    {"F64", StDType::kF64, 8},     {"F32", StDType::kF32, 4},        {"F16", StDType::kF16, 2},
-    {"BF16", StDType::kBF16, 2},   {"I64", StDType::kI64, 8},        {"I32", StDType::kI32, 4},
-    {"I16", StDType::kI16, 2},     {"I8", StDType::kI8, 1},          {"U8", StDType::kU8, 1},
-    {"BOOL", StDType::kBool, 1},   {"F8_E4M3", StDType::kF8E4M3, 1}, {"F8_E5M2", StDType::kF8E5M2, 1},
+    {"F64", StDType::kF64, 8},   {"F32", StDType::kF32, 4},        {"F16", StDType::kF16, 2},
+    {"BF16", StDType::kBF16, 2}, {"I64", StDType::kI64, 8},        {"I32", StDType::kI32, 4},
+    {"I16", StDType::kI16, 2},   {"I8", StDType::kI8, 1},          {"U8", StDType::kU8, 1},
+    {"BOOL", StDType::kBool, 1}, {"F8_E4M3", StDType::kF8E4M3, 1}, {"F8_E5M2", StDType::kF8E5M2, 1},
 };
 
 absl::Status EntryError(std::string_view file, const std::string& tensor, std::string_view what) {
@@ -101,8 +101,8 @@ absl::StatusOr<std::vector<TensorEntry>> ParseSafetensorsHeader(const uint8_t* f
                                                                 uint64_t* data_start) {
   std::string fname(file_name);
   if (size < 8) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(fname, ": truncated: ", size, " bytes, shorter than the 8-byte header length"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        fname, ": truncated: ", size, " bytes, shorter than the 8-byte header length"));
   }
   uint64_t header_len = 0;
   for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | file[i];

@@ -26,7 +26,8 @@ int32_t ArgMax(std::span<const float> logits) {
 
 Sampler::Sampler(const SamplingParams& params) : params_(params) {
   uint64_t seed = params.seed;
-  if (seed == 0) seed = (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
+  if (seed == 0)
+    seed = (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
   rng_.seed(seed);
 }
 

@@ -35,7 +35,8 @@ absl::StatusOr<CliArgs> CliArgs::Parse(int argc, char** argv,
 
 absl::StatusOr<std::string> CliArgs::String(const std::string& name) const {
   auto it = values_.find(name);
-  if (it == values_.end()) return absl::InvalidArgumentError(absl::StrCat("--", name, " is required"));
+  if (it == values_.end())
+    return absl::InvalidArgumentError(absl::StrCat("--", name, " is required"));
   return it->second;
 }
 
@@ -71,7 +72,7 @@ absl::StatusOr<int64_t> ParseByteSize(const std::string& text) {
   absl::ConsumeSuffix(&s, "B");
   int64_t mult = 1;
   const std::pair<const char*, int64_t> suffixes[] = {
-      {"Ki", 1LL << 10}, {"Mi", 1LL << 20}, {"Gi", 1LL << 30}, {"Ti", 1LL << 40},
+      {"Ki", 1LL << 10}, {"Mi", 1LL << 20}, {"Gi", 1LL << 30},   {"Ti", 1LL << 40},
       {"K", 1000LL},     {"M", 1000000LL},  {"G", 1000000000LL}, {"T", 1000000000000LL}};
   for (const auto& [suffix, m] : suffixes) {
     if (absl::ConsumeSuffix(&s, suffix)) {
@@ -81,8 +82,8 @@ absl::StatusOr<int64_t> ParseByteSize(const std::string& text) {
   }
   double v;
   if (!absl::SimpleAtod(std::string(s), &v) || !(v >= 0) || v * mult > 9e18) {
-    return absl::InvalidArgumentError(absl::StrCat("bad byte size \"", text,
-                                                   "\" (examples: 1073741824, 80GiB, 16G)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("bad byte size \"", text, "\" (examples: 1073741824, 80GiB, 16G)"));
   }
   return static_cast<int64_t>(v * mult);
 }
@@ -91,13 +92,15 @@ absl::StatusOr<int64_t> CliArgs::BytesOr(const std::string& name, int64_t fallba
   auto it = values_.find(name);
   if (it == values_.end()) return fallback;
   auto v = ParseByteSize(it->second);
-  if (!v.ok()) return absl::InvalidArgumentError(absl::StrCat("--", name, ": ", v.status().message()));
+  if (!v.ok())
+    return absl::InvalidArgumentError(absl::StrCat("--", name, ": ", v.status().message()));
   return v;
 }
 
 absl::StatusOr<std::vector<int32_t>> CliArgs::IntList(const std::string& name) const {
   auto it = values_.find(name);
-  if (it == values_.end()) return absl::InvalidArgumentError(absl::StrCat("--", name, " is required"));
+  if (it == values_.end())
+    return absl::InvalidArgumentError(absl::StrCat("--", name, " is required"));
   std::vector<int32_t> out;
   for (absl::string_view part : absl::StrSplit(it->second, ',', absl::SkipWhitespace())) {
     int32_t v;
@@ -112,7 +115,8 @@ absl::StatusOr<std::vector<int32_t>> CliArgs::IntList(const std::string& name) c
 
 absl::Status CliArgs::CheckKnown(const std::set<std::string>& known) const {
   for (const auto& [name, value] : values_) {
-    if (!known.contains(name)) return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name));
+    if (!known.contains(name))
+      return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name));
   }
   return absl::OkStatus();
 }

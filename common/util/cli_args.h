@@ -14,7 +14,8 @@ namespace tandem {
 // positional words. Switches must be declared so `--switch positional` parses unambiguously.
 class CliArgs {
  public:
-  static absl::StatusOr<CliArgs> Parse(int argc, char** argv, const std::set<std::string>& switches);
+  static absl::StatusOr<CliArgs> Parse(int argc, char** argv,
+                                       const std::set<std::string>& switches);
 
   const std::vector<std::string>& positional() const { return positional_; }
   bool Has(const std::string& name) const { return values_.contains(name); }

@@ -31,7 +31,8 @@ absl::StatusOr<int64_t> JsonFields::Int(std::string_view key, int64_t min, int64
     return Error(key, absl::StrCat("must be an integer, got ", it->dump()));
   }
   if (v < min || v > max) {
-    return Error(key, absl::StrCat("is ", v, ", outside the accepted range [", min, ", ", max, "]"));
+    return Error(key,
+                 absl::StrCat("is ", v, ", outside the accepted range [", min, ", ", max, "]"));
   }
   return v;
 }
@@ -48,7 +49,8 @@ absl::StatusOr<double> JsonFields::Number(std::string_view key, double min, doub
   if (!it->is_number()) return Error(key, absl::StrCat("must be a number, got ", it->dump()));
   double v = it->get<double>();
   if (!std::isfinite(v) || v < min || v > max) {
-    return Error(key, absl::StrCat("is ", v, ", outside the accepted range [", min, ", ", max, "]"));
+    return Error(key,
+                 absl::StrCat("is ", v, ", outside the accepted range [", min, ", ", max, "]"));
   }
   return v;
 }

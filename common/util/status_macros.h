@@ -4,9 +4,9 @@
 #include "absl/status/statusor.h"
 
 // Propagates a non-OK absl::Status to the caller.
-#define TANDEM_RETURN_IF_ERROR(expr)                \
-  do {                                              \
-    ::absl::Status tandem_status_ = (expr);         \
+#define TANDEM_RETURN_IF_ERROR(expr)                 \
+  do {                                               \
+    ::absl::Status tandem_status_ = (expr);          \
     if (!tandem_status_.ok()) return tandem_status_; \
   } while (0)
 

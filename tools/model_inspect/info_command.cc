@@ -40,8 +40,7 @@ absl::Status RunInfo(const CliArgs& args) {
   std::printf("context length: %lld\n", static_cast<long long>(c.ContextLength()));
   std::printf("layers: %d\nhidden size: %lld\nintermediate size: %lld\n", c.num_layers,
               static_cast<long long>(c.hidden_size), static_cast<long long>(c.intermediate_size));
-  std::printf("attention heads: %d\nkv heads: %d (%s)\nhead dim: %d\n", c.num_heads,
-              c.num_kv_heads,
+  std::printf("attention heads: %d\nkv heads: %d (%s)\nhead dim: %d\n", c.num_heads, c.num_kv_heads,
               c.num_kv_heads == c.num_heads ? "MHA" : (c.num_kv_heads == 1 ? "MQA" : "GQA"),
               c.head_dim);
   std::printf("vocab size: %lld\ntied embeddings: %s\n", static_cast<long long>(c.vocab_size),
@@ -57,7 +56,8 @@ absl::Status RunInfo(const CliArgs& args) {
 }
 
 absl::Status RunKvCache(const CliArgs& args) {
-  TANDEM_RETURN_IF_ERROR(args.CheckKnown({"model", "kv-cache", "context", "kv-dtype", "memory", "threads"}));
+  TANDEM_RETURN_IF_ERROR(
+      args.CheckKnown({"model", "kv-cache", "context", "kv-dtype", "memory", "threads"}));
   TANDEM_ASSIGN_OR_RETURN(std::string dir, args.String("model"));
   TANDEM_ASSIGN_OR_RETURN(model::ModelConfig c, model::ModelConfig::FromDirectory(dir));
   std::string dtype_name = args.StringOr("kv-dtype", "auto");
@@ -81,8 +81,8 @@ absl::Status RunKvCache(const CliArgs& args) {
   std::printf("bytes per token per layer: %llu\n", static_cast<unsigned long long>(per_layer));
   std::printf("bytes per token: %llu\n", static_cast<unsigned long long>(per_token));
   double seq_bytes = static_cast<double>(per_token) * static_cast<double>(context);
-  std::printf("bytes for one sequence of %lld tokens: %.0f (%s)\n",
-              static_cast<long long>(context), seq_bytes, HumanBytes(seq_bytes).c_str());
+  std::printf("bytes for one sequence of %lld tokens: %.0f (%s)\n", static_cast<long long>(context),
+              seq_bytes, HumanBytes(seq_bytes).c_str());
   std::printf("note: KV memory grows linearly with sequence length (not quadratically)\n");
   if (memory > 0) {
     std::printf("tokens that fit in %lld bytes (%s): %llu\n", static_cast<long long>(memory),

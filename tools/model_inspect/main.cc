@@ -27,7 +27,8 @@ Common: --threads N (default: TANDEM_NUM_THREADS or all cores).
 int main(int argc, char** argv) {
   auto args = tandem::CliArgs::Parse(argc, argv, {"kv-cache", "ignore-eos", "help"});
   if (!args.ok()) {
-    std::fprintf(stderr, "model-inspect: %s\n%s", std::string(args.status().message()).c_str(), kUsage);
+    std::fprintf(stderr, "model-inspect: %s\n%s", std::string(args.status().message()).c_str(),
+                 kUsage);
     return 2;
   }
   const auto& pos = args->positional();

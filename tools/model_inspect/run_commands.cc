@@ -67,9 +67,9 @@ absl::Status RunForward(const CliArgs& args) {
   auto t0 = Clock::now();
   TANDEM_RETURN_IF_ERROR(model->Forward({&seq, 1}, kv->pool_base(), kv->layout(), logits));
   auto t1 = Clock::now();
-  TANDEM_RETURN_IF_ERROR(WriteStringToFile(
-      out_path, std::string_view(reinterpret_cast<const char*>(logits.data()),
-                                 logits.size() * sizeof(float))));
+  TANDEM_RETURN_IF_ERROR(
+      WriteStringToFile(out_path, std::string_view(reinterpret_cast<const char*>(logits.data()),
+                                                   logits.size() * sizeof(float))));
   std::fprintf(stderr, "forward: %zu tokens in %.3f s; logits [%zu, %lld] -> %s\n", tokens.size(),
                Seconds(t0, t1), tokens.size(), static_cast<long long>(c.vocab_size),
                out_path.c_str());
@@ -123,8 +123,9 @@ absl::Status RunGenerate(const CliArgs& args) {
   std::fprintf(stderr,
                "generate: prompt %zu tokens, %zu generated (finish: %s); prefill %.3f s "
                "(%.1f tok/s), decode %.1f tok/s\n",
-               tokens.size(), generated.size(), std::string(engine::FinishReasonName(finish)).c_str(),
-               Seconds(t0, first_token), tokens.size() / std::max(1e-9, Seconds(t0, first_token)),
+               tokens.size(), generated.size(),
+               std::string(engine::FinishReasonName(finish)).c_str(), Seconds(t0, first_token),
+               tokens.size() / std::max(1e-9, Seconds(t0, first_token)),
                decode_s > 0 ? (generated.size() - 1) / decode_s : 0.0);
   return absl::OkStatus();
 }

@@ -9,10 +9,10 @@ namespace tandem::kernels {
 
 // One sequence's share of a batch for paged attention.
 struct AttentionSequence {
-  const float* q = nullptr;      // [num_tokens, num_heads, head_dim] queries of the new tokens
-  float* out = nullptr;          // [num_tokens, num_heads, head_dim]
-  int num_tokens = 0;            // new tokens, at positions start_pos .. start_pos+num_tokens-1
-  int64_t start_pos = 0;         // position of the first new token in the sequence
+  const float* q = nullptr;  // [num_tokens, num_heads, head_dim] queries of the new tokens
+  float* out = nullptr;      // [num_tokens, num_heads, head_dim]
+  int num_tokens = 0;        // new tokens, at positions start_pos .. start_pos+num_tokens-1
+  int64_t start_pos = 0;     // position of the first new token in the sequence
   const int32_t* block_table = nullptr;  // block ids covering positions 0..start_pos+num_tokens-1
 };
 

@@ -109,7 +109,8 @@ class EngineTest : public ::testing::Test {
   std::vector<Request> MixedRequests(int n, int max_tokens) {
     std::vector<Request> rs;
     for (int i = 0; i < n; ++i) {
-      rs.push_back(Greedy("r" + std::to_string(i), RandomPrompt(1 + 9 * i, 100 + i, 128), max_tokens));
+      rs.push_back(
+          Greedy("r" + std::to_string(i), RandomPrompt(1 + 9 * i, 100 + i, 128), max_tokens));
     }
     return rs;
   }

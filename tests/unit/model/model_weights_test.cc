@@ -81,7 +81,9 @@ TEST(ModelWeightsTest, MalformedDirectoriesGiveClearErrors) {
   std::vector<Case> cases = {
       {[](auto& h) { h.erase("model.layers.1.mlp.up_proj.weight"); },
        "missing tensor \"model.layers.1.mlp.up_proj.weight\""},
-      {[](auto& h) { h["model.layers.0.self_attn.q_proj.weight"]["shape"] = {32, 128}; },
+      {[](auto& h) {
+         h["model.layers.0.self_attn.q_proj.weight"]["shape"] = {32, 128};
+       },
        "model.layers.0.self_attn.q_proj.weight\" has shape [32, 128]"},
       {[](auto& h) {
          auto e = h["model.norm.weight"];

@@ -38,7 +38,9 @@ TEST(SafetensorsTest, ParsesEntries) {
       EXPECT_EQ(e.dtype, StDType::kF32);
       EXPECT_EQ(e.shape, (std::vector<int64_t>{2, 3}));
     }
-    if (e.name == "s") EXPECT_TRUE(e.shape.empty());
+    if (e.name == "s") {
+      EXPECT_TRUE(e.shape.empty());
+    }
   }
 }
 

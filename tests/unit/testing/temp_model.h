@@ -17,6 +17,7 @@ std::string MakeTempDir(const std::string& prefix);
 std::string WriteTempModel(const make_random_model::ModelSpec& spec, int shards = 1);
 
 // A tiny f32 model spec of `arch` used by engine and model tests.
-make_random_model::ModelSpec TinySpec(make_random_model::Arch arch = make_random_model::Arch::kLlama);
+make_random_model::ModelSpec TinySpec(
+    make_random_model::Arch arch = make_random_model::Arch::kLlama);
 
 }  // namespace tandem::testing
