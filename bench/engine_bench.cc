@@ -2,7 +2,7 @@
 // directory, with the memory-bandwidth bound beside each decode figure. Prints a Markdown table.
 //
 //   engine-bench --model DIR [--prompt-lens 128,512,2048] [--batches 1,8,32]
-//                [--decode-steps 32] [--repeats 3] [--threads N]
+//                [--decode-steps 32] [--repeats 3] [--threads N] [--weight-memory mmap|hugepages]
 #include <immintrin.h>
 
 #include <algorithm>
@@ -106,7 +106,7 @@ absl::StatusOr<double> TimeDecode(model::Model& m, int batch, int steps) {
 
 absl::Status Run(const CliArgs& args) {
   TANDEM_RETURN_IF_ERROR(args.CheckKnown(
-      {"model", "prompt-lens", "batches", "decode-steps", "repeats", "threads", "skip-bandwidth"}));
+      {"model", "prompt-lens", "batches", "decode-steps", "repeats", "threads", "skip-bandwidth", "weight-memory"}));
   TANDEM_ASSIGN_OR_RETURN(std::string dir, args.String("model"));
   std::vector<int32_t> lens = {128, 512, 2048}, batches = {1, 8, 32};
   if (args.Has("prompt-lens")) {
@@ -119,7 +119,10 @@ absl::Status Run(const CliArgs& args) {
   TANDEM_ASSIGN_OR_RETURN(int64_t repeats, args.IntOr("repeats", 3));
   TANDEM_ASSIGN_OR_RETURN(int64_t threads, args.IntOr("threads", 0));
   ThreadPool pool(static_cast<int>(threads));
-  TANDEM_ASSIGN_OR_RETURN(auto model, model::Model::Load(dir, pool));
+  model::WeightLoadOptions load;
+  TANDEM_ASSIGN_OR_RETURN(load.memory,
+                          model::ParseWeightMemory(args.StringOr("weight-memory", "mmap")));
+  TANDEM_ASSIGN_OR_RETURN(auto model, model::Model::Load(dir, pool, load));
   const double weight_bytes = static_cast<double>(model->weights().total_bytes);
   // The decode pass reads every matrix but the embedding (only rows are gathered from it).
   const auto& emb = model->weights().embed_tokens;
@@ -130,7 +133,8 @@ absl::Status Run(const CliArgs& args) {
   std::printf("model: %s, %.1f M parameters, %s weights (%.1f MiB read per decode step)\n",
               dir.c_str(), model->config().ParameterCount() / 1e6,
               std::string(DTypeName(model->weights().dtype)).c_str(), read_bytes / (1 << 20));
-  std::printf("threads: %d, measured read bandwidth: %.2f GB/s\n\n", pool.num_threads(), bw / 1e9);
+  std::printf("threads: %d, weight memory: %s, measured read bandwidth: %.2f GB/s\n\n",
+              pool.num_threads(), args.StringOr("weight-memory", "mmap").c_str(), bw / 1e9);
   std::printf(
       "| phase | size | tokens/s (median of %lld) | bandwidth bound tokens/s | of bound |\n",
       static_cast<long long>(repeats));

@@ -34,9 +34,11 @@ void Model::Workspace::Reserve(const ModelConfig& c, int64_t t) {
   Grow(positions, t);
 }
 
-absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir, ThreadPool& pool) {
+absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir, ThreadPool& pool,
+                                                   const WeightLoadOptions& options) {
   TANDEM_ASSIGN_OR_RETURN(ModelConfig config, ModelConfig::FromDirectory(dir));
-  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<ModelWeights> weights, ModelWeights::Load(dir, config));
+  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<ModelWeights> weights,
+                          ModelWeights::Load(dir, config, options));
   return std::make_unique<Model>(std::move(config), std::move(weights), pool);
 }
 
@@ -113,12 +115,12 @@ void Model::AttentionBlock(int layer, std::span<const ForwardSequence> batch, in
   const float eps = static_cast<float>(config_.rms_norm_eps);
 
   kernels::RmsNorm(ws_.hidden.data(), w.input_norm.data(), eps, total, h, ws_.normed.data());
-  kernels::Gemm(ws_.normed.data(), total, h, w.q_proj, BiasOrNull(w.q_bias), ws_.q.data(), qw,
-                pool_);
-  kernels::Gemm(ws_.normed.data(), total, h, w.k_proj, BiasOrNull(w.k_bias), ws_.k.data(), kvw,
-                pool_);
-  kernels::Gemm(ws_.normed.data(), total, h, w.v_proj, BiasOrNull(w.v_bias), ws_.v.data(), kvw,
-                pool_);
+  const kernels::GemmOutput qkv[] = {
+      {w.q_proj, BiasOrNull(w.q_bias), ws_.q.data(), qw},
+      {w.k_proj, BiasOrNull(w.k_bias), ws_.k.data(), kvw},
+      {w.v_proj, BiasOrNull(w.v_bias), ws_.v.data(), kvw},
+  };
+  kernels::GemmMulti(ws_.normed.data(), total, h, qkv, pool_);
   if (config_.qk_norm) {
     kernels::RmsNorm(ws_.q.data(), w.q_norm.data(), eps, total * nh, hd, ws_.q.data());
     kernels::RmsNorm(ws_.k.data(), w.k_norm.data(), eps, total * nkv, hd, ws_.k.data());
@@ -156,10 +158,11 @@ void Model::MlpBlock(int layer, int64_t total) {
   const float eps = static_cast<float>(config_.rms_norm_eps);
   kernels::RmsNorm(ws_.hidden.data(), w.post_attention_norm.data(), eps, total, h,
                    ws_.normed.data());
-  kernels::Gemm(ws_.normed.data(), total, h, w.gate_proj, nullptr, ws_.gate_up.data(), 2 * f,
-                pool_);
-  kernels::Gemm(ws_.normed.data(), total, h, w.up_proj, nullptr, ws_.gate_up.data() + f, 2 * f,
-                pool_);
+  const kernels::GemmOutput gate_up[] = {
+      {w.gate_proj, nullptr, ws_.gate_up.data(), 2 * f},
+      {w.up_proj, nullptr, ws_.gate_up.data() + f, 2 * f},
+  };
+  kernels::GemmMulti(ws_.normed.data(), total, h, gate_up, pool_);
   kernels::SiluMul(ws_.gate_up.data(), total, f, ws_.mlp.data());
   kernels::Gemm(ws_.mlp.data(), total, f, w.down_proj, nullptr, ws_.proj.data(), h, pool_);
   kernels::AddInPlace(ws_.hidden.data(), ws_.proj.data(), total * h);

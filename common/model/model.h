@@ -33,7 +33,8 @@ struct ForwardSequence {
 // parallelize inside each call on the model's thread pool.
 class Model {
  public:
-  static absl::StatusOr<std::unique_ptr<Model>> Load(const std::string& dir, ThreadPool& pool);
+  static absl::StatusOr<std::unique_ptr<Model>> Load(const std::string& dir, ThreadPool& pool,
+                                                     const WeightLoadOptions& options = {});
   // For tests and tools that build configs/weights themselves.
   Model(ModelConfig config, std::unique_ptr<ModelWeights> weights, ThreadPool& pool);
 

@@ -34,7 +34,8 @@ class WeightBinder {
                                                int64_t cols) {
     TANDEM_ASSIGN_OR_RETURN(auto slot, Find(name, {rows, cols}));
     TANDEM_ASSIGN_OR_RETURN(DType dtype, FloatType(slot));
-    return kernels::WeightMatrix{Aligned(slot, dtype), dtype, rows, cols};
+    TANDEM_ASSIGN_OR_RETURN(const void* data, Resident(slot, dtype));
+    return kernels::WeightMatrix{data, dtype, rows, cols};
   }
 
   absl::StatusOr<std::vector<float>> Vector(const std::string& name, int64_t n) {
@@ -105,10 +106,17 @@ class WeightBinder {
     }
   }
 
-  const void* Aligned(const Slot& s, DType dtype) {
+  // The tensor's bytes where the kernels will read them: the mapping itself, a copy in the
+  // huge-page arena, or an aligned copy when the file leaves them misaligned.
+  absl::StatusOr<const void*> Resident(const Slot& s, DType dtype) {
     const uint8_t* p = s.file->Data(*s.entry);
-    if (reinterpret_cast<uintptr_t>(p) % DTypeSize(dtype) == 0) return p;
     size_t n = s.entry->end - s.entry->begin;
+    if (w_.arena_ != nullptr) {
+      TANDEM_ASSIGN_OR_RETURN(uint8_t * copy, w_.arena_->Allocate(n));
+      std::memcpy(copy, p, n);
+      return copy;
+    }
+    if (reinterpret_cast<uintptr_t>(p) % DTypeSize(dtype) == 0) return p;
     auto copy = std::make_unique<uint8_t[]>(n);
     std::memcpy(copy.get(), p, n);
     w_.realigned_.push_back(std::move(copy));
@@ -182,9 +190,17 @@ absl::Status BindLayer(WeightBinder& b, const ModelConfig& c, int i, LayerWeight
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(const std::string& dir,
-                                                                 const ModelConfig& c) {
+absl::StatusOr<WeightMemory> ParseWeightMemory(std::string_view name) {
+  if (name == "mmap") return WeightMemory::kMmap;
+  if (name == "hugepages") return WeightMemory::kHugePages;
+  return absl::InvalidArgumentError(
+      absl::StrCat("weight memory must be mmap or hugepages, got \"", std::string(name), "\""));
+}
+
+absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(
+    const std::string& dir, const ModelConfig& c, const WeightLoadOptions& options) {
   auto w = std::make_unique<ModelWeights>();
+  if (options.memory == WeightMemory::kHugePages) w->arena_ = std::make_unique<HugePageArena>();
   TANDEM_ASSIGN_OR_RETURN(std::vector<std::string> paths, ListWeightFiles(dir));
   for (const auto& path : paths) {
     TANDEM_ASSIGN_OR_RETURN(auto file, SafetensorsFile::Open(path));

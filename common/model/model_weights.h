@@ -8,6 +8,7 @@
 #include "common/kernels/cpu/gemm.h"
 #include "common/model/model_config.h"
 #include "common/model/safetensors.h"
+#include "common/util/huge_page_arena.h"
 
 namespace tandem::model {
 
@@ -22,13 +23,25 @@ struct LayerWeights {
   kernels::WeightMatrix gate_proj, up_proj, down_proj;
 };
 
+// Where the large matrices live once loaded.
+enum class WeightMemory {
+  kMmap,       // zero-copy views of the memory-mapped files (shared page cache, fast start)
+  kHugePages,  // copied into anonymous 2 MiB-page memory: fewer TLB misses, faster decode
+};
+
+struct WeightLoadOptions {
+  WeightMemory memory = WeightMemory::kMmap;
+};
+
+absl::StatusOr<WeightMemory> ParseWeightMemory(std::string_view name);
+
 // All weights of a model directory, validated against its config: every expected tensor present
 // with the right shape and a float dtype, no unexpected tensors. Owns the mappings.
 class ModelWeights {
  public:
   // Loads DIR/model.safetensors or the shards listed in DIR/model.safetensors.index.json.
-  static absl::StatusOr<std::unique_ptr<ModelWeights>> Load(const std::string& dir,
-                                                            const ModelConfig& config);
+  static absl::StatusOr<std::unique_ptr<ModelWeights>> Load(
+      const std::string& dir, const ModelConfig& config, const WeightLoadOptions& options = {});
 
   kernels::WeightMatrix embed_tokens;
   kernels::WeightMatrix lm_head;  // equals embed_tokens when embeddings are tied
@@ -41,6 +54,7 @@ class ModelWeights {
   std::vector<std::unique_ptr<SafetensorsFile>> files_;
   // Copies of tensors whose mapped bytes are not aligned to their element size.
   std::vector<std::unique_ptr<uint8_t[]>> realigned_;
+  std::unique_ptr<HugePageArena> arena_;  // kHugePages only
   friend class WeightBinder;
 };
 

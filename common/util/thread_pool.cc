@@ -54,6 +54,24 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain,
   while (pending_.load(std::memory_order_acquire) != 0) _mm_pause();
 }
 
+void ThreadPool::ParallelForDynamic(int64_t n, int64_t chunk,
+                                    const std::function<void(int64_t, int64_t)>& fn) {
+  if (n <= 0) return;
+  chunk = std::max<int64_t>(1, chunk);
+  const int64_t chunks = (n + chunk - 1) / chunk;
+  if (chunks <= 1 || num_threads() == 1) {
+    fn(0, n);
+    return;
+  }
+  std::atomic<int64_t> next{0};
+  ParallelFor(std::min<int64_t>(num_threads(), chunks), 1, [&](int64_t, int64_t) {
+    for (int64_t c = next.fetch_add(1, std::memory_order_relaxed); c < chunks;
+         c = next.fetch_add(1, std::memory_order_relaxed)) {
+      fn(c * chunk, std::min(n, (c + 1) * chunk));
+    }
+  });
+}
+
 void ThreadPool::WorkerLoop(int index) {
   uint64_t seen = 0;
   for (;;) {

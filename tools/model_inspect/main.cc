@@ -19,7 +19,9 @@ constexpr char kUsage[] = R"(usage:
   model-inspect generate --model DIR --tokens 1,2,3 --max-tokens N [--temperature T]
                 [--top-p P] [--top-k K] [--seed S] [--ignore-eos] [--kv-dtype auto|...]
       prints the generated ids comma-separated on one line (timings go to stderr)
-Common: --threads N (default: TANDEM_NUM_THREADS or all cores).
+Common: --threads N (default: TANDEM_NUM_THREADS or all cores);
+        --weight-memory mmap|hugepages (default mmap: zero-copy views of the files;
+        hugepages copies the matrices into 2 MiB pages, faster decode, more memory).
 )";
 
 }  // namespace

@@ -38,16 +38,24 @@ absl::StatusOr<DType> KvDType(const CliArgs& args, const model::ModelConfig& c) 
   return ParseDType(name);
 }
 
+absl::StatusOr<std::unique_ptr<model::Model>> LoadModel(const CliArgs& args, ThreadPool& pool) {
+  TANDEM_ASSIGN_OR_RETURN(std::string dir, args.String("model"));
+  model::WeightLoadOptions options;
+  TANDEM_ASSIGN_OR_RETURN(options.memory,
+                          model::ParseWeightMemory(args.StringOr("weight-memory", "mmap")));
+  return model::Model::Load(dir, pool, options);
+}
+
 }  // namespace
 
 absl::Status RunForward(const CliArgs& args) {
-  TANDEM_RETURN_IF_ERROR(args.CheckKnown({"model", "tokens", "logits-out", "kv-dtype", "threads"}));
+  TANDEM_RETURN_IF_ERROR(args.CheckKnown({"model", "tokens", "logits-out", "kv-dtype", "threads", "weight-memory"}));
   TANDEM_ASSIGN_OR_RETURN(std::string dir, args.String("model"));
   TANDEM_ASSIGN_OR_RETURN(std::vector<int32_t> tokens, args.IntList("tokens"));
   TANDEM_ASSIGN_OR_RETURN(std::string out_path, args.String("logits-out"));
   if (tokens.empty()) return absl::InvalidArgumentError("--tokens is empty");
   TANDEM_ASSIGN_OR_RETURN(auto pool, MakePool(args));
-  TANDEM_ASSIGN_OR_RETURN(auto model, model::Model::Load(dir, *pool));
+  TANDEM_ASSIGN_OR_RETURN(auto model, LoadModel(args, *pool));
   const auto& c = model->config();
   TANDEM_ASSIGN_OR_RETURN(DType kv_dtype, KvDType(args, c));
   kv::KvCacheOptions kv_options;
@@ -78,7 +86,8 @@ absl::Status RunForward(const CliArgs& args) {
 
 absl::Status RunGenerate(const CliArgs& args) {
   TANDEM_RETURN_IF_ERROR(args.CheckKnown({"model", "tokens", "max-tokens", "temperature", "top-p",
-                                          "top-k", "seed", "ignore-eos", "kv-dtype", "threads"}));
+                                          "top-k", "seed", "ignore-eos", "kv-dtype", "threads",
+                                          "weight-memory"}));
   TANDEM_ASSIGN_OR_RETURN(std::string dir, args.String("model"));
   TANDEM_ASSIGN_OR_RETURN(std::vector<int32_t> tokens, args.IntList("tokens"));
   engine::Request request;
@@ -96,7 +105,7 @@ absl::Status RunGenerate(const CliArgs& args) {
                       .top_k = static_cast<int>(std::clamp<int64_t>(top_k, -1, 1 << 30)),
                       .seed = static_cast<uint64_t>(seed)};
   TANDEM_ASSIGN_OR_RETURN(auto pool, MakePool(args));
-  TANDEM_ASSIGN_OR_RETURN(auto model, model::Model::Load(dir, *pool));
+  TANDEM_ASSIGN_OR_RETURN(auto model, LoadModel(args, *pool));
   engine::EngineOptions options;
   TANDEM_ASSIGN_OR_RETURN(options.kv_dtype, KvDType(args, model->config()));
   options.model_id = dir;

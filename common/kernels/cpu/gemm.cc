@@ -116,19 +116,40 @@ namespace internal {
 
 void GemmStreaming(const float* x, int64_t m, int64_t x_stride, const WeightMatrix& w,
                    const float* bias, float* y, int64_t y_stride, ThreadPool& pool) {
-  const int64_t groups = (w.rows + kGemvRows - 1) / kGemvRows;
-  // Each share should stream at least ~256 KiB of weights, or thread wake-up dominates.
-  const int64_t grain = std::max<int64_t>(1, (256 << 10) / (kGemvRows * 2 * w.cols + 1));
-  pool.ParallelFor(groups, grain, [&](int64_t g0, int64_t g1) {
-    const int64_t n0 = g0 * kGemvRows;
-    const int64_t n1 = std::min(w.rows, g1 * kGemvRows);
-    switch (w.dtype) {
-      case DType::kF32:
-        return GemvRange<DType::kF32>(x, m, x_stride, w, bias, y, y_stride, n0, n1);
-      case DType::kF16:
-        return GemvRange<DType::kF16>(x, m, x_stride, w, bias, y, y_stride, n0, n1);
-      case DType::kBF16:
-        return GemvRange<DType::kBF16>(x, m, x_stride, w, bias, y, y_stride, n0, n1);
+  const GemmOutput out{w, bias, y, y_stride};
+  GemmStreamingMulti(x, m, x_stride, {&out, 1}, pool);
+}
+
+void GemmStreamingMulti(const float* x, int64_t m, int64_t x_stride,
+                        std::span<const GemmOutput> outputs, ThreadPool& pool) {
+  // Groups of kGemvRows weight rows, numbered across all outputs in order.
+  int64_t total_groups = 0, cols = 0;
+  for (const auto& o : outputs) {
+    total_groups += (o.w.rows + kGemvRows - 1) / kGemvRows;
+    cols = o.w.cols;
+  }
+  // A chunk streams ~256 KiB of weights: long enough that taking one costs nothing, short
+  // enough that a thread slowed by a noisy neighbour leaves little work at the barrier.
+  const int64_t chunk = std::max<int64_t>(1, (256 << 10) / (kGemvRows * 2 * cols + 1));
+  pool.ParallelForDynamic(total_groups, chunk, [&](int64_t g0, int64_t g1) {
+    int64_t first = 0;  // global index of the current output's first group
+    for (const auto& o : outputs) {
+      const int64_t groups = (o.w.rows + kGemvRows - 1) / kGemvRows;
+      const int64_t b = std::max(g0, first) - first, e = std::min(g1, first + groups) - first;
+      first += groups;
+      if (b >= e) continue;
+      const int64_t n0 = b * kGemvRows, n1 = std::min(o.w.rows, e * kGemvRows);
+      switch (o.w.dtype) {
+        case DType::kF32:
+          GemvRange<DType::kF32>(x, m, x_stride, o.w, o.bias, o.y, o.y_stride, n0, n1);
+          break;
+        case DType::kF16:
+          GemvRange<DType::kF16>(x, m, x_stride, o.w, o.bias, o.y, o.y_stride, n0, n1);
+          break;
+        case DType::kBF16:
+          GemvRange<DType::kBF16>(x, m, x_stride, o.w, o.bias, o.y, o.y_stride, n0, n1);
+          break;
+      }
     }
   });
 }
@@ -148,6 +169,19 @@ void Gemm(const float* x, int64_t m, int64_t x_stride, const WeightMatrix& w, co
   } else {
     internal::GemmTiled(x, m, x_stride, w, bias, y, y_stride, pool);
   }
+}
+
+}  // namespace tandem::kernels
+
+namespace tandem::kernels {
+
+void GemmMulti(const float* x, int64_t m, int64_t x_stride, std::span<const GemmOutput> outputs,
+               ThreadPool& pool) {
+  if (m <= 0) return;
+  bool all_streamable = m <= kDecodeMaxM;
+  for (const auto& o : outputs) all_streamable &= o.w.rows > 0 && o.w.cols > 0;
+  if (all_streamable) return internal::GemmStreamingMulti(x, m, x_stride, outputs, pool);
+  for (const auto& o : outputs) Gemm(x, m, x_stride, o.w, o.bias, o.y, o.y_stride, pool);
 }
 
 }  // namespace tandem::kernels

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "common/util/dtype.h"
 #include "common/util/thread_pool.h"
@@ -22,5 +23,19 @@ struct WeightMatrix {
 // rows of x; for large M the kernel tiles so weight conversion is amortized. Threads split N.
 void Gemm(const float* x, int64_t m, int64_t x_stride, const WeightMatrix& w, const float* bias,
           float* y, int64_t y_stride, ThreadPool& pool);
+
+// One product of GemmMulti: y = x * w^T + bias.
+struct GemmOutput {
+  WeightMatrix w;
+  const float* bias = nullptr;
+  float* y = nullptr;
+  int64_t y_stride = 0;
+};
+
+// Several products of the same x (q/k/v, gate/up) in one parallel region: for small M the
+// rows of all weights are streamed as one range, so threads meet at one barrier, not several.
+// Every w must have x's column count.
+void GemmMulti(const float* x, int64_t m, int64_t x_stride, std::span<const GemmOutput> outputs,
+               ThreadPool& pool);
 
 }  // namespace tandem::kernels

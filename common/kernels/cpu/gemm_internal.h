@@ -15,6 +15,10 @@ namespace tandem::kernels::internal {
 void GemmStreaming(const float* x, int64_t m, int64_t x_stride, const WeightMatrix& w,
                    const float* bias, float* y, int64_t y_stride, ThreadPool& pool);
 
+// GemmStreaming over several weights at once (see GemmMulti).
+void GemmStreamingMulti(const float* x, int64_t m, int64_t x_stride,
+                        std::span<const GemmOutput> outputs, ThreadPool& pool);
+
 // Converts cache-sized weight panels to f32 once and runs a register-blocked kernel over all M
 // rows against each. Best for large M (prefill), where FMA throughput is the limit.
 void GemmTiled(const float* x, int64_t m, int64_t x_stride, const WeightMatrix& w,

@@ -1,15 +1,15 @@
-// Prefill GEMM: y = x * W^T + bias for large M.
+// Prefill GEMM: y = x * W^T + bias for large M, as a BLIS-style packed outer-product kernel.
 //
-// BLIS-style blocking, arranged for W in [N, K] layout: a panel of kNc weight rows x kKc columns
-// is converted to f32 into a thread-local buffer that stays in L2, then every 4-row slice of x
-// (16 KiB, held in L1) is run against all of the panel's 3-row slices by a 4x3 dot-product
-// microkernel. The M loop is inside the packing loop, so each weight element is converted once
-// per call (per M slice when M is split across threads).
+// W ([N, K], any dtype) is packed block by block into f32 micro-panels of kNr weight rows
+// stored k-major ([kc][kNr]), so the microkernel reads two vectors of weights per k and
+// broadcasts one x element per row of x: 12 independent FMA chains on 6 x 16 outputs with
+// 2 + 6 loads per 12 FMAs. Rows of y are contiguous in the tile, so results are stored as
+// vectors. Loops: N blocks (threads split these) > K blocks > M (6 rows) > micro-panels; the
+// packed block (kNb x kKc f32, 64 KiB) and the y block stay in L2 while all of M streams past.
 
 #include <immintrin.h>
 
 #include <algorithm>
-#include <cstring>
 #include <vector>
 
 #include "common/kernels/cpu/gemm_internal.h"
@@ -18,105 +18,156 @@
 namespace tandem::kernels::internal {
 namespace {
 
-constexpr int kMr = 4;       // x rows per microkernel
-constexpr int kNr = 3;       // weight rows per microkernel: 12 accumulators + 3 + 1 = 16 regs
-constexpr int64_t kNc = 96;  // weight rows per packed panel (multiple of kNr)
-// Columns per panel: 96 x 1024 x 4 B = 384 KiB of the 512 KiB L2. Long enough that the 12
-// horizontal sums and stores ending each microkernel call cost little (measured best of
-// 256..2048 on Zen 3).
-constexpr int64_t kKc = 1024;
+constexpr int kMr = 6;        // rows of x per microkernel (broadcast operand)
+constexpr int kNr = 16;       // weight rows per micro-panel (two vectors)
+constexpr int64_t kKc = 256;  // K per block: a micro-panel is 16 KiB, half of L1
+constexpr int64_t kNb = 64;   // weight rows packed per block (4 micro-panels)
 
-// Dot-product microkernel: acc[i][j] accumulates x[i, :kc] . wp[j, :kc] lane-wise and is reduced
-// once at the end, so no transpose of W is needed. `wp` rows are zero-padded to a multiple of 8;
-// the x tail is read with a mask so nothing past the row is touched.
-template <int MR, int NR>
-void DotTile(const float* x, int64_t x_stride, const float* wp, int64_t wp_stride, int64_t kc,
-             const float* bias, bool accumulate, float* y, int64_t y_stride) {
-  __m256 acc[MR][NR];
-  TANDEM_UNROLL
-  for (int i = 0; i < MR; ++i) TANDEM_UNROLL
-  for (int j = 0; j < NR; ++j) acc[i][j] = _mm256_setzero_ps();
+// Transposes 8 vectors in place: afterwards v[c] holds element c of each input vector.
+inline void Transpose8x8(__m256 (&v)[8]) {
+  __m256 t[8], s[8];
+  for (int i = 0; i < 4; ++i) {
+    t[2 * i] = _mm256_unpacklo_ps(v[2 * i], v[2 * i + 1]);
+    t[2 * i + 1] = _mm256_unpackhi_ps(v[2 * i], v[2 * i + 1]);
+  }
+  for (int h = 0; h < 2; ++h) {
+    const int b = 4 * h;
+    s[b + 0] = _mm256_shuffle_ps(t[b + 0], t[b + 2], 0x44);
+    s[b + 1] = _mm256_shuffle_ps(t[b + 0], t[b + 2], 0xEE);
+    s[b + 2] = _mm256_shuffle_ps(t[b + 1], t[b + 3], 0x44);
+    s[b + 3] = _mm256_shuffle_ps(t[b + 1], t[b + 3], 0xEE);
+  }
+  for (int i = 0; i < 4; ++i) {
+    v[i] = _mm256_permute2f128_ps(s[i], s[i + 4], 0x20);
+    v[i + 4] = _mm256_permute2f128_ps(s[i], s[i + 4], 0x31);
+  }
+}
+
+// Packs rows [n0, n0 + nr) x columns [k0, k0 + kc) of W into panel[kk * kNr + r] as f32;
+// rows past nr are zero so the microkernel never branches on them.
+template <DType T>
+void PackMicroPanel(const WeightMatrix& w, int64_t n0, int nr, int64_t k0, int64_t kc,
+                    float* panel) {
+  const char* base = static_cast<const char*>(w.data);
+  const int64_t row_bytes = w.cols * static_cast<int64_t>(DTypeSize(T));
+  const char* rows[kNr];
+  for (int r = 0; r < kNr; ++r) rows[r] = r < nr ? base + (n0 + r) * row_bytes : nullptr;
   const int64_t kc8 = kc & ~int64_t{7};
-  auto step = [&](auto load_x, int64_t kk) {
-    __m256 wv[NR];
-    TANDEM_UNROLL
-    for (int j = 0; j < NR; ++j) wv[j] = _mm256_loadu_ps(wp + j * wp_stride + kk);
+  for (int64_t kk = 0; kk < kc8; kk += 8) {
+    for (int half = 0; half < 2; ++half) {
+      __m256 v[8];
+      TANDEM_UNROLL
+      for (int r = 0; r < 8; ++r) {
+        const char* row = rows[8 * half + r];
+        v[r] = row ? simd::Load8<T>(row, k0 + kk) : _mm256_setzero_ps();
+      }
+      Transpose8x8(v);
+      TANDEM_UNROLL
+      for (int c = 0; c < 8; ++c) _mm256_storeu_ps(panel + (kk + c) * kNr + 8 * half, v[c]);
+    }
+  }
+  for (int64_t kk = kc8; kk < kc; ++kk) {
+    for (int r = 0; r < kNr; ++r) {
+      panel[kk * kNr + r] = rows[r] ? simd::Load1<T>(rows[r], k0 + kk) : 0.0f;
+    }
+  }
+}
+
+// y[0:MR, 0:nr] (+)= xp^T * panel over kc steps, where xp holds kMr x values per k (packed x);
+// `first` stores (adding the bias), else adds.
+template <int MR>
+void MicroKernel(const float* xp, const float* panel, int64_t kc, int nr, const float* bias,
+                 bool first, float* y, int64_t y_stride) {
+  __m256 acc[MR][2];
+  TANDEM_UNROLL
+  for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+#pragma GCC unroll 4
+  for (int64_t k = 0; k < kc; ++k) {
+    const __m256 b0 = _mm256_loadu_ps(panel + k * kNr);
+    const __m256 b1 = _mm256_loadu_ps(panel + k * kNr + 8);
     TANDEM_UNROLL
     for (int i = 0; i < MR; ++i) {
-      __m256 xv = load_x(x + i * x_stride + kk);
-      TANDEM_UNROLL
-      for (int j = 0; j < NR; ++j) acc[i][j] = _mm256_fmadd_ps(xv, wv[j], acc[i][j]);
+      const __m256 a = _mm256_broadcast_ss(xp + k * kMr + i);
+      acc[i][0] = _mm256_fmadd_ps(a, b0, acc[i][0]);
+      acc[i][1] = _mm256_fmadd_ps(a, b1, acc[i][1]);
     }
-  };
-  for (int64_t kk = 0; kk < kc8; kk += 8) {
-    step([](const float* p) { return _mm256_loadu_ps(p); }, kk);
   }
-  if (kc8 < kc) {
-    const __m256i mask = simd::TailMask(kc - kc8);
-    step([&](const float* p) { return _mm256_maskload_ps(p, mask); }, kc8);
-  }
+  alignas(32) float bias_buf[kNr] = {};
+  if (first && bias != nullptr) std::copy(bias, bias + nr, bias_buf);
+  const __m256 bias0 = _mm256_load_ps(bias_buf), bias1 = _mm256_load_ps(bias_buf + 8);
   TANDEM_UNROLL
   for (int i = 0; i < MR; ++i) {
-    alignas(16) float sums[4];
-    _mm_store_ps(sums, simd::HorizontalSums<NR>(acc[i]));
     float* yi = y + i * y_stride;
-    TANDEM_UNROLL
-    for (int j = 0; j < NR; ++j) {
-      if (accumulate) {
-        yi[j] += sums[j];
+    __m256 r0 = acc[i][0], r1 = acc[i][1];
+    if (nr == kNr) {
+      if (first) {
+        _mm256_storeu_ps(yi, _mm256_add_ps(r0, bias0));
+        _mm256_storeu_ps(yi + 8, _mm256_add_ps(r1, bias1));
       } else {
-        yi[j] = sums[j] + (bias ? bias[j] : 0.0f);
+        _mm256_storeu_ps(yi, _mm256_add_ps(r0, _mm256_loadu_ps(yi)));
+        _mm256_storeu_ps(yi + 8, _mm256_add_ps(r1, _mm256_loadu_ps(yi + 8)));
       }
+      continue;
     }
+    alignas(32) float tmp[kNr];
+    _mm256_store_ps(tmp, _mm256_add_ps(r0, bias0));
+    _mm256_store_ps(tmp + 8, _mm256_add_ps(r1, bias1));
+    for (int j = 0; j < nr; ++j) yi[j] = first ? tmp[j] : yi[j] + tmp[j];
   }
 }
 
-using TileFn = void (*)(const float*, int64_t, const float*, int64_t, int64_t, const float*, bool,
-                        float*, int64_t);
+using KernelFn = void (*)(const float*, const float*, int64_t, int, const float*, bool, float*,
+                          int64_t);
+constexpr KernelFn kKernels[kMr] = {&MicroKernel<1>, &MicroKernel<2>, &MicroKernel<3>,
+                                    &MicroKernel<4>, &MicroKernel<5>, &MicroKernel<6>};
 
-template <int MR>
-constexpr TileFn kTileRow[kNr] = {&DotTile<MR, 1>, &DotTile<MR, 2>, &DotTile<MR, 3>};
-// kTiles[mr - 1][nr - 1] handles an mr x nr tile; only edges use the smaller ones.
-constexpr const TileFn* kTiles[kMr] = {kTileRow<1>, kTileRow<2>, kTileRow<3>, kTileRow<4>};
-
-// Converts w[n0 : n0+nc, k0 : k0+kc] to f32 rows of `stride` floats, zero-padding each row.
-void PackPanel(const WeightMatrix& w, int64_t n0, int64_t nc, int64_t k0, int64_t kc,
-               int64_t stride, float* panel) {
-  const size_t elem = DTypeSize(w.dtype);
-  const char* base = static_cast<const char*>(w.data);
-  for (int64_t r = 0; r < nc; ++r) {
-    const char* src = base + ((n0 + r) * w.cols + k0) * elem;
-    float* dst = panel + r * stride;
-    ToFloat(w.dtype, src, dst, kc);
-    std::fill(dst + kc, dst + stride, 0.0f);
-  }
-}
-
-// Thread-local so each worker converts into its own L2-sized buffer without allocating per call.
-float* PanelBuffer() {
-  thread_local std::vector<float> buffer(kNc * kKc + 8);
+// Thread-local so each worker packs into its own L2-resident buffer without allocating.
+float* PackBuffer() {
+  thread_local std::vector<float> buffer(kNb * kKc);
   return buffer.data();
 }
 
-// Computes y[m0:m1, n0:n1]: the work of one thread share.
-void TiledBlock(const float* x, int64_t m0, int64_t m1, int64_t x_stride, const WeightMatrix& w,
-                int64_t n0, int64_t n1, const float* bias, float* y, int64_t y_stride) {
-  float* panel = PanelBuffer();
-  for (int64_t jc = n0; jc < n1; jc += kNc) {
-    const int64_t nc = std::min(kNc, n1 - jc);
-    for (int64_t pc = 0; pc < w.cols; pc += kKc) {
-      const int64_t kc = std::min(kKc, w.cols - pc);
-      const int64_t stride = (kc + 7) & ~int64_t{7};
-      PackPanel(w, jc, nc, pc, kc, stride, panel);
-      const bool accumulate = pc > 0;
-      for (int64_t row = m0; row < m1; row += kMr) {
-        const int64_t mr = std::min<int64_t>(kMr, m1 - row);
-        for (int64_t jr = 0; jr < nc; jr += kNr) {
-          const int64_t nr = std::min<int64_t>(kNr, nc - jr);
-          const float* b = bias ? bias + jc + jr : nullptr;
-          kTiles[mr - 1][nr - 1](x + row * x_stride + pc, x_stride, panel + jr * stride, stride, kc,
-                                 b, accumulate, y + row * y_stride + jc + jr, y_stride);
+// Packs x into groups of kMr rows stored k-major (xp[(g * K + k) * kMr + i] = x[kMr g + i, k]),
+// zero-padding the last group. Unpacked, the kMr rows of a microkernel sit a multiple of 4 KiB
+// apart for typical K and fight over the same L1 sets.
+void PackX(const float* x, int64_t m, int64_t x_stride, int64_t k, float* xp, ThreadPool& pool) {
+  const int64_t groups = (m + kMr - 1) / kMr;
+  pool.ParallelFor(groups, 8, [&](int64_t g0, int64_t g1) {
+    for (int64_t g = g0; g < g1; ++g) {
+      float* dst = xp + g * k * kMr;
+      for (int i = 0; i < kMr; ++i) {
+        const int64_t row = g * kMr + i;
+        if (row >= m) {
+          for (int64_t kk = 0; kk < k; ++kk) dst[kk * kMr + i] = 0.0f;
+          continue;
         }
+        const float* src = x + row * x_stride;
+        for (int64_t kk = 0; kk < k; ++kk) dst[kk * kMr + i] = src[kk];
+      }
+    }
+  });
+}
+
+// Computes y[m0:m1, n0:n1] for one work item; n1 - n0 <= kNb and m0 is a multiple of kMr.
+template <DType T>
+void Block(const float* xp, int64_t m0, int64_t m1, const WeightMatrix& w, int64_t n0, int64_t n1,
+           const float* bias, float* y, int64_t y_stride) {
+  float* packed = PackBuffer();
+  const int panels = static_cast<int>((n1 - n0 + kNr - 1) / kNr);
+  for (int64_t k0 = 0; k0 < w.cols; k0 += kKc) {
+    const int64_t kc = std::min(kKc, w.cols - k0);
+    for (int p = 0; p < panels; ++p) {
+      const int nr = static_cast<int>(std::min<int64_t>(kNr, n1 - n0 - p * kNr));
+      PackMicroPanel<T>(w, n0 + p * kNr, nr, k0, kc, packed + p * kKc * kNr);
+    }
+    const bool first = k0 == 0;
+    for (int64_t m = m0; m < m1; m += kMr) {
+      const int mr = static_cast<int>(std::min<int64_t>(kMr, m1 - m));
+      for (int p = 0; p < panels; ++p) {
+        const int64_t n = n0 + p * kNr;
+        const int nr = static_cast<int>(std::min<int64_t>(kNr, n1 - n));
+        kKernels[mr - 1](xp + (m * w.cols + k0 * kMr), packed + p * kKc * kNr, kc, nr,
+                         bias ? bias + n : nullptr, first, y + m * y_stride + n, y_stride);
       }
     }
   }
@@ -126,24 +177,38 @@ void TiledBlock(const float* x, int64_t m0, int64_t m1, int64_t x_stride, const 
 
 void GemmTiled(const float* x, int64_t m, int64_t x_stride, const WeightMatrix& w,
                const float* bias, float* y, int64_t y_stride, ThreadPool& pool) {
-  // Work items are (weight panel, slice of M). Splitting N alone keeps every weight conversion
-  // unique; M is split too only when there are too few panels to keep every thread busy.
+  if (w.cols == 0) {
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < w.rows; ++j) y[i * y_stride + j] = bias ? bias[j] : 0.0f;
+    }
+    return;
+  }
+  // Work items are (weight block, slice of M). Splitting N alone packs every weight once; M is
+  // split too only when there are too few blocks to keep every thread busy.
   const int64_t threads = pool.num_threads();
-  const int64_t n_panels = (w.rows + kNc - 1) / kNc;
+  const int64_t n_blocks = (w.rows + kNb - 1) / kNb;
   int64_t m_parts = 1;
-  if (n_panels < 2 * threads) {
-    m_parts = std::clamp<int64_t>((2 * threads + n_panels - 1) / n_panels, 1, (m + kMr - 1) / kMr);
+  if (n_blocks < 2 * threads) {
+    m_parts = std::clamp<int64_t>((2 * threads + n_blocks - 1) / n_blocks, 1, (m + kMr - 1) / kMr);
   }
   const int64_t m_per_part = ((m + m_parts - 1) / m_parts + kMr - 1) / kMr * kMr;
-  pool.ParallelFor(n_panels * m_parts, 1, [&](int64_t t0, int64_t t1) {
+  // Owned by the calling thread; workers get the pointer (a thread_local named inside the
+  // lambda would be each worker's own, empty buffer).
+  thread_local std::vector<float> xp_buffer;
+  const int64_t packed_x = (m + kMr - 1) / kMr * kMr * w.cols;
+  if (static_cast<int64_t>(xp_buffer.size()) < packed_x) xp_buffer.resize(packed_x);
+  const float* xp = xp_buffer.data();
+  PackX(x, m, x_stride, w.cols, xp_buffer.data(), pool);
+  auto block = w.dtype == DType::kBF16  ? &Block<DType::kBF16>
+               : w.dtype == DType::kF16 ? &Block<DType::kF16>
+                                        : &Block<DType::kF32>;
+  pool.ParallelFor(n_blocks * m_parts, 1, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
-      const int64_t panel = t / m_parts;
-      const int64_t part = t % m_parts;
-      const int64_t m0 = part * m_per_part;
-      const int64_t m1 = std::min(m, m0 + m_per_part);
-      if (m0 >= m1) continue;
-      const int64_t n0 = panel * kNc;
-      TiledBlock(x, m0, m1, x_stride, w, n0, std::min(w.rows, n0 + kNc), bias, y, y_stride);
+      const int64_t nb = t / m_parts, part = t % m_parts;
+      const int64_t r0 = part * m_per_part, r1 = std::min(m, r0 + m_per_part);
+      if (r0 >= r1) continue;
+      const int64_t n0 = nb * kNb;
+      block(xp, r0, r1, w, n0, std::min(w.rows, n0 + kNb), bias, y, y_stride);
     }
   });
 }

@@ -99,6 +99,37 @@ TEST(GemmTest, StreamingPathAtEveryM) { SweepShapes(internal::GemmStreaming, 2);
 
 TEST(GemmTest, TiledPathAtEveryM) { SweepShapes(internal::GemmTiled, 3); }
 
+TEST(GemmTest, MultiEqualsSeparateProducts) {
+  ThreadPool pool(2);
+  std::mt19937 rng(11);
+  const int64_t k = 72;
+  const std::vector<std::pair<int64_t, DType>> shapes = {
+      {37, DType::kBF16}, {5, DType::kF32}, {1600, DType::kF16}};
+  std::vector<std::vector<uint8_t>> weights;
+  std::vector<std::vector<float>> biases;
+  for (const auto& [n, dt] : shapes) {
+    std::vector<float> w = RandomVector(n * k, rng);
+    weights.emplace_back(n * k * DTypeSize(dt));
+    FromFloat(dt, w.data(), weights.back().data(), w.size());
+    biases.push_back(RandomVector(n, rng));
+  }
+  for (int64_t m : {1, 3, 17}) {
+    std::vector<float> x = RandomVector(m * k, rng);
+    std::vector<std::vector<float>> multi, single;
+    std::vector<GemmOutput> outs;
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      const auto [n, dt] = shapes[i];
+      multi.emplace_back(m * n, -1.0f);
+      single.emplace_back(m * n, -2.0f);
+      WeightMatrix w{weights[i].data(), dt, n, k};
+      outs.push_back({w, i == 1 ? nullptr : biases[i].data(), multi.back().data(), n});
+      Gemm(x.data(), m, k, w, outs.back().bias, single.back().data(), n, pool);
+    }
+    GemmMulti(x.data(), m, k, outs, pool);
+    for (size_t i = 0; i < shapes.size(); ++i) EXPECT_EQ(multi[i], single[i]) << "m=" << m;
+  }
+}
+
 TEST(GemmTest, HonoursRowStrides) {
   ThreadPool pool(2);
   for (DType dtype : kDTypes) {

@@ -72,6 +72,27 @@ TEST(ModelWeightsTest, ShardedModelGivesSameLogitsAsSingleFile) {
   EXPECT_EQ(std::memcmp(ea.data, eb.data, ea.rows * ea.cols * DTypeSize(ea.dtype)), 0);
 }
 
+TEST(ModelWeightsTest, HugePageCopyHoldsTheSameBytes) {
+  auto spec = testing::TinySpec(Arch::kQwen2);
+  spec.dtype = DType::kBF16;
+  std::string dir = testing::WriteTempModel(spec);
+  auto c = ModelConfig::FromDirectory(dir);
+  ASSERT_TRUE(c.ok());
+  auto mapped = ModelWeights::Load(dir, *c);
+  auto copied = ModelWeights::Load(dir, *c, {.memory = WeightMemory::kHugePages});
+  ASSERT_TRUE(mapped.ok() && copied.ok());
+  auto same = [](const kernels::WeightMatrix& a, const kernels::WeightMatrix& b) {
+    return a.data != b.data && a.dtype == b.dtype && a.rows == b.rows &&
+           std::memcmp(a.data, b.data, a.rows * a.cols * DTypeSize(a.dtype)) == 0;
+  };
+  EXPECT_TRUE(same((*mapped)->embed_tokens, (*copied)->embed_tokens));
+  EXPECT_TRUE(same((*mapped)->layers[1].v_proj, (*copied)->layers[1].v_proj));
+  EXPECT_EQ(reinterpret_cast<uintptr_t>((*copied)->layers[0].q_proj.data) % 64, 0u);
+  EXPECT_EQ((*mapped)->layers[1].k_bias, (*copied)->layers[1].k_bias);
+  EXPECT_TRUE(ParseWeightMemory("hugepages").ok());
+  EXPECT_FALSE(ParseWeightMemory("disk").ok());
+}
+
 TEST(ModelWeightsTest, MalformedDirectoriesGiveClearErrors) {
   auto spec = testing::TinySpec();
   struct Case {

@@ -45,3 +45,27 @@ TEST(ThreadPoolTest, SingleThreadRunsInline) {
 
 }  // namespace
 }  // namespace tandem
+
+namespace tandem {
+namespace {
+
+TEST(ThreadPoolTest, DynamicCoversEveryIndexOnceInChunks) {
+  ThreadPool pool(2);
+  for (int64_t n : {1, 5, 64, 1000}) {
+    for (int64_t chunk : {1, 7, 64}) {
+      std::vector<std::atomic<int>> hits(n);
+      std::atomic<int> calls{0};
+      pool.ParallelForDynamic(n, chunk, [&](int64_t b, int64_t e) {
+        EXPECT_LE(e - b, chunk);
+        EXPECT_TRUE(b % chunk == 0);
+        calls.fetch_add(1);
+        for (int64_t i = b; i < e; ++i) hits[i].fetch_add(1);
+      });
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 1) << n << " " << chunk;
+      EXPECT_EQ(calls.load(), (n + chunk - 1) / chunk);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tandem
