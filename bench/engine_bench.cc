@@ -105,8 +105,9 @@ absl::StatusOr<double> TimeDecode(model::Model& m, int batch, int steps) {
 }
 
 absl::Status Run(const CliArgs& args) {
-  TANDEM_RETURN_IF_ERROR(args.CheckKnown(
-      {"model", "prompt-lens", "batches", "decode-steps", "repeats", "threads", "skip-bandwidth", "weight-memory"}));
+  TANDEM_RETURN_IF_ERROR(
+      args.CheckKnown({"model", "prompt-lens", "batches", "decode-steps", "repeats", "threads",
+                       "skip-bandwidth", "weight-memory"}));
   TANDEM_ASSIGN_OR_RETURN(std::string dir, args.String("model"));
   std::vector<int32_t> lens = {128, 512, 2048}, batches = {1, 8, 32};
   if (args.Has("prompt-lens")) {

@@ -197,8 +197,9 @@ absl::StatusOr<WeightMemory> ParseWeightMemory(std::string_view name) {
       absl::StrCat("weight memory must be mmap or hugepages, got \"", std::string(name), "\""));
 }
 
-absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(
-    const std::string& dir, const ModelConfig& c, const WeightLoadOptions& options) {
+absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(const std::string& dir,
+                                                                 const ModelConfig& c,
+                                                                 const WeightLoadOptions& options) {
   auto w = std::make_unique<ModelWeights>();
   if (options.memory == WeightMemory::kHugePages) w->arena_ = std::make_unique<HugePageArena>();
   TANDEM_ASSIGN_OR_RETURN(std::vector<std::string> paths, ListWeightFiles(dir));

@@ -40,8 +40,9 @@ absl::StatusOr<WeightMemory> ParseWeightMemory(std::string_view name);
 class ModelWeights {
  public:
   // Loads DIR/model.safetensors or the shards listed in DIR/model.safetensors.index.json.
-  static absl::StatusOr<std::unique_ptr<ModelWeights>> Load(
-      const std::string& dir, const ModelConfig& config, const WeightLoadOptions& options = {});
+  static absl::StatusOr<std::unique_ptr<ModelWeights>> Load(const std::string& dir,
+                                                            const ModelConfig& config,
+                                                            const WeightLoadOptions& options = {});
 
   kernels::WeightMatrix embed_tokens;
   kernels::WeightMatrix lm_head;  // equals embed_tokens when embeddings are tied

@@ -34,8 +34,8 @@ absl::StatusOr<uint8_t*> HugePageArena::Allocate(size_t bytes) {
         absl::StrCat("cannot map ", size, " bytes of anonymous memory for weights"));
   }
   auto* base = static_cast<uint8_t*>(raw);
-  auto* aligned = reinterpret_cast<uint8_t*>(
-      (reinterpret_cast<uintptr_t>(base) + kHugePage - 1) / kHugePage * kHugePage);
+  auto* aligned = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(base) + kHugePage - 1) /
+                                             kHugePage * kHugePage);
   if (aligned > base) ::munmap(base, aligned - base);
   uint8_t* end = base + size + kHugePage;
   if (end > aligned + size) ::munmap(aligned + size, end - (aligned + size));

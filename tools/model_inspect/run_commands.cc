@@ -49,7 +49,8 @@ absl::StatusOr<std::unique_ptr<model::Model>> LoadModel(const CliArgs& args, Thr
 }  // namespace
 
 absl::Status RunForward(const CliArgs& args) {
-  TANDEM_RETURN_IF_ERROR(args.CheckKnown({"model", "tokens", "logits-out", "kv-dtype", "threads", "weight-memory"}));
+  TANDEM_RETURN_IF_ERROR(
+      args.CheckKnown({"model", "tokens", "logits-out", "kv-dtype", "threads", "weight-memory"}));
   TANDEM_ASSIGN_OR_RETURN(std::string dir, args.String("model"));
   TANDEM_ASSIGN_OR_RETURN(std::vector<int32_t> tokens, args.IntList("tokens"));
   TANDEM_ASSIGN_OR_RETURN(std::string out_path, args.String("logits-out"));
@@ -85,9 +86,9 @@ absl::Status RunForward(const CliArgs& args) {
 }
 
 absl::Status RunGenerate(const CliArgs& args) {
-  TANDEM_RETURN_IF_ERROR(args.CheckKnown({"model", "tokens", "max-tokens", "temperature", "top-p",
-                                          "top-k", "seed", "ignore-eos", "kv-dtype", "threads",
-                                          "weight-memory"}));
+  TANDEM_RETURN_IF_ERROR(
+      args.CheckKnown({"model", "tokens", "max-tokens", "temperature", "top-p", "top-k", "seed",
+                       "ignore-eos", "kv-dtype", "threads", "weight-memory"}));
   TANDEM_ASSIGN_OR_RETURN(std::string dir, args.String("model"));
   TANDEM_ASSIGN_OR_RETURN(std::vector<int32_t> tokens, args.IntList("tokens"));
   engine::Request request;

@@ -183,7 +183,8 @@ void GemmTiled(const float* x, int64_t m, int64_t x_stride, const WeightMatrix& 
     }
     return;
   }
-  // Work items are (weight block, slice of M). Splitting N alone packs every weight once; M is
+  // Work items are (weight block, slice of M), taken dynamically so a slowed thread does not
+  // hold the other at the barrier. Splitting N alone packs every weight once; M is
   // split too only when there are too few blocks to keep every thread busy.
   const int64_t threads = pool.num_threads();
   const int64_t n_blocks = (w.rows + kNb - 1) / kNb;
@@ -202,7 +203,7 @@ void GemmTiled(const float* x, int64_t m, int64_t x_stride, const WeightMatrix& 
   auto block = w.dtype == DType::kBF16  ? &Block<DType::kBF16>
                : w.dtype == DType::kF16 ? &Block<DType::kF16>
                                         : &Block<DType::kF32>;
-  pool.ParallelFor(n_blocks * m_parts, 1, [&](int64_t t0, int64_t t1) {
+  pool.ParallelForDynamic(n_blocks * m_parts, 1, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t nb = t / m_parts, part = t % m_parts;
       const int64_t r0 = part * m_per_part, r1 = std::min(m, r0 + m_per_part);
