@@ -10,6 +10,8 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <array>
+#include <utility>
 #include <vector>
 
 #include "common/kernels/cpu/gemm_internal.h"
@@ -18,10 +20,11 @@
 namespace tandem::kernels::internal {
 namespace {
 
-constexpr int kMr = 6;        // rows of x per microkernel (broadcast operand)
-constexpr int kNr = 16;       // weight rows per micro-panel (two vectors)
-constexpr int64_t kKc = 256;  // K per block: a micro-panel is 16 KiB, half of L1
-constexpr int64_t kNb = 64;   // weight rows packed per block (4 micro-panels)
+constexpr int kMr = 6;            // rows of x per microkernel (broadcast operand)
+constexpr int kNr = 16;           // weight rows per micro-panel (two vectors; 4x24 measured equal)
+constexpr int kNv = kNr / 8;      // vectors per micro-panel row
+constexpr int64_t kKc = 256;      // K per block: a micro-panel is 16 KiB, half of L1
+constexpr int64_t kNb = 4 * kNr;  // weight rows packed per block (4 micro-panels)
 
 // Transposes 8 vectors in place: afterwards v[c] holds element c of each input vector.
 inline void Transpose8x8(__m256 (&v)[8]) {
@@ -54,7 +57,7 @@ void PackMicroPanel(const WeightMatrix& w, int64_t n0, int nr, int64_t k0, int64
   for (int r = 0; r < kNr; ++r) rows[r] = r < nr ? base + (n0 + r) * row_bytes : nullptr;
   const int64_t kc8 = kc & ~int64_t{7};
   for (int64_t kk = 0; kk < kc8; kk += 8) {
-    for (int half = 0; half < 2; ++half) {
+    for (int half = 0; half < kNv; ++half) {
       __m256 v[8];
       TANDEM_UNROLL
       for (int r = 0; r < 8; ++r) {
@@ -78,48 +81,51 @@ void PackMicroPanel(const WeightMatrix& w, int64_t n0, int nr, int64_t k0, int64
 template <int MR>
 void MicroKernel(const float* xp, const float* panel, int64_t kc, int nr, const float* bias,
                  bool first, float* y, int64_t y_stride) {
-  __m256 acc[MR][2];
+  __m256 acc[MR][kNv];
   TANDEM_UNROLL
-  for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+  for (int i = 0; i < MR; ++i) TANDEM_UNROLL
+  for (int v = 0; v < kNv; ++v) acc[i][v] = _mm256_setzero_ps();
 #pragma GCC unroll 4
   for (int64_t k = 0; k < kc; ++k) {
-    const __m256 b0 = _mm256_loadu_ps(panel + k * kNr);
-    const __m256 b1 = _mm256_loadu_ps(panel + k * kNr + 8);
+    __m256 b[kNv];
+    TANDEM_UNROLL
+    for (int v = 0; v < kNv; ++v) b[v] = _mm256_loadu_ps(panel + k * kNr + 8 * v);
     TANDEM_UNROLL
     for (int i = 0; i < MR; ++i) {
       const __m256 a = _mm256_broadcast_ss(xp + k * kMr + i);
-      acc[i][0] = _mm256_fmadd_ps(a, b0, acc[i][0]);
-      acc[i][1] = _mm256_fmadd_ps(a, b1, acc[i][1]);
+      TANDEM_UNROLL
+      for (int v = 0; v < kNv; ++v) acc[i][v] = _mm256_fmadd_ps(a, b[v], acc[i][v]);
     }
   }
   alignas(32) float bias_buf[kNr] = {};
   if (first && bias != nullptr) std::copy(bias, bias + nr, bias_buf);
-  const __m256 bias0 = _mm256_load_ps(bias_buf), bias1 = _mm256_load_ps(bias_buf + 8);
   TANDEM_UNROLL
   for (int i = 0; i < MR; ++i) {
     float* yi = y + i * y_stride;
-    __m256 r0 = acc[i][0], r1 = acc[i][1];
     if (nr == kNr) {
-      if (first) {
-        _mm256_storeu_ps(yi, _mm256_add_ps(r0, bias0));
-        _mm256_storeu_ps(yi + 8, _mm256_add_ps(r1, bias1));
-      } else {
-        _mm256_storeu_ps(yi, _mm256_add_ps(r0, _mm256_loadu_ps(yi)));
-        _mm256_storeu_ps(yi + 8, _mm256_add_ps(r1, _mm256_loadu_ps(yi + 8)));
+      TANDEM_UNROLL
+      for (int v = 0; v < kNv; ++v) {
+        const __m256 base = first ? _mm256_load_ps(bias_buf + 8 * v) : _mm256_loadu_ps(yi + 8 * v);
+        _mm256_storeu_ps(yi + 8 * v, _mm256_add_ps(acc[i][v], base));
       }
       continue;
     }
     alignas(32) float tmp[kNr];
-    _mm256_store_ps(tmp, _mm256_add_ps(r0, bias0));
-    _mm256_store_ps(tmp + 8, _mm256_add_ps(r1, bias1));
+    TANDEM_UNROLL
+    for (int v = 0; v < kNv; ++v) {
+      _mm256_store_ps(tmp + 8 * v, _mm256_add_ps(acc[i][v], _mm256_load_ps(bias_buf + 8 * v)));
+    }
     for (int j = 0; j < nr; ++j) yi[j] = first ? tmp[j] : yi[j] + tmp[j];
   }
 }
 
 using KernelFn = void (*)(const float*, const float*, int64_t, int, const float*, bool, float*,
                           int64_t);
-constexpr KernelFn kKernels[kMr] = {&MicroKernel<1>, &MicroKernel<2>, &MicroKernel<3>,
-                                    &MicroKernel<4>, &MicroKernel<5>, &MicroKernel<6>};
+template <int... I>
+constexpr std::array<KernelFn, sizeof...(I)> MakeKernels(std::integer_sequence<int, I...>) {
+  return {&MicroKernel<I + 1>...};
+}
+constexpr auto kKernels = MakeKernels(std::make_integer_sequence<int, kMr>());
 
 // Thread-local so each worker packs into its own L2-resident buffer without allocating.
 float* PackBuffer() {
