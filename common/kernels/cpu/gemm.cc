@@ -26,6 +26,8 @@ constexpr int64_t kDecodeMaxM = 16;
 constexpr int kGemvRows = 4;  // weight rows per tile: 4 independent streams and FMA chains
 // Bytes ahead to prefetch in each weight row; covers DRAM latency at ~20 GB/s per core.
 constexpr int64_t kPrefetchBytes = 1024;
+// Rows up to this long prefetch a whole tile ahead instead (see GemvTile).
+constexpr int64_t kShortRowBytes = 4096;
 
 template <DType T, int MR, int NR>
 void GemvTile(const float* x, int64_t x_stride, const char* w_row0, int64_t row_bytes, int64_t k,
@@ -49,14 +51,18 @@ void GemvTile(const float* x, int64_t x_stride, const char* w_row0, int64_t row_
     }
   };
   // 32 elements (one 64-byte line of bf16/f16, two of f32) per iteration, one prefetch per line.
+  // Long rows prefetch kPrefetchBytes ahead in the same row; short rows (small models) would
+  // run off their end within a few lines, so they prefetch the same spot of the next tile,
+  // which the tile's rows reach in order since W is row-major.
   constexpr int64_t kElem = T == DType::kF32 ? 4 : 2;
+  const int64_t ahead = row_bytes <= kShortRowBytes ? NR * row_bytes : kPrefetchBytes;
   int64_t kk = 0;
   for (; kk + 32 <= k; kk += 32) {
     TANDEM_UNROLL
     for (int j = 0; j < NR; ++j) {
       TANDEM_UNROLL
       for (int64_t b = 0; b < 32 * kElem; b += 64) {
-        _mm_prefetch(rows[j] + kk * kElem + b + kPrefetchBytes, _MM_HINT_T0);
+        _mm_prefetch(rows[j] + kk * kElem + b + ahead, _MM_HINT_T0);
       }
     }
     step(kk);
