@@ -132,8 +132,7 @@ void Model::AttentionBlock(int layer, std::span<const ForwardSequence> batch, in
     }
   });
 
-  // Up to a few hundred sequences per step; a small stack-like vector reused across layers.
-  static thread_local std::vector<kernels::AttentionSequence> seqs;
+  auto& seqs = ws_.attention;
   seqs.clear();
   int64_t t = 0;
   for (const auto& s : batch) {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/kernels/cpu/attention.h"
 #include "common/kv/kv_layout.h"
 #include "common/model/model_config.h"
 #include "common/model/model_weights.h"
@@ -54,6 +55,7 @@ class Model {
     std::vector<float> hidden, normed, q, k, v, attn, proj, gate_up, mlp;
     std::vector<int64_t> positions;
     std::vector<int64_t> logit_rows;
+    std::vector<kernels::AttentionSequence> attention;  // per-sequence views for one layer
     void Reserve(const ModelConfig& c, int64_t tokens);
   };
 

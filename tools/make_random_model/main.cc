@@ -73,28 +73,28 @@ class Overrides {
   explicit Overrides(const std::map<std::string, std::string>& flags) : flags_(flags) {}
 
   void Int(const char* name, int64_t& field) {
-    auto it = flags_.find(name);
-    if (it == flags_.end() || !status_.ok()) return;
-    if (!absl::SimpleAtoi(it->second, &field)) Bad(name, it->second);
+    Parse(name, field, [](absl::string_view t, int64_t* v) { return absl::SimpleAtoi(t, v); });
   }
   void Uint(const char* name, uint64_t& field) {
-    auto it = flags_.find(name);
-    if (it == flags_.end() || !status_.ok()) return;
-    if (!absl::SimpleAtoi(it->second, &field)) Bad(name, it->second);
+    Parse(name, field, [](absl::string_view t, uint64_t* v) { return absl::SimpleAtoi(t, v); });
   }
   void Double(const char* name, double& field) {
-    auto it = flags_.find(name);
-    if (it == flags_.end() || !status_.ok()) return;
-    if (!absl::SimpleAtod(it->second, &field)) Bad(name, it->second);
+    Parse(name, field, [](absl::string_view t, double* v) { return absl::SimpleAtod(t, v); });
   }
   void Bool(const char* name, bool& field) {
-    auto it = flags_.find(name);
-    if (it == flags_.end() || !status_.ok()) return;
-    if (!absl::SimpleAtob(it->second, &field)) Bad(name, it->second);
+    Parse(name, field, [](absl::string_view t, bool* v) { return absl::SimpleAtob(t, v); });
   }
   const absl::Status& status() const { return status_; }
 
  private:
+  // Sets `field` from flag `name` when present; the first bad value is kept as the status.
+  template <typename T, typename ParseFn>
+  void Parse(const char* name, T& field, ParseFn parse) {
+    auto it = flags_.find(name);
+    if (it == flags_.end() || !status_.ok()) return;
+    if (!parse(it->second, &field)) Bad(name, it->second);
+  }
+
   void Bad(const char* name, const std::string& value) {
     status_ = absl::InvalidArgumentError(absl::StrCat("bad value '", value, "' for --", name));
   }
