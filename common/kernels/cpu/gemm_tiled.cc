@@ -133,31 +133,35 @@ float* PackBuffer() {
   return buffer.data();
 }
 
-// Packs x into groups of kMr rows stored k-major (xp[(g * K + k) * kMr + i] = x[kMr g + i, k]),
-// zero-padding the last group. Unpacked, the kMr rows of a microkernel sit a multiple of 4 KiB
-// apart for typical K and fight over the same L1 sets.
+// Packs x into groups of kMr rows stored k-major within each K block of kKc columns, the
+// groups of one K block contiguous: x[kMr g + i, k0 + kk] lands at
+// xp[k0 * m_pad + (g * kc + kk) * kMr + i] (m_pad: m rounded up to kMr; kc: the block's width).
+// The last group is zero-padded. Unpacked, the kMr rows of a microkernel sit a multiple of
+// 4 KiB apart for typical K and fight over the same L1 sets; blocked by K, the microkernels of
+// one K block read x as a single sequential stream.
 void PackX(const float* x, int64_t m, int64_t x_stride, int64_t k, float* xp, ThreadPool& pool) {
   const int64_t groups = (m + kMr - 1) / kMr;
+  const int64_t m_pad = groups * kMr;
   pool.ParallelFor(groups, 8, [&](int64_t g0, int64_t g1) {
     for (int64_t g = g0; g < g1; ++g) {
-      float* dst = xp + g * k * kMr;
       for (int i = 0; i < kMr; ++i) {
         const int64_t row = g * kMr + i;
-        if (row >= m) {
-          for (int64_t kk = 0; kk < k; ++kk) dst[kk * kMr + i] = 0.0f;
-          continue;
+        const float* src = row < m ? x + row * x_stride : nullptr;
+        for (int64_t k0 = 0; k0 < k; k0 += kKc) {
+          const int64_t kc = std::min(kKc, k - k0);
+          float* dst = xp + k0 * m_pad + g * kc * kMr + i;
+          for (int64_t kk = 0; kk < kc; ++kk) dst[kk * kMr] = src ? src[k0 + kk] : 0.0f;
         }
-        const float* src = x + row * x_stride;
-        for (int64_t kk = 0; kk < k; ++kk) dst[kk * kMr + i] = src[kk];
       }
     }
   });
 }
 
 // Computes y[m0:m1, n0:n1] for one work item; n1 - n0 <= kNb and m0 is a multiple of kMr.
+// xp is x packed by PackX for m_pad rows.
 template <DType T>
-void Block(const float* xp, int64_t m0, int64_t m1, const WeightMatrix& w, int64_t n0, int64_t n1,
-           const float* bias, float* y, int64_t y_stride) {
+void Block(const float* xp, int64_t m_pad, int64_t m0, int64_t m1, const WeightMatrix& w,
+           int64_t n0, int64_t n1, const float* bias, float* y, int64_t y_stride) {
   float* packed = PackBuffer();
   const int panels = static_cast<int>((n1 - n0 + kNr - 1) / kNr);
   for (int64_t k0 = 0; k0 < w.cols; k0 += kKc) {
@@ -172,7 +176,7 @@ void Block(const float* xp, int64_t m0, int64_t m1, const WeightMatrix& w, int64
       for (int p = 0; p < panels; ++p) {
         const int64_t n = n0 + p * kNr;
         const int nr = static_cast<int>(std::min<int64_t>(kNr, n1 - n));
-        kKernels[mr - 1](xp + (m * w.cols + k0 * kMr), packed + p * kKc * kNr, kc, nr,
+        kKernels[mr - 1](xp + (k0 * m_pad + m * kc), packed + p * kKc * kNr, kc, nr,
                          bias ? bias + n : nullptr, first, y + m * y_stride + n, y_stride);
       }
     }
@@ -202,7 +206,8 @@ void GemmTiled(const float* x, int64_t m, int64_t x_stride, const WeightMatrix& 
   // Owned by the calling thread; workers get the pointer (a thread_local named inside the
   // lambda would be each worker's own, empty buffer).
   thread_local std::vector<float> xp_buffer;
-  const int64_t packed_x = (m + kMr - 1) / kMr * kMr * w.cols;
+  const int64_t m_pad = (m + kMr - 1) / kMr * kMr;
+  const int64_t packed_x = m_pad * w.cols;
   if (static_cast<int64_t>(xp_buffer.size()) < packed_x) xp_buffer.resize(packed_x);
   const float* xp = xp_buffer.data();
   PackX(x, m, x_stride, w.cols, xp_buffer.data(), pool);
@@ -215,7 +220,7 @@ void GemmTiled(const float* x, int64_t m, int64_t x_stride, const WeightMatrix& 
       const int64_t r0 = part * m_per_part, r1 = std::min(m, r0 + m_per_part);
       if (r0 >= r1) continue;
       const int64_t n0 = nb * kNb;
-      block(xp, r0, r1, w, n0, std::min(w.rows, n0 + kNb), bias, y, y_stride);
+      block(xp, m_pad, r0, r1, w, n0, std::min(w.rows, n0 + kNb), bias, y, y_stride);
     }
   });
 }
