@@ -109,11 +109,12 @@ BENCHMARK(BM_GemmPrefill)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
-// Both strategies around the dispatch threshold, to tune kDecodeMaxM.
+// Both strategies around the dispatch threshold, to tune kDecodeMaxM. The weights (64 MiB)
+// exceed the last-level cache, as a model's do in a decode step.
 void BM_GemmPaths(benchmark::State& state) { RunGemm(state); }
 BENCHMARK(BM_GemmPaths)
     ->ArgNames({"m", "n", "k", "path"})
-    ->ArgsProduct({{2, 4, 8, 16}, {2048}, {2048}, {1, 2}})
+    ->ArgsProduct({{4, 8, 16, 24, 32, 64}, {8192}, {4096}, {1, 2}})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 

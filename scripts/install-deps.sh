@@ -7,9 +7,13 @@ packages=(
   build-essential cmake ninja-build ccache pkg-config git
   clang libclang-rt-14-dev            # libFuzzer targets, sanitizers
   libabsl-dev nlohmann-json3-dev libxxhash-dev
+  libpcre2-dev libutf8proc-dev        # tokenizer: pre-tokenizer regexes, NFC/NFKC
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-numpy python3-torch libopenblas0-pthread  # test-time numerical reference
 )
+# Node.js and npm run the tokenizer conformance oracle (npm packages, test time). Machines that
+# ship their own Node.js keep it; otherwise Debian's.
+command -v npm >/dev/null 2>&1 || packages+=(nodejs npm)
 
 missing=()
 for p in "${packages[@]}"; do
