@@ -193,7 +193,7 @@ void Engine::AdmitWaiting(int& budget) {
     int n = std::min({len - *cached, options_.chunk_size, budget});
     seq.num_computed = *cached;
     if (!kv_->Reserve(seq.kv_id, *cached + n).ok()) {
-      kv_->FreeSequence(seq.kv_id);
+      kv_->CancelSequence(seq.kv_id);
       seq.num_computed = 0;
       return;
     }

@@ -56,10 +56,10 @@ absl::StatusOr<int> KvCacheManager::AddSequence(int64_t seq_id, std::span<const 
       const BlockHash h = HashBlock(model_hash_, prev, prompt.subspan(i * bs, bs));
       auto it = index_.find(h);
       if (it == index_.end()) {
-        ++misses_;
+        ++seq.lookup_misses;
         break;
       }
-      ++hits_;
+      ++seq.lookup_hits;
       pool_->Acquire(it->second);
       seq.blocks.push_back(it->second);
       seq.hashes.push_back(h);
@@ -67,6 +67,8 @@ absl::StatusOr<int> KvCacheManager::AddSequence(int64_t seq_id, std::span<const 
     }
   }
   const int cached_tokens = static_cast<int>(seq.blocks.size()) * bs;
+  hits_ += seq.lookup_hits;
+  misses_ += seq.lookup_misses;
   seqs_.emplace(seq_id, std::move(seq));
   return cached_tokens;
 }
@@ -137,6 +139,17 @@ void KvCacheManager::FreeSequence(int64_t seq_id) {
   const std::vector<int32_t>& blocks = it->second.blocks;
   for (auto b = blocks.rbegin(); b != blocks.rend(); ++b) pool_->Release(*b);
   seqs_.erase(it);
+}
+
+void KvCacheManager::CancelSequence(int64_t seq_id) {
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = seqs_.find(seq_id);
+    if (it == seqs_.end()) return;
+    hits_ -= it->second.lookup_hits;
+    misses_ -= it->second.lookup_misses;
+  }
+  FreeSequence(seq_id);
 }
 
 std::vector<int32_t> KvCacheManager::BlockTable(int64_t seq_id) const {

@@ -77,6 +77,11 @@ class KvCacheManager {
   // evicted before the head. Unknown ids are ignored.
   void FreeSequence(int64_t seq_id);
 
+  // Undoes an AddSequence whose admission could not go ahead (its Reserve failed): frees the
+  // blocks and takes its lookups back out of the hit/miss counts, so that retrying the
+  // admission later counts the prompt once. Unknown ids are ignored.
+  void CancelSequence(int64_t seq_id);
+
   std::vector<int32_t> BlockTable(int64_t seq_id) const;  // copy; empty if unknown
   // Valid until the sequence is freed or its table grows; nullptr if unknown.
   const int32_t* BlockTableData(int64_t seq_id) const;
@@ -108,6 +113,8 @@ class KvCacheManager {
     std::vector<int32_t> blocks;
     // Chained hashes of the first hashes.size() (full, committed) blocks.
     std::vector<BlockHash> hashes;
+    int lookup_hits = 0;    // what AddSequence counted, for CancelSequence
+    int lookup_misses = 0;
   };
 
   KvCacheManager(const KvCacheOptions& options, std::unique_ptr<BlockPool> pool);

@@ -145,6 +145,28 @@ TEST(KvCacheManagerTest, SharedPrefixSharesBlocksWithExactHitCounts) {
   EXPECT_EQ(m->BlockRefCount(t1[0]), 3);
 }
 
+// An admission that cannot reserve is cancelled and retried later: the retry must count its
+// lookups once, and the cancelled attempt must leave blocks and stats as they were.
+TEST(KvCacheManagerTest, CancelledAdmissionCountsNothing) {
+  auto m = Make(4);
+  const auto prompt = Concat(Seq(100, 8), {7, 7});
+  Prefill(*m, 1, prompt);
+  m->FreeSequence(1);  // 3 blocks cached (2 full, indexed), pool has 4
+  const KvCacheStats before = m->Stats();
+
+  auto longer = Concat(Seq(100, 8), Seq(900, 12));  // 2 hits, then needs 3 new blocks
+  EXPECT_EQ(m->AddSequence(2, longer).value(), 8);
+  EXPECT_EQ(m->Stats().hits, before.hits + 2);
+  EXPECT_FALSE(m->Reserve(2, static_cast<int>(longer.size())).ok());
+  m->CancelSequence(2);
+  EXPECT_TRUE(SameStats(m->Stats(), before));
+
+  EXPECT_EQ(m->AddSequence(2, longer).value(), 8);  // the retry counts exactly once
+  EXPECT_EQ(m->Stats().hits, before.hits + 2);
+  EXPECT_EQ(m->Stats().misses, before.misses + 1);
+  m->CancelSequence(99);  // unknown: ignored
+}
+
 TEST(KvCacheManagerTest, NeverMapsTheWholePrompt) {
   auto m = Make(16);
   const auto prompt = Seq(0, 8);  // exactly two blocks
