@@ -10,7 +10,8 @@ own sequence). Exit 0 on pass, 1 on fail, 77 when torch is unavailable.
   /usr/bin/python3 parity_test.py --case llama \
       --model-inspect build/tools/model_inspect/model-inspect \
       --make-model build/tools/make_random_model/make-random-model --workdir /tmp/parity
-  --case all runs every case.
+  --case all runs every random-model case. --case model_dir --model-dir DIR checks a trained
+  model directory (the bundled model under models/) instead of a random one.
 """
 
 import argparse
@@ -87,6 +88,8 @@ CASES = {
     "qwen3_bf16": dict(arch="qwen3", heads=4, kv_heads=2, head_dim=32, dtype="bf16"),
     "qwen2_fp16": dict(arch="qwen2", heads=4, kv_heads=2, tie=True, dtype="fp16"),
     "mistral_fp16": dict(arch="mistral", heads=4, kv_heads=1, dtype="fp16"),
+    # A trained model directory given with --model-dir (the bundled model), bf16 weights.
+    "model_dir": dict(dtype="bf16"),
 }
 
 
@@ -188,8 +191,11 @@ def run_case(case, args):
     work = os.path.join(args.workdir, case)
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
-    model = os.path.join(work, "model")
-    run([args.make_model] + make_model_args(case, spec, model))
+    if case == "model_dir":
+        model = args.model_dir
+    else:
+        model = os.path.join(work, "model")
+        run([args.make_model] + make_model_args(case, spec, model))
     ref = hf_reference.Reference.from_dir(model)
     dtype = spec.get("dtype", "fp32")
     rng = np.random.RandomState(sum(map(ord, case)) + 1)
@@ -245,15 +251,23 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--case", required=True, help="one of %s, or all" % ", ".join(CASES))
     parser.add_argument("--model-inspect", required=True)
-    parser.add_argument("--make-model", required=True)
+    parser.add_argument("--make-model", help="make-random-model (for the random cases)")
+    parser.add_argument("--model-dir", help="model directory for --case model_dir")
     parser.add_argument("--workdir", required=True)
     parser.add_argument("--keep", action="store_true", help="keep generated models")
     args = parser.parse_args()
     cases = list(CASES) if args.case == "all" else [args.case]
+    if args.case == "all":
+        cases.remove("model_dir")
     for c in cases:
         if c not in CASES:
             parser.error("unknown case %s" % c)
-    for tool in (args.model_inspect, args.make_model):
+    if (args.case == "model_dir") != bool(args.model_dir):
+        parser.error("--model-dir goes with --case model_dir, and only with it")
+    tools = [args.model_inspect] + ([] if args.case == "model_dir" else [args.make_model])
+    for tool in tools:
+        if tool is None:
+            parser.error("--make-model is required for the random-model cases")
         if not os.access(tool, os.X_OK):
             print("FAIL: %s is not an executable" % tool)
             return 1
