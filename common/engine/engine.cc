@@ -26,7 +26,9 @@ std::string_view FinishReasonName(FinishReason reason) {
 Engine::Sequence::Sequence(Request r, int64_t id)
     : request(std::move(r)), kv_id(id), sampler(request.sampling) {
   tokens = request.prompt;
-  prompt_len = static_cast<int>(tokens.size());
+  prompt_len = static_cast<int>(tokens.size()) - request.num_generated;
+  completion_tokens = request.num_generated;
+  sampler.Skip(request.num_generated);
 }
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(model::Model& model,
@@ -80,15 +82,20 @@ absl::Status Engine::AddRequest(Request request) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_tokens must be > 0, got ", request.max_tokens));
   }
-  if (request.max_tokens > context - static_cast<int64_t>(request.prompt.size())) {
-    return absl::InvalidArgumentError(absl::StrCat("prompt (", request.prompt.size(),
-                                                   " tokens) + max_tokens (", request.max_tokens,
+  const int64_t prompt_len = static_cast<int64_t>(request.prompt.size()) - request.num_generated;
+  if (request.num_generated < 0 || prompt_len < 1 || request.num_generated >= request.max_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "num_generated (", request.num_generated, ") must leave at least one prompt token and be ",
+        "below max_tokens (", request.max_tokens, ")"));
+  }
+  if (request.max_tokens > context - prompt_len) {
+    return absl::InvalidArgumentError(absl::StrCat("prompt (", prompt_len, " tokens) + max_tokens (",
+                                                   request.max_tokens,
                                                    ") exceeds the context length of ", context));
   }
   TANDEM_RETURN_IF_ERROR(request.sampling.Validate());
   int64_t blocks_needed =
-      (static_cast<int64_t>(request.prompt.size()) + request.max_tokens + options_.block_size - 1) /
-      options_.block_size;
+      (prompt_len + request.max_tokens + options_.block_size - 1) / options_.block_size;
   if (blocks_needed > kv_->Stats().total_blocks) {
     return absl::ResourceExhaustedError(absl::StrCat("request needs ", blocks_needed,
                                                      " KV blocks; the cache holds ",

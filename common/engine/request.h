@@ -23,8 +23,12 @@ std::string_view FinishReasonName(FinishReason reason);
 struct Request {
   std::string id;  // unique among unfinished requests
   std::vector<int32_t> prompt;
+  // The last num_generated tokens of `prompt` were generated earlier (a decode continuing
+  // after prefill, or a request migrated off a failed worker): they count towards max_tokens
+  // and completion_tokens, and a seeded sampler resumes where it left off.
+  int num_generated = 0;
   model::SamplingParams sampling;
-  int max_tokens = 16;
+  int max_tokens = 16;  // total generated tokens, num_generated included
   std::vector<int32_t> stop_token_ids;
   bool ignore_eos = false;
   // Copy the logits each token was sampled from into RequestOutput (tests, tools).

@@ -31,6 +31,10 @@ Sampler::Sampler(const SamplingParams& params) : params_(params) {
   rng_.seed(seed);
 }
 
+void Sampler::Skip(int n) {
+  if (n > 0 && params_.temperature != 0.0f && params_.top_k != 1) rng_.discard(n);
+}
+
 int32_t Sampler::Sample(std::span<const float> logits) {
   if (params_.temperature == 0.0f || params_.top_k == 1) return ArgMax(logits);
   const int64_t vocab = static_cast<int64_t>(logits.size());

@@ -30,6 +30,10 @@ class Sampler {
   // Picks the next token from `logits` (vocab floats). Greedy picks the lowest index among
   // equal maxima.
   int32_t Sample(std::span<const float> logits);
+  // Advances the RNG past `n` samples, as if Sample had run n times: a sequence resumed after
+  // n generated tokens (migration) continues the stream it would have drawn. Each non-greedy
+  // Sample takes exactly one draw.
+  void Skip(int n);
 
  private:
   SamplingParams params_;

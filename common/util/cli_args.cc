@@ -19,18 +19,27 @@ absl::StatusOr<CliArgs> CliArgs::Parse(int argc, char** argv,
       continue;
     }
     std::string name = a.substr(2);
+    std::string value;
     size_t eq = name.find('=');
     if (eq != std::string::npos) {
-      args.values_[name.substr(0, eq)] = name.substr(eq + 1);
+      value = name.substr(eq + 1);
+      name.resize(eq);
     } else if (switches.contains(name)) {
-      args.values_[name] = "true";
+      value = "true";
     } else if (i + 1 < argc) {
-      args.values_[name] = argv[++i];
+      value = argv[++i];
     } else {
       return absl::InvalidArgumentError(absl::StrCat("flag --", name, " needs a value"));
     }
+    args.values_[name] = value;
+    args.all_[name].push_back(std::move(value));
   }
   return args;
+}
+
+std::vector<std::string> CliArgs::All(const std::string& name) const {
+  auto it = all_.find(name);
+  return it == all_.end() ? std::vector<std::string>{} : it->second;
 }
 
 absl::StatusOr<std::string> CliArgs::String(const std::string& name) const {

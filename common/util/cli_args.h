@@ -19,6 +19,8 @@ class CliArgs {
 
   const std::vector<std::string>& positional() const { return positional_; }
   bool Has(const std::string& name) const { return values_.contains(name); }
+  // Every value of a flag given several times, in order (the other accessors see the last).
+  std::vector<std::string> All(const std::string& name) const;
   absl::StatusOr<std::string> String(const std::string& name) const;
   std::string StringOr(const std::string& name, const std::string& fallback) const;
   absl::StatusOr<int64_t> IntOr(const std::string& name, int64_t fallback) const;
@@ -32,6 +34,7 @@ class CliArgs {
 
  private:
   std::map<std::string, std::string> values_;
+  std::map<std::string, std::vector<std::string>> all_;
   std::vector<std::string> positional_;
 };
 

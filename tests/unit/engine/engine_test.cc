@@ -227,6 +227,55 @@ TEST_F(EngineTest, SeededSamplingIsReproducible) {
   EXPECT_NE(sampled(123), sampled(124));
 }
 
+// A request resumed with the tokens generated so far (decode after prefill, migration) must
+// continue the very stream the uninterrupted request produces, greedy and seeded alike, and
+// count the earlier tokens towards max_tokens.
+TEST_F(EngineTest, ResumedRequestContinuesTheSameStream) {
+  for (bool seeded : {false, true}) {
+    Request whole = Greedy("w", RandomPrompt(21, 9, 128), 12);
+    if (seeded) whole.sampling = {.temperature = 0.9f, .top_p = 0.9f, .seed = 77};
+    const Result full = Solo(whole);
+    ASSERT_EQ(full.tokens.size(), 12u);
+    for (int done : {1, 5}) {
+      Request resumed = whole;
+      resumed.prompt.insert(resumed.prompt.end(), full.tokens.begin(), full.tokens.begin() + done);
+      resumed.num_generated = done;
+      auto e = MakeEngine(Options());
+      ASSERT_TRUE(e->AddRequest(resumed).ok());
+      std::vector<int32_t> rest;
+      int completion = 0, prompt_tokens = 0;
+      while (e->HasUnfinished()) {
+        auto outs = e->Step();
+        ASSERT_TRUE(outs.ok());
+        for (const auto& o : *outs) {
+          rest.insert(rest.end(), o.new_tokens.begin(), o.new_tokens.end());
+          completion = o.completion_tokens;
+          prompt_tokens = o.prompt_tokens;
+        }
+      }
+      EXPECT_EQ(rest, std::vector<int32_t>(full.tokens.begin() + done, full.tokens.end()))
+          << "seeded " << seeded << ", resumed after " << done;
+      EXPECT_EQ(completion, 12);
+      EXPECT_EQ(prompt_tokens, 21);
+    }
+  }
+}
+
+TEST_F(EngineTest, RejectsBadResumptions) {
+  auto e = MakeEngine(Options());
+  auto code = [&](std::vector<int32_t> prompt, int generated, int max_tokens) {
+    Request r = Greedy("r", std::move(prompt), max_tokens);
+    r.num_generated = generated;
+    return e->AddRequest(std::move(r)).code();
+  };
+  EXPECT_EQ(code({1, 2, 3}, -1, 4), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(code({1, 2, 3}, 3, 4), absl::StatusCode::kInvalidArgument);  // no prompt left
+  EXPECT_EQ(code({1, 2, 3}, 2, 2), absl::StatusCode::kInvalidArgument);  // nothing to generate
+  // The context holds 512: prompt 2 + max_tokens 510 fits even with 300 generated tokens.
+  std::vector<int32_t> long_prompt(302, 1);
+  EXPECT_EQ(code(long_prompt, 300, 510), absl::StatusCode::kOk);
+}
+
 TEST_F(EngineTest, RejectsInvalidRequests) {
   auto e = MakeEngine(Options());
   auto code = [&](Request r) { return e->AddRequest(std::move(r)).code(); };
