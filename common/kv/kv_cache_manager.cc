@@ -152,6 +152,17 @@ void KvCacheManager::CancelSequence(int64_t seq_id) {
   FreeSequence(seq_id);
 }
 
+std::vector<int32_t> KvCacheManager::FindCachedPrefix(std::span<const BlockHash> hashes) const {
+  absl::MutexLock lock(&mu_);
+  std::vector<int32_t> ids;
+  for (BlockHash h : hashes) {
+    auto it = index_.find(h);
+    if (it == index_.end()) break;
+    ids.push_back(it->second);
+  }
+  return ids;
+}
+
 std::vector<int32_t> KvCacheManager::BlockTable(int64_t seq_id) const {
   absl::MutexLock lock(&mu_);
   auto it = seqs_.find(seq_id);

@@ -82,6 +82,11 @@ class KvCacheManager {
   // admission later counts the prompt once. Unknown ids are ignored.
   void CancelSequence(int64_t seq_id);
 
+  // Ids of the indexed blocks for `hashes`, in order, up to the first hash not indexed. No
+  // refcount or statistic changes: the ids stay valid until the next allocation, which is how
+  // a prefill worker exports a finished prompt's blocks before its engine steps again.
+  std::vector<int32_t> FindCachedPrefix(std::span<const BlockHash> hashes) const;
+
   std::vector<int32_t> BlockTable(int64_t seq_id) const;  // copy; empty if unknown
   // Valid until the sequence is freed or its table grows; nullptr if unknown.
   const int32_t* BlockTableData(int64_t seq_id) const;

@@ -167,6 +167,24 @@ TEST(KvCacheManagerTest, CancelledAdmissionCountsNothing) {
   m->CancelSequence(99);  // unknown: ignored
 }
 
+// A finished prompt's blocks stay findable by hash for export, without touching the stats.
+TEST(KvCacheManagerTest, FindCachedPrefixLooksUpWithoutSideEffects) {
+  auto m = Make(8);
+  const auto prompt = Concat(Seq(100, 12), {5});  // 3 full blocks and a partial one
+  Prefill(*m, 1, prompt);
+  const auto table = m->BlockTable(1);
+  m->FreeSequence(1);
+  const KvCacheStats before = m->Stats();
+  const auto hashes = HashPrefixBlocks(m->model_hash(), prompt, kBs);
+  ASSERT_EQ(hashes.size(), 3u);
+  EXPECT_THAT(m->FindCachedPrefix(hashes), ElementsAre(table[0], table[1], table[2]));
+  auto other = hashes;
+  other[1] ^= 1;  // the chain breaks at the second block
+  EXPECT_THAT(m->FindCachedPrefix(other), ElementsAre(table[0]));
+  EXPECT_TRUE(m->FindCachedPrefix({}).empty());
+  EXPECT_TRUE(SameStats(m->Stats(), before));
+}
+
 TEST(KvCacheManagerTest, NeverMapsTheWholePrompt) {
   auto m = Make(16);
   const auto prompt = Seq(0, 8);  // exactly two blocks
