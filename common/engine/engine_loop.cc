@@ -1,0 +1,132 @@
+#include "common/engine/engine_loop.h"
+
+#include <utility>
+
+namespace tandem::engine {
+
+EngineLoop::EngineLoop(std::unique_ptr<Engine> engine) : engine_(std::move(engine)) {
+  stats_.kv = engine_->KvStats();
+  thread_ = std::thread([this] { Run(); });
+}
+
+EngineLoop::~EngineLoop() {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  thread_.join();
+}
+
+void EngineLoop::Submit(Request request, OutputFn on_output) {
+  absl::MutexLock lock(&mu_);
+  inbox_.push_back(
+      {.kind = Command::kSubmit, .request = std::move(request), .on_output = std::move(on_output)});
+  ++stats_.waiting;
+}
+
+void EngineLoop::Abort(const std::string& request_id) {
+  Request r;
+  r.id = request_id;
+  absl::MutexLock lock(&mu_);
+  inbox_.push_back({.kind = Command::kAbort, .request = std::move(r)});
+}
+
+void EngineLoop::Post(TaskFn task) {
+  absl::MutexLock lock(&mu_);
+  inbox_.push_back({.kind = Command::kTask, .task = std::move(task)});
+}
+
+EngineLoop::Stats EngineLoop::GetStats() const {
+  absl::MutexLock lock(&mu_);
+  return stats_;
+}
+
+void EngineLoop::Deliver(const RequestOutput& output) {
+  auto it = callbacks_.find(output.id);
+  if (it == callbacks_.end()) return;
+  it->second(output, *engine_);
+  if (output.finish != FinishReason::kNone) callbacks_.erase(it);
+}
+
+void EngineLoop::Apply(std::vector<Command>& commands) {
+  for (Command& c : commands) {
+    switch (c.kind) {
+      case Command::kSubmit: {
+        const std::string id = c.request.id;
+        absl::Status s = callbacks_.contains(id)
+                             ? absl::AlreadyExistsError("request id \"" + id + "\" is in use")
+                             : engine_->AddRequest(std::move(c.request));
+        if (s.ok()) {
+          callbacks_[id] = std::move(c.on_output);
+        } else {
+          RequestOutput out;
+          out.id = id;
+          out.finish = FinishReason::kError;
+          out.error = s;
+          c.on_output(out, *engine_);
+        }
+        break;
+      }
+      case Command::kAbort:
+        engine_->Abort(c.request.id);
+        break;
+      case Command::kTask:
+        c.task(*engine_);
+        break;
+    }
+  }
+}
+
+void EngineLoop::Run() {
+  std::vector<Command> commands;
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      // Sleep only when the engine has nothing to do.
+      auto ready = [this] { return stop_ || !inbox_.empty(); };
+      if (!engine_->HasUnfinished()) mu_.Await(absl::Condition(&ready));
+      if (stop_) break;
+      commands.swap(inbox_);
+    }
+    Apply(commands);
+    commands.clear();
+    if (engine_->HasUnfinished()) {
+      absl::StatusOr<std::vector<RequestOutput>> outputs = engine_->Step();
+      if (!outputs.ok()) {
+        // A failed forward pass leaves no sequence trustworthy: end them all with the error.
+        for (auto& [id, fn] : callbacks_) engine_->Abort(id);
+        (void)engine_->Step();  // releases their blocks
+        for (auto& [id, fn] : callbacks_) {
+          RequestOutput out;
+          out.id = id;
+          out.finish = FinishReason::kError;
+          out.error = outputs.status();
+          fn(out, *engine_);
+        }
+        callbacks_.clear();
+      } else {
+        for (const RequestOutput& out : *outputs) Deliver(out);
+      }
+    }
+    absl::MutexLock lock(&mu_);
+    stats_.running = engine_->NumRunning();
+    stats_.waiting = engine_->NumWaiting() + static_cast<int>(inbox_.size());
+    stats_.kv = engine_->KvStats();
+  }
+  // Shutdown: end what is still in flight.
+  for (auto& [id, fn] : callbacks_) engine_->Abort(id);
+  if (engine_->HasUnfinished()) {
+    if (auto outputs = engine_->Step(); outputs.ok()) {
+      for (const RequestOutput& out : *outputs) Deliver(out);
+    }
+  }
+  for (auto& [id, fn] : callbacks_) {
+    RequestOutput out;
+    out.id = id;
+    out.finish = FinishReason::kAbort;
+    fn(out, *engine_);
+  }
+  callbacks_.clear();
+}
+
+}  // namespace tandem::engine

@@ -1,0 +1,72 @@
+// Runs an Engine on its own thread: other threads (gRPC handlers) submit requests, aborts and
+// tasks; the loop thread alone touches the engine, draining its inbox between steps and
+// stepping while work remains. Outputs reach each request's callback on the loop thread.
+//
+// Threading: Submit, Abort, Post and Stats may be called from any thread. Callbacks and posted
+// tasks run on the loop thread with the engine in hand, between steps — so a prefill worker can
+// export a finished prompt's KV blocks before anything else allocates, and a decode worker can
+// import blocks before the request that needs them is admitted. They must not block for long.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "common/engine/engine.h"
+
+namespace tandem::engine {
+
+class EngineLoop {
+ public:
+  // Called for every output of the request; the last one has finish != kNone. A request the
+  // engine refuses gets one output with finish kError and the reason in `error`.
+  using OutputFn = std::function<void(const RequestOutput& output, Engine& engine)>;
+  using TaskFn = std::function<void(Engine& engine)>;
+
+  struct Stats {
+    int running = 0;
+    int waiting = 0;  // in the engine's queue or the inbox
+    kv::KvCacheStats kv;
+  };
+
+  explicit EngineLoop(std::unique_ptr<Engine> engine);
+  // Stops the thread; requests still in flight end with finish kAbort.
+  ~EngineLoop();
+  EngineLoop(const EngineLoop&) = delete;
+  EngineLoop& operator=(const EngineLoop&) = delete;
+
+  void Submit(Request request, OutputFn on_output);
+  void Abort(const std::string& request_id);
+  void Post(TaskFn task);
+  Stats GetStats() const;
+
+ private:
+  struct Command {
+    enum Kind { kSubmit, kAbort, kTask } kind;
+    Request request;  // kSubmit; request.id for kAbort
+    OutputFn on_output;
+    TaskFn task;
+  };
+
+  void Run();
+  // Applies the inbox to the engine (loop thread only).
+  void Apply(std::vector<Command>& commands);
+  void Deliver(const RequestOutput& output);
+
+  std::unique_ptr<Engine> engine_;                        // loop thread only, after construction
+  absl::flat_hash_map<std::string, OutputFn> callbacks_;  // loop thread only
+
+  mutable absl::Mutex mu_;
+  std::vector<Command> inbox_ ABSL_GUARDED_BY(mu_);
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  Stats stats_ ABSL_GUARDED_BY(mu_);  // refreshed by the loop after every step
+
+  std::thread thread_;
+};
+
+}  // namespace tandem::engine
