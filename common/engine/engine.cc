@@ -204,7 +204,8 @@ void Engine::AdmitWaiting(int& budget) {
       seq.num_computed = 0;
       return;
     }
-    if (seq.completion_tokens == 0) seq.cached_prompt_tokens = *cached;
+    if (!seq.admitted) seq.cached_prompt_tokens = *cached;  // not a re-admission
+    seq.admitted = true;
     scheduled_.push_back({&seq, n});
     budget -= n;
     running_.push_back(std::move(waiting_.front()));

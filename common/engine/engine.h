@@ -59,7 +59,8 @@ class Engine {
     std::vector<int32_t> tokens;  // prompt + generated
     int prompt_len = 0;
     int num_computed = 0;  // tokens whose KV is in the cache
-    int cached_prompt_tokens = 0;
+    int cached_prompt_tokens = 0;  // at first admission (preemption re-admits)
+    bool admitted = false;
     int completion_tokens = 0;
     model::Sampler sampler;
     Sequence(Request r, int64_t id);

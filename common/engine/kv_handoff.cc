@@ -1,0 +1,49 @@
+#include "common/engine/kv_handoff.h"
+
+#include "common/kv/kv_transfer.h"
+#include "common/util/status_macros.h"
+
+namespace tandem::engine {
+
+std::vector<kv::BlockHash> PromptBlockHashes(Engine& engine, std::span<const int32_t> prompt) {
+  kv::KvCacheManager& kv = engine.kv_cache();
+  return kv::HashPrefixBlocks(kv.model_hash(), prompt, kv.layout().block_size);
+}
+
+absl::StatusOr<std::vector<ExportedBlock>> ExportPromptBlocks(Engine& engine,
+                                                              std::span<const int32_t> prompt) {
+  kv::KvCacheManager& kv = engine.kv_cache();
+  const std::vector<kv::BlockHash> hashes = PromptBlockHashes(engine, prompt);
+  const std::vector<int32_t> ids = kv.FindCachedPrefix(hashes);
+  std::vector<ExportedBlock> out;
+  out.reserve(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    TANDEM_ASSIGN_OR_RETURN(std::string bytes,
+                            kv::ExportBlocks(kv, std::span(&ids[i], 1), std::span(&hashes[i], 1)));
+    out.push_back({.hash = hashes[i], .bytes = std::move(bytes)});
+  }
+  return out;
+}
+
+ImportStats ImportPromptBlocks(Engine& engine, std::span<const kv::BlockHash> hashes,
+                               std::span<const std::optional<std::string>> blocks) {
+  kv::KvCacheManager& kv = engine.kv_cache();
+  ImportStats stats;
+  const size_t n = std::min(hashes.size(), blocks.size());
+  size_t i = 0;
+  for (; i < n; ++i) {
+    if (!kv.FindCachedPrefix(std::span(&hashes[i], 1)).empty()) {  // already resident
+      ++stats.hits;
+      continue;
+    }
+    if (!blocks[i].has_value()) break;
+    absl::StatusOr<kv::ImportResult> r = kv::ImportBlocks(kv, *blocks[i]);
+    // The block must be the one the handle names: a blob carrying another hash is refused.
+    if (!r.ok() || kv.FindCachedPrefix(std::span(&hashes[i], 1)).empty()) break;
+    ++stats.hits;
+  }
+  stats.misses = static_cast<int>(hashes.size()) - stats.hits;
+  return stats;
+}
+
+}  // namespace tandem::engine

@@ -1,0 +1,52 @@
+// The prefill -> decode handoff of a prompt's KV cache, on either side of the cache store.
+//
+// Prefill: once a request has finished prefill (its first token sampled), its full prompt
+// blocks sit in the engine's prefix cache under their chained hashes; ExportPromptBlocks
+// serialises each one (kv_transfer format: bytes + layout descriptor + checksum), so a block
+// is a self-describing store entry. Decode: ImportPromptBlocks copies fetched blocks into the
+// engine's prefix cache, after which the request — resumed with its first token
+// (Request::num_generated) — is admitted with those blocks mapped and computes only the
+// partial last block.
+//
+// Both run on the engine's thread (EngineLoop callbacks or tasks), between steps.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/engine/engine.h"
+#include "common/kv/block_hash.h"
+
+namespace tandem::engine {
+
+struct ExportedBlock {
+  kv::BlockHash hash = 0;
+  std::string bytes;  // one block in the kv_transfer format
+};
+
+// The chained hashes of the full blocks of `prompt` in this engine's cache (model and block
+// size), which is also the key list of the KV handle.
+std::vector<kv::BlockHash> PromptBlockHashes(Engine& engine, std::span<const int32_t> prompt);
+
+// Exports the cached prefix of `prompt`'s full blocks, in order, stopping at the first block
+// not in the prefix cache (so the result is always a usable prefix).
+absl::StatusOr<std::vector<ExportedBlock>> ExportPromptBlocks(Engine& engine,
+                                                              std::span<const int32_t> prompt);
+
+struct ImportStats {
+  int hits = 0;    // blocks now usable: already resident, or imported
+  int misses = 0;  // blocks absent (nullopt) or refused; the first one ends the usable prefix
+};
+
+// Imports `blocks[i]` for hashes[i] in order, stopping at the first missing or refused block
+// (a later block is useless without the ones before it). A block whose bytes fail validation
+// (other model, dtype or geometry, corruption) is refused, counted as a miss, and leaves the
+// cache untouched.
+ImportStats ImportPromptBlocks(Engine& engine, std::span<const kv::BlockHash> hashes,
+                               std::span<const std::optional<std::string>> blocks);
+
+}  // namespace tandem::engine

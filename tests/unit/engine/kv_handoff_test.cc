@@ -1,0 +1,130 @@
+// Disaggregation's central property: prefill on one engine, hand the full prompt blocks over
+// as bytes, continue on another engine — and get the tokens a single engine produces.
+#include "common/engine/kv_handoff.h"
+
+#include <gtest/gtest.h>
+
+#include "tests/unit/testing/temp_model.h"
+
+namespace tandem::engine {
+namespace {
+
+class KvHandoffTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = testing::WriteTempModel(testing::TinySpec());
+    auto m = model::Model::Load(dir_, pool_);
+    ASSERT_TRUE(m.ok()) << m.status();
+    model_ = std::move(*m);
+    for (int i = 0; i < 45; ++i) prompt_.push_back((i * 53 + 7) % 128);  // 2 full blocks + 13
+  }
+
+  std::unique_ptr<Engine> MakeEngine(DType kv_dtype = DType::kF32) {
+    EngineOptions o;
+    o.kv_dtype = kv_dtype;
+    o.num_blocks = 64;
+    return Engine::Create(*model_, o).value();
+  }
+
+  Request Make(std::vector<int32_t> prompt, int max_tokens, int num_generated = 0) {
+    Request r;
+    r.id = "r";
+    r.prompt = std::move(prompt);
+    r.max_tokens = max_tokens;
+    r.num_generated = num_generated;
+    r.ignore_eos = true;
+    return r;
+  }
+
+  // Runs `r` to completion; returns its tokens and the first output's cached prompt tokens.
+  std::pair<std::vector<int32_t>, int> Run(Engine& e, Request r) {
+    EXPECT_TRUE(e.AddRequest(std::move(r)).ok());
+    std::vector<int32_t> tokens;
+    int cached = -1;
+    while (e.HasUnfinished()) {
+      auto outs = e.Step();
+      EXPECT_TRUE(outs.ok());
+      for (const auto& o : *outs) {
+        if (cached < 0) cached = o.cached_prompt_tokens;
+        tokens.insert(tokens.end(), o.new_tokens.begin(), o.new_tokens.end());
+      }
+    }
+    return {tokens, cached};
+  }
+
+  ThreadPool pool_{2};
+  std::string dir_;
+  std::unique_ptr<model::Model> model_;
+  std::vector<int32_t> prompt_;
+};
+
+TEST_F(KvHandoffTest, DecodeOnAnotherEngineContinuesExactly) {
+  auto whole = MakeEngine();
+  const std::vector<int32_t> expected = Run(*whole, Make(prompt_, 10)).first;
+
+  auto prefill = MakeEngine();
+  const auto [first, cached_on_prefill] = Run(*prefill, Make(prompt_, 1));
+  ASSERT_EQ(first.size(), 1u);
+  EXPECT_EQ(first[0], expected[0]);
+  auto exported = ExportPromptBlocks(*prefill, prompt_);
+  ASSERT_TRUE(exported.ok()) << exported.status();
+  ASSERT_EQ(exported->size(), 2u);  // the partial third block stays behind
+
+  auto decode = MakeEngine();
+  std::vector<kv::BlockHash> hashes = PromptBlockHashes(*decode, prompt_);
+  ASSERT_EQ(hashes.size(), 2u);
+  EXPECT_EQ(hashes[0], (*exported)[0].hash);
+  std::vector<std::optional<std::string>> blobs = {(*exported)[0].bytes, (*exported)[1].bytes};
+  const ImportStats stats = ImportPromptBlocks(*decode, hashes, blobs);
+  EXPECT_EQ(stats.hits, 2);
+  EXPECT_EQ(stats.misses, 0);
+
+  std::vector<int32_t> resumed = prompt_;
+  resumed.push_back(first[0]);
+  const auto [rest, cached] = Run(*decode, Make(resumed, 10, 1));
+  EXPECT_EQ(cached, 32);  // both imported blocks were used
+  EXPECT_EQ(rest, std::vector<int32_t>(expected.begin() + 1, expected.end()));
+
+  // A second import of the same blocks finds them resident.
+  EXPECT_EQ(ImportPromptBlocks(*decode, hashes, blobs).hits, 2);
+}
+
+TEST_F(KvHandoffTest, MissingOrForeignBlocksAreMissesAndStillDecodeCorrectly) {
+  auto whole = MakeEngine(DType::kF16);
+  const std::vector<int32_t> expected = Run(*whole, Make(prompt_, 6)).first;
+
+  auto prefill = MakeEngine();  // fp32 KV: its blocks do not fit an fp16 cache
+  ASSERT_EQ(Run(*prefill, Make(prompt_, 1)).first.size(), 1u);
+  auto exported = ExportPromptBlocks(*prefill, prompt_);
+  ASSERT_TRUE(exported.ok());
+
+  auto decode = MakeEngine(DType::kF16);
+  const auto hashes = PromptBlockHashes(*decode, prompt_);
+  std::vector<std::optional<std::string>> foreign = {(*exported)[0].bytes, (*exported)[1].bytes};
+  ImportStats stats = ImportPromptBlocks(*decode, hashes, foreign);
+  EXPECT_EQ(stats.hits, 0);
+  EXPECT_EQ(stats.misses, 2);
+  EXPECT_EQ(decode->KvStats().cached_blocks, 0);  // nothing was imported
+
+  std::vector<int32_t> resumed = prompt_;
+  resumed.push_back(expected[0]);
+  const auto [rest, cached] = Run(*decode, Make(resumed, 6, 1));
+  EXPECT_EQ(cached, 0);  // recomputed
+  EXPECT_EQ(rest, std::vector<int32_t>(expected.begin() + 1, expected.end()));
+
+  // Same-dtype blocks with the second one missing: one hit, one miss.
+  auto fresh = MakeEngine();
+  std::vector<std::optional<std::string>> partial = {(*exported)[0].bytes, std::nullopt};
+  stats = ImportPromptBlocks(*fresh, PromptBlockHashes(*fresh, prompt_), partial);
+  EXPECT_EQ(stats.hits, 1);
+  EXPECT_EQ(stats.misses, 1);
+  // A corrupt block is refused.
+  auto other = MakeEngine();
+  std::string corrupt = (*exported)[0].bytes;
+  corrupt[corrupt.size() / 2] ^= 0x5a;
+  std::vector<std::optional<std::string>> bad = {corrupt, (*exported)[1].bytes};
+  EXPECT_EQ(ImportPromptBlocks(*other, PromptBlockHashes(*other, prompt_), bad).hits, 0);
+}
+
+}  // namespace
+}  // namespace tandem::engine
