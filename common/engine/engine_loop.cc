@@ -77,6 +77,13 @@ void EngineLoop::Apply(std::vector<Command>& commands) {
   }
 }
 
+void EngineLoop::PublishStats() {
+  absl::MutexLock lock(&mu_);
+  stats_.running = engine_->NumRunning();
+  stats_.waiting = engine_->NumWaiting() + static_cast<int>(inbox_.size());
+  stats_.kv = engine_->KvStats();
+}
+
 void EngineLoop::Run() {
   std::vector<Command> commands;
   while (true) {
@@ -90,30 +97,50 @@ void EngineLoop::Run() {
     }
     Apply(commands);
     commands.clear();
+    std::vector<RequestOutput> outputs;
+    absl::Status failure;
     if (engine_->HasUnfinished()) {
-      absl::StatusOr<std::vector<RequestOutput>> outputs = engine_->Step();
-      if (!outputs.ok()) {
+      absl::StatusOr<std::vector<RequestOutput>> stepped = engine_->Step();
+      if (stepped.ok()) {
+        outputs = *std::move(stepped);
+      } else {
         // A failed forward pass leaves no sequence trustworthy: end them all with the error.
+        failure = stepped.status();
         for (auto& [id, fn] : callbacks_) engine_->Abort(id);
         (void)engine_->Step();  // releases their blocks
-        for (auto& [id, fn] : callbacks_) {
-          RequestOutput out;
-          out.id = id;
-          out.finish = FinishReason::kError;
-          out.error = outputs.status();
-          fn(out, *engine_);
-        }
-        callbacks_.clear();
-      } else {
-        for (const RequestOutput& out : *outputs) Deliver(out);
       }
     }
-    absl::MutexLock lock(&mu_);
-    stats_.running = engine_->NumRunning();
-    stats_.waiting = engine_->NumWaiting() + static_cast<int>(inbox_.size());
-    stats_.kv = engine_->KvStats();
+    PublishStats();  // before the callbacks: whoever sees a finish sees its blocks released
+    for (const RequestOutput& out : outputs) Deliver(out);
+    if (!failure.ok()) {
+      for (auto& [id, fn] : callbacks_) {
+        RequestOutput out;
+        out.id = id;
+        out.finish = FinishReason::kError;
+        out.error = failure;
+        fn(out, *engine_);
+      }
+      callbacks_.clear();
+    }
   }
-  // Shutdown: end what is still in flight.
+  // Shutdown. Queued tasks still run (another thread may be waiting on one); requests never
+  // admitted end at once; those in flight are aborted.
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      commands.swap(inbox_);
+    }
+    if (commands.empty()) break;
+    for (Command& c : commands) {
+      if (c.kind == Command::kTask) c.task(*engine_);
+      if (c.kind != Command::kSubmit) continue;
+      RequestOutput out;
+      out.id = c.request.id;
+      out.finish = FinishReason::kAbort;
+      c.on_output(out, *engine_);
+    }
+    commands.clear();
+  }
   for (auto& [id, fn] : callbacks_) engine_->Abort(id);
   if (engine_->HasUnfinished()) {
     if (auto outputs = engine_->Step(); outputs.ok()) {

@@ -35,7 +35,8 @@ class EngineLoop {
   };
 
   explicit EngineLoop(std::unique_ptr<Engine> engine);
-  // Stops the thread; requests still in flight end with finish kAbort.
+  // Stops the thread; requests still in flight or queued end with finish kAbort, queued tasks
+  // still run. Submit and Post after destruction has begun are not allowed.
   ~EngineLoop();
   EngineLoop(const EngineLoop&) = delete;
   EngineLoop& operator=(const EngineLoop&) = delete;
@@ -57,6 +58,7 @@ class EngineLoop {
   // Applies the inbox to the engine (loop thread only).
   void Apply(std::vector<Command>& commands);
   void Deliver(const RequestOutput& output);
+  void PublishStats();
 
   std::unique_ptr<Engine> engine_;                        // loop thread only, after construction
   absl::flat_hash_map<std::string, OutputFn> callbacks_;  // loop thread only
