@@ -16,9 +16,16 @@ constexpr char kUsage[] = R"(usage:
       (e.g. 80GiB). Needs only config.json.
   model-inspect forward --model DIR --tokens 1,2,3 --logits-out FILE [--kv-dtype auto|...]
       writes float32 little-endian logits of every position, shape [n_tokens, vocab]
-  model-inspect generate --model DIR --tokens 1,2,3 --max-tokens N [--temperature T]
-                [--top-p P] [--top-k K] [--seed S] [--ignore-eos] [--kv-dtype auto|...]
-      prints the generated ids comma-separated on one line (timings go to stderr)
+  model-inspect generate --model DIR (--tokens 1,2,3 | --prompt TEXT) --max-tokens N
+                [--temperature T] [--top-p P] [--top-k K] [--seed S] [--ignore-eos]
+                [--kv-dtype auto|...]
+      prints the generated ids comma-separated on one line (timings go to stderr); with
+      --prompt (encoded with BOS as the model's config says) also the decoded text
+  model-inspect tokenize --model DIR --text-file F
+      for each line of F (without its newline) prints its ids comma-separated, one line each,
+      no special tokens added. Needs only tokenizer.json (+ tokenizer_config.json).
+  model-inspect detokenize --model DIR --ids 1,2,3 [--skip-special-tokens]
+      prints the decoded text
 Common: --threads N (default: TANDEM_NUM_THREADS or all cores);
         --weight-memory mmap|hugepages (default mmap: zero-copy views of the files;
         hugepages copies the matrices into 2 MiB pages, faster decode, more memory).
@@ -27,7 +34,8 @@ Common: --threads N (default: TANDEM_NUM_THREADS or all cores);
 }  // namespace
 
 int main(int argc, char** argv) {
-  auto args = tandem::CliArgs::Parse(argc, argv, {"kv-cache", "ignore-eos", "help"});
+  auto args =
+      tandem::CliArgs::Parse(argc, argv, {"kv-cache", "ignore-eos", "skip-special-tokens", "help"});
   if (!args.ok()) {
     std::fprintf(stderr, "model-inspect: %s\n%s", std::string(args.status().message()).c_str(),
                  kUsage);
@@ -46,6 +54,10 @@ int main(int argc, char** argv) {
     status = tandem::tools::RunInfo(*args);
   } else if (command == "forward") {
     status = tandem::tools::RunForward(*args);
+  } else if (command == "tokenize") {
+    status = tandem::tools::RunTokenize(*args);
+  } else if (command == "detokenize") {
+    status = tandem::tools::RunDetokenize(*args);
   } else if (command == "generate") {
     status = tandem::tools::RunGenerate(*args);
   } else {

@@ -4,7 +4,6 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "common/engine/engine.h"
 #include "common/kv/kv_cache_manager.h"
 #include "common/model/model.h"
@@ -87,10 +86,11 @@ absl::Status RunForward(const CliArgs& args) {
 
 absl::Status RunGenerate(const CliArgs& args) {
   TANDEM_RETURN_IF_ERROR(
-      args.CheckKnown({"model", "tokens", "max-tokens", "temperature", "top-p", "top-k", "seed",
-                       "ignore-eos", "kv-dtype", "threads", "weight-memory"}));
+      args.CheckKnown({"model", "tokens", "prompt", "max-tokens", "temperature", "top-p", "top-k",
+                       "seed", "ignore-eos", "kv-dtype", "threads", "weight-memory"}));
   TANDEM_ASSIGN_OR_RETURN(std::string dir, args.String("model"));
-  TANDEM_ASSIGN_OR_RETURN(std::vector<int32_t> tokens, args.IntList("tokens"));
+  TANDEM_ASSIGN_OR_RETURN(PromptTokens prompt, ResolvePrompt(args));
+  const std::vector<int32_t>& tokens = prompt.ids;
   engine::Request request;
   request.id = "generate";
   request.prompt = tokens;
@@ -128,7 +128,7 @@ absl::Status RunGenerate(const CliArgs& args) {
     }
   }
   auto t1 = Clock::now();
-  std::printf("%s\n", absl::StrJoin(generated, ",").c_str());
+  TANDEM_RETURN_IF_ERROR(PrintGenerated(generated, prompt));
   double decode_s = generated.size() > 1 ? Seconds(first_token, t1) : 0;
   std::fprintf(stderr,
                "generate: prompt %zu tokens, %zu generated (finish: %s); prefill %.3f s "
