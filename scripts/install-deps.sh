@@ -8,6 +8,8 @@ packages=(
   clang libclang-rt-14-dev            # libFuzzer targets, sanitizers
   libabsl-dev nlohmann-json3-dev libxxhash-dev
   libpcre2-dev libutf8proc-dev        # tokenizer: pre-tokenizer regexes, NFC/NFKC
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler  # services
+  libyaml-cpp-dev prometheus-cpp-dev  # configuration, /metrics
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-numpy python3-torch libopenblas0-pthread  # test-time numerical reference
 )

@@ -1,0 +1,152 @@
+// The memory of one cache-store shard: immutable KV blocks keyed by their chained hash, in a
+// capacity-limited pool with LRU eviction. The gRPC service (cache_store_service.h) is a thin
+// layer over it.
+//
+// Blocks are written in two phases: BeginPut reserves the space and hands the writer a
+// PendingPut it fills chunk by chunk; only Commit makes the block visible, so no reader sees a
+// partial block, and a writer that disappears (its PendingPut destroyed) releases the space.
+// Readers get a BlockRef that pins the block: pinned and pending blocks are never evicted.
+//
+// Thread-safe: every method may be called from any thread. PendingPut::Append touches only the
+// writer's own buffer and takes no lock. BlockRefs and PendingPuts must not outlive the store.
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/node_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+
+namespace tandem::cache_store {
+
+struct BlockStoreOptions {
+  int64_t capacity_bytes = int64_t{1} << 30;
+  int64_t max_block_bytes = int64_t{1} << 30;  // larger puts are InvalidArgument
+};
+
+// Counters since creation and the current occupancy.
+struct BlockStoreStats {
+  int64_t capacity_bytes = 0;
+  int64_t used_bytes = 0;     // committed blocks plus space reserved by pending puts
+  int64_t blocks = 0;         // committed blocks
+  int64_t pending_puts = 0;   // puts begun and neither committed nor abandoned
+  int64_t pinned_blocks = 0;  // committed blocks with at least one live BlockRef
+  int64_t puts = 0;           // committed puts
+  int64_t put_skipped = 0;    // BeginPut of a block already stored or being written
+  int64_t put_aborted = 0;    // pending puts abandoned or failed at Commit
+  int64_t hits = 0;           // Get calls that found their block
+  int64_t misses = 0;         // Get calls that did not
+  int64_t evictions = 0;
+};
+
+// Checksum of a block's bytes as the store and its clients compute it (XXH32, seed 0).
+uint32_t BlockChecksum(std::span<const uint8_t> bytes);
+
+class BlockStore;
+
+// A pinned, committed block. Movable; unpins on destruction.
+class BlockRef {
+ public:
+  BlockRef() = default;
+  BlockRef(BlockRef&& other) noexcept { *this = std::move(other); }
+  BlockRef& operator=(BlockRef&& other) noexcept;
+  ~BlockRef() { Reset(); }
+
+  std::span<const uint8_t> data() const { return data_; }
+  uint32_t checksum() const { return checksum_; }
+  uint64_t hash() const { return hash_; }
+  void Reset();
+
+ private:
+  friend class BlockStore;
+  BlockStore* store_ = nullptr;
+  uint64_t hash_ = 0;
+  uint32_t checksum_ = 0;
+  std::span<const uint8_t> data_;
+};
+
+// A block being written. Movable; abandons the put (releasing its space) unless committed.
+class PendingPut {
+ public:
+  PendingPut(PendingPut&& other) noexcept { *this = std::move(other); }
+  PendingPut& operator=(PendingPut&& other) noexcept;
+  ~PendingPut() { Abandon(); }
+
+  uint64_t hash() const { return hash_; }
+  int64_t size() const { return static_cast<int64_t>(buffer_.size()); }
+  int64_t written() const { return written_; }
+
+  // OutOfRange (nothing written) past the size declared at BeginPut.
+  absl::Status Append(std::span<const uint8_t> bytes);
+  // Publishes the block. FailedPrecondition if bytes are missing, DataLoss if the checksum given
+  // at BeginPut does not match; either way the put is abandoned.
+  absl::Status Commit();
+
+ private:
+  friend class BlockStore;
+  PendingPut(BlockStore* store, uint64_t hash, int64_t size, uint32_t checksum)
+      : store_(store), hash_(hash), checksum_(checksum), buffer_(size) {}
+  void Abandon();
+
+  BlockStore* store_ = nullptr;
+  uint64_t hash_ = 0;
+  uint32_t checksum_ = 0;
+  int64_t written_ = 0;
+  std::vector<uint8_t> buffer_;
+};
+
+class BlockStore {
+ public:
+  // InvalidArgument for a non-positive capacity or block limit.
+  static absl::StatusOr<std::unique_ptr<BlockStore>> Create(const BlockStoreOptions& options);
+  ~BlockStore();
+  BlockStore(const BlockStore&) = delete;
+  BlockStore& operator=(const BlockStore&) = delete;
+
+  // Reserves `size` bytes for block `hash`, evicting least recently used unpinned blocks as
+  // needed. AlreadyExists if the block is stored or being written (the caller skips it);
+  // InvalidArgument for a size outside [1, max_block_bytes]; ResourceExhausted if pinned and
+  // pending blocks leave too little room.
+  absl::StatusOr<PendingPut> BeginPut(uint64_t hash, int64_t size, uint32_t checksum);
+
+  // The committed block, pinned and made most recently used; NotFound if absent.
+  absl::StatusOr<BlockRef> Get(uint64_t hash);
+  bool Exists(uint64_t hash) const;
+  BlockStoreStats Stats() const;
+
+ private:
+  friend class BlockRef;
+  friend class PendingPut;
+
+  struct Entry {
+    std::vector<uint8_t> data;  // empty while pending
+    int64_t reserved = 0;       // bytes counted in used_bytes_
+    uint32_t checksum = 0;
+    bool committed = false;
+    int pins = 0;
+    std::list<uint64_t>::iterator lru;  // valid while committed and unpinned
+  };
+
+  explicit BlockStore(const BlockStoreOptions& options) : options_(options) {}
+  // Evicts unpinned committed blocks, oldest first, until `size` more bytes fit.
+  bool MakeRoom(int64_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Unpin(uint64_t hash);
+  absl::Status Publish(uint64_t hash, std::vector<uint8_t> data);
+  void Drop(uint64_t hash);  // an abandoned or failed pending put
+
+  const BlockStoreOptions options_;
+  mutable absl::Mutex mu_;
+  // node_hash_map: BlockRef spans point into Entry::data, which must not move.
+  absl::node_hash_map<uint64_t, Entry> entries_ ABSL_GUARDED_BY(mu_);
+  std::list<uint64_t> lru_ ABSL_GUARDED_BY(mu_);  // unpinned committed blocks, oldest first
+  int64_t used_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  BlockStoreStats counters_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace tandem::cache_store

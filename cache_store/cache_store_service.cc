@@ -1,0 +1,216 @@
+#include "cache_store/cache_store_service.h"
+
+#include <algorithm>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/rpc/status.h"
+#include "common/util/status_macros.h"
+
+namespace tandem::cache_store {
+namespace {
+
+using tandem::v1::GetResponse;
+using tandem::v1::PutRequest;
+using tandem::v1::PutResponse;
+
+// Reads the chunks of a Put stream. A message with block_bytes > 0 starts a block; later
+// messages with the same hash and no header continue it. A block the shard already holds is
+// skipped (its data is read and dropped). A stream that ends or fails inside a block abandons
+// that block; blocks completed before it stay stored.
+class PutReactor final : public grpc::ServerReadReactor<PutRequest> {
+ public:
+  PutReactor(BlockStore& store, PutResponse* response) : store_(store), response_(response) {
+    StartRead(&request_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {  // the client half-closed (or the call broke)
+      if (pending_ || skipping_) {
+        Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                            absl::StrCat("stream ended inside block ", current_)));
+        return;
+      }
+      Finish(grpc::Status::OK);
+      return;
+    }
+    absl::Status s = Handle();
+    if (!s.ok()) {
+      pending_.reset();
+      Finish(rpc::ToGrpcStatus(s));
+      return;
+    }
+    StartRead(&request_);
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  absl::Status Handle() {
+    if (request_.block_bytes() > 0) {
+      if (pending_ || skipping_) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("block ", current_, " ended before all of its bytes arrived"));
+      }
+      TANDEM_RETURN_IF_ERROR(Begin());
+    } else if (!pending_ && !skipping_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("chunk of block ", request_.block_hash(), " without its header"));
+    } else if (request_.block_hash() != current_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("chunk of block ", request_.block_hash(), " inside block ", current_));
+    }
+    const std::string& data = request_.data();
+    if (skipping_) {
+      skip_left_ -= static_cast<int64_t>(data.size());
+      if (skip_left_ < 0) {
+        return absl::OutOfRangeError(absl::StrCat("block ", current_, ": too many bytes"));
+      }
+      skipping_ = skip_left_ > 0;
+      return absl::OkStatus();
+    }
+    TANDEM_RETURN_IF_ERROR(
+        pending_->Append({reinterpret_cast<const uint8_t*>(data.data()), data.size()}));
+    if (pending_->written() == pending_->size()) {
+      absl::Status s = pending_->Commit();
+      pending_.reset();
+      TANDEM_RETURN_IF_ERROR(s);
+      response_->set_stored(response_->stored() + 1);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Begin() {
+    current_ = request_.block_hash();
+    absl::StatusOr<PendingPut> put =
+        store_.BeginPut(current_, request_.block_bytes(), request_.checksum());
+    if (absl::IsAlreadyExists(put.status())) {
+      response_->set_skipped(response_->skipped() + 1);
+      skipping_ = true;
+      skip_left_ = request_.block_bytes();
+      return absl::OkStatus();
+    }
+    if (!put.ok()) return put.status();
+    pending_.emplace(*std::move(put));
+    return absl::OkStatus();
+  }
+
+  BlockStore& store_;
+  PutResponse* response_;
+  PutRequest request_;
+  uint64_t current_ = 0;
+  std::optional<PendingPut> pending_;
+  bool skipping_ = false;
+  int64_t skip_left_ = 0;
+};
+
+// Streams the requested blocks in order, `chunk_bytes` of data per message. Each block is
+// pinned from its first chunk until its last one has been written.
+class GetReactor final : public grpc::ServerWriteReactor<GetResponse> {
+ public:
+  GetReactor(BlockStore& store, const tandem::v1::GetRequest& request, int64_t chunk_bytes)
+      : store_(store), request_(request), chunk_bytes_(chunk_bytes) {
+    Next();
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) {  // the client went away
+      block_.Reset();
+      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "client stopped reading"));
+      return;
+    }
+    Next();
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  void Next() {
+    response_.Clear();
+    if (block_.data().empty()) {  // start the next block
+      block_.Reset();
+      if (index_ == request_.block_hashes_size()) {
+        Finish(grpc::Status::OK);
+        return;
+      }
+      const uint64_t hash = request_.block_hashes(index_++);
+      response_.set_block_hash(hash);
+      absl::StatusOr<BlockRef> ref = store_.Get(hash);
+      if (!ref.ok()) {
+        response_.set_found(false);
+        StartWrite(&response_);
+        return;
+      }
+      block_ = *std::move(ref);
+      offset_ = 0;
+      response_.set_found(true);
+      response_.set_block_bytes(static_cast<int64_t>(block_.data().size()));
+      response_.set_checksum(block_.checksum());
+    } else {
+      response_.set_block_hash(block_.hash());
+      response_.set_found(true);
+    }
+    const int64_t n = std::min<int64_t>(chunk_bytes_, block_.data().size() - offset_);
+    response_.set_data(block_.data().data() + offset_, n);
+    offset_ += n;
+    if (offset_ == static_cast<int64_t>(block_.data().size())) {
+      // The bytes are copied into the message: the pin can go before the write completes.
+      block_.Reset();
+    }
+    StartWrite(&response_);
+  }
+
+  BlockStore& store_;
+  const tandem::v1::GetRequest request_;
+  const int64_t chunk_bytes_;
+  int index_ = 0;
+  BlockRef block_;
+  int64_t offset_ = 0;
+  GetResponse response_;
+};
+
+}  // namespace
+
+CacheStoreService::CacheStoreService(BlockStore& store, int64_t chunk_bytes)
+    : store_(store), chunk_bytes_(std::max<int64_t>(chunk_bytes, 1)) {}
+
+grpc::ServerReadReactor<PutRequest>* CacheStoreService::Put(grpc::CallbackServerContext*,
+                                                            PutResponse* response) {
+  return new PutReactor(store_, response);
+}
+
+grpc::ServerWriteReactor<GetResponse>* CacheStoreService::Get(
+    grpc::CallbackServerContext*, const tandem::v1::GetRequest* request) {
+  return new GetReactor(store_, *request, chunk_bytes_);
+}
+
+grpc::ServerUnaryReactor* CacheStoreService::Exists(grpc::CallbackServerContext* context,
+                                                    const tandem::v1::ExistsRequest* request,
+                                                    tandem::v1::ExistsResponse* response) {
+  for (uint64_t hash : request->block_hashes()) response->add_present(store_.Exists(hash));
+  auto* reactor = context->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* CacheStoreService::GetStats(grpc::CallbackServerContext* context,
+                                                      const tandem::v1::GetStatsRequest*,
+                                                      tandem::v1::StoreStats* response) {
+  const BlockStoreStats s = store_.Stats();
+  response->set_capacity_bytes(s.capacity_bytes);
+  response->set_used_bytes(s.used_bytes);
+  response->set_blocks(s.blocks);
+  response->set_pinned_blocks(s.pinned_blocks);
+  response->set_puts(s.puts);
+  response->set_gets(s.hits + s.misses);
+  response->set_hits(s.hits);
+  response->set_misses(s.misses);
+  response->set_evictions(s.evictions);
+  auto* reactor = context->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+}  // namespace tandem::cache_store

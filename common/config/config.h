@@ -1,0 +1,116 @@
+// One configuration for every role (router, prefill, decode, cache store, `tandem serve`), read
+// from YAML. Every key has a type, bounds, a default and a line of documentation in one schema
+// (config_schema.cc); docs/configuration.md is generated from it, so the two cannot drift.
+// Unknown keys and wrong types are errors naming the key; command-line `--set key=value`
+// overrides go through the same checks.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace tandem::config {
+
+struct ModelConfig {
+  std::string path = "models/tandem-py-8l";  // Hugging Face model directory
+  std::string name;                          // served name; empty: the directory's name
+  std::string weight_memory = "mmap";        // mmap | hugepages
+  int threads = 0;                           // compute threads per engine; 0: all cores
+};
+
+struct KvCacheConfig {
+  int block_size = 16;
+  std::string dtype = "auto";  // auto (the model's dtype) | fp32 | fp16 | bf16
+  int64_t memory_bytes = int64_t{1} << 30;
+  bool enable_prefix_caching = true;
+};
+
+struct SchedulerConfig {
+  int max_num_seqs = 64;
+  int max_num_batched_tokens = 2048;
+  int chunk_size = 512;
+};
+
+struct RouterConfig {
+  std::string listen = "127.0.0.1:8000";
+  int max_queued_requests = 1024;
+  int64_t max_queued_tokens = 1 << 20;
+  double default_deadline_seconds = 600;     // applied when the client sets none
+  std::vector<std::string> prefill_workers;  // static addresses; workers may also register
+  std::vector<std::string> decode_workers;
+  double heartbeat_interval_seconds = 1;
+};
+
+struct BalancerConfig {
+  double hit_rate_threshold = 0.90;
+  double hysteresis = 0.03;
+  double window_seconds = 30;
+  int min_lookups = 50;
+  int64_t max_prefill_ahead_bytes = int64_t{256} << 20;  // pacing cap while engaged
+};
+
+struct WorkerConfig {
+  std::string listen = "127.0.0.1:0";
+  std::string router = "";  // registry address; empty: static configuration only
+};
+
+struct CacheStoreConfig {
+  std::string listen = "127.0.0.1:0";
+  std::vector<std::string> shards;  // addresses of every shard, for consistent hashing
+  int64_t capacity_bytes = int64_t{2} << 30;
+  bool shared_memory = true;      // node-local fast path
+  int64_t chunk_bytes = 1 << 20;  // streaming chunk size
+};
+
+struct MetricsConfig {
+  std::string listen = "127.0.0.1:9090";  // empty: no /metrics endpoint
+};
+
+// The seed article's block, accepted verbatim (DESIGN.md, "Seed techniques").
+struct KvCacheOptimizationConfig {
+  bool enabled = false;
+  int pruning_start_layer = 0;  // 0-based index of the first pruned layer
+  int pruning_keep_every = 0;   // keep one layer in every k of the pruned range; 0: none kept
+  int protection_high_frequency_tokens = 0;
+  int min_batch_size = 8;
+};
+
+struct ServeConfig {
+  int prefill_workers = 1;
+  int decode_workers = 1;
+  int cache_store_shards = 1;
+};
+
+struct TandemConfig {
+  ModelConfig model;
+  KvCacheConfig kv_cache;
+  SchedulerConfig scheduler;
+  RouterConfig router;
+  BalancerConfig balancer;
+  WorkerConfig prefill;
+  WorkerConfig decode;
+  CacheStoreConfig cache_store;
+  MetricsConfig metrics;
+  KvCacheOptimizationConfig kv_cache_optimization;
+  ServeConfig serve;
+};
+
+// Parses YAML text; `source` names it in errors (a file name). Keys absent keep their defaults.
+absl::StatusOr<TandemConfig> ParseConfig(std::string_view yaml, std::string_view source);
+absl::StatusOr<TandemConfig> LoadConfigFile(const std::string& path);
+
+// Applies one `key=value` override (dotted key, YAML scalar or flow-sequence value), with the
+// same checks as the file.
+absl::Status ApplyOverride(TandemConfig& config, std::string_view assignment);
+
+// Every key with its type, default and documentation, as a Markdown reference.
+std::string ConfigReferenceMarkdown();
+
+// The effective configuration as YAML, every key present (for logs and `tandem config`).
+std::string ToYaml(const TandemConfig& config);
+
+}  // namespace tandem::config

@@ -1,0 +1,256 @@
+#include "common/config/config_schema.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/util/cli_args.h"
+
+namespace tandem::config::internal {
+namespace {
+
+// Read-only use of an accessor written for a mutable config.
+template <typename Ref>
+auto& Get(Ref ref, const TandemConfig& c) {
+  return ref(const_cast<TandemConfig&>(c));
+}
+
+absl::StatusOr<std::string> Scalar(const YAML::Node& node, const std::string& want) {
+  if (!node.IsScalar()) return absl::InvalidArgumentError(absl::StrCat("expected ", want));
+  return node.Scalar();
+}
+
+std::string Quote(const std::string& s) {
+  std::string out = "\"";
+  for (char ch : s) {
+    if (ch == '"' || ch == '\\') out += '\\';
+    out += ch;
+  }
+  return out + "\"";
+}
+
+template <typename Ref>
+Field Int(std::string key, Ref ref, int64_t lo, int64_t hi, std::string doc) {
+  std::string type = absl::StrCat("integer in [", lo, ", ", hi, "]");
+  return {key, type, std::move(doc),
+          [ref, lo, hi, type](TandemConfig& c, const YAML::Node& node) -> absl::Status {
+            auto text = Scalar(node, type);
+            if (!text.ok()) return text.status();
+            int64_t v = 0;
+            if (!absl::SimpleAtoi(*text, &v) || v < lo || v > hi) {
+              return absl::InvalidArgumentError(
+                  absl::StrCat("expected an ", type, ", got '", *text, "'"));
+            }
+            ref(c) = static_cast<std::remove_reference_t<decltype(ref(c))>>(v);
+            return absl::OkStatus();
+          },
+          [ref](const TandemConfig& c) { return absl::StrCat(Get(ref, c)); }};
+}
+
+template <typename Ref>
+Field Bytes(std::string key, Ref ref, int64_t lo, std::string doc) {
+  std::string type = absl::StrCat("bytes >= ", lo, " (e.g. 1073741824, 1GiB, 512MiB, 16G)");
+  return {key, type, std::move(doc),
+          [ref, lo, type](TandemConfig& c, const YAML::Node& node) -> absl::Status {
+            auto text = Scalar(node, type);
+            if (!text.ok()) return text.status();
+            auto v = ParseByteSize(*text);
+            if (!v.ok()) return v.status();
+            if (*v < lo) return absl::InvalidArgumentError(absl::StrCat("expected ", type));
+            ref(c) = *v;
+            return absl::OkStatus();
+          },
+          [ref](const TandemConfig& c) { return absl::StrCat(Get(ref, c)); }};
+}
+
+template <typename Ref>
+Field Real(std::string key, Ref ref, double lo, double hi, std::string doc) {
+  std::string type = absl::StrCat("number in [", lo, ", ", hi, "]");
+  return {key, type, std::move(doc),
+          [ref, lo, hi, type](TandemConfig& c, const YAML::Node& node) -> absl::Status {
+            auto text = Scalar(node, type);
+            if (!text.ok()) return text.status();
+            double v = 0;
+            if (!absl::SimpleAtod(*text, &v) || !std::isfinite(v) || v < lo || v > hi) {
+              return absl::InvalidArgumentError(
+                  absl::StrCat("expected a ", type, ", got '", *text, "'"));
+            }
+            ref(c) = v;
+            return absl::OkStatus();
+          },
+          [ref](const TandemConfig& c) { return absl::StrCat(Get(ref, c)); }};
+}
+
+template <typename Ref>
+Field Bool(std::string key, Ref ref, std::string doc) {
+  return {key, "true or false", std::move(doc),
+          [ref](TandemConfig& c, const YAML::Node& node) -> absl::Status {
+            auto text = Scalar(node, "true or false");
+            if (!text.ok()) return text.status();
+            if (*text != "true" && *text != "false") {
+              return absl::InvalidArgumentError(
+                  absl::StrCat("expected true or false, got '", *text, "'"));
+            }
+            ref(c) = *text == "true";
+            return absl::OkStatus();
+          },
+          [ref](const TandemConfig& c) { return std::string(Get(ref, c) ? "true" : "false"); }};
+}
+
+// A string; `choices` empty means any string.
+template <typename Ref>
+Field Str(std::string key, Ref ref, std::vector<std::string> choices, std::string doc) {
+  std::string type = choices.empty() ? "string" : "one of: " + absl::StrJoin(choices, ", ");
+  return {
+      key, type, std::move(doc),
+      [ref, choices, type](TandemConfig& c, const YAML::Node& node) -> absl::Status {
+        auto text = Scalar(node, type);
+        if (!text.ok()) return text.status();
+        if (!choices.empty() && std::find(choices.begin(), choices.end(), *text) == choices.end()) {
+          return absl::InvalidArgumentError(absl::StrCat("expected ", type, ", got '", *text, "'"));
+        }
+        ref(c) = *text;
+        return absl::OkStatus();
+      },
+      [ref](const TandemConfig& c) { return Quote(Get(ref, c)); }};
+}
+
+template <typename Ref>
+Field List(std::string key, Ref ref, std::string doc) {
+  return {key, "list of strings", std::move(doc),
+          [ref](TandemConfig& c, const YAML::Node& node) -> absl::Status {
+            if (!node.IsSequence()) return absl::InvalidArgumentError("expected a list");
+            std::vector<std::string> out;
+            for (const YAML::Node& item : node) {
+              if (!item.IsScalar()) {
+                return absl::InvalidArgumentError("expected a list of strings");
+              }
+              out.push_back(item.Scalar());
+            }
+            ref(c) = std::move(out);
+            return absl::OkStatus();
+          },
+          [ref](const TandemConfig& c) {
+            std::vector<std::string> quoted;
+            for (const std::string& s : Get(ref, c)) quoted.push_back(Quote(s));
+            return absl::StrCat("[", absl::StrJoin(quoted, ", "), "]");
+          }};
+}
+
+#define TANDEM_CONFIG_REF(path) \
+  [](TandemConfig & c) -> auto& { return c.path; }
+
+std::vector<Field> MakeSchema() {
+  constexpr int64_t kMaxInt = std::numeric_limits<int32_t>::max();
+  const std::string listen_doc = "host:port to serve gRPC on; port 0 picks a free port";
+  return {
+      Str("model.path", TANDEM_CONFIG_REF(model.path), {},
+          "Hugging Face model directory (config.json, safetensors, tokenizer.json)"),
+      Str("model.name", TANDEM_CONFIG_REF(model.name), {},
+          "name reported by GetModelInfo; empty: the directory's name"),
+      Str("model.weight_memory", TANDEM_CONFIG_REF(model.weight_memory), {"mmap", "hugepages"},
+          "mmap maps the safetensors files; hugepages copies weights into 2 MiB pages"),
+      Int("model.threads", TANDEM_CONFIG_REF(model.threads), 0, 1024,
+          "compute threads per engine; 0: every core"),
+      Int("kv_cache.block_size", TANDEM_CONFIG_REF(kv_cache.block_size), 1, 1024,
+          "tokens per KV block (the unit of paging, prefix caching and transfer)"),
+      Str("kv_cache.dtype", TANDEM_CONFIG_REF(kv_cache.dtype), {"auto", "fp32", "fp16", "bf16"},
+          "element type of the KV cache; auto: the model's weight dtype"),
+      Bytes("kv_cache.memory_bytes", TANDEM_CONFIG_REF(kv_cache.memory_bytes), 1 << 20,
+            "KV cache memory per engine"),
+      Bool("kv_cache.enable_prefix_caching", TANDEM_CONFIG_REF(kv_cache.enable_prefix_caching),
+           "reuse cached blocks of identical prompt prefixes"),
+      Int("scheduler.max_num_seqs", TANDEM_CONFIG_REF(scheduler.max_num_seqs), 1, 65536,
+          "sequences running at once per engine"),
+      Int("scheduler.max_num_batched_tokens", TANDEM_CONFIG_REF(scheduler.max_num_batched_tokens),
+          1, kMaxInt, "tokens per engine step (prefill chunks plus decode tokens)"),
+      Int("scheduler.chunk_size", TANDEM_CONFIG_REF(scheduler.chunk_size), 1, kMaxInt,
+          "prompt tokens per sequence per step (chunked prefill)"),
+      Str("router.listen", TANDEM_CONFIG_REF(router.listen), {},
+          "host:port of the public Inference API"),
+      Int("router.max_queued_requests", TANDEM_CONFIG_REF(router.max_queued_requests), 1, kMaxInt,
+          "requests waiting for a worker before RESOURCE_EXHAUSTED"),
+      Int("router.max_queued_tokens", TANDEM_CONFIG_REF(router.max_queued_tokens), 1,
+          std::numeric_limits<int64_t>::max(),
+          "prompt tokens waiting for prefill before RESOURCE_EXHAUSTED"),
+      Real("router.default_deadline_seconds", TANDEM_CONFIG_REF(router.default_deadline_seconds),
+           0.001, 86400, "deadline of a request whose client set none"),
+      List("router.prefill_workers", TANDEM_CONFIG_REF(router.prefill_workers),
+           "static prefill worker addresses (workers may also register themselves)"),
+      List("router.decode_workers", TANDEM_CONFIG_REF(router.decode_workers),
+           "static decode worker addresses (workers may also register themselves)"),
+      Real("router.heartbeat_interval_seconds",
+           TANDEM_CONFIG_REF(router.heartbeat_interval_seconds), 0.01, 60,
+           "worker heartbeat period; three missed heartbeats take a worker out of rotation"),
+      Real("balancer.hit_rate_threshold", TANDEM_CONFIG_REF(balancer.hit_rate_threshold), 0, 1,
+           "decode KV hit rate below which the balancer engages (the 90% rule)"),
+      Real("balancer.hysteresis", TANDEM_CONFIG_REF(balancer.hysteresis), 0, 1,
+           "the balancer disengages at threshold + hysteresis for one window"),
+      Real("balancer.window_seconds", TANDEM_CONFIG_REF(balancer.window_seconds), 0.1, 3600,
+           "sliding window of the hit rate"),
+      Int("balancer.min_lookups", TANDEM_CONFIG_REF(balancer.min_lookups), 1, kMaxInt,
+          "block lookups a window needs before its hit rate counts"),
+      Bytes("balancer.max_prefill_ahead_bytes", TANDEM_CONFIG_REF(balancer.max_prefill_ahead_bytes),
+            0, "while engaged: KV bytes prefill may run ahead of decode admission"),
+      Str("prefill.listen", TANDEM_CONFIG_REF(prefill.listen), {}, listen_doc),
+      Str("prefill.router", TANDEM_CONFIG_REF(prefill.router), {},
+          "router address to register with; empty: static configuration only"),
+      Str("decode.listen", TANDEM_CONFIG_REF(decode.listen), {}, listen_doc),
+      Str("decode.router", TANDEM_CONFIG_REF(decode.router), {},
+          "router address to register with; empty: static configuration only"),
+      Str("cache_store.listen", TANDEM_CONFIG_REF(cache_store.listen), {}, listen_doc),
+      List("cache_store.shards", TANDEM_CONFIG_REF(cache_store.shards),
+           "addresses of every store shard; block keys are placed by consistent hashing"),
+      Bytes("cache_store.capacity_bytes", TANDEM_CONFIG_REF(cache_store.capacity_bytes), 1 << 20,
+            "block memory per shard (LRU beyond it)"),
+      Bool("cache_store.shared_memory", TANDEM_CONFIG_REF(cache_store.shared_memory),
+           "hand blocks to co-located processes through shared memory"),
+      Bytes("cache_store.chunk_bytes", TANDEM_CONFIG_REF(cache_store.chunk_bytes), 4096,
+            "size of a streamed Put/Get chunk"),
+      Str("metrics.listen", TANDEM_CONFIG_REF(metrics.listen), {},
+          "host:port of the Prometheus /metrics endpoint; empty: none"),
+      Bool("kv_cache_optimization.enabled", TANDEM_CONFIG_REF(kv_cache_optimization.enabled),
+           "prefill-only layer pruning (the seed article's block, accepted verbatim)"),
+      Int("kv_cache_optimization.pruning.start_layer",
+          TANDEM_CONFIG_REF(kv_cache_optimization.pruning_start_layer), 0, 4096,
+          "0-based index of the first pruned layer"),
+      Int("kv_cache_optimization.pruning.keep_every",
+          TANDEM_CONFIG_REF(kv_cache_optimization.pruning_keep_every), 0, 4096,
+          "keep one layer in every k of the pruned range at full depth; 0: keep none"),
+      Int("kv_cache_optimization.protection.high_frequency_tokens",
+          TANDEM_CONFIG_REF(kv_cache_optimization.protection_high_frequency_tokens), 0, kMaxInt,
+          "positions of the N most frequent prompt tokens keep full depth"),
+      Int("kv_cache_optimization.min_batch_size",
+          TANDEM_CONFIG_REF(kv_cache_optimization.min_batch_size), 1, 65536,
+          "batches with fewer sequences are not pruned"),
+      Int("serve.prefill_workers", TANDEM_CONFIG_REF(serve.prefill_workers), 1, 64,
+          "`tandem serve`: prefill workers to start"),
+      Int("serve.decode_workers", TANDEM_CONFIG_REF(serve.decode_workers), 1, 64,
+          "`tandem serve`: decode workers to start"),
+      Int("serve.cache_store_shards", TANDEM_CONFIG_REF(serve.cache_store_shards), 1, 64,
+          "`tandem serve`: cache-store shards to start"),
+  };
+}
+
+#undef TANDEM_CONFIG_REF
+
+}  // namespace
+
+const std::vector<Field>& Schema() {
+  static const std::vector<Field>* schema = new std::vector<Field>(MakeSchema());
+  return *schema;
+}
+
+const Field* FindField(std::string_view key) {
+  for (const Field& f : Schema()) {
+    if (f.key == key) return &f;
+  }
+  return nullptr;
+}
+
+}  // namespace tandem::config::internal

@@ -1,0 +1,168 @@
+#include "common/metrics/metrics.h"
+
+#include <prometheus/text_serializer.h>
+
+#include <exception>
+
+#include "absl/strings/str_cat.h"
+
+namespace tandem::metrics {
+namespace {
+
+using prometheus::BuildCounter;
+using prometheus::BuildGauge;
+using prometheus::BuildHistogram;
+using prometheus::Histogram;
+
+// 1 ms to ~130 s in factors of two: covers a token (ms) to a long request (minutes).
+Histogram::BucketBoundaries LatencyBuckets() {
+  Histogram::BucketBoundaries b;
+  for (double s = 0.001; s < 200; s *= 2) b.push_back(s);
+  return b;
+}
+
+// 100 us to ~3 s: per-token gaps and KV transfers.
+Histogram::BucketBoundaries ShortBuckets() {
+  Histogram::BucketBoundaries b;
+  for (double s = 0.0001; s < 4; s *= 2) b.push_back(s);
+  return b;
+}
+
+}  // namespace
+
+Metrics::Metrics()
+    : registry_(std::make_shared<prometheus::Registry>()),
+      ttft_(BuildHistogram()
+                .Name("tandem_time_to_first_token_seconds")
+                .Help("Time from request arrival to its first token")
+                .Register(*registry_)),
+      itl_(BuildHistogram()
+               .Name("tandem_inter_token_latency_seconds")
+               .Help("Time between consecutive streamed tokens of a request")
+               .Register(*registry_)),
+      e2e_(BuildHistogram()
+               .Name("tandem_e2e_request_latency_seconds")
+               .Help("Time from request arrival to its last token")
+               .Register(*registry_)),
+      queue_(BuildHistogram()
+                 .Name("tandem_request_queue_time_seconds")
+                 .Help("Time a request waited before its prefill started")
+                 .Register(*registry_)),
+      prefill_(BuildHistogram()
+                   .Name("tandem_prefill_time_seconds")
+                   .Help("Time spent computing a prompt's KV cache")
+                   .Register(*registry_)),
+      kv_transfer_(BuildHistogram()
+                       .Name("tandem_kv_transfer_seconds")
+                       .Help("Time to move a request's KV blocks between workers and the store")
+                       .Register(*registry_)),
+      kv_transfer_bytes_(BuildCounter()
+                             .Name("tandem_kv_transfer_bytes_total")
+                             .Help("KV bytes moved between workers and the cache store")
+                             .Register(*registry_)),
+      kv_usage_(BuildGauge()
+                    .Name("tandem_kv_cache_usage_ratio")
+                    .Help("Fraction of KV cache blocks in use (0-1)")
+                    .Register(*registry_)),
+      kv_lookups_(BuildCounter()
+                      .Name("tandem_kv_lookups_total")
+                      .Help("KV block lookups by result (hit: found locally or in the store)")
+                      .Register(*registry_)),
+      running_(BuildGauge()
+                   .Name("tandem_requests_running")
+                   .Help("Requests being prefilled or decoded")
+                   .Register(*registry_)),
+      waiting_(BuildGauge()
+                   .Name("tandem_requests_waiting")
+                   .Help("Requests queued for a worker")
+                   .Register(*registry_)),
+      prompt_tokens_(BuildCounter()
+                         .Name("tandem_prompt_tokens_total")
+                         .Help("Prompt tokens processed")
+                         .Register(*registry_)),
+      generation_tokens_(BuildCounter()
+                             .Name("tandem_generation_tokens_total")
+                             .Help("Tokens generated")
+                             .Register(*registry_)),
+      requests_(BuildCounter()
+                    .Name("tandem_requests_total")
+                    .Help("Finished requests by finish reason")
+                    .Register(*registry_)),
+      pruned_layers_(BuildGauge()
+                         .Name("tandem_pruned_layers")
+                         .Help("Layers skipped by prefill-only pruning")
+                         .Register(*registry_)) {
+  balancer_.decode_kv_hit_ratio =
+      &BuildGauge()
+           .Name("tandem_decode_kv_hit_ratio")
+           .Help("Decode-side KV block hit rate over the balancer window (0-1)")
+           .Register(*registry_)
+           .Add({});
+  balancer_.state = &BuildGauge()
+                         .Name("tandem_balancer_state")
+                         .Help("1 while the balancer is engaged (hit rate below threshold)")
+                         .Register(*registry_)
+                         .Add({});
+  balancer_.reschedules = &BuildCounter()
+                               .Name("tandem_balancer_reschedules_total")
+                               .Help("Requests re-prefilled because their KV blocks missed")
+                               .Register(*registry_)
+                               .Add({});
+  balancer_.recommended_prefill_to_decode_ratio =
+      &BuildGauge()
+           .Name("tandem_balancer_recommended_prefill_decode_ratio")
+           .Help("Prefill:decode replica ratio the balancer recommends to autoscalers")
+           .Register(*registry_)
+           .Add({});
+}
+
+RoleMetrics Metrics::ForRole(const std::string& role) {
+  const prometheus::Labels l = {{"role", role}};
+  auto with = [&](std::string_view key, std::string_view value) {
+    prometheus::Labels out = l;
+    out.emplace(std::string(key), std::string(value));
+    return out;
+  };
+  RoleMetrics m;
+  m.time_to_first_token = &ttft_.Add(l, LatencyBuckets());
+  m.inter_token_latency = &itl_.Add(l, ShortBuckets());
+  m.e2e_request_latency = &e2e_.Add(l, LatencyBuckets());
+  m.request_queue_time = &queue_.Add(l, LatencyBuckets());
+  m.prefill_time = &prefill_.Add(l, LatencyBuckets());
+  m.kv_transfer_time = &kv_transfer_.Add(l, ShortBuckets());
+  m.kv_transfer_bytes = &kv_transfer_bytes_.Add(l);
+  m.kv_cache_usage = &kv_usage_.Add(l);
+  m.kv_lookup_hits = &kv_lookups_.Add(with("result", "hit"));
+  m.kv_lookup_misses = &kv_lookups_.Add(with("result", "miss"));
+  m.requests_running = &running_.Add(l);
+  m.requests_waiting = &waiting_.Add(l);
+  m.prompt_tokens = &prompt_tokens_.Add(l);
+  m.generation_tokens = &generation_tokens_.Add(l);
+  m.finished_stop = &requests_.Add(with("finish_reason", "stop"));
+  m.finished_length = &requests_.Add(with("finish_reason", "length"));
+  m.finished_abort = &requests_.Add(with("finish_reason", "abort"));
+  m.finished_error = &requests_.Add(with("finish_reason", "error"));
+  m.pruned_layers = &pruned_layers_.Add(l);
+  return m;
+}
+
+std::string Metrics::Serialize() const {
+  return prometheus::TextSerializer().Serialize(registry_->Collect());
+}
+
+absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
+    const std::string& listen, std::shared_ptr<prometheus::Registry> registry) {
+  std::unique_ptr<prometheus::Exposer> exposer;
+  try {
+    exposer = std::make_unique<prometheus::Exposer>(listen);
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(
+        absl::StrCat("metrics: cannot listen on ", listen, ": ", e.what()));
+  }
+  exposer->RegisterCollectable(registry);
+  const std::vector<int> ports = exposer->GetListeningPorts();
+  if (ports.empty()) return absl::UnavailableError("metrics: no listening port");
+  return std::unique_ptr<MetricsServer>(new MetricsServer(std::move(exposer), ports.front()));
+}
+
+}  // namespace tandem::metrics

@@ -1,0 +1,99 @@
+// Tandem's Prometheus metrics (DESIGN.md, "Metrics"): every family is created once, here, and
+// callers keep the returned handles, so the hot path never looks a metric up. One registry per
+// process; `tandem serve` shares it between its roles, which is why gauges that each role owns
+// carry a `role` label. No per-request labels.
+#pragma once
+
+#include <prometheus/counter.h>
+#include <prometheus/exposer.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace tandem::metrics {
+
+// Request-path and KV metrics for one role ("router", "prefill", "decode", "cache_store").
+struct RoleMetrics {
+  prometheus::Histogram* time_to_first_token = nullptr;  // seconds
+  prometheus::Histogram* inter_token_latency = nullptr;
+  prometheus::Histogram* e2e_request_latency = nullptr;
+  prometheus::Histogram* request_queue_time = nullptr;
+  prometheus::Histogram* prefill_time = nullptr;
+  prometheus::Histogram* kv_transfer_time = nullptr;
+  prometheus::Counter* kv_transfer_bytes = nullptr;
+  prometheus::Gauge* kv_cache_usage = nullptr;  // 0-1
+  prometheus::Counter* kv_lookup_hits = nullptr;
+  prometheus::Counter* kv_lookup_misses = nullptr;
+  prometheus::Gauge* requests_running = nullptr;
+  prometheus::Gauge* requests_waiting = nullptr;
+  prometheus::Counter* prompt_tokens = nullptr;
+  prometheus::Counter* generation_tokens = nullptr;
+  prometheus::Counter* finished_stop = nullptr;  // tandem_requests_total{finish_reason}
+  prometheus::Counter* finished_length = nullptr;
+  prometheus::Counter* finished_abort = nullptr;
+  prometheus::Counter* finished_error = nullptr;
+  prometheus::Gauge* pruned_layers = nullptr;
+};
+
+// Balancer state, exported by the router.
+struct BalancerMetrics {
+  prometheus::Gauge* decode_kv_hit_ratio = nullptr;  // over the balancer's window
+  prometheus::Gauge* state = nullptr;                // 0 normal, 1 engaged
+  prometheus::Counter* reschedules = nullptr;
+  prometheus::Gauge* recommended_prefill_to_decode_ratio = nullptr;
+};
+
+class Metrics {
+ public:
+  Metrics();
+  Metrics(const Metrics&) = delete;
+  Metrics& operator=(const Metrics&) = delete;
+
+  // Handles for `role`; repeated calls for one role return the same metrics.
+  RoleMetrics ForRole(const std::string& role);
+  BalancerMetrics& balancer() { return balancer_; }
+  const std::shared_ptr<prometheus::Registry>& registry() const { return registry_; }
+
+  // The registry in Prometheus' text exposition format (what /metrics serves).
+  std::string Serialize() const;
+
+ private:
+  std::shared_ptr<prometheus::Registry> registry_;
+  prometheus::Family<prometheus::Histogram>& ttft_;
+  prometheus::Family<prometheus::Histogram>& itl_;
+  prometheus::Family<prometheus::Histogram>& e2e_;
+  prometheus::Family<prometheus::Histogram>& queue_;
+  prometheus::Family<prometheus::Histogram>& prefill_;
+  prometheus::Family<prometheus::Histogram>& kv_transfer_;
+  prometheus::Family<prometheus::Counter>& kv_transfer_bytes_;
+  prometheus::Family<prometheus::Gauge>& kv_usage_;
+  prometheus::Family<prometheus::Counter>& kv_lookups_;
+  prometheus::Family<prometheus::Gauge>& running_;
+  prometheus::Family<prometheus::Gauge>& waiting_;
+  prometheus::Family<prometheus::Counter>& prompt_tokens_;
+  prometheus::Family<prometheus::Counter>& generation_tokens_;
+  prometheus::Family<prometheus::Counter>& requests_;
+  prometheus::Family<prometheus::Gauge>& pruned_layers_;
+  BalancerMetrics balancer_;
+};
+
+// Serves a registry on http://<listen>/metrics. "host:0" picks a free port.
+class MetricsServer {
+ public:
+  static absl::StatusOr<std::unique_ptr<MetricsServer>> Start(
+      const std::string& listen, std::shared_ptr<prometheus::Registry> registry);
+  int port() const { return port_; }
+
+ private:
+  MetricsServer(std::unique_ptr<prometheus::Exposer> exposer, int port)
+      : exposer_(std::move(exposer)), port_(port) {}
+  std::unique_ptr<prometheus::Exposer> exposer_;
+  int port_;
+};
+
+}  // namespace tandem::metrics

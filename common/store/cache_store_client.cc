@@ -1,0 +1,134 @@
+#include "common/store/cache_store_client.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "cache_store/block_store.h"
+#include "common/rpc/status.h"
+#include "common/util/status_macros.h"
+
+namespace tandem::store {
+namespace {
+
+uint32_t Checksum(const std::string& bytes) {
+  return cache_store::BlockChecksum({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()});
+}
+
+}  // namespace
+
+CacheStoreClient::CacheStoreClient(std::shared_ptr<grpc::Channel> channel, std::string model_id,
+                                   int64_t chunk_bytes, std::chrono::milliseconds timeout)
+    : stub_(tandem::v1::CacheStore::NewStub(channel)),
+      model_id_(std::move(model_id)),
+      chunk_bytes_(std::max<int64_t>(chunk_bytes, 1)),
+      timeout_(timeout) {}
+
+void CacheStoreClient::SetDeadline(grpc::ClientContext& context) const {
+  context.set_deadline(std::chrono::system_clock::now() + timeout_);
+}
+
+absl::StatusOr<PutResult> CacheStoreClient::Put(std::span<const BlockData> blocks) {
+  for (const BlockData& block : blocks) {
+    if (block.bytes.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("block ", block.hash, " is empty"));
+    }
+  }
+  grpc::ClientContext context;
+  SetDeadline(context);
+  tandem::v1::PutResponse response;
+  auto writer = stub_->Put(&context, &response);
+  tandem::v1::PutRequest msg;
+  for (const BlockData& block : blocks) {
+    const int64_t size = static_cast<int64_t>(block.bytes.size());
+    for (int64_t off = 0; off < size; off += chunk_bytes_) {
+      msg.Clear();
+      msg.set_block_hash(block.hash);
+      if (off == 0) {
+        msg.set_model_id(model_id_);
+        msg.set_block_bytes(size);
+        msg.set_checksum(Checksum(block.bytes));
+      }
+      const int64_t n = std::min(chunk_bytes_, size - off);
+      msg.set_data(block.bytes.data() + off, n);
+      if (!writer->Write(msg)) break;  // the server ended the call; Finish says why
+    }
+  }
+  writer->WritesDone();
+  TANDEM_RETURN_IF_ERROR(rpc::FromGrpcStatus(writer->Finish()));
+  return PutResult{.stored = response.stored(), .skipped = response.skipped()};
+}
+
+absl::StatusOr<std::vector<std::optional<std::string>>> CacheStoreClient::Get(
+    std::span<const uint64_t> hashes) {
+  grpc::ClientContext context;
+  SetDeadline(context);
+  tandem::v1::GetRequest request;
+  request.set_model_id(model_id_);
+  for (uint64_t h : hashes) request.add_block_hashes(h);
+  auto reader = stub_->Get(&context, request);
+  std::vector<std::optional<std::string>> out(hashes.size());
+  size_t index = 0;
+  int64_t expected = -1;  // bytes of the block being received; -1 between blocks
+  uint32_t checksum = 0;
+  tandem::v1::GetResponse msg;
+  while (reader->Read(&msg)) {
+    if (index == hashes.size() || msg.block_hash() != hashes[index]) {
+      context.TryCancel();
+      reader->Finish();
+      return absl::InternalError(
+          absl::StrCat("cache store sent block ", msg.block_hash(), " out of order"));
+    }
+    if (expected < 0) {
+      if (!msg.found()) {
+        ++index;
+        continue;
+      }
+      expected = msg.block_bytes();
+      checksum = msg.checksum();
+      out[index].emplace().reserve(expected);
+    }
+    std::string& bytes = *out[index];
+    bytes.append(msg.data());
+    if (static_cast<int64_t>(bytes.size()) >= expected) {
+      if (static_cast<int64_t>(bytes.size()) != expected || Checksum(bytes) != checksum) {
+        context.TryCancel();
+        reader->Finish();
+        return absl::DataLossError(absl::StrCat("block ", hashes[index], ": corrupt transfer"));
+      }
+      expected = -1;
+      ++index;
+    }
+  }
+  TANDEM_RETURN_IF_ERROR(rpc::FromGrpcStatus(reader->Finish()));
+  if (index != hashes.size() || expected >= 0) {
+    return absl::InternalError("cache store ended the stream early");
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<bool>> CacheStoreClient::Exists(std::span<const uint64_t> hashes) {
+  grpc::ClientContext context;
+  SetDeadline(context);
+  tandem::v1::ExistsRequest request;
+  request.set_model_id(model_id_);
+  for (uint64_t h : hashes) request.add_block_hashes(h);
+  tandem::v1::ExistsResponse response;
+  TANDEM_RETURN_IF_ERROR(rpc::FromGrpcStatus(stub_->Exists(&context, request, &response)));
+  if (response.present_size() != static_cast<int>(hashes.size())) {
+    return absl::InternalError("cache store answered Exists for the wrong number of blocks");
+  }
+  return std::vector<bool>(response.present().begin(), response.present().end());
+}
+
+absl::StatusOr<tandem::v1::StoreStats> CacheStoreClient::Stats() {
+  grpc::ClientContext context;
+  SetDeadline(context);
+  tandem::v1::StoreStats stats;
+  TANDEM_RETURN_IF_ERROR(
+      rpc::FromGrpcStatus(stub_->GetStats(&context, tandem::v1::GetStatsRequest(), &stats)));
+  return stats;
+}
+
+}  // namespace tandem::store

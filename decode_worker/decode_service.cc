@@ -1,0 +1,203 @@
+#include "decode_worker/decode_service.h"
+
+#include <chrono>
+#include <deque>
+#include <optional>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "common/engine/kv_handoff.h"
+#include "common/rpc/status.h"
+#include "prefill_worker/prefill_service.h"
+
+namespace tandem::decode {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using tandem::v1::DecodeResponse;
+
+tandem::v1::FinishReason ToProto(engine::FinishReason reason) {
+  switch (reason) {
+    case engine::FinishReason::kStop:
+      return tandem::v1::FINISH_REASON_STOP;
+    case engine::FinishReason::kLength:
+      return tandem::v1::FINISH_REASON_LENGTH;
+    case engine::FinishReason::kAbort:
+      return tandem::v1::FINISH_REASON_ABORT;
+    default:
+      return tandem::v1::FINISH_REASON_UNSPECIFIED;
+  }
+}
+
+}  // namespace
+
+// One Decode stream. Messages come from the engine loop faster than gRPC may write them, so
+// they queue in `Stream`, which keeps one write outstanding and finishes the call once the
+// queue has drained. `Stream` outlives the reactor (the loop and fetch threads hold it), and
+// nothing touches the reactor after Finish.
+class DecodeCall final : public grpc::ServerWriteReactor<DecodeResponse> {
+ public:
+  DecodeCall(DecodeService& service, const tandem::v1::DecodeRequest& request)
+      : service_(service), stream_(std::make_shared<Stream>()) {
+    stream_->reactor = this;
+    Start(request);
+  }
+
+  void OnWriteDone(bool ok) override { stream_->WriteDone(ok); }
+
+  void OnCancel() override {
+    stream_->cancelled = true;
+    service_.loop_.Abort(stream_->id);
+    stream_->End(grpc::Status(grpc::StatusCode::CANCELLED, "decode cancelled"));
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  struct Stream {
+    std::string id;
+    std::atomic<bool> cancelled{false};
+    absl::Mutex mu;
+    DecodeCall* reactor = nullptr;  // valid until Finish (OnDone follows it)
+    std::deque<DecodeResponse> queue ABSL_GUARDED_BY(mu);
+    bool writing ABSL_GUARDED_BY(mu) = false;
+    bool finished ABSL_GUARDED_BY(mu) = false;
+    std::optional<grpc::Status> end ABSL_GUARDED_BY(mu);
+    // Lookup results, sent with the first message.
+    int hits = 0, misses = 0;
+    double transfer_seconds = 0;
+    bool first_sent = false;  // loop thread only
+
+    void Push(DecodeResponse msg) {
+      {
+        absl::MutexLock lock(&mu);
+        if (finished || end.has_value()) return;
+        queue.push_back(std::move(msg));
+      }
+      Pump();
+    }
+    void End(grpc::Status status) {
+      {
+        absl::MutexLock lock(&mu);
+        if (!end.has_value()) end = std::move(status);
+      }
+      Pump();
+    }
+    void WriteDone(bool ok) {
+      {
+        absl::MutexLock lock(&mu);
+        writing = false;
+        queue.pop_front();
+        if (!ok && !end.has_value()) end = grpc::Status(grpc::StatusCode::CANCELLED, "client gone");
+        if (!ok) queue.clear();
+      }
+      Pump();
+    }
+    // Starts the next write, or finishes once nothing is left to write. The reactor calls
+    // happen outside the lock; `writing` and `finished` make each one happen once.
+    void Pump() {
+      const DecodeResponse* next = nullptr;
+      std::optional<grpc::Status> finish;
+      {
+        absl::MutexLock lock(&mu);
+        if (writing || finished) return;
+        if (!queue.empty()) {
+          writing = true;
+          next = &queue.front();  // deque: stable while others push_back
+        } else if (end.has_value()) {
+          finished = true;
+          finish = *end;
+        }
+      }
+      if (next != nullptr) reactor->StartWrite(next);
+      if (finish.has_value()) reactor->Finish(*finish);
+    }
+  };
+
+  void Start(const tandem::v1::DecodeRequest& request) {
+    stream_->id = request.request_id().empty()
+                      ? absl::StrCat("decode-", service_.next_id_.fetch_add(1))
+                      : request.request_id();
+    engine::Request r;
+    r.id = stream_->id;
+    r.prompt.assign(request.token_ids().begin(), request.token_ids().end());
+    r.num_generated = request.completion_tokens();
+    r.max_tokens = request.sampling().max_tokens();
+    r.sampling = prefill::ToSamplingParams(request.sampling());
+    r.ignore_eos = request.sampling().ignore_eos();
+    std::vector<uint64_t> hashes(request.kv().block_hashes().begin(),
+                                 request.kv().block_hashes().end());
+    DecodeService* service = &service_;
+    service_.fetches_.Submit(
+        [service, stream = stream_, r = std::move(r), hashes = std::move(hashes)]() mutable {
+          Admit(*service, stream, std::move(r), hashes);
+        });
+  }
+
+  // On a fetch thread: brings the blocks in (resident ones are skipped), then hands the
+  // request to the engine loop.
+  static void Admit(DecodeService& service, std::shared_ptr<Stream> stream, engine::Request r,
+                    const std::vector<uint64_t>& hashes) {
+    if (stream->cancelled) return;
+    const Clock::time_point start = Clock::now();
+    size_t resident = 0;
+    absl::Notification checked;
+    service.loop_.Post([&](engine::Engine& e) {
+      resident = e.kv_cache().FindCachedPrefix(hashes).size();
+      checked.Notify();
+    });
+    checked.WaitForNotification();
+    std::vector<std::optional<std::string>> blobs(hashes.size());
+    if (resident < hashes.size()) {
+      auto fetched = service.store_.Get(std::span(hashes).subspan(resident));
+      for (size_t i = 0; i < fetched.size(); ++i) blobs[resident + i] = std::move(fetched[i]);
+    }
+    service.loop_.Post([&service, stream, hashes, blobs = std::move(blobs),
+                        start](engine::Engine& e) {
+      const engine::ImportStats s = engine::ImportPromptBlocks(e, hashes, blobs);
+      stream->hits = s.hits;
+      stream->misses = s.misses;
+      stream->transfer_seconds = std::chrono::duration<double>(Clock::now() - start).count();
+      service.kv_hits_ += s.hits;
+      service.kv_misses_ += s.misses;
+    });
+    engine::EngineLoop* loop = &service.loop_;
+    loop->Submit(std::move(r), [stream, loop](const engine::RequestOutput& out, engine::Engine&) {
+      if (stream->cancelled && out.finish == engine::FinishReason::kNone) {
+        loop->Abort(out.id);
+        return;
+      }
+      DecodeResponse msg;
+      for (int32_t t : out.new_tokens) msg.add_token_ids(t);
+      if (!stream->first_sent) {
+        stream->first_sent = true;
+        msg.set_kv_hits(stream->hits);
+        msg.set_kv_misses(stream->misses);
+        msg.set_kv_transfer_seconds(stream->transfer_seconds);
+      }
+      if (out.finish == engine::FinishReason::kError) {
+        stream->End(rpc::ToGrpcStatus(out.error));
+        return;
+      }
+      msg.set_finish_reason(ToProto(out.finish));
+      stream->Push(std::move(msg));
+      if (out.finish != engine::FinishReason::kNone) stream->End(grpc::Status::OK);
+    });
+  }
+
+  DecodeService& service_;
+  std::shared_ptr<Stream> stream_;
+};
+
+DecodeService::DecodeService(engine::EngineLoop& loop, store::StorePool& store,
+                             const DecodeServiceOptions& options)
+    : loop_(loop), store_(store), fetches_(options.fetch_threads) {}
+
+grpc::ServerWriteReactor<DecodeResponse>* DecodeService::Decode(
+    grpc::CallbackServerContext*, const tandem::v1::DecodeRequest* request) {
+  return new DecodeCall(*this, *request);
+}
+
+}  // namespace tandem::decode

@@ -1,0 +1,47 @@
+// The decode worker's gRPC service (workers.proto, DecodeWorker): takes a prompt whose KV was
+// prefilled elsewhere, brings the handle's blocks into its engine (blocks already resident
+// first, then the cache store), joins the continuous batch and streams tokens.
+//
+// Threads: a WorkQueue thread fetches blocks from the store; the EngineLoop imports them and
+// runs the request; its callbacks queue messages that the gRPC reactor writes one at a time.
+// Every lookup is a hit (resident or fetched) or a miss (recomputed); the counts go out with
+// the first message and accumulate for the router's balancer.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+#include "common/engine/engine_loop.h"
+#include "common/store/store_pool.h"
+#include "common/util/work_queue.h"
+#include "tandem/v1/workers.grpc.pb.h"
+
+namespace tandem::decode {
+
+struct DecodeServiceOptions {
+  int fetch_threads = 2;
+};
+
+class DecodeService final : public tandem::v1::DecodeWorker::CallbackService {
+ public:
+  // `loop` and `store` must outlive the service; destroy the loop first.
+  DecodeService(engine::EngineLoop& loop, store::StorePool& store,
+                const DecodeServiceOptions& options = {});
+
+  grpc::ServerWriteReactor<tandem::v1::DecodeResponse>* Decode(
+      grpc::CallbackServerContext* context, const tandem::v1::DecodeRequest* request) override;
+
+  int64_t kv_hits() const { return kv_hits_.load(); }
+  int64_t kv_misses() const { return kv_misses_.load(); }
+
+ private:
+  friend class DecodeCall;
+  engine::EngineLoop& loop_;
+  store::StorePool& store_;
+  WorkQueue fetches_;
+  std::atomic<int64_t> kv_hits_{0};
+  std::atomic<int64_t> kv_misses_{0};
+  std::atomic<int64_t> next_id_{1};
+};
+
+}  // namespace tandem::decode

@@ -1,0 +1,160 @@
+#include "prefill_worker/prefill_service.h"
+
+#include <chrono>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "common/engine/kv_handoff.h"
+#include "common/rpc/status.h"
+
+namespace tandem::prefill {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+void FillLayout(const kv::KvLayout& layout, tandem::v1::KvLayout* out) {
+  out->set_num_layers(layout.num_layers);
+  out->set_num_kv_heads(layout.num_kv_heads);
+  out->set_head_dim(layout.head_dim);
+  out->set_block_size(layout.block_size);
+  out->set_dtype(std::string(DTypeName(layout.dtype)));
+}
+
+}  // namespace
+
+model::SamplingParams ToSamplingParams(const tandem::v1::SamplingParams& sampling) {
+  model::SamplingParams p;
+  p.temperature = sampling.temperature();
+  p.top_p = sampling.top_p();
+  p.top_k = sampling.top_k();
+  p.seed = sampling.seed();
+  return p;
+}
+
+// One Prefill call. The reactor may be finished from three threads (gRPC on cancel, the engine
+// loop on error, an upload thread on success); `State` makes the first Finish the only one and
+// keeps later callbacks away from a reactor gRPC has already released.
+class PrefillCall final : public grpc::ServerUnaryReactor {
+ public:
+  PrefillCall(PrefillService& service, const tandem::v1::PrefillRequest& request,
+              tandem::v1::PrefillResponse* response)
+      : service_(service), state_(std::make_shared<State>()) {
+    state_->reactor = this;
+    state_->response = response;
+    Start(request);
+  }
+
+  void OnCancel() override {
+    service_.loop_.Abort(id_);
+    state_->Finish(grpc::Status(grpc::StatusCode::CANCELLED, "prefill cancelled"), nullptr);
+  }
+
+  void OnDone() override {
+    {
+      absl::MutexLock lock(&state_->mu);
+      state_->reactor = nullptr;
+      state_->response = nullptr;
+    }
+    delete this;
+  }
+
+ private:
+  struct State {
+    absl::Mutex mu;
+    bool finished ABSL_GUARDED_BY(mu) = false;
+    grpc::ServerUnaryReactor* reactor ABSL_GUARDED_BY(mu) = nullptr;
+    tandem::v1::PrefillResponse* response ABSL_GUARDED_BY(mu) = nullptr;
+
+    void Finish(const grpc::Status& status, tandem::v1::PrefillResponse* result) {
+      absl::MutexLock lock(&mu);
+      if (finished || reactor == nullptr) return;
+      finished = true;
+      if (result != nullptr) *response = std::move(*result);
+      reactor->Finish(status);
+    }
+  };
+
+  void Start(const tandem::v1::PrefillRequest& request) {
+    id_ = request.request_id().empty()
+              ? absl::StrCat("prefill-", service_.next_id_.fetch_add(1))
+              : request.request_id();
+    engine::Request r;
+    r.id = id_;
+    r.prompt.assign(request.token_ids().begin(), request.token_ids().end());
+    r.num_generated = request.completion_tokens();
+    r.max_tokens = request.completion_tokens() + 1;  // exactly the first (next) token
+    r.sampling = ToSamplingParams(request.sampling());
+    r.ignore_eos = true;
+    const Clock::time_point start = Clock::now();
+    std::vector<int32_t> prompt = r.prompt;
+    // The callbacks must not touch `this`: gRPC deletes the call once it is finished (a
+    // cancelled call finishes before the engine reports the abort).
+    PrefillService* service = &service_;
+    service_.loop_.Submit(
+        std::move(r), [service, state = state_, prompt = std::move(prompt), start](
+                          const engine::RequestOutput& out, engine::Engine& engine) {
+          if (out.finish == engine::FinishReason::kNone) return;
+          if (out.finish == engine::FinishReason::kError) {
+            state->Finish(rpc::ToGrpcStatus(out.error), nullptr);
+            return;
+          }
+          if (out.finish == engine::FinishReason::kAbort || out.new_tokens.empty()) {
+            state->Finish(grpc::Status(grpc::StatusCode::CANCELLED, "prefill aborted"), nullptr);
+            return;
+          }
+          // On the loop thread, before the engine steps again: the blocks are still cached.
+          auto exported = engine::ExportPromptBlocks(engine, prompt);
+          auto result = std::make_shared<tandem::v1::PrefillResponse>();
+          result->set_first_token(out.new_tokens.back());
+          result->set_cached_prompt_tokens(out.cached_prompt_tokens);
+          result->set_prefill_seconds(
+              std::chrono::duration<double>(Clock::now() - start).count());
+          tandem::v1::KvHandle* kv = result->mutable_kv();
+          kv->set_model_id(engine.kv_cache().model_id());
+          FillLayout(engine.kv_cache().layout(), kv->mutable_layout());
+          if (!exported.ok()) {
+            state->Finish(rpc::ToGrpcStatus(exported.status()), nullptr);
+            return;
+          }
+          service->uploads_.Submit(
+              [service, state, result, blocks = std::move(*exported)]() mutable {
+                Upload(*service, std::move(blocks), *result);
+                state->Finish(grpc::Status::OK, result.get());
+              });
+        });
+  }
+
+  // Writes the blocks to the store and lists, in the handle, the prefix that got stored (decode
+  // could not use a block after a missing one).
+  static void Upload(PrefillService& service, std::vector<engine::ExportedBlock> exported,
+                     tandem::v1::PrefillResponse& result) {
+    std::vector<store::BlockData> blocks;
+    blocks.reserve(exported.size());
+    for (auto& b : exported) blocks.push_back({b.hash, std::move(b.bytes)});
+    const store::StorePool::PutReport report = service.store_.Put(blocks);
+    tandem::v1::KvHandle* kv = result.mutable_kv();
+    const int block_size = kv->layout().block_size();
+    for (size_t i = 0; i < blocks.size() && report.stored[i]; ++i) {
+      kv->add_block_hashes(blocks[i].hash);
+      kv->add_locations()->set_shard(service.store_.ShardOf(blocks[i].hash));
+    }
+    kv->set_num_tokens(kv->block_hashes_size() * block_size);
+  }
+
+  PrefillService& service_;
+  std::shared_ptr<State> state_;
+  std::string id_;
+};
+
+PrefillService::PrefillService(engine::EngineLoop& loop, store::StorePool& store,
+                               const PrefillServiceOptions& options)
+    : loop_(loop), store_(store), uploads_(options.upload_threads) {}
+
+grpc::ServerUnaryReactor* PrefillService::Prefill(grpc::CallbackServerContext*,
+                                                  const tandem::v1::PrefillRequest* request,
+                                                  tandem::v1::PrefillResponse* response) {
+  return new PrefillCall(*this, *request, response);
+}
+
+}  // namespace tandem::prefill

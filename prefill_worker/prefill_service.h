@@ -1,0 +1,46 @@
+// The prefill worker's gRPC service (workers.proto, PrefillWorker): runs a prompt through its
+// engine up to the first token, writes the prompt's full KV blocks to the cache store and
+// answers with the first token and the KV handle.
+//
+// Threads: gRPC callbacks submit to the EngineLoop; the loop's callback exports the blocks
+// (between steps, so nothing evicts them first) and hands the upload to a WorkQueue, whose
+// thread finishes the RPC. A cancelled or expired call aborts its request in the engine.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "common/engine/engine_loop.h"
+#include "common/store/store_pool.h"
+#include "common/util/work_queue.h"
+#include "tandem/v1/workers.grpc.pb.h"
+
+namespace tandem::prefill {
+
+struct PrefillServiceOptions {
+  int upload_threads = 2;
+};
+
+class PrefillService final : public tandem::v1::PrefillWorker::CallbackService {
+ public:
+  // `loop` and `store` must outlive the service.
+  PrefillService(engine::EngineLoop& loop, store::StorePool& store,
+                 const PrefillServiceOptions& options = {});
+
+  grpc::ServerUnaryReactor* Prefill(grpc::CallbackServerContext* context,
+                                    const tandem::v1::PrefillRequest* request,
+                                    tandem::v1::PrefillResponse* response) override;
+
+ private:
+  friend class PrefillCall;
+  engine::EngineLoop& loop_;
+  store::StorePool& store_;
+  WorkQueue uploads_;
+  std::atomic<int64_t> next_id_{1};
+};
+
+// Sampling fields of the public API as the engine takes them (proto3 zero values = defaults).
+model::SamplingParams ToSamplingParams(const tandem::v1::SamplingParams& sampling);
+
+}  // namespace tandem::prefill

@@ -1,0 +1,152 @@
+// The cache-store shard as a real gRPC server on a loopback port, driven by CacheStoreClient
+// and by a raw stub for streams the client would never send.
+#include "cache_store/cache_store_service.h"
+
+#include <gmock/gmock.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include "common/store/cache_store_client.h"
+
+namespace tandem::cache_store {
+namespace {
+
+using store::BlockData;
+using store::CacheStoreClient;
+using ::testing::HasSubstr;
+
+std::string Bytes(uint64_t seed, size_t n) {
+  std::string v(n, '\0');
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<uint8_t>(seed * 17 + i * 31 + (i >> 8));
+  return v;
+}
+
+class CacheStoreServiceTest : public ::testing::Test {
+ protected:
+  void Start(int64_t capacity, int64_t chunk_bytes = 1000) {
+    store_ = BlockStore::Create({.capacity_bytes = capacity}).value();
+    service_ = std::make_unique<CacheStoreService>(*store_, chunk_bytes);
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(service_.get());
+    server_ = builder.BuildAndStart();
+    ASSERT_NE(server_, nullptr);
+    channel_ =
+        grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials());
+    client_ = std::make_unique<CacheStoreClient>(channel_, "model", 700);
+  }
+
+  void TearDown() override {
+    if (server_) server_->Shutdown();
+  }
+
+  // Sends raw messages on a Put stream and returns the final status.
+  grpc::Status RawPut(const std::vector<tandem::v1::PutRequest>& msgs) {
+    auto stub = tandem::v1::CacheStore::NewStub(channel_);
+    grpc::ClientContext context;
+    tandem::v1::PutResponse response;
+    auto writer = stub->Put(&context, &response);
+    for (const auto& m : msgs) {
+      if (!writer->Write(m)) break;
+    }
+    writer->WritesDone();
+    return writer->Finish();
+  }
+
+  std::unique_ptr<BlockStore> store_;
+  std::unique_ptr<CacheStoreService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<CacheStoreClient> client_;
+};
+
+TEST_F(CacheStoreServiceTest, PutGetExistsAndStatsRoundTrip) {
+  Start(1 << 20);
+  std::vector<BlockData> blocks = {{11, Bytes(1, 2500)}, {12, Bytes(2, 700)}, {13, Bytes(3, 1)}};
+  auto put = client_->Put(blocks);
+  ASSERT_TRUE(put.ok()) << put.status();
+  EXPECT_EQ(put->stored, 3);
+  EXPECT_EQ(put->skipped, 0);
+  auto again = client_->Put(blocks);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->stored, 0);
+  EXPECT_EQ(again->skipped, 3);
+
+  const std::vector<uint64_t> hashes = {13, 99, 11, 12};
+  auto got = client_->Get(hashes);
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(got->size(), 4u);
+  EXPECT_EQ((*got)[0], blocks[2].bytes);
+  EXPECT_FALSE((*got)[1].has_value());
+  EXPECT_EQ((*got)[2], blocks[0].bytes);
+  EXPECT_EQ((*got)[3], blocks[1].bytes);
+
+  auto exists = client_->Exists(hashes);
+  ASSERT_TRUE(exists.ok());
+  EXPECT_EQ(*exists, (std::vector<bool>{true, false, true, true}));
+  auto stats = client_->Stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->blocks(), 3);
+  EXPECT_EQ(stats->used_bytes(), 2500 + 700 + 1);
+  EXPECT_EQ(stats->hits(), 3);
+  EXPECT_EQ(stats->misses(), 1);
+  EXPECT_EQ(stats->pinned_blocks(), 0);  // every pin released after streaming
+}
+
+TEST_F(CacheStoreServiceTest, MalformedStreamsAreRefusedAndLeaveNothingBehind) {
+  Start(1 << 20);
+  tandem::v1::PutRequest header;
+  header.set_block_hash(5);
+  header.set_block_bytes(100);
+  const std::string five = Bytes(5, 100);
+  header.set_checksum(BlockChecksum({reinterpret_cast<const uint8_t*>(five.data()), 100}));
+  header.set_data(std::string(40, 'x'));
+  tandem::v1::PutRequest orphan;
+  orphan.set_block_hash(6);
+  orphan.set_data("abc");
+
+  grpc::Status s = RawPut({orphan});
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("without its header"));
+
+  s = RawPut({header});  // ends 60 bytes short
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("inside block 5"));
+
+  tandem::v1::PutRequest other = header;
+  other.set_block_hash(7);
+  s = RawPut({header, other});  // a new block before the first was complete
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+
+  tandem::v1::PutRequest whole = header;
+  whole.set_data(std::string(100, 'x'));  // bytes that do not match the checksum
+  s = RawPut({whole});
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::DATA_LOSS);
+
+  whole.set_block_bytes(int64_t{1} << 40);
+  s = RawPut({whole});
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+
+  const BlockStoreStats stats = store_->Stats();
+  EXPECT_EQ(stats.blocks, 0);
+  EXPECT_EQ(stats.pending_puts, 0);
+  EXPECT_EQ(stats.used_bytes, 0);
+  EXPECT_FALSE(store_->Exists(5));
+}
+
+TEST_F(CacheStoreServiceTest, FullStoreIsResourceExhausted) {
+  Start(1 << 20);
+  ASSERT_TRUE(client_->Put({{BlockData{1, Bytes(1, 600 * 1024)}}}).ok());
+  auto pinned = store_->Get(1);  // a transfer in flight pins the block
+  ASSERT_TRUE(pinned.ok());
+  auto put = client_->Put({{BlockData{2, Bytes(2, 600 * 1024)}}});
+  EXPECT_EQ(put.status().code(), absl::StatusCode::kResourceExhausted);
+  pinned->Reset();
+  EXPECT_TRUE(client_->Put({{BlockData{2, Bytes(2, 600 * 1024)}}}).ok());  // evicts 1
+  EXPECT_FALSE(store_->Exists(1));
+  EXPECT_FALSE(client_->Put({{BlockData{3, {}}}}).ok());  // empty blocks never leave the client
+}
+
+}  // namespace
+}  // namespace tandem::cache_store

@@ -1,0 +1,218 @@
+// Prefill worker, cache-store shard and decode worker as real gRPC services on loopback: the
+// disaggregated path streams exactly the tokens one engine produces; resident blocks are hits
+// without a transfer, missing ones are misses that still decode correctly, and a cancelled
+// stream frees everything.
+#include "decode_worker/decode_service.h"
+
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "cache_store/cache_store_service.h"
+#include "prefill_worker/prefill_service.h"
+#include "tests/unit/testing/temp_model.h"
+
+namespace tandem::decode {
+namespace {
+
+std::unique_ptr<grpc::Server> Serve(grpc::Service* service, std::string* address) {
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(service);
+  auto server = builder.BuildAndStart();
+  *address = absl::StrCat("127.0.0.1:", port);
+  return server;
+}
+
+struct Stream {
+  std::vector<int32_t> tokens;
+  int hits = -1, misses = -1;
+  tandem::v1::FinishReason finish = tandem::v1::FINISH_REASON_UNSPECIFIED;
+  grpc::Status status;
+};
+
+class DecodeServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = testing::WriteTempModel(testing::TinySpec());
+    model_ = model::Model::Load(dir_, pool_).value();
+    for (int i = 0; i < 70; ++i) prompt_.push_back((i * 43 + 11) % 128);  // 4 full blocks + 6
+    block_store_ = cache_store::BlockStore::Create({.capacity_bytes = 64 << 20}).value();
+    store_service_ = std::make_unique<cache_store::CacheStoreService>(*block_store_, 4096);
+    std::string store_address, prefill_address, decode_address;
+    store_server_ = Serve(store_service_.get(), &store_address);
+    store_pool_ = std::make_unique<store::StorePool>(std::vector<std::string>{store_address},
+                                                     "tiny");
+    prefill_loop_ = std::make_unique<engine::EngineLoop>(MakeEngine());
+    decode_loop_ = std::make_unique<engine::EngineLoop>(MakeEngine());
+    prefill_ = std::make_unique<prefill::PrefillService>(*prefill_loop_, *store_pool_);
+    decode_ = std::make_unique<DecodeService>(*decode_loop_, *store_pool_);
+    prefill_server_ = Serve(prefill_.get(), &prefill_address);
+    decode_server_ = Serve(decode_.get(), &decode_address);
+    prefill_stub_ = tandem::v1::PrefillWorker::NewStub(
+        grpc::CreateChannel(prefill_address, grpc::InsecureChannelCredentials()));
+    decode_stub_ = tandem::v1::DecodeWorker::NewStub(
+        grpc::CreateChannel(decode_address, grpc::InsecureChannelCredentials()));
+  }
+
+  void TearDown() override {
+    decode_server_->Shutdown();
+    prefill_server_->Shutdown();
+    decode_loop_.reset();
+    prefill_loop_.reset();
+    decode_.reset();
+    prefill_.reset();
+    store_server_->Shutdown();
+  }
+
+  std::unique_ptr<engine::Engine> MakeEngine() {
+    engine::EngineOptions o;
+    o.kv_dtype = DType::kF32;
+    o.num_blocks = 64;
+    return engine::Engine::Create(*model_, o).value();
+  }
+
+  std::vector<int32_t> Expected(int max_tokens) {
+    auto e = MakeEngine();
+    engine::Request r;
+    r.id = "w";
+    r.prompt = prompt_;
+    r.max_tokens = max_tokens;
+    r.ignore_eos = true;
+    EXPECT_TRUE(e->AddRequest(r).ok());
+    std::vector<int32_t> out;
+    while (e->HasUnfinished()) {
+      auto outs = e->Step();
+      EXPECT_TRUE(outs.ok());
+      for (const auto& o : *outs) out.insert(out.end(), o.new_tokens.begin(), o.new_tokens.end());
+    }
+    return out;
+  }
+
+  tandem::v1::PrefillResponse Prefill() {
+    tandem::v1::PrefillRequest req;
+    for (int32_t t : prompt_) req.add_token_ids(t);
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    tandem::v1::PrefillResponse resp;
+    EXPECT_TRUE(prefill_stub_->Prefill(&context, req, &resp).ok());
+    return resp;
+  }
+
+  tandem::v1::DecodeRequest DecodeRequest(const tandem::v1::PrefillResponse& p, int max_tokens) {
+    tandem::v1::DecodeRequest req;
+    for (int32_t t : prompt_) req.add_token_ids(t);
+    req.add_token_ids(p.first_token());
+    req.set_completion_tokens(1);
+    req.mutable_sampling()->set_max_tokens(max_tokens);
+    req.mutable_sampling()->set_ignore_eos(true);
+    *req.mutable_kv() = p.kv();
+    return req;
+  }
+
+  // Reads the whole stream; with `cancel_after` > 0, cancels after that many messages.
+  Stream Decode(const tandem::v1::DecodeRequest& req, int cancel_after = 0) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    auto reader = decode_stub_->Decode(&context, req);
+    Stream s;
+    tandem::v1::DecodeResponse msg;
+    int messages = 0;
+    while (reader->Read(&msg)) {
+      if (messages++ == 0) {
+        s.hits = msg.kv_hits();
+        s.misses = msg.kv_misses();
+      }
+      s.tokens.insert(s.tokens.end(), msg.token_ids().begin(), msg.token_ids().end());
+      if (msg.finish_reason() != tandem::v1::FINISH_REASON_UNSPECIFIED) s.finish = msg.finish_reason();
+      if (messages == cancel_after) context.TryCancel();
+    }
+    s.status = reader->Finish();
+    return s;
+  }
+
+  int64_t DecodeUsedBlocks() {
+    absl::Notification done;
+    int64_t used = -1;
+    decode_loop_->Post([&](engine::Engine& e) {
+      used = e.KvStats().used_blocks;
+      done.Notify();
+    });
+    done.WaitForNotificationWithTimeout(absl::Seconds(30));
+    return used;
+  }
+
+  ThreadPool pool_{2};
+  std::string dir_;
+  std::unique_ptr<model::Model> model_;
+  std::vector<int32_t> prompt_;
+  std::unique_ptr<cache_store::BlockStore> block_store_;
+  std::unique_ptr<cache_store::CacheStoreService> store_service_;
+  std::unique_ptr<grpc::Server> store_server_;
+  std::unique_ptr<store::StorePool> store_pool_;
+  std::unique_ptr<engine::EngineLoop> prefill_loop_, decode_loop_;
+  std::unique_ptr<prefill::PrefillService> prefill_;
+  std::unique_ptr<DecodeService> decode_;
+  std::unique_ptr<grpc::Server> prefill_server_, decode_server_;
+  std::unique_ptr<tandem::v1::PrefillWorker::Stub> prefill_stub_;
+  std::unique_ptr<tandem::v1::DecodeWorker::Stub> decode_stub_;
+};
+
+TEST_F(DecodeServiceTest, DisaggregatedStreamEqualsOneEngine) {
+  const std::vector<int32_t> expected = Expected(10);
+  const auto p = Prefill();
+  ASSERT_EQ(p.first_token(), expected[0]);
+  const Stream s = Decode(DecodeRequest(p, 10));
+  ASSERT_TRUE(s.status.ok()) << s.status.error_message();
+  EXPECT_EQ(s.tokens, std::vector<int32_t>(expected.begin() + 1, expected.end()));
+  EXPECT_EQ(s.finish, tandem::v1::FINISH_REASON_LENGTH);
+  EXPECT_EQ(s.hits, 4);
+  EXPECT_EQ(s.misses, 0);
+  const int64_t store_hits = block_store_->Stats().hits;
+  EXPECT_EQ(store_hits, 4);
+
+  // Again: the blocks are resident in the decode engine now, nothing is fetched.
+  const Stream again = Decode(DecodeRequest(p, 10));
+  EXPECT_EQ(again.tokens, s.tokens);
+  EXPECT_EQ(again.hits, 4);
+  EXPECT_EQ(block_store_->Stats().hits, store_hits);
+  EXPECT_EQ(decode_->kv_hits(), 8);
+  EXPECT_EQ(DecodeUsedBlocks(), 0);
+}
+
+TEST_F(DecodeServiceTest, MissingBlocksAreMissesAndStillCorrect) {
+  const std::vector<int32_t> expected = Expected(6);
+  auto p = Prefill();
+  for (int i = 0; i < p.kv().block_hashes_size(); ++i) {
+    p.mutable_kv()->set_block_hashes(i, p.kv().block_hashes(i) ^ 0xdead);  // nowhere to be found
+  }
+  const Stream s = Decode(DecodeRequest(p, 6));
+  ASSERT_TRUE(s.status.ok()) << s.status.error_message();
+  EXPECT_EQ(s.hits, 0);
+  EXPECT_EQ(s.misses, 4);
+  EXPECT_EQ(s.tokens, std::vector<int32_t>(expected.begin() + 1, expected.end()));
+  EXPECT_EQ(decode_->kv_misses(), 4);
+}
+
+TEST_F(DecodeServiceTest, CancelFreesEverythingAndBadInputIsRefused) {
+  const auto p = Prefill();
+  const Stream s = Decode(DecodeRequest(p, 400), /*cancel_after=*/2);
+  EXPECT_EQ(s.status.error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_LT(s.tokens.size(), 399u);
+  // The abort reaches the engine within a step or two.
+  for (int i = 0; i < 100 && DecodeUsedBlocks() != 0; ++i) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_EQ(DecodeUsedBlocks(), 0);
+
+  tandem::v1::DecodeRequest empty;
+  empty.mutable_sampling()->set_max_tokens(4);
+  EXPECT_EQ(Decode(empty).status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  auto no_room = DecodeRequest(p, 1);  // 1 token already generated: nothing left to do
+  EXPECT_EQ(Decode(no_room).status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+}  // namespace
+}  // namespace tandem::decode

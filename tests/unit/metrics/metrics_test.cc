@@ -1,0 +1,80 @@
+#include "common/metrics/metrics.h"
+
+#include <arpa/inet.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <string>
+
+namespace tandem::metrics {
+namespace {
+
+using ::testing::HasSubstr;
+
+// A plain HTTP/1.0 GET over a loopback socket, as a scraper does it.
+std::string HttpGet(int port, const std::string& path) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return "";
+  }
+  const std::string req =
+      "GET " + path + " HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
+  send(fd, req.data(), req.size(), 0);
+  std::string out;
+  char buf[4096];
+  for (ssize_t n; (n = recv(fd, buf, sizeof(buf), 0)) > 0;) out.append(buf, n);
+  close(fd);
+  return out;
+}
+
+TEST(MetricsTest, EveryDesignMetricIsExportedWithItsLabels) {
+  Metrics m;
+  RoleMetrics decode = m.ForRole("decode");
+  decode.kv_lookup_hits->Increment(9);
+  decode.kv_lookup_misses->Increment();
+  decode.time_to_first_token->Observe(0.25);
+  decode.finished_length->Increment();
+  m.balancer().reschedules->Increment();
+  const std::string text = m.Serialize();
+  for (const char* name :
+       {"tandem_time_to_first_token_seconds", "tandem_inter_token_latency_seconds",
+        "tandem_e2e_request_latency_seconds", "tandem_request_queue_time_seconds",
+        "tandem_prefill_time_seconds", "tandem_kv_transfer_seconds",
+        "tandem_kv_transfer_bytes_total", "tandem_kv_cache_usage_ratio", "tandem_kv_lookups_total",
+        "tandem_decode_kv_hit_ratio", "tandem_balancer_reschedules_total",
+        "tandem_requests_running", "tandem_requests_waiting", "tandem_prompt_tokens_total",
+        "tandem_generation_tokens_total", "tandem_requests_total", "tandem_pruned_layers"}) {
+    EXPECT_THAT(text, HasSubstr(std::string("# TYPE ") + name)) << name;
+  }
+  EXPECT_THAT(text, HasSubstr("tandem_kv_lookups_total{result=\"hit\",role=\"decode\"} 9"));
+  EXPECT_THAT(text, HasSubstr("tandem_kv_lookups_total{result=\"miss\",role=\"decode\"} 1"));
+  EXPECT_THAT(text, HasSubstr("tandem_requests_total{finish_reason=\"length\",role=\"decode\"} 1"));
+  EXPECT_THAT(text, HasSubstr("tandem_time_to_first_token_seconds_count{role=\"decode\"} 1"));
+  EXPECT_THAT(text, HasSubstr("tandem_balancer_reschedules_total 1"));
+}
+
+TEST(MetricsTest, ServedOverHttp) {
+  Metrics m;
+  m.ForRole("router").prompt_tokens->Increment(42);
+  auto server = MetricsServer::Start("127.0.0.1:0", m.registry());
+  ASSERT_TRUE(server.ok()) << server.status();
+  ASSERT_GT((*server)->port(), 0);
+  const std::string body = HttpGet((*server)->port(), "/metrics");
+  EXPECT_THAT(body, HasSubstr("200 OK"));
+  EXPECT_THAT(body, HasSubstr("tandem_prompt_tokens_total{role=\"router\"} 42"));
+}
+
+TEST(MetricsTest, BadListenAddressIsAnError) {
+  Metrics m;
+  EXPECT_FALSE(MetricsServer::Start("not an address", m.registry()).ok());
+}
+
+}  // namespace
+}  // namespace tandem::metrics

@@ -1,0 +1,179 @@
+// The prefill worker as a real gRPC service over a real cache-store shard: the first token and
+// the KV handle it returns let another engine continue exactly; bad requests, deadlines and
+// cancellation end cleanly and leave no block behind.
+#include "prefill_worker/prefill_service.h"
+
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "cache_store/cache_store_service.h"
+#include "common/engine/kv_handoff.h"
+#include "tests/unit/testing/temp_model.h"
+
+namespace tandem::prefill {
+namespace {
+
+class PrefillServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = testing::WriteTempModel(testing::TinySpec());
+    model_ = model::Model::Load(dir_, pool_).value();
+    for (int i = 0; i < 70; ++i) prompt_.push_back((i * 41 + 5) % 128);  // 4 full blocks + 6
+
+    block_store_ = cache_store::BlockStore::Create({.capacity_bytes = 64 << 20}).value();
+    store_service_ = std::make_unique<cache_store::CacheStoreService>(*block_store_, 4096);
+    loop_ = std::make_unique<engine::EngineLoop>(MakeEngine());
+    grpc::ServerBuilder builder;
+    int store_port = 0, port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &store_port);
+    builder.RegisterService(store_service_.get());
+    store_server_ = builder.BuildAndStart();
+    store_pool_ = std::make_unique<store::StorePool>(
+        std::vector<std::string>{absl::StrCat("127.0.0.1:", store_port)}, "tiny");
+    service_ = std::make_unique<PrefillService>(*loop_, *store_pool_);
+    grpc::ServerBuilder prefill_builder;
+    prefill_builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    prefill_builder.RegisterService(service_.get());
+    server_ = prefill_builder.BuildAndStart();
+    stub_ = tandem::v1::PrefillWorker::NewStub(grpc::CreateChannel(
+        absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
+  }
+
+  void TearDown() override {
+    server_->Shutdown();
+    loop_.reset();  // before the service: delivers the last callbacks
+    service_.reset();
+    store_server_->Shutdown();
+  }
+
+  std::unique_ptr<engine::Engine> MakeEngine() {
+    engine::EngineOptions o;
+    o.kv_dtype = DType::kF32;
+    o.num_blocks = 64;
+    return engine::Engine::Create(*model_, o).value();
+  }
+
+  grpc::Status Call(const tandem::v1::PrefillRequest& request,
+                    tandem::v1::PrefillResponse* response, int deadline_ms = 60000) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::milliseconds(deadline_ms));
+    return stub_->Prefill(&context, request, response);
+  }
+
+  tandem::v1::PrefillRequest Request(const std::vector<int32_t>& tokens) {
+    tandem::v1::PrefillRequest r;
+    for (int32_t t : tokens) r.add_token_ids(t);
+    r.mutable_sampling()->set_max_tokens(8);
+    return r;
+  }
+
+  // Used blocks of the worker's engine, read on its loop thread.
+  int64_t UsedBlocks() {
+    absl::Notification done;
+    int64_t used = -1;
+    loop_->Post([&](engine::Engine& e) {
+      used = e.KvStats().used_blocks;
+      done.Notify();
+    });
+    done.WaitForNotificationWithTimeout(absl::Seconds(30));
+    return used;
+  }
+
+  ThreadPool pool_{2};
+  std::string dir_;
+  std::unique_ptr<model::Model> model_;
+  std::vector<int32_t> prompt_;
+  std::unique_ptr<cache_store::BlockStore> block_store_;
+  std::unique_ptr<cache_store::CacheStoreService> store_service_;
+  std::unique_ptr<grpc::Server> store_server_;
+  std::unique_ptr<store::StorePool> store_pool_;
+  std::unique_ptr<engine::EngineLoop> loop_;
+  std::unique_ptr<PrefillService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<tandem::v1::PrefillWorker::Stub> stub_;
+};
+
+TEST_F(PrefillServiceTest, HandleLetsAnotherEngineContinueExactly) {
+  // The reference: one engine doing everything.
+  auto whole = MakeEngine();
+  engine::Request r;
+  r.id = "w";
+  r.prompt = prompt_;
+  r.max_tokens = 6;
+  r.ignore_eos = true;
+  ASSERT_TRUE(whole->AddRequest(r).ok());
+  std::vector<int32_t> expected;
+  while (whole->HasUnfinished()) {
+    auto outs = whole->Step();
+    ASSERT_TRUE(outs.ok());
+    for (const auto& o : *outs) expected.insert(expected.end(), o.new_tokens.begin(), o.new_tokens.end());
+  }
+
+  tandem::v1::PrefillResponse response;
+  grpc::Status s = Call(Request(prompt_), &response);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(response.first_token(), expected[0]);
+  const tandem::v1::KvHandle& kv = response.kv();
+  EXPECT_EQ(kv.block_hashes_size(), 4);
+  EXPECT_EQ(kv.locations_size(), 4);
+  EXPECT_EQ(kv.num_tokens(), 64);
+  EXPECT_EQ(kv.layout().block_size(), 16);
+  EXPECT_EQ(kv.layout().dtype(), "fp32");
+  EXPECT_EQ(block_store_->Stats().blocks, 4);
+  EXPECT_EQ(UsedBlocks(), 0);  // the prefill engine keeps nothing in use
+
+  // Decode elsewhere from the handle alone.
+  auto decode = MakeEngine();
+  std::vector<uint64_t> hashes(kv.block_hashes().begin(), kv.block_hashes().end());
+  const auto stats = engine::ImportPromptBlocks(*decode, hashes, store_pool_->Get(hashes));
+  EXPECT_EQ(stats.hits, 4);
+  engine::Request cont = r;
+  cont.prompt.push_back(response.first_token());
+  cont.num_generated = 1;
+  ASSERT_TRUE(decode->AddRequest(cont).ok());
+  std::vector<int32_t> rest;
+  while (decode->HasUnfinished()) {
+    auto outs = decode->Step();
+    ASSERT_TRUE(outs.ok());
+    for (const auto& o : *outs) rest.insert(rest.end(), o.new_tokens.begin(), o.new_tokens.end());
+  }
+  EXPECT_EQ(rest, std::vector<int32_t>(expected.begin() + 1, expected.end()));
+
+  // The same prompt again: the prefix cache serves it and nothing is uploaded twice.
+  tandem::v1::PrefillResponse again;
+  ASSERT_TRUE(Call(Request(prompt_), &again).ok());
+  EXPECT_EQ(again.first_token(), expected[0]);
+  EXPECT_EQ(again.cached_prompt_tokens(), 64);
+  EXPECT_EQ(block_store_->Stats().puts, 4);
+}
+
+TEST_F(PrefillServiceTest, BadRequestsAreInvalidArgument) {
+  tandem::v1::PrefillResponse response;
+  EXPECT_EQ(Call(Request({}), &response).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(Call(Request({1, 500}), &response).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  auto hot = Request({1, 2, 3});
+  hot.mutable_sampling()->set_temperature(-1);
+  EXPECT_EQ(Call(hot, &response).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(UsedBlocks(), 0);
+}
+
+TEST_F(PrefillServiceTest, ExpiredCallsLeaveNothingBehind) {
+  std::vector<int32_t> long_prompt(400);
+  for (int i = 0; i < 400; ++i) long_prompt[i] = (i * 7) % 128;
+  for (int i = 0; i < 5; ++i) {
+    tandem::v1::PrefillResponse response;
+    grpc::Status s = Call(Request(long_prompt), &response, /*deadline_ms=*/1);
+    EXPECT_TRUE(s.ok() || s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED)
+        << s.error_message();
+  }
+  // Whatever was in flight has been aborted or finished: the engine holds no block.
+  tandem::v1::PrefillResponse response;
+  ASSERT_TRUE(Call(Request(prompt_), &response).ok());
+  EXPECT_EQ(UsedBlocks(), 0);
+}
+
+}  // namespace
+}  // namespace tandem::prefill

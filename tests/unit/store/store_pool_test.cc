@@ -1,0 +1,167 @@
+// The prefill -> store -> decode handoff over real gRPC cache-store shards on loopback: blocks
+// exported by one engine, spread over two shards, fetched and imported by another engine, which
+// continues the request exactly. A shard that goes away turns its blocks into misses, and the
+// output is still right.
+#include "common/store/store_pool.h"
+
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+#include "cache_store/cache_store_service.h"
+#include "common/engine/kv_handoff.h"
+#include "tests/unit/testing/temp_model.h"
+
+namespace tandem::store {
+namespace {
+
+struct Shard {
+  std::unique_ptr<cache_store::BlockStore> store;
+  std::unique_ptr<cache_store::CacheStoreService> service;
+  std::unique_ptr<grpc::Server> server;
+  std::string address;
+};
+
+std::unique_ptr<Shard> StartShard() {
+  auto shard = std::make_unique<Shard>();
+  shard->store = cache_store::BlockStore::Create({.capacity_bytes = 64 << 20}).value();
+  shard->service = std::make_unique<cache_store::CacheStoreService>(*shard->store, 4096);
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(shard->service.get());
+  shard->server = builder.BuildAndStart();
+  shard->address = absl::StrCat("127.0.0.1:", port);
+  return shard;
+}
+
+class StorePoolTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = testing::WriteTempModel(testing::TinySpec());
+    model_ = model::Model::Load(dir_, pool_).value();
+    for (int i = 0; i < 100; ++i) prompt_.push_back((i * 29 + 3) % 128);  // 6 full blocks + 4
+    shards_.push_back(StartShard());
+    shards_.push_back(StartShard());
+  }
+  void TearDown() override {
+    for (auto& s : shards_) {
+      if (s->server) s->server->Shutdown();
+    }
+  }
+
+  std::unique_ptr<engine::Engine> MakeEngine() {
+    engine::EngineOptions o;
+    o.kv_dtype = DType::kF32;
+    o.num_blocks = 64;
+    return engine::Engine::Create(*model_, o).value();
+  }
+  std::vector<int32_t> Run(engine::Engine& e, std::vector<int32_t> prompt, int max_tokens,
+                           int num_generated, int* cached = nullptr) {
+    engine::Request r;
+    r.id = "r";
+    r.prompt = std::move(prompt);
+    r.max_tokens = max_tokens;
+    r.num_generated = num_generated;
+    r.ignore_eos = true;
+    EXPECT_TRUE(e.AddRequest(r).ok());
+    std::vector<int32_t> tokens;
+    bool first = true;
+    while (e.HasUnfinished()) {
+      auto outs = e.Step();
+      EXPECT_TRUE(outs.ok());
+      for (const auto& o : *outs) {
+        if (first && cached) *cached = o.cached_prompt_tokens;
+        first = false;
+        tokens.insert(tokens.end(), o.new_tokens.begin(), o.new_tokens.end());
+      }
+    }
+    return tokens;
+  }
+
+  // Prefill on a fresh engine and upload; returns the first token and the block list.
+  std::pair<int32_t, std::vector<BlockData>> Prefill(StorePool& pool) {
+    auto e = MakeEngine();
+    const int32_t first = Run(*e, prompt_, 1, 0).at(0);
+    auto exported = engine::ExportPromptBlocks(*e, prompt_);
+    EXPECT_TRUE(exported.ok());
+    std::vector<BlockData> blocks;
+    for (auto& b : *exported) blocks.push_back({b.hash, std::move(b.bytes)});
+    return {first, blocks};
+  }
+
+  // Decode on a fresh engine from what the store holds; returns the continuation.
+  std::vector<int32_t> Decode(StorePool& pool, int32_t first, engine::ImportStats* stats,
+                              int* cached) {
+    auto e = MakeEngine();
+    const auto hashes = engine::PromptBlockHashes(*e, prompt_);
+    const auto fetched = pool.Get(hashes);
+    *stats = engine::ImportPromptBlocks(*e, hashes, fetched);
+    std::vector<int32_t> resumed = prompt_;
+    resumed.push_back(first);
+    return Run(*e, resumed, 8, 1, cached);
+  }
+
+  ThreadPool pool_{2};
+  std::string dir_;
+  std::unique_ptr<model::Model> model_;
+  std::vector<int32_t> prompt_;
+  std::vector<std::unique_ptr<Shard>> shards_;
+};
+
+TEST_F(StorePoolTest, HandoffThroughTwoShardsIsExact) {
+  auto whole = MakeEngine();
+  const std::vector<int32_t> expected = Run(*whole, prompt_, 8, 0);
+
+  StorePool pool({shards_[0]->address, shards_[1]->address}, "tiny");
+  auto [first, blocks] = Prefill(pool);
+  ASSERT_EQ(first, expected[0]);
+  ASSERT_EQ(blocks.size(), 6u);
+  StorePool::PutReport put = pool.Put(blocks);
+  EXPECT_EQ(put.uploaded, 6);
+  EXPECT_EQ(put.stored, std::vector<bool>(6, true));
+  EXPECT_GT(shards_[0]->store->Stats().blocks, 0);  // both shards hold some
+  EXPECT_GT(shards_[1]->store->Stats().blocks, 0);
+  EXPECT_EQ(shards_[0]->store->Stats().blocks + shards_[1]->store->Stats().blocks, 6);
+  EXPECT_EQ(pool.Put(blocks).uploaded, 0);  // already stored: no bytes sent again
+
+  engine::ImportStats stats;
+  int cached = -1;
+  const auto rest = Decode(pool, first, &stats, &cached);
+  EXPECT_EQ(stats.hits, 6);
+  EXPECT_EQ(stats.misses, 0);
+  EXPECT_EQ(cached, 96);
+  EXPECT_EQ(rest, std::vector<int32_t>(expected.begin() + 1, expected.end()));
+}
+
+TEST_F(StorePoolTest, ADeadShardTurnsItsBlocksIntoMisses) {
+  auto whole = MakeEngine();
+  const std::vector<int32_t> expected = Run(*whole, prompt_, 8, 0);
+  StorePool pool({shards_[0]->address, shards_[1]->address}, "tiny",
+                 {.timeout = std::chrono::seconds(2)});
+  auto [first, blocks] = Prefill(pool);
+  ASSERT_EQ(pool.Put(blocks).uploaded, 6);
+  // The shard holding the first block goes away: the usable prefix is empty.
+  const std::string dead = pool.ShardOf(blocks[0].hash);
+  for (auto& s : shards_) {
+    if (s->address == dead) {
+      s->server->Shutdown();
+      s->server.reset();
+    }
+  }
+  engine::ImportStats stats;
+  int cached = -1;
+  const auto rest = Decode(pool, first, &stats, &cached);
+  EXPECT_EQ(stats.hits, 0);
+  EXPECT_EQ(stats.misses, 6);
+  EXPECT_EQ(cached, 0);
+  EXPECT_EQ(rest, std::vector<int32_t>(expected.begin() + 1, expected.end()));
+  // Uploading with a shard down stores what the live shard owns.
+  StorePool::PutReport put = pool.Put(blocks);
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    EXPECT_EQ(put.stored[i], pool.ShardOf(blocks[i].hash) != dead) << i;
+  }
+}
+
+}  // namespace
+}  // namespace tandem::store
