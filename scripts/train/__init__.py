@@ -1,0 +1,1 @@
+"""Helpers of scripts/train_model.py: tokenizer, model, data, safetensors and PNG writers."""
