@@ -7,24 +7,13 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
-#include "absl/strings/str_cat.h"
-#include "absl/synchronization/notification.h"
 #include "cache_store/cache_store_service.h"
 #include "prefill_worker/prefill_service.h"
+#include "tests/unit/testing/serving.h"
 #include "tests/unit/testing/temp_model.h"
 
 namespace tandem::decode {
 namespace {
-
-std::unique_ptr<grpc::Server> Serve(grpc::Service* service, std::string* address) {
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(service);
-  auto server = builder.BuildAndStart();
-  *address = absl::StrCat("127.0.0.1:", port);
-  return server;
-}
 
 struct Stream {
   std::vector<int32_t> tokens;
@@ -42,15 +31,15 @@ class DecodeServiceTest : public ::testing::Test {
     block_store_ = cache_store::BlockStore::Create({.capacity_bytes = 64 << 20}).value();
     store_service_ = std::make_unique<cache_store::CacheStoreService>(*block_store_, 4096);
     std::string store_address, prefill_address, decode_address;
-    store_server_ = Serve(store_service_.get(), &store_address);
-    store_pool_ = std::make_unique<store::StorePool>(std::vector<std::string>{store_address},
-                                                     "tiny");
+    store_server_ = testing::ServeOnLoopback(store_service_.get(), &store_address);
+    store_pool_ =
+        std::make_unique<store::StorePool>(std::vector<std::string>{store_address}, "tiny");
     prefill_loop_ = std::make_unique<engine::EngineLoop>(MakeEngine());
     decode_loop_ = std::make_unique<engine::EngineLoop>(MakeEngine());
     prefill_ = std::make_unique<prefill::PrefillService>(*prefill_loop_, *store_pool_);
     decode_ = std::make_unique<DecodeService>(*decode_loop_, *store_pool_);
-    prefill_server_ = Serve(prefill_.get(), &prefill_address);
-    decode_server_ = Serve(decode_.get(), &decode_address);
+    prefill_server_ = testing::ServeOnLoopback(prefill_.get(), &prefill_address);
+    decode_server_ = testing::ServeOnLoopback(decode_.get(), &decode_address);
     prefill_stub_ = tandem::v1::PrefillWorker::NewStub(
         grpc::CreateChannel(prefill_address, grpc::InsecureChannelCredentials()));
     decode_stub_ = tandem::v1::DecodeWorker::NewStub(
@@ -76,19 +65,7 @@ class DecodeServiceTest : public ::testing::Test {
 
   std::vector<int32_t> Expected(int max_tokens) {
     auto e = MakeEngine();
-    engine::Request r;
-    r.id = "w";
-    r.prompt = prompt_;
-    r.max_tokens = max_tokens;
-    r.ignore_eos = true;
-    EXPECT_TRUE(e->AddRequest(r).ok());
-    std::vector<int32_t> out;
-    while (e->HasUnfinished()) {
-      auto outs = e->Step();
-      EXPECT_TRUE(outs.ok());
-      for (const auto& o : *outs) out.insert(out.end(), o.new_tokens.begin(), o.new_tokens.end());
-    }
-    return out;
+    return testing::RunToCompletion(*e, testing::GreedyRequest("w", prompt_, max_tokens)).tokens;
   }
 
   tandem::v1::PrefillResponse Prefill() {
@@ -126,23 +103,15 @@ class DecodeServiceTest : public ::testing::Test {
         s.misses = msg.kv_misses();
       }
       s.tokens.insert(s.tokens.end(), msg.token_ids().begin(), msg.token_ids().end());
-      if (msg.finish_reason() != tandem::v1::FINISH_REASON_UNSPECIFIED) s.finish = msg.finish_reason();
+      if (msg.finish_reason() != tandem::v1::FINISH_REASON_UNSPECIFIED)
+        s.finish = msg.finish_reason();
       if (messages == cancel_after) context.TryCancel();
     }
     s.status = reader->Finish();
     return s;
   }
 
-  int64_t DecodeUsedBlocks() {
-    absl::Notification done;
-    int64_t used = -1;
-    decode_loop_->Post([&](engine::Engine& e) {
-      used = e.KvStats().used_blocks;
-      done.Notify();
-    });
-    done.WaitForNotificationWithTimeout(absl::Seconds(30));
-    return used;
-  }
+  int64_t DecodeUsedBlocks() { return testing::UsedBlocks(*decode_loop_); }
 
   ThreadPool pool_{2};
   std::string dir_;

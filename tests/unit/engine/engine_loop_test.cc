@@ -9,6 +9,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "tests/unit/testing/serving.h"
 #include "tests/unit/testing/temp_model.h"
 
 namespace tandem::engine {
@@ -77,16 +78,7 @@ class EngineLoopTest : public ::testing::Test {
   // The tokens the engine produces for `r` alone, stepped directly.
   std::vector<int32_t> Direct(const Request& r) {
     auto e = MakeEngine();
-    EXPECT_TRUE(e->AddRequest(r).ok());
-    std::vector<int32_t> tokens;
-    while (e->HasUnfinished()) {
-      auto outputs = e->Step();
-      EXPECT_TRUE(outputs.ok());
-      for (const auto& o : *outputs) {
-        tokens.insert(tokens.end(), o.new_tokens.begin(), o.new_tokens.end());
-      }
-    }
-    return tokens;
+    return testing::RunToCompletion(*e, r).tokens;
   }
 
   ThreadPool pool_{2};

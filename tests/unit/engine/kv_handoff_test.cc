@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/unit/testing/serving.h"
 #include "tests/unit/testing/temp_model.h"
 
 namespace tandem::engine {
@@ -27,29 +28,13 @@ class KvHandoffTest : public ::testing::Test {
   }
 
   Request Make(std::vector<int32_t> prompt, int max_tokens, int num_generated = 0) {
-    Request r;
-    r.id = "r";
-    r.prompt = std::move(prompt);
-    r.max_tokens = max_tokens;
-    r.num_generated = num_generated;
-    r.ignore_eos = true;
-    return r;
+    return testing::GreedyRequest("r", std::move(prompt), max_tokens, num_generated);
   }
 
   // Runs `r` to completion; returns its tokens and the first output's cached prompt tokens.
   std::pair<std::vector<int32_t>, int> Run(Engine& e, Request r) {
-    EXPECT_TRUE(e.AddRequest(std::move(r)).ok());
-    std::vector<int32_t> tokens;
-    int cached = -1;
-    while (e.HasUnfinished()) {
-      auto outs = e.Step();
-      EXPECT_TRUE(outs.ok());
-      for (const auto& o : *outs) {
-        if (cached < 0) cached = o.cached_prompt_tokens;
-        tokens.insert(tokens.end(), o.new_tokens.begin(), o.new_tokens.end());
-      }
-    }
-    return {tokens, cached};
+    testing::RunResult result = testing::RunToCompletion(e, std::move(r));
+    return {result.tokens, result.cached_prompt_tokens};
   }
 
   ThreadPool pool_{2};

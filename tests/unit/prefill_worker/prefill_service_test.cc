@@ -6,10 +6,9 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
-#include "absl/strings/str_cat.h"
-#include "absl/synchronization/notification.h"
 #include "cache_store/cache_store_service.h"
 #include "common/engine/kv_handoff.h"
+#include "tests/unit/testing/serving.h"
 #include "tests/unit/testing/temp_model.h"
 
 namespace tandem::prefill {
@@ -25,20 +24,14 @@ class PrefillServiceTest : public ::testing::Test {
     block_store_ = cache_store::BlockStore::Create({.capacity_bytes = 64 << 20}).value();
     store_service_ = std::make_unique<cache_store::CacheStoreService>(*block_store_, 4096);
     loop_ = std::make_unique<engine::EngineLoop>(MakeEngine());
-    grpc::ServerBuilder builder;
-    int store_port = 0, port = 0;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &store_port);
-    builder.RegisterService(store_service_.get());
-    store_server_ = builder.BuildAndStart();
-    store_pool_ = std::make_unique<store::StorePool>(
-        std::vector<std::string>{absl::StrCat("127.0.0.1:", store_port)}, "tiny");
+    std::string store_address, address;
+    store_server_ = testing::ServeOnLoopback(store_service_.get(), &store_address);
+    store_pool_ =
+        std::make_unique<store::StorePool>(std::vector<std::string>{store_address}, "tiny");
     service_ = std::make_unique<PrefillService>(*loop_, *store_pool_);
-    grpc::ServerBuilder prefill_builder;
-    prefill_builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-    prefill_builder.RegisterService(service_.get());
-    server_ = prefill_builder.BuildAndStart();
-    stub_ = tandem::v1::PrefillWorker::NewStub(grpc::CreateChannel(
-        absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
+    server_ = testing::ServeOnLoopback(service_.get(), &address);
+    stub_ = tandem::v1::PrefillWorker::NewStub(
+        grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
   }
 
   void TearDown() override {
@@ -58,8 +51,7 @@ class PrefillServiceTest : public ::testing::Test {
   grpc::Status Call(const tandem::v1::PrefillRequest& request,
                     tandem::v1::PrefillResponse* response, int deadline_ms = 60000) {
     grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() +
-                         std::chrono::milliseconds(deadline_ms));
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(deadline_ms));
     return stub_->Prefill(&context, request, response);
   }
 
@@ -70,17 +62,7 @@ class PrefillServiceTest : public ::testing::Test {
     return r;
   }
 
-  // Used blocks of the worker's engine, read on its loop thread.
-  int64_t UsedBlocks() {
-    absl::Notification done;
-    int64_t used = -1;
-    loop_->Post([&](engine::Engine& e) {
-      used = e.KvStats().used_blocks;
-      done.Notify();
-    });
-    done.WaitForNotificationWithTimeout(absl::Seconds(30));
-    return used;
-  }
+  int64_t UsedBlocks() { return testing::UsedBlocks(*loop_); }
 
   ThreadPool pool_{2};
   std::string dir_;
@@ -99,18 +81,8 @@ class PrefillServiceTest : public ::testing::Test {
 TEST_F(PrefillServiceTest, HandleLetsAnotherEngineContinueExactly) {
   // The reference: one engine doing everything.
   auto whole = MakeEngine();
-  engine::Request r;
-  r.id = "w";
-  r.prompt = prompt_;
-  r.max_tokens = 6;
-  r.ignore_eos = true;
-  ASSERT_TRUE(whole->AddRequest(r).ok());
-  std::vector<int32_t> expected;
-  while (whole->HasUnfinished()) {
-    auto outs = whole->Step();
-    ASSERT_TRUE(outs.ok());
-    for (const auto& o : *outs) expected.insert(expected.end(), o.new_tokens.begin(), o.new_tokens.end());
-  }
+  const engine::Request r = testing::GreedyRequest("w", prompt_, 6);
+  const std::vector<int32_t> expected = testing::RunToCompletion(*whole, r).tokens;
 
   tandem::v1::PrefillResponse response;
   grpc::Status s = Call(Request(prompt_), &response);
@@ -133,13 +105,7 @@ TEST_F(PrefillServiceTest, HandleLetsAnotherEngineContinueExactly) {
   engine::Request cont = r;
   cont.prompt.push_back(response.first_token());
   cont.num_generated = 1;
-  ASSERT_TRUE(decode->AddRequest(cont).ok());
-  std::vector<int32_t> rest;
-  while (decode->HasUnfinished()) {
-    auto outs = decode->Step();
-    ASSERT_TRUE(outs.ok());
-    for (const auto& o : *outs) rest.insert(rest.end(), o.new_tokens.begin(), o.new_tokens.end());
-  }
+  const std::vector<int32_t> rest = testing::RunToCompletion(*decode, cont).tokens;
   EXPECT_EQ(rest, std::vector<int32_t>(expected.begin() + 1, expected.end()));
 
   // The same prompt again: the prefix cache serves it and nothing is uploaded twice.

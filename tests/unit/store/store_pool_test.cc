@@ -7,9 +7,9 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
-#include "absl/strings/str_cat.h"
 #include "cache_store/cache_store_service.h"
 #include "common/engine/kv_handoff.h"
+#include "tests/unit/testing/serving.h"
 #include "tests/unit/testing/temp_model.h"
 
 namespace tandem::store {
@@ -26,12 +26,7 @@ std::unique_ptr<Shard> StartShard() {
   auto shard = std::make_unique<Shard>();
   shard->store = cache_store::BlockStore::Create({.capacity_bytes = 64 << 20}).value();
   shard->service = std::make_unique<cache_store::CacheStoreService>(*shard->store, 4096);
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(shard->service.get());
-  shard->server = builder.BuildAndStart();
-  shard->address = absl::StrCat("127.0.0.1:", port);
+  shard->server = testing::ServeOnLoopback(shard->service.get(), &shard->address);
   return shard;
 }
 
@@ -58,25 +53,10 @@ class StorePoolTest : public ::testing::Test {
   }
   std::vector<int32_t> Run(engine::Engine& e, std::vector<int32_t> prompt, int max_tokens,
                            int num_generated, int* cached = nullptr) {
-    engine::Request r;
-    r.id = "r";
-    r.prompt = std::move(prompt);
-    r.max_tokens = max_tokens;
-    r.num_generated = num_generated;
-    r.ignore_eos = true;
-    EXPECT_TRUE(e.AddRequest(r).ok());
-    std::vector<int32_t> tokens;
-    bool first = true;
-    while (e.HasUnfinished()) {
-      auto outs = e.Step();
-      EXPECT_TRUE(outs.ok());
-      for (const auto& o : *outs) {
-        if (first && cached) *cached = o.cached_prompt_tokens;
-        first = false;
-        tokens.insert(tokens.end(), o.new_tokens.begin(), o.new_tokens.end());
-      }
-    }
-    return tokens;
+    testing::RunResult r = testing::RunToCompletion(
+        e, testing::GreedyRequest("r", std::move(prompt), max_tokens, num_generated));
+    if (cached != nullptr) *cached = r.cached_prompt_tokens;
+    return r.tokens;
   }
 
   // Prefill on a fresh engine and upload; returns the first token and the block list.
