@@ -22,11 +22,10 @@ struct Stream {
   grpc::Status status;
 };
 
-class DecodeServiceTest : public ::testing::Test {
+class DecodeServiceTest : public testing::TinyModelTest {
  protected:
   void SetUp() override {
-    dir_ = testing::WriteTempModel(testing::TinySpec());
-    model_ = model::Model::Load(dir_, pool_).value();
+    TinyModelTest::SetUp();
     for (int i = 0; i < 70; ++i) prompt_.push_back((i * 43 + 11) % 128);  // 4 full blocks + 6
     block_store_ = cache_store::BlockStore::Create({.capacity_bytes = 64 << 20}).value();
     store_service_ = std::make_unique<cache_store::CacheStoreService>(*block_store_, 4096);
@@ -54,13 +53,6 @@ class DecodeServiceTest : public ::testing::Test {
     decode_.reset();
     prefill_.reset();
     store_server_->Shutdown();
-  }
-
-  std::unique_ptr<engine::Engine> MakeEngine() {
-    engine::EngineOptions o;
-    o.kv_dtype = DType::kF32;
-    o.num_blocks = 64;
-    return engine::Engine::Create(*model_, o).value();
   }
 
   std::vector<int32_t> Expected(int max_tokens) {
@@ -113,9 +105,6 @@ class DecodeServiceTest : public ::testing::Test {
 
   int64_t DecodeUsedBlocks() { return testing::UsedBlocks(*decode_loop_); }
 
-  ThreadPool pool_{2};
-  std::string dir_;
-  std::unique_ptr<model::Model> model_;
   std::vector<int32_t> prompt_;
   std::unique_ptr<cache_store::BlockStore> block_store_;
   std::unique_ptr<cache_store::CacheStoreService> store_service_;

@@ -53,20 +53,8 @@ class Collector {
   int finished_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
-class EngineLoopTest : public ::testing::Test {
+class EngineLoopTest : public testing::TinyModelTest {
  protected:
-  void SetUp() override {
-    dir_ = testing::WriteTempModel(testing::TinySpec());
-    auto m = model::Model::Load(dir_, pool_);
-    ASSERT_TRUE(m.ok()) << m.status();
-    model_ = std::move(*m);
-  }
-  std::unique_ptr<Engine> MakeEngine() {
-    EngineOptions o;
-    o.kv_dtype = DType::kF32;
-    o.num_blocks = 128;
-    return Engine::Create(*model_, o).value();
-  }
   Request Greedy(const std::string& id, int len, int max_tokens) {
     Request r;
     r.id = id;
@@ -80,10 +68,6 @@ class EngineLoopTest : public ::testing::Test {
     auto e = MakeEngine();
     return testing::RunToCompletion(*e, r).tokens;
   }
-
-  ThreadPool pool_{2};
-  std::string dir_;
-  std::unique_ptr<model::Model> model_;
 };
 
 TEST_F(EngineLoopTest, RequestsFromSeveralThreadsMatchTheEngineAlone) {
@@ -129,7 +113,7 @@ TEST_F(EngineLoopTest, AbortFreesEverythingAndTasksSeeTheEngine) {
     ran.Notify();
   });
   ASSERT_TRUE(ran.WaitForNotificationWithTimeout(absl::Seconds(60)));
-  EXPECT_EQ(total_blocks, 128);
+  EXPECT_EQ(total_blocks, 64);
   loop.Abort("long");
   ASSERT_TRUE(c.WaitFinished(1));
   EXPECT_EQ(c.Get("long").finish, FinishReason::kAbort);

@@ -10,21 +10,11 @@
 namespace tandem::engine {
 namespace {
 
-class KvHandoffTest : public ::testing::Test {
+class KvHandoffTest : public testing::TinyModelTest {
  protected:
   void SetUp() override {
-    dir_ = testing::WriteTempModel(testing::TinySpec());
-    auto m = model::Model::Load(dir_, pool_);
-    ASSERT_TRUE(m.ok()) << m.status();
-    model_ = std::move(*m);
+    TinyModelTest::SetUp();
     for (int i = 0; i < 45; ++i) prompt_.push_back((i * 53 + 7) % 128);  // 2 full blocks + 13
-  }
-
-  std::unique_ptr<Engine> MakeEngine(DType kv_dtype = DType::kF32) {
-    EngineOptions o;
-    o.kv_dtype = kv_dtype;
-    o.num_blocks = 64;
-    return Engine::Create(*model_, o).value();
   }
 
   Request Make(std::vector<int32_t> prompt, int max_tokens, int num_generated = 0) {
@@ -37,9 +27,6 @@ class KvHandoffTest : public ::testing::Test {
     return {result.tokens, result.cached_prompt_tokens};
   }
 
-  ThreadPool pool_{2};
-  std::string dir_;
-  std::unique_ptr<model::Model> model_;
   std::vector<int32_t> prompt_;
 };
 

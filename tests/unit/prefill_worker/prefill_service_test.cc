@@ -14,11 +14,10 @@
 namespace tandem::prefill {
 namespace {
 
-class PrefillServiceTest : public ::testing::Test {
+class PrefillServiceTest : public testing::TinyModelTest {
  protected:
   void SetUp() override {
-    dir_ = testing::WriteTempModel(testing::TinySpec());
-    model_ = model::Model::Load(dir_, pool_).value();
+    TinyModelTest::SetUp();
     for (int i = 0; i < 70; ++i) prompt_.push_back((i * 41 + 5) % 128);  // 4 full blocks + 6
 
     block_store_ = cache_store::BlockStore::Create({.capacity_bytes = 64 << 20}).value();
@@ -41,13 +40,6 @@ class PrefillServiceTest : public ::testing::Test {
     store_server_->Shutdown();
   }
 
-  std::unique_ptr<engine::Engine> MakeEngine() {
-    engine::EngineOptions o;
-    o.kv_dtype = DType::kF32;
-    o.num_blocks = 64;
-    return engine::Engine::Create(*model_, o).value();
-  }
-
   grpc::Status Call(const tandem::v1::PrefillRequest& request,
                     tandem::v1::PrefillResponse* response, int deadline_ms = 60000) {
     grpc::ClientContext context;
@@ -64,9 +56,6 @@ class PrefillServiceTest : public ::testing::Test {
 
   int64_t UsedBlocks() { return testing::UsedBlocks(*loop_); }
 
-  ThreadPool pool_{2};
-  std::string dir_;
-  std::unique_ptr<model::Model> model_;
   std::vector<int32_t> prompt_;
   std::unique_ptr<cache_store::BlockStore> block_store_;
   std::unique_ptr<cache_store::CacheStoreService> store_service_;

@@ -30,11 +30,10 @@ std::unique_ptr<Shard> StartShard() {
   return shard;
 }
 
-class StorePoolTest : public ::testing::Test {
+class StorePoolTest : public testing::TinyModelTest {
  protected:
   void SetUp() override {
-    dir_ = testing::WriteTempModel(testing::TinySpec());
-    model_ = model::Model::Load(dir_, pool_).value();
+    TinyModelTest::SetUp();
     for (int i = 0; i < 100; ++i) prompt_.push_back((i * 29 + 3) % 128);  // 6 full blocks + 4
     shards_.push_back(StartShard());
     shards_.push_back(StartShard());
@@ -45,12 +44,6 @@ class StorePoolTest : public ::testing::Test {
     }
   }
 
-  std::unique_ptr<engine::Engine> MakeEngine() {
-    engine::EngineOptions o;
-    o.kv_dtype = DType::kF32;
-    o.num_blocks = 64;
-    return engine::Engine::Create(*model_, o).value();
-  }
   std::vector<int32_t> Run(engine::Engine& e, std::vector<int32_t> prompt, int max_tokens,
                            int num_generated, int* cached = nullptr) {
     testing::RunResult r = testing::RunToCompletion(
@@ -82,9 +75,6 @@ class StorePoolTest : public ::testing::Test {
     return Run(*e, resumed, 8, 1, cached);
   }
 
-  ThreadPool pool_{2};
-  std::string dir_;
-  std::unique_ptr<model::Model> model_;
   std::vector<int32_t> prompt_;
   std::vector<std::unique_ptr<Shard>> shards_;
 };

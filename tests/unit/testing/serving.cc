@@ -5,8 +5,26 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "tests/unit/testing/temp_model.h"
 
 namespace tandem::testing {
+
+void TinyModelTest::SetUp() {
+  dir_ = WriteTempModel(TinySpec());
+  ASSERT_FALSE(dir_.empty());
+  auto m = model::Model::Load(dir_, pool_);
+  ASSERT_TRUE(m.ok()) << m.status();
+  model_ = std::move(*m);
+}
+
+std::unique_ptr<engine::Engine> TinyModelTest::MakeEngine(DType kv_dtype, int64_t num_blocks) {
+  engine::EngineOptions o;
+  o.kv_dtype = kv_dtype;
+  o.num_blocks = num_blocks;
+  auto e = engine::Engine::Create(*model_, o);
+  EXPECT_TRUE(e.ok()) << e.status();
+  return e.ok() ? std::move(*e) : nullptr;
+}
 
 RunResult RunToCompletion(engine::Engine& engine, engine::Request request) {
   RunResult result;

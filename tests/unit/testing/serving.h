@@ -2,6 +2,7 @@
 #pragma once
 
 #include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
 
 #include <cstdint>
 #include <memory>
@@ -10,8 +11,22 @@
 
 #include "common/engine/engine.h"
 #include "common/engine/engine_loop.h"
+#include "common/model/model.h"
+#include "common/util/thread_pool.h"
 
 namespace tandem::testing {
+
+// A tiny random f32 model (TinySpec) loaded for each test, and engines over it. Fixtures with
+// their own SetUp call TinyModelTest::SetUp() first.
+class TinyModelTest : public ::testing::Test {
+ protected:
+  void SetUp() override;
+  std::unique_ptr<engine::Engine> MakeEngine(DType kv_dtype = DType::kF32, int64_t num_blocks = 64);
+
+  ThreadPool pool_{2};
+  std::string dir_;
+  std::unique_ptr<model::Model> model_;
+};
 
 struct RunResult {
   std::vector<int32_t> tokens;
