@@ -1,14 +1,13 @@
 #include "decode_worker/decode_service.h"
 
 #include <chrono>
-#include <deque>
 #include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "common/engine/kv_handoff.h"
+#include "common/rpc/server_stream.h"
 #include "common/rpc/status.h"
 #include "prefill_worker/prefill_service.h"
 
@@ -33,15 +32,13 @@ tandem::v1::FinishReason ToProto(engine::FinishReason reason) {
 
 }  // namespace
 
-// One Decode stream. Messages come from the engine loop faster than gRPC may write them, so
-// they queue in `Stream`, which keeps one write outstanding and finishes the call once the
-// queue has drained. `Stream` outlives the reactor (the loop and fetch threads hold it), and
-// nothing touches the reactor after Finish.
+// One Decode stream. Messages come from the engine loop and queue in an rpc::ServerStream;
+// `Stream` (the queue plus per-request state) outlives the reactor, since the loop and fetch
+// threads hold it.
 class DecodeCall final : public grpc::ServerWriteReactor<DecodeResponse> {
  public:
   DecodeCall(DecodeService& service, const tandem::v1::DecodeRequest& request)
-      : service_(service), stream_(std::make_shared<Stream>()) {
-    stream_->reactor = this;
+      : service_(service), stream_(std::make_shared<Stream>(this)) {
     Start(request);
   }
 
@@ -56,64 +53,14 @@ class DecodeCall final : public grpc::ServerWriteReactor<DecodeResponse> {
   void OnDone() override { delete this; }
 
  private:
-  struct Stream {
+  struct Stream : rpc::ServerStream<DecodeResponse> {
+    explicit Stream(DecodeCall* reactor) : rpc::ServerStream<DecodeResponse>(reactor) {}
     std::string id;
     std::atomic<bool> cancelled{false};
-    absl::Mutex mu;
-    DecodeCall* reactor = nullptr;  // valid until Finish (OnDone follows it)
-    std::deque<DecodeResponse> queue ABSL_GUARDED_BY(mu);
-    bool writing ABSL_GUARDED_BY(mu) = false;
-    bool finished ABSL_GUARDED_BY(mu) = false;
-    std::optional<grpc::Status> end ABSL_GUARDED_BY(mu);
     // Lookup results, sent with the first message.
     int hits = 0, misses = 0;
     double transfer_seconds = 0;
     bool first_sent = false;  // loop thread only
-
-    void Push(DecodeResponse msg) {
-      {
-        absl::MutexLock lock(&mu);
-        if (finished || end.has_value()) return;
-        queue.push_back(std::move(msg));
-      }
-      Pump();
-    }
-    void End(grpc::Status status) {
-      {
-        absl::MutexLock lock(&mu);
-        if (!end.has_value()) end = std::move(status);
-      }
-      Pump();
-    }
-    void WriteDone(bool ok) {
-      {
-        absl::MutexLock lock(&mu);
-        writing = false;
-        queue.pop_front();
-        if (!ok && !end.has_value()) end = grpc::Status(grpc::StatusCode::CANCELLED, "client gone");
-        if (!ok) queue.clear();
-      }
-      Pump();
-    }
-    // Starts the next write, or finishes once nothing is left to write. The reactor calls
-    // happen outside the lock; `writing` and `finished` make each one happen once.
-    void Pump() {
-      const DecodeResponse* next = nullptr;
-      std::optional<grpc::Status> finish;
-      {
-        absl::MutexLock lock(&mu);
-        if (writing || finished) return;
-        if (!queue.empty()) {
-          writing = true;
-          next = &queue.front();  // deque: stable while others push_back
-        } else if (end.has_value()) {
-          finished = true;
-          finish = *end;
-        }
-      }
-      if (next != nullptr) reactor->StartWrite(next);
-      if (finish.has_value()) reactor->Finish(*finish);
-    }
   };
 
   void Start(const tandem::v1::DecodeRequest& request) {
@@ -130,16 +77,17 @@ class DecodeCall final : public grpc::ServerWriteReactor<DecodeResponse> {
     std::vector<uint64_t> hashes(request.kv().block_hashes().begin(),
                                  request.kv().block_hashes().end());
     DecodeService* service = &service_;
-    service_.fetches_.Submit(
-        [service, stream = stream_, r = std::move(r), hashes = std::move(hashes)]() mutable {
-          Admit(*service, stream, std::move(r), hashes);
-        });
+    const bool fail_on_miss = request.fail_on_miss();
+    service_.fetches_.Submit([service, stream = stream_, r = std::move(r),
+                              hashes = std::move(hashes), fail_on_miss]() mutable {
+      Admit(*service, stream, std::move(r), hashes, fail_on_miss);
+    });
   }
 
   // On a fetch thread: brings the blocks in (resident ones are skipped), then hands the
   // request to the engine loop.
   static void Admit(DecodeService& service, std::shared_ptr<Stream> stream, engine::Request r,
-                    const std::vector<uint64_t>& hashes) {
+                    const std::vector<uint64_t>& hashes, bool fail_on_miss) {
     if (stream->cancelled) return;
     const Clock::time_point start = Clock::now();
     size_t resident = 0;
@@ -154,6 +102,7 @@ class DecodeCall final : public grpc::ServerWriteReactor<DecodeResponse> {
       auto fetched = service.store_.Get(std::span(hashes).subspan(resident));
       for (size_t i = 0; i < fetched.size(); ++i) blobs[resident + i] = std::move(fetched[i]);
     }
+    if (fail_on_miss && RefuseMisses(service, *stream, blobs, resident)) return;
     service.loop_.Post([&service, stream, hashes, blobs = std::move(blobs),
                         start](engine::Engine& e) {
       const engine::ImportStats s = engine::ImportPromptBlocks(e, hashes, blobs);
@@ -185,6 +134,26 @@ class DecodeCall final : public grpc::ServerWriteReactor<DecodeResponse> {
       stream->Push(std::move(msg));
       if (out.finish != engine::FinishReason::kNone) stream->End(grpc::Status::OK);
     });
+  }
+
+  // A block after a missing one is useless, so the usable prefix ends at the first gap. With
+  // misses, reports the lookups and ends the call without computing anything.
+  static bool RefuseMisses(DecodeService& service, Stream& stream,
+                           const std::vector<std::optional<std::string>>& blobs, size_t resident) {
+    size_t usable = resident;
+    while (usable < blobs.size() && blobs[usable].has_value()) ++usable;
+    const int misses = static_cast<int>(blobs.size() - usable);
+    if (misses == 0) return false;
+    service.kv_hits_ += static_cast<int64_t>(usable);
+    service.kv_misses_ += misses;
+    DecodeResponse msg;
+    msg.set_kv_hits(static_cast<int>(usable));
+    msg.set_kv_misses(misses);
+    stream.Push(std::move(msg));
+    stream.End(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                            absl::StrCat(misses, " of ", blobs.size(),
+                                         " KV blocks missed in the cache store")));
+    return true;
   }
 
   DecodeService& service_;

@@ -1,0 +1,47 @@
+#include "common/rpc/server.h"
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/health_check_service_interface.h>
+
+#include <mutex>
+
+#include "absl/strings/str_cat.h"
+
+namespace tandem::rpc {
+
+absl::StatusOr<StartedServer> StartServer(const std::string& listen,
+                                          const std::vector<grpc::Service*>& services,
+                                          const std::vector<std::string>& service_names) {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    grpc::EnableDefaultHealthCheckService(true);
+    grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  });
+  const size_t colon = listen.rfind(':');
+  if (colon == std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat("listen address \"", listen,
+                                                   "\" is not host:port"));
+  }
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+  for (grpc::Service* s : services) builder.RegisterService(s);
+  StartedServer started;
+  started.server = builder.BuildAndStart();
+  if (started.server == nullptr || port == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", listen));
+  }
+  started.address = absl::StrCat(listen.substr(0, colon), ":", port);
+  SetServing(*started.server, service_names, false);
+  return started;
+}
+
+void SetServing(grpc::Server& server, const std::vector<std::string>& service_names,
+                bool serving) {
+  grpc::HealthCheckServiceInterface* health = server.GetHealthCheckService();
+  if (health == nullptr) return;
+  health->SetServingStatus(serving);
+  for (const std::string& name : service_names) health->SetServingStatus(name, serving);
+}
+
+}  // namespace tandem::rpc

@@ -1,0 +1,419 @@
+#include "router/generate_call.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/kv/block_hash.h"
+#include "common/rpc/status.h"
+
+namespace tandem::router {
+namespace {
+
+using tandem::v1::FinishReason;
+using tandem::v1::GenerateResponse;
+
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+// Failures of the worker rather than of the request: another worker may succeed.
+bool IsWorkerFailure(const grpc::Status& status) {
+  switch (status.error_code()) {
+    case grpc::StatusCode::UNAVAILABLE:
+    case grpc::StatusCode::CANCELLED:  // a worker shutting down cancels its calls
+    case grpc::StatusCode::INTERNAL:
+    case grpc::StatusCode::UNKNOWN:
+    case grpc::StatusCode::ABORTED:
+      return true;
+    default:
+      return false;
+  }
+}
+
+grpc::Status WithContext(const std::string& what, const grpc::Status& status) {
+  return grpc::Status(status.error_code(), absl::StrCat(what, ": ", status.error_message()));
+}
+
+void Observe(prometheus::Histogram* h, double v) {
+  if (h != nullptr) h->Observe(v);
+}
+void Add(prometheus::Counter* c, double v) {
+  if (c != nullptr) c->Increment(v);
+}
+
+}  // namespace
+
+// Reads one Decode stream into its CallState; deletes itself when the call is done.
+class DecodeReader final : public grpc::ClientReadReactor<tandem::v1::DecodeResponse> {
+ public:
+  DecodeReader(std::shared_ptr<CallState> call, Worker* worker,
+               std::shared_ptr<grpc::ClientContext> context, tandem::v1::DecodeRequest request)
+      : call_(std::move(call)),
+        worker_(worker),
+        context_(std::move(context)),
+        request_(std::move(request)) {
+    worker_->decode->async()->Decode(context_.get(), &request_, this);
+    StartRead(&message_);
+    StartCall();
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) return;  // OnDone follows
+    if (call_->OnDecodeMessage(message_)) {
+      StartRead(&message_);
+    } else {
+      context_->TryCancel();
+    }
+  }
+
+  void OnDone(const grpc::Status& status) override {
+    call_->OnDecodeDone(worker_, status);
+    delete this;
+  }
+
+ private:
+  std::shared_ptr<CallState> call_;
+  Worker* const worker_;
+  std::shared_ptr<grpc::ClientContext> context_;
+  tandem::v1::DecodeRequest request_;
+  tandem::v1::DecodeResponse message_;
+};
+
+// Holds mu_; on release runs the work deferred while it was held.
+class ABSL_SCOPED_LOCKABLE CallState::Lock {
+ public:
+  explicit Lock(CallState* s) ABSL_EXCLUSIVE_LOCK_FUNCTION(s->mu_) : s_(s) { s_->mu_.Lock(); }
+  ~Lock() ABSL_UNLOCK_FUNCTION() {
+    std::vector<std::function<void()>> work = std::move(s_->deferred_);
+    s_->deferred_.clear();
+    s_->mu_.Unlock();
+    for (auto& w : work) w();
+  }
+
+ private:
+  CallState* const s_;
+};
+
+struct CallState::Attempt {
+  grpc::ClientContext context;
+  tandem::v1::PrefillRequest request;
+  tandem::v1::PrefillResponse response;
+  Clock::time_point start = Clock::now();
+};
+
+CallState::CallState(RouterService& router,
+                     grpc::ServerWriteReactor<GenerateResponse>* reactor,
+                     std::chrono::system_clock::time_point deadline)
+    : router_(router), stream_(reactor), deadline_(deadline), arrival_(Clock::now()) {}
+
+void CallState::Start(const tandem::v1::GenerateRequest& request) {
+  id_ = request.request_id().empty() ? absl::StrCat("req-", router_.next_id_.fetch_add(1))
+                                     : request.request_id();
+  absl::Status valid = ValidateSampling(request.sampling());
+  absl::StatusOr<std::vector<int32_t>> prompt =
+      valid.ok() ? PromptTokens(request, router_.tokenizer_, router_.options_.limits) : valid;
+  if (prompt.ok()) valid = router_.Admit(static_cast<int64_t>(prompt->size()));
+  if (!prompt.ok() || !valid.ok()) {
+    Lock lock(this);
+    phase_ = Phase::kDone;
+    stream_.End(rpc::ToGrpcStatus(prompt.ok() ? valid : prompt.status()));
+    return;
+  }
+  prompt_ = std::move(*prompt);
+  sampling_ = request.sampling();
+  hashes_ = kv::HashPrefixBlocks(router_.model_hash_, prompt_, router_.options_.block_size);
+  std::vector<std::string> stop(sampling_.stop().begin(), sampling_.stop().end());
+  int64_t bytes = 0;
+  {
+    Lock lock(this);
+    output_.emplace(router_.tokenizer_, std::move(stop));
+    bytes = static_cast<int64_t>(hashes_.size()) * router_.options_.kv_bytes_per_block;
+    ahead_bytes_ = bytes;
+  }
+  Add(router_.metrics_.prompt_tokens, static_cast<double>(prompt_.size()));
+  router_.SchedulePrefill(shared_from_this(), bytes, /*high_priority=*/false);
+}
+
+std::unique_ptr<grpc::ClientContext> CallState::NewContext() const {
+  auto context = std::make_unique<grpc::ClientContext>();
+  context->set_deadline(deadline_);
+  return context;
+}
+
+std::vector<int32_t> CallState::AllTokens() const {
+  std::vector<int32_t> all = prompt_;
+  all.insert(all.end(), generated_.begin(), generated_.end());
+  return all;
+}
+
+bool CallState::IsEos(int32_t token) const {
+  const auto& eos = router_.options_.eos_token_ids;
+  return std::find(eos.begin(), eos.end(), token) != eos.end();
+}
+
+void CallState::RunPrefill(bool high_priority) {
+  auto attempt = std::make_shared<Attempt>();
+  Worker* worker = nullptr;
+  {
+    Lock lock(this);
+    if (phase_ == Phase::kDone) return;
+    worker = router_.prefill_pool_.PickPrefill(hashes_, failed_prefill_);
+    if (worker == nullptr) {
+      Fail(grpc::Status(grpc::StatusCode::UNAVAILABLE, "no prefill worker is available"));
+      return;
+    }
+    if (!first_token_at_.has_value()) queue_seconds_ = Seconds(Clock::now() - arrival_);
+    phase_ = Phase::kPrefill;
+    ++attempts_;
+    attempt->context.set_deadline(deadline_);
+    attempt->request.set_request_id(id_);
+    for (int32_t t : AllTokens()) attempt->request.add_token_ids(t);
+    attempt->request.set_completion_tokens(static_cast<int>(generated_.size()));
+    *attempt->request.mutable_sampling() = sampling_;
+    attempt->request.set_high_priority(high_priority);
+    call_ = std::shared_ptr<grpc::ClientContext>(attempt, &attempt->context);
+    router_.prefill_pool_.Begin(worker, attempt->request.token_ids_size(), hashes_);
+  }
+  auto self = shared_from_this();
+  worker->prefill->async()->Prefill(
+      &attempt->context, &attempt->request, &attempt->response,
+      [self, worker, attempt](grpc::Status status) {
+        self->OnPrefillDone(worker, attempt, status);
+      });
+}
+
+void CallState::OnPrefillDone(Worker* worker, std::shared_ptr<Attempt> attempt,
+                              const grpc::Status& status) {
+  router_.prefill_pool_.End(worker, attempt->request.token_ids_size());
+  tandem::v1::KvHandle kv;
+  {
+    Lock lock(this);
+    if (phase_ == Phase::kDone) return;
+    call_.reset();
+    if (!status.ok()) {
+      if (!IsWorkerFailure(status) || !Retry(router_.prefill_pool_, worker, status, false)) {
+        Fail(WithContext("prefill on " + worker->address, status));
+      }
+      return;
+    }
+    const tandem::v1::PrefillResponse& r = attempt->response;
+    if (cached_prompt_tokens_ < 0) cached_prompt_tokens_ = r.cached_prompt_tokens();
+    queue_seconds_ += r.queue_seconds();
+    prefill_seconds_ += r.prefill_seconds();
+    Observe(router_.metrics_.prefill_time, r.prefill_seconds());
+    const FinishReason finish = !sampling_.ignore_eos() && IsEos(r.first_token())
+                                    ? tandem::v1::FINISH_REASON_STOP
+                                    : tandem::v1::FINISH_REASON_UNSPECIFIED;
+    if (Emit({r.first_token()}, finish)) return;
+    kv = r.kv();
+  }
+  StartDecode(kv);
+}
+
+void CallState::StartDecode(const tandem::v1::KvHandle& kv) {
+  std::shared_ptr<grpc::ClientContext> context = NewContext();
+  tandem::v1::DecodeRequest request;
+  Worker* worker = nullptr;
+  {
+    Lock lock(this);
+    if (phase_ == Phase::kDone) return;
+    worker = router_.decode_pool_.PickDecode(hashes_, failed_decode_);
+    if (worker == nullptr) {
+      Fail(grpc::Status(grpc::StatusCode::UNAVAILABLE, "no decode worker is available"));
+      return;
+    }
+    phase_ = Phase::kDecode;
+    first_decode_message_ = true;
+    request.set_request_id(id_);
+    for (int32_t t : AllTokens()) request.add_token_ids(t);
+    request.set_completion_tokens(static_cast<int>(generated_.size()));
+    *request.mutable_sampling() = sampling_;
+    *request.mutable_kv() = kv;
+    request.set_fail_on_miss(!rescheduled_ && router_.balancer_.engaged(Clock::now()));
+    call_ = context;
+    router_.decode_pool_.Begin(worker, request.token_ids_size(), hashes_);
+  }
+  new DecodeReader(shared_from_this(), worker, std::move(context), std::move(request));
+}
+
+bool CallState::OnDecodeMessage(const tandem::v1::DecodeResponse& message) {
+  Lock lock(this);
+  if (phase_ == Phase::kDone) return false;
+  if (first_decode_message_) {
+    first_decode_message_ = false;
+    router_.balancer_.RecordLookups(message.kv_hits(), message.kv_misses(), Clock::now());
+    transfer_seconds_ += message.kv_transfer_seconds();
+    Observe(router_.metrics_.kv_transfer_time, message.kv_transfer_seconds());
+    if (ahead_bytes_ > 0) {
+      router_.PrefillAdmitted(ahead_bytes_);
+      ahead_bytes_ = 0;
+    }
+    if (!running_) {
+      running_ = true;
+      router_.StartRunning(static_cast<int64_t>(prompt_.size()));
+    }
+  }
+  std::vector<int32_t> tokens(message.token_ids().begin(), message.token_ids().end());
+  const FinishReason finish = message.finish_reason();
+  if (tokens.empty() && finish == tandem::v1::FINISH_REASON_UNSPECIFIED) return true;
+  // A worker that finished ends its stream by itself; anything else that ends the request
+  // here (a stop string, max_tokens) cancels it.
+  if (finish != tandem::v1::FINISH_REASON_UNSPECIFIED) call_.reset();
+  return !Emit(tokens, finish) || finish != tandem::v1::FINISH_REASON_UNSPECIFIED;
+}
+
+void CallState::OnDecodeDone(Worker* worker, const grpc::Status& status) {
+  router_.decode_pool_.End(worker, 0);
+  bool reprefill = false;
+  {
+    Lock lock(this);
+    if (phase_ == Phase::kDone) return;
+    call_.reset();
+    if (status.ok()) {  // the stream ended without a finish reason: a broken worker
+      Fail(grpc::Status(grpc::StatusCode::INTERNAL,
+                        "decode on " + worker->address + " ended without a finish reason"));
+      return;
+    }
+    if (status.error_code() == grpc::StatusCode::FAILED_PRECONDITION && !rescheduled_) {
+      // Blocks missed while the balancer is engaged: re-prefill at high priority.
+      rescheduled_ = true;
+      router_.balancer_.RecordReschedule();
+      phase_ = Phase::kWaiting;
+      reprefill = true;
+    } else if (!IsWorkerFailure(status) ||
+               !Retry(router_.decode_pool_, worker, status, /*high_priority=*/true)) {
+      Fail(WithContext("decode on " + worker->address, status));
+      return;
+    }
+  }
+  if (reprefill) router_.SchedulePrefill(shared_from_this(), 0, /*high_priority=*/true);
+}
+
+bool CallState::Retry(WorkerPool& pool, Worker* worker, const grpc::Status& status,
+                      bool high_priority) {
+  if (attempts_ >= router_.options_.max_attempts) return false;
+  pool.MarkFailed(worker);
+  (&pool == &router_.prefill_pool_ ? failed_prefill_ : failed_decode_).push_back(worker);
+  phase_ = Phase::kWaiting;
+  auto self = shared_from_this();
+  deferred_.push_back([self, high_priority] {
+    self->router_.SchedulePrefill(self, 0, high_priority);
+  });
+  return true;
+}
+
+bool CallState::Emit(const std::vector<int32_t>& tokens, FinishReason finish) {
+  absl::StatusOr<OutputAssembler::Delta> delta = output_->Add(tokens);
+  if (!delta.ok()) {
+    Fail(rpc::ToGrpcStatus(delta.status()));
+    return true;
+  }
+  const Clock::time_point now = Clock::now();
+  const int n = static_cast<int>(delta->token_ids.size());
+  if (n > 0) {
+    if (!first_token_at_.has_value()) {
+      first_token_at_ = now;
+      Observe(router_.metrics_.time_to_first_token, Seconds(now - arrival_));
+      if (n > 1) Observe(router_.metrics_.inter_token_latency, 0);
+    } else {
+      for (int i = 0; i < n; ++i) {
+        Observe(router_.metrics_.inter_token_latency, Seconds(now - last_token_at_) / n);
+      }
+    }
+    last_token_at_ = now;
+    Add(router_.metrics_.generation_tokens, n);
+  }
+  generated_.insert(generated_.end(), delta->token_ids.begin(), delta->token_ids.end());
+  const bool at_limit = static_cast<int>(generated_.size()) >= sampling_.max_tokens();
+  const bool ending = delta->stopped || finish != tandem::v1::FINISH_REASON_UNSPECIFIED || at_limit;
+  if (ending && !delta->stopped) delta->text += output_->Flush();
+  if (n > 0 || !delta->text.empty()) {
+    GenerateResponse response;
+    response.set_request_id(id_);
+    tandem::v1::Chunk* chunk = response.mutable_chunk();
+    for (int32_t t : delta->token_ids) chunk->add_token_ids(t);
+    chunk->set_text(std::move(delta->text));
+    stream_.Push(std::move(response));
+  }
+  if (!ending) return false;
+  if (delta->stopped) {
+    Complete(tandem::v1::FINISH_REASON_STOP);
+  } else if (finish != tandem::v1::FINISH_REASON_UNSPECIFIED) {
+    Complete(finish);
+  } else {
+    Complete(tandem::v1::FINISH_REASON_LENGTH);
+  }
+  return true;
+}
+
+void CallState::Complete(FinishReason reason) {
+  const Clock::time_point now = Clock::now();
+  GenerateResponse response;
+  response.set_request_id(id_);
+  tandem::v1::Complete* c = response.mutable_complete();
+  c->set_finish_reason(reason);
+  c->mutable_usage()->set_prompt_tokens(static_cast<int>(prompt_.size()));
+  c->mutable_usage()->set_completion_tokens(static_cast<int>(generated_.size()));
+  c->mutable_usage()->set_cached_prompt_tokens(std::max(0, cached_prompt_tokens_));
+  tandem::v1::Timings* t = c->mutable_timings();
+  t->set_queue(queue_seconds_);
+  t->set_prefill(prefill_seconds_);
+  t->set_kv_transfer(transfer_seconds_);
+  if (first_token_at_.has_value()) {
+    t->set_time_to_first_token(Seconds(*first_token_at_ - arrival_));
+    t->set_decode(Seconds(now - *first_token_at_));
+  }
+  stream_.Push(std::move(response));
+  stream_.End(grpc::Status::OK);
+  Observe(router_.metrics_.e2e_request_latency, Seconds(now - arrival_));
+  Observe(router_.metrics_.request_queue_time, queue_seconds_);
+  const metrics::RoleMetrics& m = router_.metrics_;
+  Add(reason == tandem::v1::FINISH_REASON_STOP     ? m.finished_stop
+      : reason == tandem::v1::FINISH_REASON_LENGTH ? m.finished_length
+                                                   : m.finished_abort,
+      1);
+  LeaveRouter();
+}
+
+void CallState::Fail(const grpc::Status& status) {
+  if (phase_ == Phase::kDone) return;
+  stream_.End(status);
+  Add(status.error_code() == grpc::StatusCode::CANCELLED ? router_.metrics_.finished_abort
+                                                         : router_.metrics_.finished_error,
+      1);
+  LeaveRouter();
+}
+
+void CallState::LeaveRouter() {
+  phase_ = Phase::kDone;
+  if (ahead_bytes_ > 0) {
+    router_.PrefillAdmitted(ahead_bytes_);
+    ahead_bytes_ = 0;
+  }
+  router_.Leave(running_, static_cast<int64_t>(prompt_.size()));
+  // A stop string, a client cancel or a deadline ends the request while a worker call may
+  // still run: cancel it.
+  if (call_ != nullptr) {
+    deferred_.push_back([call = std::move(call_)] { call->TryCancel(); });
+    call_.reset();
+  }
+}
+
+void CallState::Cancel() {
+  Lock lock(this);
+  if (phase_ == Phase::kDone) return;
+  const bool expired = std::chrono::system_clock::now() >= deadline_;
+  Fail(expired ? grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "deadline exceeded")
+               : grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the client"));
+}
+
+GenerateCall::GenerateCall(RouterService& router, grpc::CallbackServerContext* context,
+                           const tandem::v1::GenerateRequest& request) {
+  const auto now = std::chrono::system_clock::now();
+  auto deadline = now + std::chrono::duration_cast<std::chrono::system_clock::duration>(
+                            router.options().default_deadline);
+  deadline = std::min(deadline, context->deadline());
+  state_ = std::make_shared<CallState>(router, this, deadline);
+  state_->Start(request);
+}
+
+}  // namespace tandem::router

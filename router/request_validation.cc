@@ -1,0 +1,94 @@
+#include "router/request_validation.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+
+namespace tandem::router {
+namespace {
+
+constexpr int kMaxStopStrings = 16;
+constexpr size_t kMaxStopBytes = 256;
+
+}  // namespace
+
+absl::Status ValidateSampling(const tandem::v1::SamplingParams& s) {
+  if (std::isnan(s.temperature()) || s.temperature() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sampling.temperature must be >= 0 (0 = greedy), got ", s.temperature()));
+  }
+  if (std::isnan(s.top_p()) || s.top_p() < 0 || s.top_p() > 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sampling.top_p must be in (0, 1] (0 = off), got ", s.top_p()));
+  }
+  if (s.top_k() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sampling.top_k must be >= 0 (0 = off), got ", s.top_k()));
+  }
+  if (s.max_tokens() <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sampling.max_tokens is required and must be > 0, got ", s.max_tokens()));
+  }
+  if (s.stop_size() > kMaxStopStrings) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sampling.stop: at most ", kMaxStopStrings, " strings, got ", s.stop_size()));
+  }
+  for (int i = 0; i < s.stop_size(); ++i) {
+    if (s.stop(i).empty() || s.stop(i).size() > kMaxStopBytes) {
+      return absl::InvalidArgumentError(absl::StrCat("sampling.stop[", i, "] must be 1 to ",
+                                                     kMaxStopBytes, " bytes long"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<int32_t>> PromptTokens(const tandem::v1::GenerateRequest& request,
+                                                  const tokenizer::Tokenizer* tokenizer,
+                                                  const ModelLimits& limits) {
+  const bool has_text = !request.prompt().empty();
+  const bool has_ids = request.prompt_token_ids_size() > 0;
+  if (has_text && has_ids) {
+    return absl::InvalidArgumentError("set exactly one of prompt and prompt_token_ids, not both");
+  }
+  if (!has_text && !has_ids) {
+    return absl::InvalidArgumentError("empty prompt: set prompt or prompt_token_ids");
+  }
+  std::vector<int32_t> ids;
+  if (has_text) {
+    if (tokenizer == nullptr) {
+      return absl::InvalidArgumentError(
+          "this model has no tokenizer.json: send prompt_token_ids instead of prompt");
+    }
+    absl::StatusOr<std::vector<int32_t>> encoded =
+        tokenizer->Encode(request.prompt(), /*add_special_tokens=*/true);
+    if (!encoded.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("prompt: ", encoded.status().message()));
+    }
+    ids = std::move(*encoded);
+    if (ids.empty()) return absl::InvalidArgumentError("prompt encodes to no tokens");
+  } else {
+    ids.assign(request.prompt_token_ids().begin(), request.prompt_token_ids().end());
+    for (size_t i = 0; i < ids.size(); ++i) {
+      if (ids[i] < 0 || ids[i] >= limits.vocab_size) {
+        return absl::InvalidArgumentError(absl::StrCat("prompt_token_ids[", i, "] = ", ids[i],
+                                                       " is outside the vocabulary [0, ",
+                                                       limits.vocab_size, ")"));
+      }
+    }
+  }
+  const int64_t n = static_cast<int64_t>(ids.size());
+  if (n >= limits.context_length) {
+    return absl::InvalidArgumentError(absl::StrCat("the prompt has ", n,
+                                                   " tokens; the context length is ",
+                                                   limits.context_length));
+  }
+  const int64_t max_tokens = request.sampling().max_tokens();
+  if (n + max_tokens > limits.context_length) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "prompt (", n, " tokens) + sampling.max_tokens (", max_tokens,
+        ") exceeds the context length ", limits.context_length));
+  }
+  return ids;
+}
+
+}  // namespace tandem::router

@@ -1,0 +1,29 @@
+// Checks of a public GenerateRequest before any work starts (DESIGN.md, "Public API"): every
+// error is INVALID_ARGUMENT with a message naming the field.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/tokenizer/tokenizer.h"
+#include "tandem/v1/inference.pb.h"
+
+namespace tandem::router {
+
+struct ModelLimits {
+  int64_t context_length = 0;
+  int32_t vocab_size = 0;
+};
+
+// The sampling fields alone.
+absl::Status ValidateSampling(const tandem::v1::SamplingParams& sampling);
+
+// The prompt as token ids (text is tokenized with BOS as the model's tokenizer config says),
+// checked against the vocabulary and, with max_tokens, against the context length.
+// `tokenizer` may be null: text prompts are then refused.
+absl::StatusOr<std::vector<int32_t>> PromptTokens(const tandem::v1::GenerateRequest& request,
+                                                  const tokenizer::Tokenizer* tokenizer,
+                                                  const ModelLimits& limits);
+
+}  // namespace tandem::router

@@ -1,0 +1,87 @@
+// The router's view of one pool of workers (prefill or decode): their stubs, the load the
+// router itself has put on them, which prefix blocks each probably holds, and which are out of
+// rotation after failing.
+//
+// The prefix index is learnt from routing: blocks of a prompt sent to a worker are resident
+// there afterwards (its local prefix cache) until evicted. Each worker's index is an LRU of
+// block hashes bounded by `index_capacity`, so it forgets roughly as the worker evicts.
+//
+// Thread-safe.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "tandem/v1/workers.grpc.pb.h"
+
+namespace tandem::router {
+
+using Clock = std::chrono::steady_clock;
+
+struct Worker {
+  std::string address;
+  std::unique_ptr<tandem::v1::PrefillWorker::Stub> prefill;
+  std::unique_ptr<tandem::v1::DecodeWorker::Stub> decode;
+};
+
+struct WorkerPoolOptions {
+  int block_size = 16;
+  size_t index_capacity = 1 << 16;                            // block hashes per worker
+  std::chrono::milliseconds failure_backoff{2000};            // out of rotation after a failure
+};
+
+class WorkerPool {
+ public:
+  WorkerPool(std::string role, const WorkerPoolOptions& options)
+      : role_(std::move(role)), options_(options) {}
+
+  // Adds a worker (no-op when the address is known).
+  void Add(const std::string& address);
+  void Remove(const std::string& address);
+  int size() const;
+
+  // Prefill choice: fewest uncached prefix blocks plus queued tokens in blocks, ties by load.
+  // Decode choice: most resident prefix blocks, then least load. Workers that failed recently
+  // are skipped, and so are those in `exclude`, unless nothing else is left; null when empty.
+  Worker* PickPrefill(std::span<const uint64_t> hashes, const std::vector<Worker*>& exclude);
+  Worker* PickDecode(std::span<const uint64_t> hashes, const std::vector<Worker*>& exclude);
+
+  // Load the router placed on `worker`; `tokens` is the work in tokens.
+  void Begin(Worker* worker, int64_t tokens, std::span<const uint64_t> hashes);
+  void End(Worker* worker, int64_t tokens);
+  // Takes the worker out of rotation for the backoff period.
+  void MarkFailed(Worker* worker);
+
+ private:
+  struct State {
+    std::unique_ptr<Worker> worker;
+    int64_t inflight_requests = 0;
+    int64_t inflight_tokens = 0;
+    Clock::time_point failed_until{};
+    // LRU of resident block hashes: front = most recent.
+    std::list<uint64_t> lru;
+    absl::flat_hash_map<uint64_t, std::list<uint64_t>::iterator> index;
+  };
+  State* Find(Worker* worker) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Leading blocks of `hashes` the worker holds.
+  static int64_t Matched(const State& s, std::span<const uint64_t> hashes);
+  template <typename Score>
+  Worker* Pick(const std::vector<Worker*>& exclude, Score score);
+
+  const std::string role_;
+  const WorkerPoolOptions options_;
+  mutable absl::Mutex mu_;
+  std::vector<std::unique_ptr<State>> workers_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace tandem::router

@@ -1,0 +1,107 @@
+// Every malformed request named in the issue is INVALID_ARGUMENT with a message naming the
+// field; good requests come back as token ids.
+#include "router/request_validation.h"
+
+#include <gtest/gtest.h>
+
+#include "tests/unit/tokenizer/test_tokenizers.h"
+
+namespace tandem::router {
+namespace {
+
+class RequestValidationTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    tokenizer_ =
+        tokenizer::Tokenizer::FromJson(tokenizer::testing::ByteLevelJson().dump(), "").value();
+    request_.mutable_sampling()->set_max_tokens(8);
+  }
+
+  absl::Status Check() {
+    absl::Status s = ValidateSampling(request_.sampling());
+    if (!s.ok()) return s;
+    return PromptTokens(request_, tokenizer_.get(), limits_).status();
+  }
+
+  void ExpectInvalid(const std::string& words) {
+    const absl::Status s = Check();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_NE(s.message().find(words), std::string_view::npos) << s.message();
+  }
+
+  std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
+  ModelLimits limits_{.context_length = 64, .vocab_size = 302};
+  tandem::v1::GenerateRequest request_;
+};
+
+TEST_F(RequestValidationTest, AcceptsTextAndIds) {
+  request_.set_prompt("hello");
+  auto ids = PromptTokens(request_, tokenizer_.get(), limits_);
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  EXPECT_FALSE(ids->empty());
+  request_.clear_prompt();
+  request_.add_prompt_token_ids(5);
+  request_.add_prompt_token_ids(301);
+  EXPECT_EQ(PromptTokens(request_, tokenizer_.get(), limits_).value(),
+            (std::vector<int32_t>{5, 301}));
+}
+
+TEST_F(RequestValidationTest, PromptForms) {
+  ExpectInvalid("empty prompt");
+  request_.set_prompt("hi");
+  request_.add_prompt_token_ids(1);
+  ExpectInvalid("exactly one of prompt and prompt_token_ids");
+  request_.clear_prompt_token_ids();
+  EXPECT_EQ(PromptTokens(request_, nullptr, limits_).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(RequestValidationTest, InvalidUtf8) {
+  request_.set_prompt(std::string("ok \xC3\x28 bad", 8));
+  ExpectInvalid("UTF-8");
+}
+
+TEST_F(RequestValidationTest, IdsOutsideTheVocabulary) {
+  request_.add_prompt_token_ids(1);
+  request_.add_prompt_token_ids(302);
+  ExpectInvalid("prompt_token_ids[1] = 302");
+  request_.set_prompt_token_ids(1, -1);
+  ExpectInvalid("prompt_token_ids[1] = -1");
+}
+
+TEST_F(RequestValidationTest, MaxTokensAndContext) {
+  request_.add_prompt_token_ids(1);
+  request_.mutable_sampling()->set_max_tokens(0);
+  ExpectInvalid("max_tokens");
+  request_.mutable_sampling()->set_max_tokens(-3);
+  ExpectInvalid("max_tokens");
+  request_.mutable_sampling()->set_max_tokens(64);  // 1 + 64 > 64
+  ExpectInvalid("exceeds the context length 64");
+  request_.mutable_sampling()->set_max_tokens(63);
+  EXPECT_TRUE(Check().ok());
+  for (int i = 0; i < 70; ++i) request_.add_prompt_token_ids(2);
+  request_.mutable_sampling()->set_max_tokens(1);
+  ExpectInvalid("context length is 64");
+}
+
+TEST_F(RequestValidationTest, SamplingRanges) {
+  request_.add_prompt_token_ids(1);
+  request_.mutable_sampling()->set_temperature(-0.5f);
+  ExpectInvalid("temperature");
+  request_.mutable_sampling()->set_temperature(0.7f);
+  request_.mutable_sampling()->set_top_p(1.5f);
+  ExpectInvalid("top_p");
+  request_.mutable_sampling()->set_top_p(-0.1f);
+  ExpectInvalid("top_p");
+  request_.mutable_sampling()->set_top_p(1.0f);
+  request_.mutable_sampling()->set_top_k(-1);
+  ExpectInvalid("top_k");
+  request_.mutable_sampling()->set_top_k(0);
+  request_.mutable_sampling()->add_stop("");
+  ExpectInvalid("sampling.stop[0]");
+  request_.mutable_sampling()->clear_stop();
+  EXPECT_TRUE(Check().ok());
+}
+
+}  // namespace
+}  // namespace tandem::router

@@ -1,0 +1,332 @@
+// The router over real gRPC services on loopback: a cache-store shard, two prefill and two
+// decode workers on a tiny random model. Streams equal one engine's greedy output; bad input,
+// queue limits and shutdown give the documented statuses; cancel frees every block; a prefill
+// worker that is down and a decode worker that dies mid-stream cost nothing but time; misses
+// while the balancer is engaged are re-prefilled.
+#include "router/router_service.h"
+
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "absl/synchronization/mutex.h"
+#include "cache_store/cache_store_service.h"
+#include "decode_worker/decode_service.h"
+#include "prefill_worker/prefill_service.h"
+#include "tests/unit/testing/serving.h"
+
+namespace tandem::router {
+namespace {
+
+using tandem::v1::GenerateRequest;
+using tandem::v1::GenerateResponse;
+
+struct Result {
+  std::vector<int32_t> tokens;
+  tandem::v1::Complete complete;
+  int chunks = 0;
+  grpc::Status status;
+};
+
+// A prefill worker that never answers until released: holds requests in the router's queue.
+class StuckPrefill final : public tandem::v1::PrefillWorker::CallbackService {
+ public:
+  grpc::ServerUnaryReactor* Prefill(grpc::CallbackServerContext* context,
+                                    const tandem::v1::PrefillRequest*,
+                                    tandem::v1::PrefillResponse*) override {
+    absl::MutexLock lock(&mu_);
+    reactors_.push_back(context->DefaultReactor());
+    return reactors_.back();
+  }
+  int held() {
+    absl::MutexLock lock(&mu_);
+    return static_cast<int>(reactors_.size());
+  }
+  void Release() {
+    absl::MutexLock lock(&mu_);
+    for (auto* r : reactors_) r->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "no"));
+    reactors_.clear();
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<grpc::ServerUnaryReactor*> reactors_;
+};
+
+class RouterServiceTest : public testing::TinyModelTest {
+ protected:
+  void SetUp() override { TinyModelTest::SetUp(); }
+
+  // Starts the workers and the router; `store_bytes` bounds the store shard.
+  void StartCluster(int64_t store_bytes = 64 << 20, RouterOptions options = {}) {
+    block_store_ = cache_store::BlockStore::Create({.capacity_bytes = store_bytes}).value();
+    store_service_ = std::make_unique<cache_store::CacheStoreService>(*block_store_, 4096);
+    std::string store_address;
+    store_server_ = testing::ServeOnLoopback(store_service_.get(), &store_address);
+    store_pool_ = std::make_unique<store::StorePool>(std::vector<std::string>{store_address}, "t");
+    for (int i = 0; i < 2; ++i) {
+      prefill_loops_.push_back(NewLoop());
+      decode_loops_.push_back(NewLoop());
+      prefills_.push_back(
+          std::make_unique<prefill::PrefillService>(*prefill_loops_[i], *store_pool_));
+      decodes_.push_back(std::make_unique<decode::DecodeService>(*decode_loops_[i], *store_pool_));
+      std::string p, d;
+      prefill_servers_.push_back(testing::ServeOnLoopback(prefills_[i].get(), &p));
+      decode_servers_.push_back(testing::ServeOnLoopback(decodes_[i].get(), &d));
+      prefill_addresses_.push_back(p);
+      decode_addresses_.push_back(d);
+    }
+    options.model_name = "tiny";
+    options.architecture = "LlamaForCausalLM";
+    options.kv_dtype = "fp32";
+    options.model_id = dir_;  // the engines' default model id: block hashes agree
+    options.limits = {.context_length = 512, .vocab_size = 128};
+    options.kv_bytes_per_block = 8192;
+    router_ = std::make_unique<RouterService>(options, nullptr, &metrics_);
+    for (const auto& a : prefill_addresses_) router_->prefill_pool().Add(a);
+    for (const auto& a : decode_addresses_) router_->decode_pool().Add(a);
+    router_server_ = testing::ServeOnLoopback(router_.get(), &router_address_);
+    stub_ = tandem::v1::Inference::NewStub(
+        grpc::CreateChannel(router_address_, grpc::InsecureChannelCredentials()));
+  }
+
+  // An engine loop over its own copy of the model (a Model serves one engine at a time).
+  std::unique_ptr<engine::EngineLoop> NewLoop() {
+    pools_.push_back(std::make_unique<ThreadPool>(1));
+    models_.push_back(model::Model::Load(dir_, *pools_.back()).value());
+    engine::EngineOptions o;
+    o.kv_dtype = DType::kF32;
+    o.num_blocks = 64;
+    o.model_id = dir_;
+    return std::make_unique<engine::EngineLoop>(engine::Engine::Create(*models_.back(), o).value());
+  }
+
+  void TearDown() override {
+    if (router_server_) router_server_->Shutdown(std::chrono::system_clock::now());
+    for (auto& s : decode_servers_) s->Shutdown(std::chrono::system_clock::now());
+    for (auto& s : prefill_servers_) s->Shutdown(std::chrono::system_clock::now());
+    decode_loops_.clear();
+    prefill_loops_.clear();
+    decodes_.clear();
+    prefills_.clear();
+    if (store_server_) store_server_->Shutdown(std::chrono::system_clock::now());
+  }
+
+  static std::vector<int32_t> Prompt(int n, int salt) {
+    std::vector<int32_t> p;
+    for (int i = 0; i < n; ++i) p.push_back((i * 37 + salt * 11 + 5) % 128);
+    return p;
+  }
+
+  static GenerateRequest Request(const std::vector<int32_t>& prompt, int max_tokens) {
+    GenerateRequest r;
+    for (int32_t t : prompt) r.add_prompt_token_ids(t);
+    r.mutable_sampling()->set_max_tokens(max_tokens);
+    r.mutable_sampling()->set_ignore_eos(true);
+    return r;
+  }
+
+  std::vector<int32_t> Expected(const std::vector<int32_t>& prompt, int max_tokens) {
+    auto e = MakeEngine();
+    return testing::RunToCompletion(*e, testing::GreedyRequest("x", prompt, max_tokens)).tokens;
+  }
+
+  // Reads the whole stream; `on_chunk(n)` runs after the n-th chunk (1-based).
+  Result Generate(const GenerateRequest& request,
+                  const std::function<void(int, grpc::ClientContext&)>& on_chunk = nullptr) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    auto reader = stub_->Generate(&context, request);
+    Result r;
+    GenerateResponse msg;
+    while (reader->Read(&msg)) {
+      if (msg.has_chunk()) {
+        r.tokens.insert(r.tokens.end(), msg.chunk().token_ids().begin(),
+                        msg.chunk().token_ids().end());
+        if (on_chunk) on_chunk(++r.chunks, context);
+      } else {
+        r.complete = msg.complete();
+      }
+    }
+    r.status = reader->Finish();
+    return r;
+  }
+
+  // Polls `f` until it returns true or `timeout` passes.
+  static bool WaitFor(const std::function<bool()>& f, std::chrono::milliseconds timeout) {
+    const auto end = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < end) {
+      if (f()) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return f();
+  }
+
+  bool AllBlocksFree() {
+    for (auto& l : decode_loops_) {
+      if (testing::UsedBlocks(*l) != 0) return false;
+    }
+    for (auto& l : prefill_loops_) {
+      if (testing::UsedBlocks(*l) != 0) return false;
+    }
+    const RouterService::Load load = router_->GetLoad();
+    return load.waiting == 0 && load.running == 0;
+  }
+
+  metrics::Metrics metrics_;
+  std::vector<std::unique_ptr<ThreadPool>> pools_;
+  std::vector<std::unique_ptr<model::Model>> models_;
+  std::unique_ptr<cache_store::BlockStore> block_store_;
+  std::unique_ptr<cache_store::CacheStoreService> store_service_;
+  std::unique_ptr<grpc::Server> store_server_;
+  std::unique_ptr<store::StorePool> store_pool_;
+  std::vector<std::unique_ptr<engine::EngineLoop>> prefill_loops_, decode_loops_;
+  std::vector<std::unique_ptr<prefill::PrefillService>> prefills_;
+  std::vector<std::unique_ptr<decode::DecodeService>> decodes_;
+  std::vector<std::unique_ptr<grpc::Server>> prefill_servers_, decode_servers_;
+  std::vector<std::string> prefill_addresses_, decode_addresses_;
+  std::unique_ptr<RouterService> router_;
+  std::unique_ptr<grpc::Server> router_server_;
+  std::string router_address_;
+  std::unique_ptr<tandem::v1::Inference::Stub> stub_;
+};
+
+TEST_F(RouterServiceTest, ConcurrentStreamsEqualOneEngine) {
+  StartCluster();
+  constexpr int kRequests = 12;
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<int> max_tokens;
+  for (int i = 0; i < kRequests; ++i) {
+    prompts.push_back(Prompt(3 + i * 9, i));
+    max_tokens.push_back(1 + (i * 7) % 20);
+  }
+  std::vector<Result> results(kRequests);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kRequests; ++i) {
+    threads.emplace_back([&, i] { results[i] = Generate(Request(prompts[i], max_tokens[i])); });
+  }
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < kRequests; ++i) {
+    ASSERT_TRUE(results[i].status.ok()) << i << ": " << results[i].status.error_message();
+    EXPECT_EQ(results[i].tokens, Expected(prompts[i], max_tokens[i])) << "request " << i;
+    const auto& c = results[i].complete;
+    EXPECT_EQ(c.finish_reason(), tandem::v1::FINISH_REASON_LENGTH);
+    EXPECT_EQ(c.usage().prompt_tokens(), static_cast<int>(prompts[i].size()));
+    EXPECT_EQ(c.usage().completion_tokens(), max_tokens[i]);
+    EXPECT_GT(c.timings().time_to_first_token(), 0);
+  }
+  EXPECT_TRUE(WaitFor([&] { return AllBlocksFree(); }, std::chrono::seconds(5)));
+  EXPECT_NE(metrics_.Serialize().find("tandem_time_to_first_token_seconds_count{role=\"router\"} 12"),
+            std::string::npos);
+}
+
+TEST_F(RouterServiceTest, BadInputIsInvalidArgument) {
+  StartCluster();
+  std::vector<GenerateRequest> bad(5);
+  bad[0].mutable_sampling()->set_max_tokens(4);                     // no prompt
+  bad[1] = Request({1, 2, 3}, 0);                                    // max_tokens 0
+  bad[2] = Request({1, 200}, 4);                                     // outside the vocabulary
+  bad[3] = Request({1, 2}, 4);
+  bad[3].mutable_sampling()->set_temperature(-1);
+  bad[4] = Request(Prompt(600, 1), 4);                               // longer than the context
+  for (const auto& r : bad) {
+    const Result res = Generate(r);
+    EXPECT_EQ(res.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+        << res.status.error_message();
+    EXPECT_FALSE(res.status.error_message().empty());
+  }
+  // Text needs a tokenizer, which this router has not got.
+  GenerateRequest text;
+  text.set_prompt("hello");
+  text.mutable_sampling()->set_max_tokens(2);
+  EXPECT_EQ(Generate(text).status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+
+  grpc::ClientContext context;
+  tandem::v1::ModelInfo info;
+  ASSERT_TRUE(stub_->GetModelInfo(&context, {}, &info).ok());
+  EXPECT_EQ(info.context_length(), 512);
+  EXPECT_EQ(info.vocab_size(), 128);
+}
+
+TEST_F(RouterServiceTest, AfterShutdownBeginsRequestsAreUnavailable) {
+  StartCluster();
+  router_->BeginShutdown();
+  EXPECT_EQ(Generate(Request({1, 2, 3}, 2)).status.error_code(), grpc::StatusCode::UNAVAILABLE);
+}
+
+TEST_F(RouterServiceTest, QueueLimitIsResourceExhausted) {
+  RouterOptions options;
+  options.max_queued_requests = 1;
+  StartCluster(64 << 20, options);
+  StuckPrefill stuck;
+  std::string stuck_address;
+  auto stuck_server = testing::ServeOnLoopback(&stuck, &stuck_address);
+  for (const auto& a : prefill_addresses_) router_->prefill_pool().Remove(a);
+  router_->prefill_pool().Add(stuck_address);
+
+  Result first;
+  std::thread t([&] { first = Generate(Request({1, 2, 3}, 2)); });
+  ASSERT_TRUE(WaitFor([&] { return stuck.held() == 1; }, std::chrono::seconds(10)));
+  const Result second = Generate(Request({4, 5, 6}, 2));
+  EXPECT_EQ(second.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_NE(second.status.error_message().find("max_queued_requests"), std::string::npos);
+  stuck.Release();
+  t.join();
+  EXPECT_EQ(first.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(router_->GetLoad().waiting, 0);
+  stuck_server->Shutdown(std::chrono::system_clock::now());
+}
+
+TEST_F(RouterServiceTest, ClientCancelFreesEverythingWithinASecond) {
+  StartCluster();
+  const Result r = Generate(Request(Prompt(40, 3), 400), [](int n, grpc::ClientContext& c) {
+    if (n == 3) c.TryCancel();
+  });
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_TRUE(WaitFor([&] { return AllBlocksFree(); }, std::chrono::seconds(1)));
+}
+
+TEST_F(RouterServiceTest, PrefillWorkerDownIsRetriedElsewhere) {
+  StartCluster();
+  prefill_servers_[0]->Shutdown(std::chrono::system_clock::now());
+  for (int i = 0; i < 3; ++i) {
+    const std::vector<int32_t> prompt = Prompt(20 + i, i);
+    const Result r = Generate(Request(prompt, 5));
+    ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+    EXPECT_EQ(r.tokens, Expected(prompt, 5));
+  }
+}
+
+TEST_F(RouterServiceTest, DecodeWorkerDyingMidStreamIsMigrated) {
+  StartCluster();
+  const std::vector<int32_t> prompt = Prompt(35, 9);
+  constexpr int kTokens = 300;
+  // With no load anywhere the first decode worker is chosen; kill it after a few chunks.
+  const Result r = Generate(Request(prompt, kTokens), [&](int n, grpc::ClientContext&) {
+    if (n == 5) decode_servers_[0]->Shutdown(std::chrono::system_clock::now());
+  });
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.tokens, Expected(prompt, kTokens));
+  EXPECT_EQ(r.complete.usage().completion_tokens(), kTokens);
+  EXPECT_GT(decodes_[1]->kv_hits() + decodes_[1]->kv_misses(), 0);  // it moved
+}
+
+TEST_F(RouterServiceTest, MissesWhileEngagedAreReprefilled) {
+  RouterOptions options;
+  options.balancer.min_lookups = 1;
+  // Two blocks of store: a 4-block prompt evicts its own first blocks before decode reads them.
+  StartCluster(2 * 8192, options);
+  for (int i = 0; i < 4; ++i) {
+    const std::vector<int32_t> prompt = Prompt(70, 20 + i);
+    const Result r = Generate(Request(prompt, 6));
+    ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+    EXPECT_EQ(r.tokens, Expected(prompt, 6)) << i;
+  }
+  EXPECT_TRUE(router_->balancer().engaged(Clock::now()));
+  EXPECT_GE(router_->balancer().reschedules(), 1);
+  EXPECT_NE(metrics_.Serialize().find("tandem_balancer_state 1"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tandem::router
