@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/kv/block_hash.h"
 #include "common/rpc/status.h"
+#include "common/util/log.h"
 
 namespace tandem::router {
 namespace {
@@ -101,11 +102,19 @@ struct CallState::Attempt {
 };
 
 CallState::CallState(RouterService& router,
-                     grpc::ServerWriteReactor<GenerateResponse>* reactor,
+                     grpc::ServerWriteReactor<grpc::ByteBuffer>* reactor,
                      std::chrono::system_clock::time_point deadline)
     : router_(router), stream_(reactor), deadline_(deadline), arrival_(Clock::now()) {}
 
-void CallState::Start(const tandem::v1::GenerateRequest& request) {
+void CallState::Start(const grpc::ByteBuffer& raw) {
+  absl::StatusOr<tandem::v1::GenerateRequest> parsed = ParseGenerateRequest(raw);
+  if (!parsed.ok()) {
+    Lock lock(this);
+    phase_ = Phase::kDone;
+    stream_.End(rpc::ToGrpcStatus(parsed.status()));
+    return;
+  }
+  const tandem::v1::GenerateRequest& request = *parsed;
   id_ = request.request_id().empty() ? absl::StrCat("req-", router_.next_id_.fetch_add(1))
                                      : request.request_id();
   absl::Status valid = ValidateSampling(request.sampling());
@@ -290,9 +299,20 @@ void CallState::OnDecodeDone(Worker* worker, const grpc::Status& status) {
 
 bool CallState::Retry(WorkerPool& pool, Worker* worker, const grpc::Status& status,
                       bool high_priority) {
-  if (attempts_ >= router_.options_.max_attempts) return false;
+  const bool decode = &pool == &router_.decode_pool_;
+  if (attempts_ >= router_.options_.max_attempts) {
+    Log(LogLevel::kError, "router",
+        absl::StrCat("request ", id_, ": ", decode ? "decode" : "prefill", " on ",
+                     worker->address, " failed (", status.error_message(), "); out of attempts"));
+    return false;
+  }
+  Log(LogLevel::kWarning, "router",
+      absl::StrCat("request ", id_, ": ", decode ? "decode" : "prefill", " on ", worker->address,
+                   " failed (", status.error_message(), "); ",
+                   decode ? absl::StrCat("migrating after ", generated_.size(), " tokens")
+                          : std::string("retrying on another worker")));
   pool.MarkFailed(worker);
-  (&pool == &router_.prefill_pool_ ? failed_prefill_ : failed_decode_).push_back(worker);
+  (decode ? failed_decode_ : failed_prefill_).push_back(worker);
   phase_ = Phase::kWaiting;
   auto self = shared_from_this();
   deferred_.push_back([self, high_priority] {
@@ -332,7 +352,7 @@ bool CallState::Emit(const std::vector<int32_t>& tokens, FinishReason finish) {
     tandem::v1::Chunk* chunk = response.mutable_chunk();
     for (int32_t t : delta->token_ids) chunk->add_token_ids(t);
     chunk->set_text(std::move(delta->text));
-    stream_.Push(std::move(response));
+    Send(response);
   }
   if (!ending) return false;
   if (delta->stopped) {
@@ -362,7 +382,7 @@ void CallState::Complete(FinishReason reason) {
     t->set_time_to_first_token(Seconds(*first_token_at_ - arrival_));
     t->set_decode(Seconds(now - *first_token_at_));
   }
-  stream_.Push(std::move(response));
+  Send(response);
   stream_.End(grpc::Status::OK);
   Observe(router_.metrics_.e2e_request_latency, Seconds(now - arrival_));
   Observe(router_.metrics_.request_queue_time, queue_seconds_);
@@ -372,6 +392,14 @@ void CallState::Complete(FinishReason reason) {
                                                    : m.finished_abort,
       1);
   LeaveRouter();
+}
+
+void CallState::Send(const GenerateResponse& response) {
+  grpc::ByteBuffer buffer;
+  bool own = false;
+  if (grpc::SerializationTraits<GenerateResponse>::Serialize(response, &buffer, &own).ok()) {
+    stream_.Push(std::move(buffer));
+  }
 }
 
 void CallState::Fail(const grpc::Status& status) {
@@ -407,7 +435,7 @@ void CallState::Cancel() {
 }
 
 GenerateCall::GenerateCall(RouterService& router, grpc::CallbackServerContext* context,
-                           const tandem::v1::GenerateRequest& request) {
+                           const grpc::ByteBuffer& request) {
   const auto now = std::chrono::system_clock::now();
   auto deadline = now + std::chrono::duration_cast<std::chrono::system_clock::duration>(
                             router.options().default_deadline);

@@ -30,17 +30,17 @@ namespace tandem::router {
 
 class CallState : public std::enable_shared_from_this<CallState> {
  public:
-  CallState(RouterService& router, grpc::ServerWriteReactor<tandem::v1::GenerateResponse>* reactor,
+  CallState(RouterService& router, grpc::ServerWriteReactor<grpc::ByteBuffer>* reactor,
             std::chrono::system_clock::time_point deadline);
 
-  // Validates, admits and schedules the request (or ends the stream with the error).
-  void Start(const tandem::v1::GenerateRequest& request);
+  // Parses, validates, admits and schedules the request (or ends the stream with the error).
+  void Start(const grpc::ByteBuffer& request);
   // Called by the router once pacing lets the prefill run.
   void RunPrefill(bool high_priority);
   // The client went away or the deadline passed.
   void Cancel();
 
-  rpc::ServerStream<tandem::v1::GenerateResponse>& stream() { return stream_; }
+  rpc::ServerStream<grpc::ByteBuffer>& stream() { return stream_; }
 
   // Decode stream events (from DecodeReader).
   // Returns false when the stream should be cancelled (the request ended at the router).
@@ -71,7 +71,10 @@ class CallState : public std::enable_shared_from_this<CallState> {
   bool IsEos(int32_t token) const;
 
   RouterService& router_;
-  rpc::ServerStream<tandem::v1::GenerateResponse> stream_;
+  // Responses go out serialized: Generate is a raw method (see RouterService).
+  void Send(const tandem::v1::GenerateResponse& response);
+
+  rpc::ServerStream<grpc::ByteBuffer> stream_;
   const std::chrono::system_clock::time_point deadline_;
   const Clock::time_point arrival_;
 
@@ -105,10 +108,10 @@ class CallState : public std::enable_shared_from_this<CallState> {
 };
 
 // The server reactor of one Generate call.
-class GenerateCall final : public grpc::ServerWriteReactor<tandem::v1::GenerateResponse> {
+class GenerateCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
   GenerateCall(RouterService& router, grpc::CallbackServerContext* context,
-               const tandem::v1::GenerateRequest& request);
+               const grpc::ByteBuffer& request);
   void OnWriteDone(bool ok) override { state_->stream().WriteDone(ok); }
   void OnCancel() override { state_->Cancel(); }
   void OnDone() override { delete this; }

@@ -2,7 +2,11 @@
 
 #include <cmath>
 
+#include <grpcpp/support/proto_buffer_reader.h>
+
 #include "absl/strings/str_cat.h"
+#include "common/tokenizer/utf8.h"
+#include "tandem/v1/inference_wire.pb.h"
 
 namespace tandem::router {
 namespace {
@@ -10,7 +14,43 @@ namespace {
 constexpr int kMaxStopStrings = 16;
 constexpr size_t kMaxStopBytes = 256;
 
+absl::Status CheckUtf8(const std::string& text, const std::string& field) {
+  const absl::Status s = tokenizer::ValidateUtf8(text);
+  if (s.ok()) return s;
+  return absl::InvalidArgumentError(absl::StrCat(field, ": ", s.message()));
+}
+
 }  // namespace
+
+absl::StatusOr<tandem::v1::GenerateRequest> ParseGenerateRequest(const grpc::ByteBuffer& bytes) {
+  tandem::v1::wire::GenerateRequest wire;
+  grpc::ByteBuffer copy(bytes);  // the reader consumes its buffer
+  grpc::ProtoBufferReader reader(&copy);
+  if (!wire.ParseFromZeroCopyStream(&reader)) {
+    return absl::InvalidArgumentError("the request is not a valid tandem.v1.GenerateRequest");
+  }
+  if (absl::Status s = CheckUtf8(wire.request_id(), "request_id"); !s.ok()) return s;
+  tandem::v1::GenerateRequest r;
+  r.set_request_id(wire.request_id());
+  if (absl::Status s = CheckUtf8(wire.prompt(), "prompt"); !s.ok()) return s;
+  r.set_prompt(wire.prompt());
+  r.mutable_prompt_token_ids()->Add(wire.prompt_token_ids().begin(), wire.prompt_token_ids().end());
+  const tandem::v1::wire::SamplingParams& ws = wire.sampling();
+  tandem::v1::SamplingParams* s = r.mutable_sampling();
+  s->set_temperature(ws.temperature());
+  s->set_top_p(ws.top_p());
+  s->set_top_k(ws.top_k());
+  s->set_seed(ws.seed());
+  s->set_max_tokens(ws.max_tokens());
+  for (int i = 0; i < ws.stop_size(); ++i) {
+    if (absl::Status e = CheckUtf8(ws.stop(i), absl::StrCat("sampling.stop[", i, "]")); !e.ok()) {
+      return e;
+    }
+    s->add_stop(ws.stop(i));
+  }
+  s->set_ignore_eos(ws.ignore_eos());
+  return r;
+}
 
 absl::Status ValidateSampling(const tandem::v1::SamplingParams& s) {
   if (std::isnan(s.temperature()) || s.temperature() < 0) {

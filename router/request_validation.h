@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <vector>
 
+#include <grpcpp/support/byte_buffer.h>
+
 #include "absl/status/statusor.h"
 #include "common/tokenizer/tokenizer.h"
 #include "tandem/v1/inference.pb.h"
@@ -15,6 +17,10 @@ struct ModelLimits {
   int64_t context_length = 0;
   int32_t vocab_size = 0;
 };
+
+// A Generate request off the wire (see inference_wire.proto): InvalidArgument when it does not
+// parse or a text field is not valid UTF-8.
+absl::StatusOr<tandem::v1::GenerateRequest> ParseGenerateRequest(const grpc::ByteBuffer& bytes);
 
 // The sampling fields alone.
 absl::Status ValidateSampling(const tandem::v1::SamplingParams& sampling);

@@ -99,8 +99,8 @@ void RouterService::PrefillAdmitted(int64_t bytes) {
   for (auto& call : runnable) call->RunPrefill(false);
 }
 
-grpc::ServerWriteReactor<tandem::v1::GenerateResponse>* RouterService::Generate(
-    grpc::CallbackServerContext* context, const tandem::v1::GenerateRequest* request) {
+grpc::ServerWriteReactor<grpc::ByteBuffer>* RouterService::Generate(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) {
   return new GenerateCall(*this, context, *request);
 }
 

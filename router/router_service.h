@@ -52,7 +52,10 @@ struct RouterOptions {
   WorkerPoolOptions pool;
 };
 
-class RouterService final : public tandem::v1::Inference::CallbackService {
+// Generate is taken as raw bytes (see ParseGenerateRequest) so invalid UTF-8 is answered
+// INVALID_ARGUMENT rather than failing inside gRPC's parser.
+class RouterService final : public tandem::v1::Inference::WithRawCallbackMethod_Generate<
+                                tandem::v1::Inference::CallbackService> {
  public:
   // `tokenizer` may be null (token-id prompts only); `metrics` may be null. Both must outlive
   // the service.
@@ -75,8 +78,8 @@ class RouterService final : public tandem::v1::Inference::CallbackService {
   };
   Load GetLoad() const;
 
-  grpc::ServerWriteReactor<tandem::v1::GenerateResponse>* Generate(
-      grpc::CallbackServerContext* context, const tandem::v1::GenerateRequest* request) override;
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* Generate(grpc::CallbackServerContext* context,
+                                                       const grpc::ByteBuffer* request) override;
   grpc::ServerUnaryReactor* GetModelInfo(grpc::CallbackServerContext* context,
                                          const tandem::v1::GetModelInfoRequest* request,
                                          tandem::v1::ModelInfo* response) override;

@@ -1,24 +1,43 @@
 #!/usr/bin/env bash
-# Installs what is missing, builds Tandem and shows it generating with the bundled model
-# (models/tandem-py-8l: a small Llama-architecture model trained on the Python standard library
-# by scripts/train_model.py). Until `tandem serve` lands, generation runs through the engine
-# with `model-inspect generate`.
+# Installs what is missing, builds Tandem, starts `tandem serve` on the bundled model (router,
+# prefill worker, decode worker and cache-store shard in one process, talking gRPC on loopback)
+# and streams completions from it with `tandem generate`. The bundled model is
+# models/tandem-py-8l, a small Llama-architecture model trained on the Python standard library by
+# scripts/train_model.py.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 scripts/install-deps.sh
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
-ninja -C build model-inspect
+ninja -C build tandem model-inspect
 
 model=models/tandem-py-8l
-inspect=build/tools/model_inspect/model-inspect
+tandem=build/tools/tandem/tandem
 echo "== model"
-"$inspect" info --model "$model"
-echo "== KV cache sizing"
-"$inspect" --kv-cache --model "$model" --context 2048 --memory 1GiB
+build/tools/model_inspect/model-inspect info --model "$model"
+
+echo "== tandem serve --model $model"
+log=$(mktemp)
+"$tandem" serve --model "$model" --listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 >"$log" 2>&1 &
+serve_pid=$!
+trap 'kill -TERM "$serve_pid" 2>/dev/null; wait "$serve_pid" 2>/dev/null; rm -f "$log"' EXIT
+for _ in $(seq 300); do
+  grep -q "router on" "$log" && break
+  kill -0 "$serve_pid" 2>/dev/null || { cat "$log"; exit 1; }
+  sleep 0.1
+done
+head -n 1 "$log"
+addr=$(grep -o 'router on [^;]*' "$log" | cut -d' ' -f3)
+metrics=$(grep -o 'http://[^;]*/metrics' "$log")
+
 prompt='def quicksort(arr):'
-echo "== complete '$prompt' (greedy, 96 tokens)"
-"$inspect" generate --model "$model" --prompt "$prompt" --max-tokens 96 | tail -n +2
+echo "== tandem generate --prompt '$prompt' (greedy, 96 tokens, streamed)"
+"$tandem" generate --addr "$addr" --prompt "$prompt" --max-tokens 96
 echo "== the same, sampled (temperature 0.8, top-p 0.95, seed 7)"
-"$inspect" generate --model "$model" --prompt "$prompt" --max-tokens 96 \
-  --temperature 0.8 --top-p 0.95 --seed 7 | tail -n +2
+"$tandem" generate --addr "$addr" --prompt "$prompt" --max-tokens 96 \
+  --temperature 0.8 --top-p 0.95 --seed 7
+echo "== a few of the metrics at $metrics"
+if command -v curl >/dev/null; then
+  curl -s "$metrics" | grep -E '^tandem_(requests_total|generation_tokens_total|time_to_first_token_seconds_(sum|count))\{' \
+    | grep 'role="router"' || true
+fi

@@ -12,6 +12,8 @@ packages=(
   libyaml-cpp-dev prometheus-cpp-dev  # configuration, /metrics
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-numpy python3-torch libopenblas0-pthread  # test-time numerical reference
+  python3-grpcio python3-grpc-tools   # integration tests: a gRPC client Tandem did not write
+  curl                                # demo: shows /metrics
 )
 # Node.js and npm run the tokenizer conformance oracle (npm packages, test time). Machines that
 # ship their own Node.js keep it; otherwise Debian's.

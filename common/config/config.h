@@ -43,6 +43,7 @@ struct RouterConfig {
   std::vector<std::string> prefill_workers;  // static addresses; workers may also register
   std::vector<std::string> decode_workers;
   double heartbeat_interval_seconds = 1;
+  double drain_seconds = 30;  // on SIGTERM: time for requests in flight to finish
 };
 
 struct BalancerConfig {

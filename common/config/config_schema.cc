@@ -187,6 +187,9 @@ std::vector<Field> MakeSchema() {
       Real("router.heartbeat_interval_seconds",
            TANDEM_CONFIG_REF(router.heartbeat_interval_seconds), 0.01, 60,
            "worker heartbeat period; three missed heartbeats take a worker out of rotation"),
+      Real("router.drain_seconds", TANDEM_CONFIG_REF(router.drain_seconds), 0, 3600,
+           "on SIGTERM: how long requests in flight may take to finish (new ones get "
+           "UNAVAILABLE and health reports NOT_SERVING) before the server stops"),
       Real("balancer.hit_rate_threshold", TANDEM_CONFIG_REF(balancer.hit_rate_threshold), 0, 1,
            "decode KV hit rate below which the balancer engages (the 90% rule)"),
       Real("balancer.hysteresis", TANDEM_CONFIG_REF(balancer.hysteresis), 0, 1,

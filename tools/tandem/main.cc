@@ -1,9 +1,4 @@
-// tandem: the command-line entry point. Subcommands:
-//
-//   tandem config [--config FILE] [--set key=value ...]   print the effective configuration
-//   tandem config --reference                             Markdown reference of every key
-//
-// (serve, generate and bench join as the serving path lands.)
+// tandem: the command-line entry point.
 #include <cstdio>
 #include <string>
 
@@ -11,24 +6,28 @@
 #include "common/config/config.h"
 #include "common/util/cli_args.h"
 #include "common/util/status_macros.h"
+#include "tools/tandem/commands.h"
 
-namespace tandem {
+namespace tandem::cli {
 namespace {
 
-constexpr char kUsage[] =
-    "usage: tandem config [--config FILE] [--set key=value ...] | tandem config --reference\n";
+constexpr char kUsage[] = R"(usage: tandem COMMAND [flags]
 
-// The configuration a role starts with: the file (if any), then every --set in order.
-absl::StatusOr<config::TandemConfig> EffectiveConfig(const CliArgs& args) {
-  config::TandemConfig c;
-  if (args.Has("config")) {
-    TANDEM_ASSIGN_OR_RETURN(c, config::LoadConfigFile(*args.String("config")));
-  }
-  for (const std::string& assignment : args.All("set")) {
-    TANDEM_RETURN_IF_ERROR(config::ApplyOverride(c, assignment));
-  }
-  return c;
-}
+  serve [--config FILE] [--set key=value ...] [--model DIR] [--listen HOST:PORT]
+        [--metrics-listen HOST:PORT]
+      Router, prefill workers, decode workers and cache-store shards in one process (defaults:
+      the bundled model, 1 prefill, 1 decode, 1 shard; router on 127.0.0.1:8000). Stops on
+      SIGINT/SIGTERM after draining.
+  router | prefill | decode | cache-store  [same flags as serve]
+      One role, for deployments that run each role in its own process or pod.
+  generate --addr HOST:PORT (--prompt TEXT | --tokens 1,2,3) [--max-tokens N] [--temperature T]
+        [--top-p P] [--top-k K] [--seed S] [--stop STRING ...] [--ignore-eos] [--print-ids]
+        [--timeout SECONDS] [--wait-ready]
+      Streams one completion from a router: text to stdout as it arrives (with --print-ids,
+      the generated ids on a last line), a summary to stderr.
+  config [--config FILE] [--set key=value ...]   the effective configuration as YAML
+  config --reference                             Markdown reference of every key
+)";
 
 absl::Status RunConfig(const CliArgs& args) {
   TANDEM_RETURN_IF_ERROR(args.CheckKnown({"config", "set", "reference"}));
@@ -42,22 +41,34 @@ absl::Status RunConfig(const CliArgs& args) {
 }
 
 absl::Status Run(int argc, char** argv) {
-  TANDEM_ASSIGN_OR_RETURN(CliArgs args, CliArgs::Parse(argc, argv, {"reference", "help"}));
+  TANDEM_ASSIGN_OR_RETURN(
+      CliArgs args,
+      CliArgs::Parse(argc, argv, {"reference", "help", "ignore-eos", "print-ids", "wait-ready"}));
   const auto& words = args.positional();
   if (args.Has("help") || words.empty()) {
     std::fputs(kUsage, stdout);
-    return words.empty() && !args.Has("help") ? absl::InvalidArgumentError("missing subcommand")
+    return words.empty() && !args.Has("help") ? absl::InvalidArgumentError("missing command")
                                               : absl::OkStatus();
   }
-  if (words[0] == "config" && words.size() == 1) return RunConfig(args);
-  return absl::InvalidArgumentError("unknown subcommand \"" + words[0] + "\"\n" + kUsage);
+  if (words.size() != 1) {
+    return absl::InvalidArgumentError("unexpected argument \"" + words[1] + "\"");
+  }
+  const std::string& command = words[0];
+  if (command == "config") return RunConfig(args);
+  if (command == "serve") return RunServe(args);
+  if (command == "generate") return RunGenerate(args);
+  if (command == "router" || command == "prefill" || command == "decode" ||
+      command == "cache-store") {
+    return RunRole(command, args);
+  }
+  return absl::InvalidArgumentError("unknown command \"" + command + "\" (see tandem --help)");
 }
 
 }  // namespace
-}  // namespace tandem
+}  // namespace tandem::cli
 
 int main(int argc, char** argv) {
-  absl::Status s = tandem::Run(argc, argv);
+  absl::Status s = tandem::cli::Run(argc, argv);
   if (!s.ok()) {
     std::fprintf(stderr, "tandem: %s\n", std::string(s.message()).c_str());
     return s.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;

@@ -105,3 +105,48 @@ TEST_F(RequestValidationTest, SamplingRanges) {
 
 }  // namespace
 }  // namespace tandem::router
+
+namespace tandem::router {
+namespace {
+
+grpc::ByteBuffer Serialize(const std::string& bytes) {
+  grpc::Slice slice(bytes);
+  return grpc::ByteBuffer(&slice, 1);
+}
+
+TEST(ParseGenerateRequestTest, ReadsEveryFieldOfThePublicMessage) {
+  tandem::v1::GenerateRequest r;
+  r.set_request_id("id-1");
+  r.set_prompt("héllo");
+  r.add_prompt_token_ids(3);
+  r.add_prompt_token_ids(-7);
+  tandem::v1::SamplingParams* s = r.mutable_sampling();
+  s->set_temperature(0.5f);
+  s->set_top_p(0.9f);
+  s->set_top_k(40);
+  s->set_seed(1ull << 40);
+  s->set_max_tokens(12);
+  s->add_stop("\n\n");
+  s->add_stop("。");
+  s->set_ignore_eos(true);
+  auto parsed = ParseGenerateRequest(Serialize(r.SerializeAsString()));
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->SerializeAsString(), r.SerializeAsString());
+}
+
+TEST(ParseGenerateRequestTest, InvalidUtf8AndGarbageAreInvalidArgument) {
+  // Field 2 (prompt) holding "a\xC3(b", field 4 (sampling) holding max_tokens = 4.
+  const std::string bad_prompt = std::string("\x12\x04" "a\xC3(b" "\x22\x02\x28\x04", 10);
+  auto parsed = ParseGenerateRequest(Serialize(bad_prompt));
+  EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(parsed.status().message().find("prompt"), std::string_view::npos);
+  // sampling.stop[0] (field 6 inside field 4) = "\xFF".
+  const std::string bad_stop = std::string("\x22\x03\x32\x01\xFF", 5);
+  parsed = ParseGenerateRequest(Serialize(bad_stop));
+  EXPECT_NE(parsed.status().message().find("sampling.stop[0]"), std::string_view::npos);
+  parsed = ParseGenerateRequest(Serialize(std::string("\x12\x50" "short", 7)));
+  EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace tandem::router

@@ -1,0 +1,321 @@
+#!/usr/bin/env python3
+"""Integration tests of the disaggregated path: every role its own process on loopback, driven
+through the public API by Python's grpcio.
+
+  --case greedy     100 concurrent requests of mixed lengths, 1 router + 2 prefill + 2 decode +
+                    2 store shards: each stream equals `model-inspect generate` token for token.
+  --case faults     kill -9 of a decode worker, a prefill worker and a store shard under load:
+                    every request completes with the greedy output; block counts return to 0.
+  --case balancer   a store too small for the load: the decode hit rate falls below 90%, the
+                    balancer engages (router /metrics), nothing fails; light load brings the
+                    hit rate back above 90% and the balancer back to normal.
+  --case serve      `tandem serve` plus `tandem generate`: the same ids and text as
+                    `model-inspect generate`, one /metrics for every role, clean exit on SIGTERM.
+  --case api        bad input is INVALID_ARGUMENT with a message (invalid UTF-8 included);
+                    GetModelInfo; client cancel frees the blocks; after SIGTERM new requests
+                    are UNAVAILABLE while the one in flight completes.
+"""
+import argparse
+import concurrent.futures
+import random
+import sys
+import threading
+import time
+
+import cluster
+
+p = argparse.ArgumentParser()
+p.add_argument("--case", required=True)
+p.add_argument("--tandem", required=True)
+p.add_argument("--model-inspect", required=True)
+p.add_argument("--model", required=True)
+p.add_argument("--proto-dir", required=True)
+args = p.parse_args()
+grpc, pb, pb_grpc = cluster.import_grpc(args.proto_dir)
+VOCAB = 4096
+
+
+def request(ids, max_tokens, **sampling):
+    return pb.GenerateRequest(prompt_token_ids=ids, sampling=pb.SamplingParams(
+        max_tokens=max_tokens, ignore_eos=True, **sampling))
+
+
+def stream(stub, req, timeout=300, on_chunk=None):
+    """(token ids, Complete or None, grpc code, details) of one Generate call."""
+    ids, complete = [], None
+    call = stub.Generate(req, timeout=timeout)
+    try:
+        for msg in call:
+            if msg.HasField("chunk"):
+                ids.extend(msg.chunk.token_ids)
+                if on_chunk:
+                    on_chunk(call, len(ids))
+            else:
+                complete = msg.complete
+        return ids, complete, grpc.StatusCode.OK, ""
+    except grpc.RpcError as e:
+        return ids, complete, e.code(), e.details()
+
+
+def random_requests(n, seed, max_prompt, max_out):
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        length = rng.choice([rng.randint(1, 15), rng.randint(16, 64), rng.randint(65, max_prompt)])
+        out.append(([rng.randrange(VOCAB) for _ in range(length)], rng.randint(1, max_out)))
+    return out
+
+
+def expected(reqs):
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        return list(pool.map(lambda r: cluster.expected_greedy(
+            args.model_inspect, args.model, r[0], r[1]), reqs))
+
+
+def run_concurrently(stub, reqs, on_chunk=None):
+    with concurrent.futures.ThreadPoolExecutor(len(reqs)) as pool:
+        return list(pool.map(lambda r: stream(stub, request(*r), on_chunk=on_chunk), reqs))
+
+
+def check_greedy(results, reqs, want, what):
+    bad = 0
+    for i, ((ids, complete, code, details), (prompt, max_tokens)) in enumerate(zip(results, reqs)):
+        if code != grpc.StatusCode.OK:
+            print(f"{what} request {i}: {code} {details}")
+            bad += 1
+        elif ids != want[i] or complete is None or complete.usage.completion_tokens != max_tokens:
+            print(f"{what} request {i}: prompt {len(prompt)} tokens, got {ids[:8]}... "
+                  f"want {want[i][:8]}... ({len(ids)} vs {len(want[i])})")
+            bad += 1
+    print(f"{what}: {len(reqs) - bad}/{len(reqs)} equal to model-inspect generate")
+    assert bad == 0, f"{what}: {bad} requests differ or failed"
+
+
+def wait_blocks_free(c, timeout=5):
+    """Every engine's used KV blocks back to 0 and the router idle (metrics refresh: 0.5 s)."""
+    def idle():
+        for w in c.prefills + c.decodes:
+            if w.proc.poll() is None and w.metric("tandem_kv_cache_usage_ratio") not in (0.0, None):
+                return False
+        r = c.router
+        return (r.metric("tandem_requests_running", {"role": "router"}) == 0 and
+                r.metric("tandem_requests_waiting", {"role": "router"}) == 0)
+    cluster.wait_for(idle, timeout, "every KV block to be freed")
+
+
+def case_greedy(c, stub):
+    reqs = random_requests(100, seed=1, max_prompt=300, max_out=40)
+    want = expected(reqs)
+    t0 = time.monotonic()
+    results = run_concurrently(stub, reqs)
+    print(f"100 concurrent requests in {time.monotonic() - t0:.1f} s")
+    check_greedy(results, reqs, want, "greedy")
+    wait_blocks_free(c)
+
+
+def case_faults(c, stub):
+    waves = [("decode", c.decodes[0]), ("prefill", c.prefills[0]), ("store shard", c.shards[0])]
+    for n, (what, victim) in enumerate(waves):
+        reqs = random_requests(30, seed=10 + n, max_prompt=200, max_out=120)
+        want = expected(reqs)
+        started = threading.Event()
+        killed = threading.Event()
+
+        def on_chunk(call, tokens):
+            if tokens >= 3:
+                started.set()
+
+        def killer():
+            started.wait(60)
+            victim.kill9()
+            killed.set()
+        t = threading.Thread(target=killer)
+        t.start()
+        results = run_concurrently(stub, reqs, on_chunk)
+        t.join()
+        assert killed.is_set(), f"the {what} was never killed"
+        check_greedy(results, reqs, want, f"kill -9 {what}")
+        with open(c.router.log.name) as f:
+            moved = sum(1 for line in f if victim.address in line and "failed" in line)
+        print(f"  router log: {moved} retries or migrations off {victim.address}")
+        if what != "store shard":
+            assert moved > 0, f"killing the {what} hit no request in flight"
+        else:  # a dead shard's blocks are misses, recomputed by decode
+            misses = c.decodes[1].metric("tandem_kv_lookups_total",
+                                         {"result": "miss", "role": "decode"})
+            print(f"  decode misses so far: {misses}")
+            assert misses > 0
+    wait_blocks_free(c)
+
+
+def case_balancer(c, stub):
+    r = c.router
+    # Heavy: 24 prompts of 16 blocks at once into 2 x 16 blocks of store.
+    reqs = [(p, 8) for p, _ in random_requests(24, seed=3, max_prompt=256, max_out=1)]
+    reqs = [([random.Random(i).randrange(VOCAB) for _ in range(256)], 8) for i in range(24)]
+    results = run_concurrently(stub, reqs)
+    assert all(code == grpc.StatusCode.OK for _, _, code, _ in results), \
+        [d for _, _, code, d in results if code != grpc.StatusCode.OK]
+    hit = r.metric("tandem_decode_kv_hit_ratio")
+    state = r.metric("tandem_balancer_state")
+    reschedules = r.metric("tandem_balancer_reschedules_total")
+    print(f"heavy load: hit ratio {hit}, balancer state {state}, reschedules {reschedules}")
+    assert hit is not None and hit < 0.9 and state == 1, (hit, state)
+    # Light: one 4-block prompt at a time; the store keeps up, the window fills with hits.
+    rng = random.Random(5)
+    end = time.monotonic() + 30
+    n = 0
+    while time.monotonic() < end:
+        ids, _, code, details = stream(stub, request([rng.randrange(VOCAB) for _ in range(64)], 4))
+        assert code == grpc.StatusCode.OK, details
+        n += 1
+        if r.metric("tandem_balancer_state") == 0:
+            break
+    hit = r.metric("tandem_decode_kv_hit_ratio")
+    print(f"light load: {n} requests, hit ratio {hit}, balancer state "
+          f"{r.metric('tandem_balancer_state')}")
+    assert r.metric("tandem_balancer_state") == 0 and hit >= 0.9, hit
+
+
+def case_api(c, stub):
+    bad = [
+        ("empty prompt", pb.GenerateRequest(sampling=pb.SamplingParams(max_tokens=4))),
+        ("both forms", pb.GenerateRequest(prompt="hi", prompt_token_ids=[1],
+                                          sampling=pb.SamplingParams(max_tokens=4))),
+        ("max_tokens 0", request([1, 2], 0)),
+        ("max_tokens past the context", request([1, 2], 2047)),
+        ("prompt past the context", request([5] * 2049, 1)),
+        ("temperature < 0", request([1, 2], 4, temperature=-1)),
+        ("top_p > 1", request([1, 2], 4, top_p=1.5)),
+        ("top_p < 0", request([1, 2], 4, top_p=-0.5)),
+        ("id outside the vocabulary", request([1, VOCAB], 4)),
+    ]
+    for what, req in bad:
+        _, _, code, details = stream(stub, req)
+        print(f"{what}: {code.name}: {details}")
+        assert code == grpc.StatusCode.INVALID_ARGUMENT and details, what
+    # Invalid UTF-8 in `prompt`: grpcio will not serialise it, so send the bytes by hand.
+    raw = bytes([0x12, 4]) + b"a\xc3(b" + bytes([0x22, 2, 0x28, 4])
+    call = c.channel.unary_stream("/tandem.v1.Inference/Generate",
+                                  request_serializer=lambda b: b,
+                                  response_deserializer=pb.GenerateResponse.FromString)
+    try:
+        list(call(raw, timeout=30))
+        raise AssertionError("invalid UTF-8 was accepted")
+    except grpc.RpcError as e:
+        print(f"invalid UTF-8: {e.code().name}: {e.details()}")
+        assert e.code() == grpc.StatusCode.INVALID_ARGUMENT and e.details()
+
+    # Health and reflection on every process.
+    for proc in c.all:
+        ch = grpc.insecure_channel(proc.address)
+        status = cluster.health_status(ch)
+        names = cluster.reflected_services(ch)
+        print(f"{proc.role}: health {status}, reflection lists {names}")
+        assert status == "SERVING", (proc.role, status)
+        assert "grpc.health.v1.Health" in names and any(n.startswith("tandem.v1.") for n in names)
+        ch.close()
+
+    info = stub.GetModelInfo(pb.GetModelInfoRequest(), timeout=30)
+    print(f"model info: {info}".replace("\n", " "))
+    assert info.context_length == 2048 and info.vocab_size == VOCAB and info.name
+
+    # Text in, text out.
+    text = ""
+    for msg in stub.Generate(pb.GenerateRequest(prompt="def quicksort(arr):",
+                                                sampling=pb.SamplingParams(max_tokens=24)),
+                             timeout=60):
+        text += msg.chunk.text if msg.HasField("chunk") else ""
+    print(f"text: {text!r}")
+    assert text
+
+    # Cancel mid-stream: every block is free again shortly after.
+    def cancel(call, tokens):
+        if tokens >= 4:
+            call.cancel()
+    _, _, code, _ = stream(stub, request([7] * 100, 1500), on_chunk=cancel)
+    assert code == grpc.StatusCode.CANCELLED, code
+    t0 = time.monotonic()
+    wait_blocks_free(c, timeout=3)
+    print(f"cancelled stream freed everything in {time.monotonic() - t0:.2f} s (metrics refresh "
+          f"every 0.5 s)")
+
+    # Shutdown: the request in flight completes, new ones are UNAVAILABLE.
+    results = {}
+    first = threading.Event()
+
+    def long_request():
+        results["long"] = stream(stub, request([9] * 20, 300),
+                                 on_chunk=lambda call, n: first.set())
+    t = threading.Thread(target=long_request)
+    t.start()
+    assert first.wait(60)
+    c.router.proc.send_signal(15)
+    # Draining is observable: the router's health turns NOT_SERVING.
+    cluster.wait_for(lambda: cluster.health_status(c.channel) == "NOT_SERVING", 10,
+                     "the router to report NOT_SERVING")
+    _, _, code, details = stream(stub, request([1, 2, 3], 2))
+    print(f"after SIGTERM: {code.name}: {details}")
+    assert code == grpc.StatusCode.UNAVAILABLE and "shutting down" in details, (code, details)
+    t.join()
+    ids, complete, code, details = results["long"]
+    assert code == grpc.StatusCode.OK and len(ids) == 300, (code, details, len(ids))
+
+
+def case_serve():
+    """`tandem serve` (every role in one process) and `tandem generate` against it."""
+    import re
+    import subprocess
+    proc = subprocess.Popen([args.tandem, "serve", "--model", args.model, "--listen",
+                             "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        m = re.search(r"router on (\S+); metrics (\S+);", line)
+        assert m, line + proc.stderr.read()
+        prompt = "def quicksort(arr):"
+        out = subprocess.run([args.tandem, "generate", "--addr", m.group(1), "--prompt", prompt,
+                              "--max-tokens", "40", "--print-ids"],
+                             check=True, capture_output=True, text=True, timeout=120)
+        ids = [int(t) for t in out.stdout.strip().splitlines()[-1].split(",")]
+        ref = subprocess.run([args.model_inspect, "generate", "--model", args.model, "--prompt",
+                              prompt, "--max-tokens", "40"],
+                             check=True, capture_output=True, text=True).stdout.splitlines()
+        print(f"tandem generate: {out.stdout!r}\n{out.stderr.strip()}")
+        assert ids == [int(t) for t in ref[0].split(",")], (ids, ref[0])
+        assert "\n".join(ref[1:]) in out.stdout, (ref[1:], out.stdout)
+        import urllib.request
+        text = urllib.request.urlopen(m.group(2), timeout=10).read().decode()
+        for role in ("router", "prefill", "decode"):
+            assert f'tandem_requests_running{{role="{role}"}}' in text, role
+        assert 'tandem_requests_total{finish_reason="length",role="router"} 1' in text
+    finally:
+        proc.send_signal(15)
+        assert proc.wait(timeout=60) == 0, proc.stderr.read()
+    print("PASS")
+
+
+def main():
+    if args.case == "serve":
+        return case_serve()
+    extra_router = []
+    store_bytes = None
+    if args.case == "balancer":
+        store_bytes = "1MiB"
+        extra_router = ["--set", "balancer.window_seconds=2", "--set", "balancer.min_lookups=20"]
+    c = cluster.Cluster(args.tandem, args.model, store_bytes=store_bytes,
+                        router_extra=extra_router)
+    c.channel = grpc.insecure_channel(c.router.address)
+    stub = pb_grpc.InferenceStub(c.channel)
+    try:
+        {"greedy": case_greedy, "faults": case_faults, "balancer": case_balancer,
+         "api": case_api}[args.case](c, stub)
+    except BaseException:
+        c.stop()
+        print(c.logs())
+        raise
+    c.stop()
+    print("PASS")
+
+
+main()

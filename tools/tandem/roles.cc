@@ -1,0 +1,259 @@
+#include "tools/tandem/roles.h"
+
+#include <atomic>
+#include <filesystem>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "cache_store/block_store.h"
+#include "cache_store/cache_store_service.h"
+#include "common/engine/engine_loop.h"
+#include "common/model/model.h"
+#include "common/rpc/server.h"
+#include "common/store/store_pool.h"
+#include "common/tokenizer/tokenizer.h"
+#include "common/util/status_macros.h"
+#include "common/util/thread_pool.h"
+#include "decode_worker/decode_service.h"
+#include "prefill_worker/prefill_service.h"
+#include "router/router_service.h"
+
+namespace tandem::cli {
+namespace {
+
+constexpr char kInference[] = "tandem.v1.Inference";
+constexpr char kPrefill[] = "tandem.v1.PrefillWorker";
+constexpr char kDecode[] = "tandem.v1.DecodeWorker";
+constexpr char kCacheStore[] = "tandem.v1.CacheStore";
+
+absl::StatusOr<DType> KvDType(const config::TandemConfig& c, const model::ModelConfig& m) {
+  if (c.kv_cache.dtype == "auto") return m.torch_dtype;
+  return ParseDType(c.kv_cache.dtype);
+}
+
+absl::StatusOr<engine::EngineOptions> EngineOptionsFor(const config::TandemConfig& c,
+                                                       const model::ModelConfig& m) {
+  engine::EngineOptions o;
+  o.block_size = c.kv_cache.block_size;
+  TANDEM_ASSIGN_OR_RETURN(o.kv_dtype, KvDType(c, m));
+  o.kv_cache_bytes = c.kv_cache.memory_bytes;
+  o.max_num_seqs = c.scheduler.max_num_seqs;
+  o.max_num_batched_tokens = c.scheduler.max_num_batched_tokens;
+  o.chunk_size = c.scheduler.chunk_size;
+  o.enable_prefix_caching = c.kv_cache.enable_prefix_caching;
+  o.model_id = ModelId(c);
+  return o;
+}
+
+// Drains on Drain(); the server goes first on destruction.
+class ServedRole : public Role {
+ public:
+  const std::string& address() const override { return server_.address; }
+  void Drain() override { rpc::SetServing(*server_.server, names_, false); }
+
+ protected:
+  void Serve(rpc::StartedServer server, std::vector<std::string> names) {
+    server_ = std::move(server);
+    names_ = std::move(names);
+    rpc::SetServing(*server_.server, names_, true);
+  }
+  void StopServer() {
+    if (server_.server != nullptr) server_.server->Shutdown(std::chrono::system_clock::now());
+  }
+
+  rpc::StartedServer server_;
+  std::vector<std::string> names_;
+};
+
+class CacheStoreRole final : public ServedRole {
+ public:
+  ~CacheStoreRole() override { StopServer(); }
+
+  absl::Status Start(const config::TandemConfig& c) {
+    TANDEM_ASSIGN_OR_RETURN(store_, cache_store::BlockStore::Create(
+                                        {.capacity_bytes = c.cache_store.capacity_bytes}));
+    service_ = std::make_unique<cache_store::CacheStoreService>(*store_, c.cache_store.chunk_bytes);
+    TANDEM_ASSIGN_OR_RETURN(auto server,
+                            rpc::StartServer(c.cache_store.listen, {service_.get()}, {kCacheStore}));
+    Serve(std::move(server), {kCacheStore});
+    return absl::OkStatus();
+  }
+
+ private:
+  std::unique_ptr<cache_store::BlockStore> store_;
+  std::unique_ptr<cache_store::CacheStoreService> service_;
+};
+
+// A prefill or decode worker: its model, engine loop, store client and service, plus a thread
+// that publishes the engine's load to the role's metrics.
+template <typename Service>
+class WorkerRole final : public ServedRole {
+ public:
+  ~WorkerRole() override {
+    StopServer();
+    stop_.Notify();
+    if (reporter_.joinable()) reporter_.join();
+    loop_.reset();  // ends requests still in the engine while the service is alive
+    service_.reset();
+  }
+
+  absl::Status Start(const config::TandemConfig& c, int threads, const std::string& listen,
+                     const char* name, metrics::Metrics& metrics, const std::string& role) {
+    pool_ = std::make_unique<ThreadPool>(threads > 0 ? threads : c.model.threads);
+    model::WeightLoadOptions load;
+    TANDEM_ASSIGN_OR_RETURN(load.memory, model::ParseWeightMemory(c.model.weight_memory));
+    TANDEM_ASSIGN_OR_RETURN(model_, model::Model::Load(c.model.path, *pool_, load));
+    TANDEM_ASSIGN_OR_RETURN(engine::EngineOptions options, EngineOptionsFor(c, model_->config()));
+    TANDEM_ASSIGN_OR_RETURN(auto engine, engine::Engine::Create(*model_, options));
+    loop_ = std::make_unique<engine::EngineLoop>(std::move(engine));
+    store_ = std::make_unique<store::StorePool>(
+        c.cache_store.shards, ModelId(c),
+        store::StorePoolOptions{.chunk_bytes = c.cache_store.chunk_bytes});
+    service_ = std::make_unique<Service>(*loop_, *store_);
+    TANDEM_ASSIGN_OR_RETURN(auto server, rpc::StartServer(listen, {service_.get()}, {name}));
+    Serve(std::move(server), {name});
+    metrics_ = metrics.ForRole(role);
+    reporter_ = std::thread([this] { Report(); });
+    return absl::OkStatus();
+  }
+
+ private:
+  void Report() {
+    int64_t hits = 0, misses = 0;
+    do {
+      const engine::EngineLoop::Stats s = loop_->GetStats();
+      metrics_.requests_running->Set(s.running);
+      metrics_.requests_waiting->Set(s.waiting);
+      if (s.kv.total_blocks > 0) {
+        metrics_.kv_cache_usage->Set(static_cast<double>(s.kv.used_blocks) / s.kv.total_blocks);
+      }
+      if constexpr (std::is_same_v<Service, decode::DecodeService>) {
+        metrics_.kv_lookup_hits->Increment(static_cast<double>(service_->kv_hits() - hits));
+        metrics_.kv_lookup_misses->Increment(static_cast<double>(service_->kv_misses() - misses));
+        hits = service_->kv_hits();
+        misses = service_->kv_misses();
+      }
+    } while (!stop_.WaitForNotificationWithTimeout(absl::Milliseconds(500)));
+  }
+
+  std::unique_ptr<ThreadPool> pool_;
+  std::unique_ptr<model::Model> model_;
+  std::unique_ptr<store::StorePool> store_;
+  std::unique_ptr<engine::EngineLoop> loop_;
+  std::unique_ptr<Service> service_;
+  metrics::RoleMetrics metrics_;
+  absl::Notification stop_;
+  std::thread reporter_;
+};
+
+class RouterRole final : public ServedRole {
+ public:
+  ~RouterRole() override {
+    if (service_ != nullptr) service_->BeginShutdown();
+    // Streams in flight get a moment to finish before they are cancelled.
+    if (server_.server != nullptr) {
+      server_.server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+    }
+  }
+
+  // New requests get UNAVAILABLE and health turns NOT_SERVING at once; requests in flight get
+  // up to router.drain_seconds to finish before the server stops.
+  void Drain() override {
+    service_->BeginShutdown();
+    ServedRole::Drain();
+    const auto end = std::chrono::steady_clock::now() +
+                     std::chrono::duration_cast<std::chrono::steady_clock::duration>(drain_);
+    while (std::chrono::steady_clock::now() < end) {
+      const router::RouterService::Load load = service_->GetLoad();
+      if (load.waiting == 0 && load.running == 0) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+
+  absl::Status Start(const config::TandemConfig& c, metrics::Metrics& metrics) {
+    TANDEM_ASSIGN_OR_RETURN(model::ModelConfig m, model::ModelConfig::FromDirectory(c.model.path));
+    if (std::filesystem::exists(std::filesystem::path(c.model.path) / "tokenizer.json")) {
+      TANDEM_ASSIGN_OR_RETURN(tokenizer_, tokenizer::Tokenizer::Load(c.model.path));
+    }
+    router::RouterOptions o;
+    o.model_name = ModelId(c);
+    o.architecture = m.architecture_name;
+    TANDEM_ASSIGN_OR_RETURN(DType kv_dtype, KvDType(c, m));
+    o.kv_dtype = std::string(DTypeName(kv_dtype));
+    o.model_id = ModelId(c);
+    o.limits = {.context_length = m.max_position_embeddings,
+                .vocab_size = static_cast<int32_t>(m.vocab_size)};
+    o.eos_token_ids = m.eos_token_ids;
+    if (tokenizer_ != nullptr && tokenizer_->eos_id() >= 0) {
+      o.eos_token_ids.push_back(tokenizer_->eos_id());
+    }
+    o.block_size = c.kv_cache.block_size;
+    o.kv_bytes_per_block =
+        static_cast<int64_t>(m.KvLayoutFor(kv_dtype, c.kv_cache.block_size).BlockBytes());
+    o.max_queued_requests = c.router.max_queued_requests;
+    o.max_queued_tokens = c.router.max_queued_tokens;
+    o.default_deadline = std::chrono::duration<double>(c.router.default_deadline_seconds);
+    o.balancer = {.hit_rate_threshold = c.balancer.hit_rate_threshold,
+                  .hysteresis = c.balancer.hysteresis,
+                  .window = std::chrono::duration<double>(c.balancer.window_seconds),
+                  .min_lookups = c.balancer.min_lookups};
+    o.max_prefill_ahead_bytes = c.balancer.max_prefill_ahead_bytes;
+    o.pool.block_size = c.kv_cache.block_size;
+    drain_ = std::chrono::duration<double>(c.router.drain_seconds);
+    service_ = std::make_unique<router::RouterService>(o, tokenizer_.get(), &metrics);
+    for (const auto& a : c.router.prefill_workers) service_->prefill_pool().Add(a);
+    for (const auto& a : c.router.decode_workers) service_->decode_pool().Add(a);
+    TANDEM_ASSIGN_OR_RETURN(auto server,
+                            rpc::StartServer(c.router.listen, {service_.get()}, {kInference}));
+    Serve(std::move(server), {kInference});
+    return absl::OkStatus();
+  }
+
+ private:
+  std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
+  std::unique_ptr<router::RouterService> service_;
+  std::chrono::duration<double> drain_{30};
+};
+
+}  // namespace
+
+std::string ModelId(const config::TandemConfig& config) {
+  if (!config.model.name.empty()) return config.model.name;
+  std::filesystem::path p(config.model.path);
+  if (!p.has_filename()) p = p.parent_path();
+  return p.filename().string();
+}
+
+absl::StatusOr<std::unique_ptr<Role>> StartCacheStore(const config::TandemConfig& config,
+                                                      metrics::Metrics&) {
+  auto role = std::make_unique<CacheStoreRole>();
+  TANDEM_RETURN_IF_ERROR(role->Start(config));
+  return role;
+}
+
+absl::StatusOr<std::unique_ptr<Role>> StartPrefill(const config::TandemConfig& config,
+                                                   int threads, metrics::Metrics& metrics) {
+  auto role = std::make_unique<WorkerRole<prefill::PrefillService>>();
+  TANDEM_RETURN_IF_ERROR(
+      role->Start(config, threads, config.prefill.listen, kPrefill, metrics, "prefill"));
+  return role;
+}
+
+absl::StatusOr<std::unique_ptr<Role>> StartDecode(const config::TandemConfig& config, int threads,
+                                                  metrics::Metrics& metrics) {
+  auto role = std::make_unique<WorkerRole<decode::DecodeService>>();
+  TANDEM_RETURN_IF_ERROR(
+      role->Start(config, threads, config.decode.listen, kDecode, metrics, "decode"));
+  return role;
+}
+
+absl::StatusOr<std::unique_ptr<Role>> StartRouter(const config::TandemConfig& config,
+                                                  metrics::Metrics& metrics) {
+  auto role = std::make_unique<RouterRole>();
+  TANDEM_RETURN_IF_ERROR(role->Start(config, metrics));
+  return role;
+}
+
+}  // namespace tandem::cli

@@ -1,0 +1,41 @@
+// Each Tandem role built from the configuration and served on its own gRPC server: a cache-store
+// shard, a prefill worker, a decode worker and the router. `tandem serve` starts all of them in
+// one process (on loopback, through the same gRPC code paths as a deployment); `tandem router`,
+// `tandem prefill`, `tandem decode` and `tandem cache-store` start one.
+//
+// Destroying a role stops it: its server shuts down (calls in flight end), then its engine.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "common/config/config.h"
+#include "common/metrics/metrics.h"
+
+namespace tandem::cli {
+
+class Role {
+ public:
+  virtual ~Role() = default;
+  // host:port the role serves on (port 0 resolved).
+  virtual const std::string& address() const = 0;
+  // Health NOT_SERVING and, for the router, new requests UNAVAILABLE; calls in flight go on.
+  virtual void Drain() = 0;
+};
+
+// The id every block hash of this model is seeded with: the served name, so that every role of
+// one deployment agrees on it.
+std::string ModelId(const config::TandemConfig& config);
+
+// `metrics` must outlive the role. `threads` overrides model.threads (0: keep it).
+absl::StatusOr<std::unique_ptr<Role>> StartCacheStore(const config::TandemConfig& config,
+                                                      metrics::Metrics& metrics);
+absl::StatusOr<std::unique_ptr<Role>> StartPrefill(const config::TandemConfig& config,
+                                                   int threads, metrics::Metrics& metrics);
+absl::StatusOr<std::unique_ptr<Role>> StartDecode(const config::TandemConfig& config, int threads,
+                                                  metrics::Metrics& metrics);
+absl::StatusOr<std::unique_ptr<Role>> StartRouter(const config::TandemConfig& config,
+                                                  metrics::Metrics& metrics);
+
+}  // namespace tandem::cli

@@ -1,0 +1,153 @@
+// tandem serve and the single-role commands.
+#include <pthread.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/metrics/metrics.h"
+#include "common/util/status_macros.h"
+#include "tools/tandem/commands.h"
+#include "tools/tandem/roles.h"
+
+namespace tandem::cli {
+namespace {
+
+constexpr char kLoopback[] = "127.0.0.1:0";
+
+// Blocks SIGINT and SIGTERM in this thread and every thread started after it, so WaitForSignal
+// receives them instead of the default handler killing the process mid-request.
+sigset_t BlockStopSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  return set;
+}
+
+int WaitForSignal(const sigset_t& set) {
+  int sig = 0;
+  sigwait(&set, &sig);
+  return sig;
+}
+
+absl::StatusOr<std::unique_ptr<metrics::MetricsServer>> StartMetrics(
+    const config::TandemConfig& c, metrics::Metrics& metrics) {
+  if (c.metrics.listen.empty()) return nullptr;
+  return metrics::MetricsServer::Start(c.metrics.listen, metrics.registry());
+}
+
+std::string MetricsUrl(const config::TandemConfig& c, const metrics::MetricsServer* server) {
+  if (server == nullptr) return "off";
+  const std::string host = c.metrics.listen.substr(0, c.metrics.listen.rfind(':'));
+  return absl::StrCat("http://", host, ":", server->port(), "/metrics");
+}
+
+}  // namespace
+
+absl::StatusOr<config::TandemConfig> EffectiveConfig(const CliArgs& args) {
+  config::TandemConfig c;
+  if (args.Has("config")) {
+    TANDEM_ASSIGN_OR_RETURN(c, config::LoadConfigFile(*args.String("config")));
+  }
+  for (const std::string& assignment : args.All("set")) {
+    TANDEM_RETURN_IF_ERROR(config::ApplyOverride(c, assignment));
+  }
+  if (args.Has("model")) c.model.path = *args.String("model");
+  if (args.Has("metrics-listen")) c.metrics.listen = *args.String("metrics-listen");
+  return c;
+}
+
+absl::Status RunServe(const CliArgs& args) {
+  TANDEM_RETURN_IF_ERROR(args.CheckKnown({"config", "set", "model", "listen", "metrics-listen"}));
+  TANDEM_ASSIGN_OR_RETURN(config::TandemConfig c, EffectiveConfig(args));
+  if (args.Has("listen")) c.router.listen = *args.String("listen");
+  const sigset_t signals = BlockStopSignals();
+  metrics::Metrics metrics;
+  TANDEM_ASSIGN_OR_RETURN(auto metrics_server, StartMetrics(c, metrics));
+
+  // Compute threads are split between the engines unless model.threads says otherwise.
+  const int engines = c.serve.prefill_workers + c.serve.decode_workers;
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int threads = c.model.threads > 0 ? c.model.threads : std::max(1, cores / engines);
+
+  // Declared in start order; destroyed router first, store shards last.
+  std::vector<std::unique_ptr<Role>> stores, prefills, decodes;
+  std::unique_ptr<Role> router;
+  config::TandemConfig inner = c;
+  inner.cache_store.listen = inner.prefill.listen = inner.decode.listen = kLoopback;
+  inner.cache_store.shards.clear();
+  for (int i = 0; i < c.serve.cache_store_shards; ++i) {
+    TANDEM_ASSIGN_OR_RETURN(auto role, StartCacheStore(inner, metrics));
+    inner.cache_store.shards.push_back(role->address());
+    stores.push_back(std::move(role));
+  }
+  inner.router.prefill_workers.clear();
+  inner.router.decode_workers.clear();
+  for (int i = 0; i < c.serve.prefill_workers; ++i) {
+    TANDEM_ASSIGN_OR_RETURN(auto role, StartPrefill(inner, threads, metrics));
+    inner.router.prefill_workers.push_back(role->address());
+    prefills.push_back(std::move(role));
+  }
+  for (int i = 0; i < c.serve.decode_workers; ++i) {
+    TANDEM_ASSIGN_OR_RETURN(auto role, StartDecode(inner, threads, metrics));
+    inner.router.decode_workers.push_back(role->address());
+    decodes.push_back(std::move(role));
+  }
+  TANDEM_ASSIGN_OR_RETURN(router, StartRouter(inner, metrics));
+  std::printf(
+      "tandem serve: model %s (%s); router on %s; metrics %s; %d prefill, %d decode worker(s) "
+      "with %d thread(s) each, %d store shard(s)\n",
+      ModelId(c).c_str(), c.model.path.c_str(), router->address().c_str(),
+      MetricsUrl(c, metrics_server.get()).c_str(), c.serve.prefill_workers,
+      c.serve.decode_workers, threads, c.serve.cache_store_shards);
+  std::fflush(stdout);
+
+  const int sig = WaitForSignal(signals);
+  std::fprintf(stderr, "tandem serve: signal %d, draining\n", sig);
+  router->Drain();
+  router.reset();
+  decodes.clear();
+  prefills.clear();
+  stores.clear();
+  return absl::OkStatus();
+}
+
+absl::Status RunRole(const std::string& role, const CliArgs& args) {
+  TANDEM_RETURN_IF_ERROR(args.CheckKnown({"config", "set", "model", "listen", "metrics-listen"}));
+  TANDEM_ASSIGN_OR_RETURN(config::TandemConfig c, EffectiveConfig(args));
+  if (args.Has("listen")) {
+    const std::string listen = *args.String("listen");
+    if (role == "router") c.router.listen = listen;
+    if (role == "prefill") c.prefill.listen = listen;
+    if (role == "decode") c.decode.listen = listen;
+    if (role == "cache-store") c.cache_store.listen = listen;
+  }
+  const sigset_t signals = BlockStopSignals();
+  metrics::Metrics metrics;
+  TANDEM_ASSIGN_OR_RETURN(auto metrics_server, StartMetrics(c, metrics));
+  std::unique_ptr<Role> started;
+  if (role == "router") {
+    TANDEM_ASSIGN_OR_RETURN(started, StartRouter(c, metrics));
+  } else if (role == "prefill") {
+    TANDEM_ASSIGN_OR_RETURN(started, StartPrefill(c, 0, metrics));
+  } else if (role == "decode") {
+    TANDEM_ASSIGN_OR_RETURN(started, StartDecode(c, 0, metrics));
+  } else {
+    TANDEM_ASSIGN_OR_RETURN(started, StartCacheStore(c, metrics));
+  }
+  std::printf("tandem %s: serving on %s; metrics %s\n", role.c_str(), started->address().c_str(),
+              MetricsUrl(c, metrics_server.get()).c_str());
+  std::fflush(stdout);
+  const int sig = WaitForSignal(signals);
+  std::fprintf(stderr, "tandem %s: signal %d, draining\n", role.c_str(), sig);
+  started->Drain();
+  return absl::OkStatus();
+}
+
+}  // namespace tandem::cli
