@@ -383,7 +383,6 @@ void CallState::Complete(FinishReason reason) {
     t->set_decode(Seconds(now - *first_token_at_));
   }
   Send(response);
-  stream_.End(grpc::Status::OK);
   Observe(router_.metrics_.e2e_request_latency, Seconds(now - arrival_));
   Observe(router_.metrics_.request_queue_time, queue_seconds_);
   const metrics::RoleMetrics& m = router_.metrics_;
@@ -391,7 +390,8 @@ void CallState::Complete(FinishReason reason) {
       : reason == tandem::v1::FINISH_REASON_LENGTH ? m.finished_length
                                                    : m.finished_abort,
       1);
-  LeaveRouter();
+  LeaveRouter();  // before the client can see the end
+  stream_.End(grpc::Status::OK);
 }
 
 void CallState::Send(const GenerateResponse& response) {
@@ -404,11 +404,11 @@ void CallState::Send(const GenerateResponse& response) {
 
 void CallState::Fail(const grpc::Status& status) {
   if (phase_ == Phase::kDone) return;
-  stream_.End(status);
   Add(status.error_code() == grpc::StatusCode::CANCELLED ? router_.metrics_.finished_abort
                                                          : router_.metrics_.finished_error,
       1);
-  LeaveRouter();
+  LeaveRouter();  // before the client can see the end
+  stream_.End(status);
 }
 
 void CallState::LeaveRouter() {

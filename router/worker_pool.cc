@@ -4,13 +4,24 @@
 #include <limits>
 #include <tuple>
 
+#include "absl/strings/str_cat.h"
+
 namespace tandem::router {
+
+WorkerPool::State* WorkerPool::FindAddress(const std::string& address) {
+  for (const auto& s : workers_) {
+    if (s->worker->address == address) return s.get();
+  }
+  return nullptr;
+}
 
 void WorkerPool::Add(const std::string& address) {
   absl::MutexLock lock(&mu_);
-  for (const auto& s : workers_) {
-    if (s->worker->address == address) return;
-  }
+  AddLocked(address);
+}
+
+WorkerPool::State* WorkerPool::AddLocked(const std::string& address) {
+  if (State* known = FindAddress(address)) return known;
   auto state = std::make_unique<State>();
   state->worker = std::make_unique<Worker>();
   state->worker->address = address;
@@ -18,6 +29,7 @@ void WorkerPool::Add(const std::string& address) {
   state->worker->prefill = tandem::v1::PrefillWorker::NewStub(channel);
   state->worker->decode = tandem::v1::DecodeWorker::NewStub(channel);
   workers_.push_back(std::move(state));
+  return workers_.back().get();
 }
 
 void WorkerPool::Remove(const std::string& address) {
@@ -27,6 +39,60 @@ void WorkerPool::Remove(const std::string& address) {
   for (const auto& s : workers_) {
     if (s->worker->address == address) s->failed_until = Clock::time_point::max();
   }
+}
+
+std::string WorkerPool::Register(const std::string& address) {
+  absl::MutexLock lock(&mu_);
+  State* s = AddLocked(address);
+  s->id = absl::StrCat(role_, "-", next_id_++);
+  s->last_heartbeat = Clock::now();
+  s->failed_until = {};  // back in rotation, cold: it may have restarted
+  s->lru.clear();
+  s->index.clear();
+  return s->id;
+}
+
+bool WorkerPool::Heartbeat(const std::string& worker_id, const tandem::v1::WorkerLoad& load) {
+  absl::MutexLock lock(&mu_);
+  State* s = nullptr;
+  for (const auto& w : workers_) {
+    if (!worker_id.empty() && w->id == worker_id) s = w.get();
+  }
+  if (s == nullptr || s->failed_until == Clock::time_point::max()) return false;
+  s->last_heartbeat = Clock::now();
+  s->reported_requests = load.running() + load.waiting();
+  s->reported_tokens = load.queued_tokens();
+  if (load.full_block_snapshot()) {
+    s->lru.clear();
+    s->index.clear();
+  }
+  for (uint64_t h : load.new_block_hashes()) Remember(*s, h, options_.index_capacity);
+  for (uint64_t h : load.evicted_block_hashes()) Forget(*s, h);
+  return true;
+}
+
+std::vector<std::string> WorkerPool::ExpireSilent(Clock::duration max_silence) {
+  absl::MutexLock lock(&mu_);
+  const Clock::time_point now = Clock::now();
+  std::vector<std::string> expired;
+  for (const auto& s : workers_) {
+    if (s->id.empty() || s->failed_until == Clock::time_point::max()) continue;
+    if (now - s->last_heartbeat > max_silence) {
+      s->failed_until = Clock::time_point::max();
+      s->id.clear();
+      s->lru.clear();
+      s->index.clear();
+      expired.push_back(s->worker->address);
+    }
+  }
+  return expired;
+}
+
+int WorkerPool::available() const {
+  absl::MutexLock lock(&mu_);
+  const Clock::time_point now = Clock::now();
+  return static_cast<int>(std::count_if(workers_.begin(), workers_.end(),
+                                        [&](const auto& s) { return s->failed_until <= now; }));
 }
 
 int WorkerPool::size() const {
@@ -64,14 +130,14 @@ Worker* WorkerPool::PickPrefill(std::span<const uint64_t> hashes,
   const int64_t bs = options_.block_size;
   return Pick(exclude, [&](const State& s) {
     const int64_t uncached = static_cast<int64_t>(hashes.size()) - Matched(s, hashes);
-    return std::make_pair(uncached + s.inflight_tokens / bs, s.inflight_requests);
+    return std::make_pair(uncached + Tokens(s) / bs, Requests(s));
   });
 }
 
 Worker* WorkerPool::PickDecode(std::span<const uint64_t> hashes,
                                const std::vector<Worker*>& exclude) {
   return Pick(exclude, [&](const State& s) {
-    return std::make_pair(-Matched(s, hashes), s.inflight_requests * 1'000'000 + s.inflight_tokens);
+    return std::make_tuple(-Matched(s, hashes), Requests(s), Tokens(s));
   });
 }
 
@@ -88,19 +154,28 @@ void WorkerPool::Begin(Worker* worker, int64_t tokens, std::span<const uint64_t>
   if (s == nullptr) return;
   ++s->inflight_requests;
   s->inflight_tokens += tokens;
-  for (uint64_t h : hashes) {
-    auto it = s->index.find(h);
-    if (it != s->index.end()) {
-      s->lru.splice(s->lru.begin(), s->lru, it->second);
-      continue;
-    }
-    s->lru.push_front(h);
-    s->index[h] = s->lru.begin();
-    if (s->lru.size() > options_.index_capacity) {
-      s->index.erase(s->lru.back());
-      s->lru.pop_back();
-    }
+  for (uint64_t h : hashes) Remember(*s, h, options_.index_capacity);
+}
+
+void WorkerPool::Remember(State& s, uint64_t hash, size_t capacity) {
+  auto it = s.index.find(hash);
+  if (it != s.index.end()) {
+    s.lru.splice(s.lru.begin(), s.lru, it->second);
+    return;
   }
+  s.lru.push_front(hash);
+  s.index[hash] = s.lru.begin();
+  if (s.lru.size() > capacity) {
+    s.index.erase(s.lru.back());
+    s.lru.pop_back();
+  }
+}
+
+void WorkerPool::Forget(State& s, uint64_t hash) {
+  auto it = s.index.find(hash);
+  if (it == s.index.end()) return;
+  s.lru.erase(it->second);
+  s.index.erase(it);
 }
 
 void WorkerPool::End(Worker* worker, int64_t tokens) {

@@ -11,6 +11,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <list>
@@ -49,6 +50,16 @@ class WorkerPool {
   void Add(const std::string& address);
   void Remove(const std::string& address);
   int size() const;
+  // Workers in rotation (not removed, expired or backing off after a failure).
+  int available() const;
+
+  // Registry: a worker that registers is added (or returned to rotation, cold) and gets an id;
+  // its heartbeats report load and resident prefix blocks. False for an unknown id.
+  std::string Register(const std::string& address);
+  bool Heartbeat(const std::string& worker_id, const tandem::v1::WorkerLoad& load);
+  // Takes registered workers silent for longer than `max_silence` out of rotation (until they
+  // register again); returns their addresses.
+  std::vector<std::string> ExpireSilent(Clock::duration max_silence);
 
   // Prefill choice: fewest uncached prefix blocks plus queued tokens in blocks, ties by load.
   // Decode choice: most resident prefix blocks, then least load. Workers that failed recently
@@ -65,14 +76,26 @@ class WorkerPool {
  private:
   struct State {
     std::unique_ptr<Worker> worker;
-    int64_t inflight_requests = 0;
+    std::string id;                  // registry id; empty for statically configured workers
+    Clock::time_point last_heartbeat{};
+    int64_t inflight_requests = 0;   // what this router sent
     int64_t inflight_tokens = 0;
+    int64_t reported_requests = 0;   // what the worker last reported (every router's share)
+    int64_t reported_tokens = 0;
     Clock::time_point failed_until{};
     // LRU of resident block hashes: front = most recent.
     std::list<uint64_t> lru;
     absl::flat_hash_map<uint64_t, std::list<uint64_t>::iterator> index;
   };
   State* Find(Worker* worker) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  State* FindAddress(const std::string& address) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  State* AddLocked(const std::string& address) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static void Remember(State& s, uint64_t hash, size_t capacity);
+  static void Forget(State& s, uint64_t hash);
+  static int64_t Requests(const State& s) {
+    return std::max(s.inflight_requests, s.reported_requests);
+  }
+  static int64_t Tokens(const State& s) { return std::max(s.inflight_tokens, s.reported_tokens); }
   // Leading blocks of `hashes` the worker holds.
   static int64_t Matched(const State& s, std::span<const uint64_t> hashes);
   template <typename Score>
@@ -82,6 +105,7 @@ class WorkerPool {
   const WorkerPoolOptions options_;
   mutable absl::Mutex mu_;
   std::vector<std::unique_ptr<State>> workers_ ABSL_GUARDED_BY(mu_);
+  int64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
 };
 
 }  // namespace tandem::router

@@ -56,7 +56,8 @@ struct BalancerConfig {
 
 struct WorkerConfig {
   std::string listen = "127.0.0.1:0";
-  std::string router = "";  // registry address; empty: static configuration only
+  std::string router = "";     // registry address; empty: static configuration only
+  std::string advertise = "";  // address the router reaches this worker at; empty: listen's
 };
 
 struct CacheStoreConfig {

@@ -148,6 +148,9 @@ Field List(std::string key, Ref ref, std::string doc) {
 std::vector<Field> MakeSchema() {
   constexpr int64_t kMaxInt = std::numeric_limits<int32_t>::max();
   const std::string listen_doc = "host:port to serve gRPC on; port 0 picks a free port";
+  const std::string advertise_doc =
+      "host:port the router reaches this worker at (e.g. the pod IP); empty: the bound listen "
+      "address";
   return {
       Str("model.path", TANDEM_CONFIG_REF(model.path), {},
           "Hugging Face model directory (config.json, safetensors, tokenizer.json)"),
@@ -203,9 +206,11 @@ std::vector<Field> MakeSchema() {
       Str("prefill.listen", TANDEM_CONFIG_REF(prefill.listen), {}, listen_doc),
       Str("prefill.router", TANDEM_CONFIG_REF(prefill.router), {},
           "router address to register with; empty: static configuration only"),
+      Str("prefill.advertise", TANDEM_CONFIG_REF(prefill.advertise), {}, advertise_doc),
       Str("decode.listen", TANDEM_CONFIG_REF(decode.listen), {}, listen_doc),
       Str("decode.router", TANDEM_CONFIG_REF(decode.router), {},
           "router address to register with; empty: static configuration only"),
+      Str("decode.advertise", TANDEM_CONFIG_REF(decode.advertise), {}, advertise_doc),
       Str("cache_store.listen", TANDEM_CONFIG_REF(cache_store.listen), {}, listen_doc),
       List("cache_store.shards", TANDEM_CONFIG_REF(cache_store.shards),
            "addresses of every store shard; block keys are placed by consistent hashing"),

@@ -209,6 +209,14 @@ int32_t KvCacheManager::BlockRefCount(int32_t block_id) const {
   return pool_->IsValidId(block_id) ? pool_->block(block_id).ref_count : -1;
 }
 
+std::vector<BlockHash> KvCacheManager::IndexedHashes() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<BlockHash> hashes;
+  hashes.reserve(index_.size());
+  for (const auto& [hash, block] : index_) hashes.push_back(hash);
+  return hashes;
+}
+
 bool KvCacheManager::ContainsHash(BlockHash hash) const {
   absl::MutexLock lock(&mu_);
   return index_.contains(hash);

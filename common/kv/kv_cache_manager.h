@@ -96,6 +96,9 @@ class KvCacheManager {
   KvCacheStats Stats() const;
   // Drops every cached (evictable) block to free and out of the index. Blocks in use stay.
   void ResetPrefixCache();
+  // Every hash in the prefix index (blocks a new prompt could reuse), in no particular order:
+  // what a worker reports to the router's prefix-aware routing.
+  std::vector<BlockHash> IndexedHashes() const;
 
   // --- Support for kv_transfer and tests. ---
 

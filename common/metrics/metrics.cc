@@ -114,6 +114,12 @@ Metrics::Metrics()
            .Help("Prefill:decode replica ratio the balancer recommends to autoscalers")
            .Register(*registry_)
            .Add({});
+  auto& workers = BuildGauge()
+                      .Name("tandem_workers")
+                      .Help("Workers the router has in rotation, by pool")
+                      .Register(*registry_);
+  balancer_.prefill_workers = &workers.Add({{"pool", "prefill"}});
+  balancer_.decode_workers = &workers.Add({{"pool", "decode"}});
 }
 
 RoleMetrics Metrics::ForRole(const std::string& role) {

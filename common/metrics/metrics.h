@@ -40,8 +40,10 @@ struct RoleMetrics {
   prometheus::Gauge* pruned_layers = nullptr;
 };
 
-// Balancer state, exported by the router.
+// Balancer state and the worker pools it balances, exported by the router.
 struct BalancerMetrics {
+  prometheus::Gauge* prefill_workers = nullptr;  // tandem_workers{pool}: in rotation
+  prometheus::Gauge* decode_workers = nullptr;
   prometheus::Gauge* decode_kv_hit_ratio = nullptr;  // over the balancer's window
   prometheus::Gauge* state = nullptr;                // 0 normal, 1 engaged
   prometheus::Counter* reschedules = nullptr;

@@ -137,7 +137,9 @@ class Cluster:
     """store shards, prefill and decode workers and a router, each its own process."""
 
     def __init__(self, tandem, model, shards=2, prefill=2, decode=2, store_bytes=None,
-                 extra=(), router_extra=()):
+                 extra=(), router_extra=(), register=False):
+        """With `register`, the router starts first and the workers join it through the
+        registry (heartbeats every 0.2 s); otherwise the router gets static worker lists."""
         self.log_dir = tempfile.mkdtemp(prefix="tandem_cluster_")
         common = ["--model", model, "--set", "model.threads=1"] + list(extra)
         self.all = []
@@ -146,12 +148,23 @@ class Cluster:
             self.shards = [self._start(tandem, "cache-store", common + store) for _ in range(shards)]
             shard_list = "cache_store.shards=[" + ",".join(s.address for s in self.shards) + "]"
             worker = common + ["--set", shard_list]
+            if register:
+                self.router = self._start(tandem, "router", common + list(router_extra) + [
+                    "--set", "router.heartbeat_interval_seconds=0.2"])
+                worker += ["--set", f"prefill.router={self.router.address}",
+                           "--set", f"decode.router={self.router.address}"]
             self.prefills = [self._start(tandem, "prefill", worker) for _ in range(prefill)]
             self.decodes = [self._start(tandem, "decode", worker) for _ in range(decode)]
-            router = common + list(router_extra) + [
-                "--set", "router.prefill_workers=[" + ",".join(p.address for p in self.prefills) + "]",
-                "--set", "router.decode_workers=[" + ",".join(d.address for d in self.decodes) + "]"]
-            self.router = self._start(tandem, "router", router)
+            if register:
+                wait_for(lambda: self.router.metric("tandem_workers", {"pool": "prefill"}) == prefill
+                         and self.router.metric("tandem_workers", {"pool": "decode"}) == decode,
+                         30, "every worker to register")
+            else:
+                self.router = self._start(tandem, "router", common + list(router_extra) + [
+                    "--set", "router.prefill_workers=[" +
+                    ",".join(p.address for p in self.prefills) + "]",
+                    "--set", "router.decode_workers=[" +
+                    ",".join(d.address for d in self.decodes) + "]"])
         except Exception:
             self.stop()
             raise

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "bench/serving/bench_command.h"
 #include "common/config/config.h"
 #include "common/util/cli_args.h"
 #include "common/util/status_macros.h"
@@ -25,6 +26,9 @@ constexpr char kUsage[] = R"(usage: tandem COMMAND [flags]
         [--timeout SECONDS] [--wait-ready]
       Streams one completion from a router: text to stdout as it arrives (with --print-ids,
       the generated ids on a last line), a summary to stderr.
+  bench --addr HOST:PORT [flags]
+      Open-loop load generator against a router: TTFT, inter-token and end-to-end latency
+      percentiles, throughput and goodput (tandem bench --help for the flags).
   config [--config FILE] [--set key=value ...]   the effective configuration as YAML
   config --reference                             Markdown reference of every key
 )";
@@ -41,10 +45,17 @@ absl::Status RunConfig(const CliArgs& args) {
 }
 
 absl::Status Run(int argc, char** argv) {
-  TANDEM_ASSIGN_OR_RETURN(
-      CliArgs args,
-      CliArgs::Parse(argc, argv, {"reference", "help", "ignore-eos", "print-ids", "wait-ready"}));
+  std::set<std::string> switches = {"reference", "help", "ignore-eos", "print-ids", "wait-ready"};
+  switches.merge(bench::BenchSwitches());
+  TANDEM_ASSIGN_OR_RETURN(CliArgs args, CliArgs::Parse(argc, argv, switches));
   const auto& words = args.positional();
+  if (!words.empty() && words[0] == "bench") {
+    if (args.Has("help")) {
+      std::fputs(bench::kBenchUsage, stdout);
+      return absl::OkStatus();
+    }
+    return bench::RunBenchCommand(args);
+  }
   if (args.Has("help") || words.empty()) {
     std::fputs(kUsage, stdout);
     return words.empty() && !args.Has("help") ? absl::InvalidArgumentError("missing command")

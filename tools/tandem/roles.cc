@@ -2,15 +2,18 @@
 
 #include <atomic>
 #include <filesystem>
+#include <type_traits>
 #include <thread>
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "cache_store/block_store.h"
 #include "cache_store/cache_store_service.h"
 #include "common/engine/engine_loop.h"
 #include "common/model/model.h"
+#include "common/rpc/registration.h"
 #include "common/rpc/server.h"
 #include "common/store/store_pool.h"
 #include "common/tokenizer/tokenizer.h"
@@ -18,6 +21,7 @@
 #include "common/util/thread_pool.h"
 #include "decode_worker/decode_service.h"
 #include "prefill_worker/prefill_service.h"
+#include "router/registry_service.h"
 #include "router/router_service.h"
 
 namespace tandem::cli {
@@ -27,6 +31,7 @@ constexpr char kInference[] = "tandem.v1.Inference";
 constexpr char kPrefill[] = "tandem.v1.PrefillWorker";
 constexpr char kDecode[] = "tandem.v1.DecodeWorker";
 constexpr char kCacheStore[] = "tandem.v1.CacheStore";
+constexpr char kRegistry[] = "tandem.v1.Registry";
 
 absl::StatusOr<DType> KvDType(const config::TandemConfig& c, const model::ModelConfig& m) {
   if (c.kv_cache.dtype == "auto") return m.torch_dtype;
@@ -59,8 +64,13 @@ class ServedRole : public Role {
     names_ = std::move(names);
     rpc::SetServing(*server_.server, names_, true);
   }
-  void StopServer() {
-    if (server_.server != nullptr) server_.server->Shutdown(std::chrono::system_clock::now());
+  // Calls still running after `grace` are cancelled; the server is gone before the services
+  // it serves (the derived members) are destroyed.
+  void StopServer(std::chrono::milliseconds grace = std::chrono::milliseconds(0)) {
+    if (server_.server == nullptr) return;
+    server_.server->Shutdown(std::chrono::system_clock::now() + grace);
+    server_.server->Wait();
+    server_.server.reset();
   }
 
   rpc::StartedServer server_;
@@ -92,6 +102,7 @@ template <typename Service>
 class WorkerRole final : public ServedRole {
  public:
   ~WorkerRole() override {
+    registration_.reset();
     StopServer();
     stop_.Notify();
     if (reporter_.joinable()) reporter_.join();
@@ -99,8 +110,9 @@ class WorkerRole final : public ServedRole {
     service_.reset();
   }
 
-  absl::Status Start(const config::TandemConfig& c, int threads, const std::string& listen,
+  absl::Status Start(const config::TandemConfig& c, int threads, const config::WorkerConfig& wc,
                      const char* name, metrics::Metrics& metrics, const std::string& role) {
+    const std::string& listen = wc.listen;
     pool_ = std::make_unique<ThreadPool>(threads > 0 ? threads : c.model.threads);
     model::WeightLoadOptions load;
     TANDEM_ASSIGN_OR_RETURN(load.memory, model::ParseWeightMemory(c.model.weight_memory));
@@ -116,6 +128,16 @@ class WorkerRole final : public ServedRole {
     Serve(std::move(server), {name});
     metrics_ = metrics.ForRole(role);
     reporter_ = std::thread([this] { Report(); });
+    if (!wc.router.empty()) {
+      tandem::v1::RegisterRequest r;
+      r.set_role(std::is_same_v<Service, decode::DecodeService> ? tandem::v1::WORKER_ROLE_DECODE
+                                                                 : tandem::v1::WORKER_ROLE_PREFILL);
+      r.set_address(wc.advertise.empty() ? address() : wc.advertise);
+      r.set_model_id(ModelId(c));
+      registration_ = std::make_unique<rpc::WorkerRegistration>(
+          wc.router, std::move(r),
+          [this](tandem::v1::WorkerLoad* load, bool full) { FillLoad(load, full); });
+    }
     return absl::OkStatus();
   }
 
@@ -138,6 +160,39 @@ class WorkerRole final : public ServedRole {
     } while (!stop_.WaitForNotificationWithTimeout(absl::Milliseconds(500)));
   }
 
+  // A heartbeat's load: engine occupancy, lookups, and the prefix blocks that became resident
+  // or left since the last one (all of them when `full`).
+  void FillLoad(tandem::v1::WorkerLoad* load, bool full) {
+    const engine::EngineLoop::Stats s = loop_->GetStats();
+    load->set_running(s.running);
+    load->set_waiting(s.waiting);
+    if (s.kv.total_blocks > 0) {
+      load->set_kv_usage(static_cast<double>(s.kv.used_blocks) / s.kv.total_blocks);
+    }
+    if constexpr (std::is_same_v<Service, decode::DecodeService>) {
+      load->set_kv_hits(service_->kv_hits());
+      load->set_kv_misses(service_->kv_misses());
+    }
+    auto hashes = std::make_shared<std::vector<uint64_t>>();
+    auto done = std::make_shared<absl::Notification>();
+    loop_->Post([hashes, done](engine::Engine& e) {
+      *hashes = e.kv_cache().IndexedHashes();
+      done->Notify();
+    });
+    if (!done->WaitForNotificationWithTimeout(absl::Seconds(1))) return;  // busy: next time
+    absl::flat_hash_set<uint64_t> current(hashes->begin(), hashes->end());
+    load->set_full_block_snapshot(full);
+    for (uint64_t h : current) {
+      if (full || !reported_.contains(h)) load->add_new_block_hashes(h);
+    }
+    if (!full) {
+      for (uint64_t h : reported_) {
+        if (!current.contains(h)) load->add_evicted_block_hashes(h);
+      }
+    }
+    reported_ = std::move(current);
+  }
+
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<model::Model> model_;
   std::unique_ptr<store::StorePool> store_;
@@ -146,16 +201,16 @@ class WorkerRole final : public ServedRole {
   metrics::RoleMetrics metrics_;
   absl::Notification stop_;
   std::thread reporter_;
+  std::unique_ptr<rpc::WorkerRegistration> registration_;
+  absl::flat_hash_set<uint64_t> reported_;  // registration thread only
 };
 
 class RouterRole final : public ServedRole {
  public:
   ~RouterRole() override {
     if (service_ != nullptr) service_->BeginShutdown();
-    // Streams in flight get a moment to finish before they are cancelled.
-    if (server_.server != nullptr) {
-      server_.server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
-    }
+    // Streams still in flight (past router.drain_seconds) get a moment, then are cancelled.
+    StopServer(std::chrono::seconds(1));
   }
 
   // New requests get UNAVAILABLE and health turns NOT_SERVING at once; requests in flight get
@@ -205,15 +260,19 @@ class RouterRole final : public ServedRole {
     service_ = std::make_unique<router::RouterService>(o, tokenizer_.get(), &metrics);
     for (const auto& a : c.router.prefill_workers) service_->prefill_pool().Add(a);
     for (const auto& a : c.router.decode_workers) service_->decode_pool().Add(a);
-    TANDEM_ASSIGN_OR_RETURN(auto server,
-                            rpc::StartServer(c.router.listen, {service_.get()}, {kInference}));
-    Serve(std::move(server), {kInference});
+    registry_ = std::make_unique<router::RegistryService>(
+        *service_, std::chrono::duration<double>(c.router.heartbeat_interval_seconds), &metrics);
+    TANDEM_ASSIGN_OR_RETURN(
+        auto server, rpc::StartServer(c.router.listen, {service_.get(), registry_.get()},
+                                      {kInference, kRegistry}));
+    Serve(std::move(server), {kInference, kRegistry});
     return absl::OkStatus();
   }
 
  private:
   std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
   std::unique_ptr<router::RouterService> service_;
+  std::unique_ptr<router::RegistryService> registry_;
   std::chrono::duration<double> drain_{30};
 };
 
@@ -237,7 +296,7 @@ absl::StatusOr<std::unique_ptr<Role>> StartPrefill(const config::TandemConfig& c
                                                    int threads, metrics::Metrics& metrics) {
   auto role = std::make_unique<WorkerRole<prefill::PrefillService>>();
   TANDEM_RETURN_IF_ERROR(
-      role->Start(config, threads, config.prefill.listen, kPrefill, metrics, "prefill"));
+      role->Start(config, threads, config.prefill, kPrefill, metrics, "prefill"));
   return role;
 }
 
@@ -245,7 +304,7 @@ absl::StatusOr<std::unique_ptr<Role>> StartDecode(const config::TandemConfig& co
                                                   metrics::Metrics& metrics) {
   auto role = std::make_unique<WorkerRole<decode::DecodeService>>();
   TANDEM_RETURN_IF_ERROR(
-      role->Start(config, threads, config.decode.listen, kDecode, metrics, "decode"));
+      role->Start(config, threads, config.decode, kDecode, metrics, "decode"));
   return role;
 }
 

@@ -1,0 +1,41 @@
+// A worker's membership in a router's registry (workers.proto, Registry): registers, then
+// heartbeats its load every interval the router asks for, registering again whenever the
+// router has forgotten it (a router restart). Runs on its own thread until destroyed.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/synchronization/notification.h"
+#include "tandem/v1/workers.grpc.pb.h"
+
+namespace tandem::rpc {
+
+class WorkerRegistration {
+ public:
+  // Fills the load for one heartbeat (called on the registration thread). With `full`, the
+  // block hashes are a full snapshot (set full_block_snapshot); otherwise the change since the
+  // last call.
+  using LoadFn = std::function<void(tandem::v1::WorkerLoad* load, bool full)>;
+
+  WorkerRegistration(const std::string& router_address, tandem::v1::RegisterRequest request,
+                     LoadFn load);
+  ~WorkerRegistration();
+  WorkerRegistration(const WorkerRegistration&) = delete;
+  WorkerRegistration& operator=(const WorkerRegistration&) = delete;
+
+ private:
+  void Run();
+  // Registers until it succeeds or the object is being destroyed; returns the worker id.
+  std::string Register(double* interval_seconds);
+
+  std::unique_ptr<tandem::v1::Registry::Stub> stub_;
+  const tandem::v1::RegisterRequest request_;
+  const LoadFn load_;
+  absl::Notification stop_;
+  std::thread thread_;
+};
+
+}  // namespace tandem::rpc

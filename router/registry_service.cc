@@ -1,0 +1,81 @@
+#include "router/registry_service.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "common/util/log.h"
+
+namespace tandem::router {
+
+RegistryService::RegistryService(RouterService& router,
+                                 std::chrono::duration<double> heartbeat_interval,
+                                 metrics::Metrics* metrics)
+    : router_(router), metrics_(metrics), interval_(heartbeat_interval) {
+  PublishPoolSizes();
+  expirer_ = std::thread([this] { ExpireLoop(); });
+}
+
+RegistryService::~RegistryService() {
+  stop_.Notify();
+  expirer_.join();
+}
+
+grpc::ServerUnaryReactor* RegistryService::Register(grpc::CallbackServerContext* context,
+                                                    const tandem::v1::RegisterRequest* request,
+                                                    tandem::v1::RegisterResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  const std::string& model_id = router_.options().model_id;
+  WorkerPool* pool = nullptr;
+  if (request->role() == tandem::v1::WORKER_ROLE_PREFILL) pool = &router_.prefill_pool();
+  if (request->role() == tandem::v1::WORKER_ROLE_DECODE) pool = &router_.decode_pool();
+  if (pool == nullptr) {
+    reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                 "only prefill and decode workers register with the router"));
+  } else if (request->address().empty() || request->address().find(':') == std::string::npos) {
+    reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                 "address must be host:port, got \"" + request->address() + "\""));
+  } else if (request->model_id() != model_id) {
+    reactor->Finish(grpc::Status(
+        grpc::StatusCode::FAILED_PRECONDITION,
+        absl::StrCat("this router serves model \"", model_id, "\", the worker has \"",
+                     request->model_id(), "\"")));
+  } else {
+    response->set_worker_id(pool->Register(request->address()));
+    response->set_heartbeat_interval_seconds(interval_.count());
+    Log(LogLevel::kInfo, "router",
+        absl::StrCat(response->worker_id(), " registered at ", request->address()));
+    PublishPoolSizes();
+    reactor->Finish(grpc::Status::OK);
+  }
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* RegistryService::Heartbeat(grpc::CallbackServerContext* context,
+                                                     const tandem::v1::HeartbeatRequest* request,
+                                                     tandem::v1::HeartbeatResponse* response) {
+  response->set_known(router_.prefill_pool().Heartbeat(request->worker_id(), request->load()) ||
+                      router_.decode_pool().Heartbeat(request->worker_id(), request->load()));
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+void RegistryService::ExpireLoop() {
+  const auto silence = std::chrono::duration_cast<Clock::duration>(3 * interval_);
+  while (!stop_.WaitForNotificationWithTimeout(absl::Seconds(interval_.count()))) {
+    for (WorkerPool* pool : {&router_.prefill_pool(), &router_.decode_pool()}) {
+      for (const std::string& address : pool->ExpireSilent(silence)) {
+        Log(LogLevel::kWarning, "router",
+            absl::StrCat(address, " missed three heartbeats: out of rotation"));
+      }
+    }
+    PublishPoolSizes();
+  }
+}
+
+void RegistryService::PublishPoolSizes() {
+  if (metrics_ == nullptr) return;
+  metrics_->balancer().prefill_workers->Set(router_.prefill_pool().available());
+  metrics_->balancer().decode_workers->Set(router_.decode_pool().available());
+}
+
+}  // namespace tandem::router

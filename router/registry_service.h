@@ -1,0 +1,43 @@
+// The router's worker registry (workers.proto, Registry): prefill and decode workers register
+// with their address and model, then heartbeat their load and resident prefix blocks. A worker
+// silent for three heartbeat intervals leaves rotation until it registers again.
+//
+// Threads: gRPC callbacks, plus one thread that expires silent workers.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <thread>
+
+#include "absl/synchronization/notification.h"
+#include "router/router_service.h"
+#include "tandem/v1/workers.grpc.pb.h"
+
+namespace tandem::router {
+
+class RegistryService final : public tandem::v1::Registry::CallbackService {
+ public:
+  // `router` and `metrics` (may be null) must outlive the service.
+  RegistryService(RouterService& router, std::chrono::duration<double> heartbeat_interval,
+                  metrics::Metrics* metrics);
+  ~RegistryService() override;
+
+  grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* context,
+                                     const tandem::v1::RegisterRequest* request,
+                                     tandem::v1::RegisterResponse* response) override;
+  grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* context,
+                                      const tandem::v1::HeartbeatRequest* request,
+                                      tandem::v1::HeartbeatResponse* response) override;
+
+ private:
+  void ExpireLoop();
+  void PublishPoolSizes();
+
+  RouterService& router_;
+  metrics::Metrics* const metrics_;
+  const std::chrono::duration<double> interval_;
+  absl::Notification stop_;
+  std::thread expirer_;
+};
+
+}  // namespace tandem::router
