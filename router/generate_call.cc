@@ -160,6 +160,16 @@ bool CallState::IsEos(int32_t token) const {
 }
 
 void CallState::RunPrefill(bool high_priority) {
+  if (router_.options_.colocated) {
+    {
+      Lock lock(this);
+      if (phase_ == Phase::kDone) return;
+      if (!first_token_at_.has_value()) queue_seconds_ = Seconds(Clock::now() - arrival_);
+      ++attempts_;
+    }
+    StartDecode(tandem::v1::KvHandle());  // the decode engine prefills the prompt itself
+    return;
+  }
   auto attempt = std::make_shared<Attempt>();
   Worker* worker = nullptr;
   {

@@ -46,6 +46,8 @@ struct RouterOptions {
   int max_queued_requests = 1024;
   int64_t max_queued_tokens = 1 << 20;
   std::chrono::duration<double> default_deadline = std::chrono::seconds(600);
+  // Colocated: decode workers run whole requests (prefill included); prefill is skipped.
+  bool colocated = false;
   int max_attempts = 4;  // prefill and decode attempts per request (retries, migrations)
   BalancerOptions balancer;
   int64_t max_prefill_ahead_bytes = int64_t{256} << 20;

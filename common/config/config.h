@@ -37,6 +37,7 @@ struct SchedulerConfig {
 
 struct RouterConfig {
   std::string listen = "127.0.0.1:8000";
+  std::string mode = "disaggregated";  // disaggregated | colocated
   int max_queued_requests = 1024;
   int64_t max_queued_tokens = 1 << 20;
   double default_deadline_seconds = 600;     // applied when the client sets none

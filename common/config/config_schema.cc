@@ -176,6 +176,10 @@ std::vector<Field> MakeSchema() {
           "prompt tokens per sequence per step (chunked prefill)"),
       Str("router.listen", TANDEM_CONFIG_REF(router.listen), {},
           "host:port of the public Inference API"),
+      Str("router.mode", TANDEM_CONFIG_REF(router.mode), {"disaggregated", "colocated"},
+          "disaggregated: prefill workers compute the prompt's KV and decode workers continue; "
+          "colocated: decode workers run whole requests (chunked prefill mixed into decode "
+          "batches), no prefill pool or store needed"),
       Int("router.max_queued_requests", TANDEM_CONFIG_REF(router.max_queued_requests), 1, kMaxInt,
           "requests waiting for a worker before RESOURCE_EXHAUSTED"),
       Int("router.max_queued_tokens", TANDEM_CONFIG_REF(router.max_queued_tokens), 1,

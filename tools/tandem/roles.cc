@@ -256,6 +256,7 @@ class RouterRole final : public ServedRole {
                   .min_lookups = c.balancer.min_lookups};
     o.max_prefill_ahead_bytes = c.balancer.max_prefill_ahead_bytes;
     o.pool.block_size = c.kv_cache.block_size;
+    o.colocated = c.router.mode == "colocated";
     drain_ = std::chrono::duration<double>(c.router.drain_seconds);
     service_ = std::make_unique<router::RouterService>(o, tokenizer_.get(), &metrics);
     for (const auto& a : c.router.prefill_workers) service_->prefill_pool().Add(a);

@@ -330,3 +330,27 @@ TEST_F(RouterServiceTest, MissesWhileEngagedAreReprefilled) {
 
 }  // namespace
 }  // namespace tandem::router
+
+namespace tandem::router {
+namespace {
+
+TEST_F(RouterServiceTest, ColocatedModeRunsWholeRequestsOnDecodeWorkers) {
+  RouterOptions options;
+  options.colocated = true;
+  StartCluster(64 << 20, options);
+  for (const auto& a : prefill_addresses_) router_->prefill_pool().Remove(a);
+  std::vector<Result> results(4);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 4; ++i) {
+    threads.emplace_back([&, i] { results[i] = Generate(Request(Prompt(10 + 20 * i, i), 12)); });
+  }
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_TRUE(results[i].status.ok()) << results[i].status.error_message();
+    EXPECT_EQ(results[i].tokens, Expected(Prompt(10 + 20 * i, i), 12)) << i;
+  }
+  EXPECT_EQ(block_store_->Stats().puts, 0);  // nothing went through the store
+}
+
+}  // namespace
+}  // namespace tandem::router
