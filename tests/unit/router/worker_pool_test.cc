@@ -1,0 +1,111 @@
+// Worker choice: prefill by uncached prefix plus queued work, decode by resident prefix then
+// load; failed workers back off, excluded ones are avoided while others remain; the registry's
+// heartbeats feed the prefix index and silent workers leave rotation.
+#include "router/worker_pool.h"
+
+#include <gtest/gtest.h>
+
+namespace tandem::router {
+namespace {
+
+std::vector<uint64_t> Hashes(std::initializer_list<uint64_t> h) { return h; }
+
+class WorkerPoolTest : public ::testing::Test {
+ protected:
+  WorkerPoolTest() : pool_("decode", Options()) {
+    pool_.Add("a:1");
+    pool_.Add("b:1");
+    a_first_ = pool_.PickDecode({}, {});
+  }
+  static WorkerPoolOptions Options() {
+    WorkerPoolOptions o;
+    o.block_size = 16;
+    o.index_capacity = 8;
+    o.failure_backoff = std::chrono::hours(1);
+    return o;
+  }
+  std::string Name(Worker* w) { return w == nullptr ? "none" : w->address; }
+
+  WorkerPool pool_;
+  std::vector<uint64_t> prompt_ = {11, 12, 13, 14};
+  Worker* a_first_ = nullptr;  // "a:1", to exclude it
+};
+
+TEST_F(WorkerPoolTest, TiesGoToTheFirstAndLoadSpreadsWork) {
+  Worker* a = pool_.PickDecode(prompt_, {});
+  EXPECT_EQ(Name(a), "a:1");
+  pool_.Begin(a, 100, {});
+  EXPECT_EQ(Name(pool_.PickDecode({}, {})), "b:1");
+  EXPECT_EQ(Name(pool_.PickPrefill({}, {})), "b:1");
+  pool_.End(a, 100);
+  EXPECT_EQ(Name(pool_.PickPrefill({}, {})), "a:1");
+}
+
+TEST_F(WorkerPoolTest, ResidentPrefixWinsForDecodeEvenUnderLoad) {
+  Worker* b = pool_.PickDecode({}, {a_first_});
+  pool_.Begin(b, 10, prompt_);  // b now holds the prompt's blocks
+  pool_.End(b, 10);
+  pool_.Begin(b, 10, Hashes({99}));     // and is busier
+  EXPECT_EQ(Name(pool_.PickDecode(prompt_, {})), "b:1");
+  // Prefill weighs uncached blocks against queued tokens: 4 uncached blocks on a, 10/16 = 0
+  // queued blocks on b.
+  EXPECT_EQ(Name(pool_.PickPrefill(prompt_, {})), "b:1");
+}
+
+TEST_F(WorkerPoolTest, FailedAndExcludedWorkersAreAvoidedWhileOthersRemain) {
+  Worker* a = pool_.PickDecode({}, {});
+  pool_.MarkFailed(a);
+  EXPECT_EQ(pool_.available(), 1);
+  Worker* b = pool_.PickDecode({}, {});
+  EXPECT_EQ(Name(b), "b:1");
+  // Everything failing or excluded: still an answer (a retry is better than none)...
+  EXPECT_NE(pool_.PickDecode({}, {b}), nullptr);
+  // ...but a removed worker is never chosen.
+  pool_.Remove("a:1");
+  pool_.Remove("b:1");
+  EXPECT_EQ(pool_.PickDecode({}, {}), nullptr);
+}
+
+TEST_F(WorkerPoolTest, TheIndexForgetsTheLeastRecentBlocks) {
+  Worker* a = pool_.PickDecode({}, {});
+  std::vector<uint64_t> many = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};  // capacity 8
+  pool_.Begin(a, 0, many);
+  EXPECT_EQ(Name(pool_.PickDecode(Hashes({9, 10}), {})), "a:1");
+  EXPECT_EQ(Name(pool_.PickDecode(Hashes({1, 2}), {a_first_})), "b:1");  // 1 and 2 were evicted: tie
+}
+
+TEST_F(WorkerPoolTest, HeartbeatsFeedTheIndexAndSilenceExpires) {
+  WorkerPool pool("prefill", Options());
+  const std::string id = pool.Register("c:1");
+  EXPECT_FALSE(id.empty());
+  EXPECT_EQ(pool.size(), 1);
+  tandem::v1::WorkerLoad load;
+  load.set_full_block_snapshot(true);
+  for (uint64_t h : {21, 22}) load.add_new_block_hashes(h);
+  EXPECT_TRUE(pool.Heartbeat(id, load));
+  EXPECT_FALSE(pool.Heartbeat("prefill-999", load));
+  const std::string id2 = pool.Register("d:1");
+  // c holds both blocks: chosen for this prompt although d is idle too.
+  EXPECT_EQ(Name(pool.PickPrefill(std::vector<uint64_t>{21, 22}, {})), "c:1");
+  tandem::v1::WorkerLoad evicted;
+  evicted.add_evicted_block_hashes(21);
+  EXPECT_TRUE(pool.Heartbeat(id, evicted));
+  EXPECT_EQ(Name(pool.PickPrefill(std::vector<uint64_t>{21, 22}, {})), "c:1");  // tie: first
+  // d reports the prompt's blocks; c lost its first one.
+  tandem::v1::WorkerLoad d_load;
+  d_load.add_new_block_hashes(21);
+  d_load.add_new_block_hashes(22);
+  EXPECT_TRUE(pool.Heartbeat(id2, d_load));
+  EXPECT_EQ(Name(pool.PickPrefill(std::vector<uint64_t>{21, 22}, {})), "d:1");
+
+  EXPECT_TRUE(pool.ExpireSilent(std::chrono::hours(1)).empty());
+  const std::vector<std::string> expired = pool.ExpireSilent(std::chrono::seconds(-1));
+  EXPECT_EQ(expired.size(), 2u);
+  EXPECT_EQ(pool.available(), 0);
+  EXPECT_FALSE(pool.Heartbeat(id, load));  // forgotten: must register again
+  pool.Register("c:1");
+  EXPECT_EQ(Name(pool.PickPrefill({}, {})), "c:1");
+}
+
+}  // namespace
+}  // namespace tandem::router
