@@ -100,7 +100,10 @@ class DecodeCall final : public grpc::ServerWriteReactor<DecodeResponse> {
     std::vector<std::optional<std::string>> blobs(hashes.size());
     if (resident < hashes.size()) {
       auto fetched = service.store_.Get(std::span(hashes).subspan(resident));
-      for (size_t i = 0; i < fetched.size(); ++i) blobs[resident + i] = std::move(fetched[i]);
+      for (size_t i = 0; i < fetched.size(); ++i) {
+        if (fetched[i].has_value()) service.kv_bytes_ += static_cast<int64_t>(fetched[i]->size());
+        blobs[resident + i] = std::move(fetched[i]);
+      }
     }
     if (fail_on_miss && RefuseMisses(service, *stream, blobs, resident)) return;
     service.loop_.Post([&service, stream, hashes, blobs = std::move(blobs),

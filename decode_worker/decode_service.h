@@ -33,6 +33,7 @@ class DecodeService final : public tandem::v1::DecodeWorker::CallbackService {
 
   int64_t kv_hits() const { return kv_hits_.load(); }
   int64_t kv_misses() const { return kv_misses_.load(); }
+  int64_t kv_bytes() const { return kv_bytes_.load(); }  // fetched from the store
 
  private:
   friend class DecodeCall;
@@ -41,6 +42,7 @@ class DecodeService final : public tandem::v1::DecodeWorker::CallbackService {
   WorkQueue fetches_;
   std::atomic<int64_t> kv_hits_{0};
   std::atomic<int64_t> kv_misses_{0};
+  std::atomic<int64_t> kv_bytes_{0};
   std::atomic<int64_t> next_id_{1};
 };
 

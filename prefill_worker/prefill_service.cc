@@ -133,6 +133,7 @@ class PrefillCall final : public grpc::ServerUnaryReactor {
     blocks.reserve(exported.size());
     for (auto& b : exported) blocks.push_back({b.hash, std::move(b.bytes)});
     const store::StorePool::PutReport report = service.store_.Put(blocks);
+    service.kv_bytes_ += report.bytes;
     tandem::v1::KvHandle* kv = result.mutable_kv();
     const int block_size = kv->layout().block_size();
     for (size_t i = 0; i < blocks.size() && report.stored[i]; ++i) {

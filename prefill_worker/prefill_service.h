@@ -32,12 +32,15 @@ class PrefillService final : public tandem::v1::PrefillWorker::CallbackService {
                                     const tandem::v1::PrefillRequest* request,
                                     tandem::v1::PrefillResponse* response) override;
 
+  int64_t kv_bytes() const { return kv_bytes_.load(); }  // uploaded to the store
+
  private:
   friend class PrefillCall;
   engine::EngineLoop& loop_;
   store::StorePool& store_;
   WorkQueue uploads_;
   std::atomic<int64_t> next_id_{1};
+  std::atomic<int64_t> kv_bytes_{0};
 };
 
 // Sampling fields of the public API as the engine takes them (proto3 zero values = defaults).

@@ -143,8 +143,10 @@ class WorkerRole final : public ServedRole {
 
  private:
   void Report() {
-    int64_t hits = 0, misses = 0;
+    int64_t hits = 0, misses = 0, bytes = 0;
     do {
+      metrics_.kv_transfer_bytes->Increment(static_cast<double>(service_->kv_bytes() - bytes));
+      bytes = service_->kv_bytes();
       const engine::EngineLoop::Stats s = loop_->GetStats();
       metrics_.requests_running->Set(s.running);
       metrics_.requests_waiting->Set(s.waiting);
