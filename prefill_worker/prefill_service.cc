@@ -86,6 +86,7 @@ class PrefillCall final : public grpc::ServerUnaryReactor {
     r.max_tokens = request.completion_tokens() + 1;  // exactly the first (next) token
     r.sampling = ToSamplingParams(request.sampling());
     r.ignore_eos = true;
+    r.high_priority = request.high_priority();
     const Clock::time_point start = Clock::now();
     std::vector<int32_t> prompt = r.prompt;
     // The callbacks must not touch `this`: gRPC deletes the call once it is finished (a

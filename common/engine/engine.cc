@@ -106,7 +106,15 @@ absl::Status Engine::AddRequest(Request request) {
   }
   auto seq = std::make_unique<Sequence>(std::move(request), next_kv_id_++);
   by_id_[seq->request.id] = seq.get();
-  waiting_.push_back(std::move(seq));
+  if (seq->request.high_priority) {
+    // Ahead of ordinary waiting requests, behind preempted ones and earlier high-priority ones.
+    auto it = std::find_if(waiting_.begin(), waiting_.end(), [](const SeqPtr& w) {
+      return !w->admitted && !w->request.high_priority;
+    });
+    waiting_.insert(it, std::move(seq));
+  } else {
+    waiting_.push_back(std::move(seq));
+  }
   return absl::OkStatus();
 }
 

@@ -31,6 +31,8 @@ struct Request {
   int max_tokens = 16;  // total generated tokens, num_generated included
   std::vector<int32_t> stop_token_ids;
   bool ignore_eos = false;
+  // Admitted before ordinary waiting requests (the balancer's re-prefills).
+  bool high_priority = false;
   // Copy the logits each token was sampled from into RequestOutput (tests, tools).
   bool return_logits = false;
 };

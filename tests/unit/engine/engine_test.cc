@@ -217,6 +217,26 @@ TEST_F(EngineTest, AbortReleasesEveryBlock) {
   EXPECT_EQ(s.free_blocks + s.cached_blocks, s.total_blocks);
 }
 
+TEST_F(EngineTest, HighPriorityRequestsAreAdmittedFirst) {
+  EngineOptions o = Options();
+  o.max_num_seqs = 1;
+  auto e = MakeEngine(o);
+  for (const char* id : {"a", "b", "c", "d"}) {
+    Request r = Greedy(id, RandomPrompt(12, id[0], 128), 2);
+    r.high_priority = std::string(id) == "c" || std::string(id) == "d";
+    ASSERT_TRUE(e->AddRequest(std::move(r)).ok());
+  }
+  std::vector<std::string> finished;
+  while (e->HasUnfinished()) {
+    auto outs = e->Step();
+    ASSERT_TRUE(outs.ok());
+    for (const auto& out : *outs) {
+      if (out.finish != FinishReason::kNone) finished.push_back(out.id);
+    }
+  }
+  EXPECT_EQ(finished, (std::vector<std::string>{"c", "d", "a", "b"}));
+}
+
 TEST_F(EngineTest, SeededSamplingIsReproducible) {
   auto sampled = [&](uint64_t seed) {
     Request r = Greedy("x", RandomPrompt(8, 3, 128), 32);
