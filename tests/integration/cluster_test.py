@@ -114,21 +114,28 @@ def case_greedy(c, stub):
 
 
 def case_faults(c, stub):
-    waves = [("decode", c.decodes[0]), ("prefill", c.prefills[0]), ("store shard", c.shards[0])]
-    for n, (what, victim) in enumerate(waves):
+    # Each victim dies once this many streams have started: decode workers mid-stream, prefill
+    # workers and shards while most prompts are still being prefilled.
+    waves = [("decode", c.decodes[0], 10), ("prefill", c.prefills[0], 1),
+             ("store shard", c.shards[0], 1)]
+    for n, (what, victim, threshold) in enumerate(waves):
         reqs = random_requests(30, seed=10 + n, max_prompt=200, max_out=120)
         want = expected(reqs)
         started = threading.Event()
         killed = threading.Event()
+        streaming = set()
+        lock = threading.Lock()
 
         def on_chunk(call, tokens):
-            if tokens >= 3:
-                started.set()
+            with lock:
+                streaming.add(id(call))
+                if len(streaming) >= threshold:
+                    started.set()
 
         def killer():
-            started.wait(60)
-            victim.kill9()
-            killed.set()
+            if started.wait(120):
+                victim.kill9()
+                killed.set()
         t = threading.Thread(target=killer)
         t.start()
         results = run_concurrently(stub, reqs, on_chunk)
@@ -146,6 +153,14 @@ def case_faults(c, stub):
             misses = c.decodes[1].metric("tandem_kv_lookups_total",
                                          {"result": "miss", "role": "decode"})
             print(f"  decode misses so far: {misses}")
+    # The surviving shard holds no pins or half-written blocks.
+    from tandem.v1 import cache_store_pb2, cache_store_pb2_grpc
+    shard = cache_store_pb2_grpc.CacheStoreStub(grpc.insecure_channel(c.shards[1].address))
+    cluster.wait_for(lambda: shard.GetStats(cache_store_pb2.GetStatsRequest(),
+                                            timeout=10).pinned_blocks == 0, 10,
+                     "the store's pins to be released")
+    print(f"  surviving shard: {shard.GetStats(cache_store_pb2.GetStatsRequest(), timeout=10)}"
+          .replace("\n", " "))
     # The dead workers left rotation after three missed heartbeats.
     cluster.wait_for(lambda: c.router.metric("tandem_workers", {"pool": "decode"}) == 1 and
                      c.router.metric("tandem_workers", {"pool": "prefill"}) == 1, 10,
