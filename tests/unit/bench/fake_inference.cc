@@ -194,14 +194,4 @@ std::vector<GenerateRequest> FakeInference::requests() const {
   return requests_;
 }
 
-std::unique_ptr<grpc::Server> ServeOnLoopback(grpc::Service* service, std::string* address) {
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  *address = absl::StrCat("127.0.0.1:", port);
-  return server;
-}
-
 }  // namespace tandem::bench::testing

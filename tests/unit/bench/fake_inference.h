@@ -61,7 +61,4 @@ class FakeInference final : public tandem::v1::Inference::CallbackService {
   std::vector<tandem::v1::GenerateRequest> requests_ ABSL_GUARDED_BY(mu_);
 };
 
-// Starts `service` on 127.0.0.1 port 0; `*address` gets "127.0.0.1:PORT".
-std::unique_ptr<grpc::Server> ServeOnLoopback(grpc::Service* service, std::string* address);
-
 }  // namespace tandem::bench::testing

@@ -11,7 +11,9 @@
 #include "common/util/file_util.h"
 #include "nlohmann/json.hpp"
 #include "tests/unit/bench/args.h"
+#include "tests/unit/testing/serving.h"
 #include "tests/unit/bench/fake_inference.h"
+#include "tests/unit/testing/serving.h"
 
 namespace tandem::bench {
 namespace {
@@ -25,7 +27,7 @@ class LoadgenTest : public ::testing::Test {
  protected:
   void Start(FakeInferenceOptions options = {}) {
     fake_ = std::make_unique<FakeInference>(std::move(options));
-    server_ = testing::ServeOnLoopback(fake_.get(), &addr_);
+    server_ = tandem::testing::ServeOnLoopback(fake_.get(), &addr_);
     ASSERT_NE(server_, nullptr);
   }
   void TearDown() override {
