@@ -11,7 +11,6 @@
 #include "common/util/file_util.h"
 #include "nlohmann/json.hpp"
 #include "tests/unit/bench/args.h"
-#include "tests/unit/testing/serving.h"
 #include "tests/unit/bench/fake_inference.h"
 #include "tests/unit/testing/serving.h"
 
