@@ -1,18 +1,14 @@
 #include "cache_store/block_store.h"
 
-#include <xxhash.h>
-
 #include <cassert>
 #include <cstring>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/util/log.h"
 
 namespace tandem::cache_store {
-
-uint32_t BlockChecksum(std::span<const uint8_t> bytes) {
-  return XXH32(bytes.data(), bytes.size(), 0);
-}
 
 BlockRef& BlockRef::operator=(BlockRef&& other) noexcept {
   if (this != &other) {
@@ -20,6 +16,7 @@ BlockRef& BlockRef::operator=(BlockRef&& other) noexcept {
     store_ = std::exchange(other.store_, nullptr);
     hash_ = other.hash_;
     checksum_ = other.checksum_;
+    checksum64_ = other.checksum64_;
     data_ = std::exchange(other.data_, {});
   }
   return *this;
@@ -37,7 +34,7 @@ PendingPut& PendingPut::operator=(PendingPut&& other) noexcept {
     hash_ = other.hash_;
     checksum_ = other.checksum_;
     written_ = other.written_;
-    buffer_ = std::move(other.buffer_);
+    data_ = std::exchange(other.data_, {});
   }
   return *this;
 }
@@ -48,7 +45,7 @@ absl::Status PendingPut::Append(std::span<const uint8_t> bytes) {
     return absl::OutOfRangeError(absl::StrCat("block ", hash_, ": ", written_ + bytes.size(),
                                               " bytes sent, ", size(), " declared"));
   }
-  if (!bytes.empty()) std::memcpy(buffer_.data() + written_, bytes.data(), bytes.size());
+  if (!bytes.empty()) std::memcpy(data_.data() + written_, bytes.data(), bytes.size());
   written_ += static_cast<int64_t>(bytes.size());
   return absl::OkStatus();
 }
@@ -61,16 +58,28 @@ absl::Status PendingPut::Commit() {
     Abandon();
     return absl::FailedPreconditionError(message);
   }
-  if (BlockChecksum(buffer_) != checksum_) {
+  if (BlockChecksum(data_) != checksum_) {
     Abandon();
     return absl::DataLossError(absl::StrCat("block ", hash_, ": checksum mismatch"));
   }
-  return std::exchange(store_, nullptr)->Publish(hash_, std::move(buffer_));
+  std::exchange(store_, nullptr)->Publish(hash_, checksum_, std::nullopt);
+  return absl::OkStatus();
+}
+
+absl::Status PendingPut::CommitInPlace(uint64_t checksum64) {
+  if (store_ == nullptr) return absl::FailedPreconditionError("put already finished");
+  if (BlockChecksum64(data_) != checksum64) {
+    Abandon();
+    return absl::DataLossError(absl::StrCat("block ", hash_, ": checksum mismatch"));
+  }
+  written_ = size();
+  std::exchange(store_, nullptr)->Publish(hash_, std::nullopt, checksum64);
+  return absl::OkStatus();
 }
 
 void PendingPut::Abandon() {
   if (store_ != nullptr) std::exchange(store_, nullptr)->Drop(hash_);
-  buffer_ = {};
+  data_ = {};
 }
 
 absl::StatusOr<std::unique_ptr<BlockStore>> BlockStore::Create(const BlockStoreOptions& options) {
@@ -79,30 +88,50 @@ absl::StatusOr<std::unique_ptr<BlockStore>> BlockStore::Create(const BlockStoreO
         absl::StrCat("block store: capacity_bytes (", options.capacity_bytes,
                      ") and max_block_bytes (", options.max_block_bytes, ") must be positive"));
   }
-  return std::unique_ptr<BlockStore>(new BlockStore(options));
+  std::unique_ptr<BlockMemory> memory;
+  if (options.shared_memory) {
+    absl::StatusOr<std::unique_ptr<BlockMemory>> shared =
+        NewSharedBlockMemory(options.capacity_bytes);
+    if (shared.ok()) {
+      memory = *std::move(shared);
+    } else {
+      Log(LogLevel::kWarning, "cache-store",
+          absl::StrCat("no shared-memory fast path, blocks stay private: ",
+                       shared.status().ToString()));
+    }
+  }
+  if (memory == nullptr) memory = NewHeapBlockMemory();
+  return std::unique_ptr<BlockStore>(new BlockStore(options, std::move(memory)));
 }
 
 BlockStore::~BlockStore() {
-#ifndef NDEBUG
   absl::MutexLock lock(&mu_);
-  for (const auto& entry : entries_) {
-    assert(entry.second.pins == 0 && entry.second.committed &&
-           "BlockRef or PendingPut outlived its store");
+  for (auto& [hash, entry] : entries_) {
+    assert(entry.pins == 0 && entry.committed && "BlockRef or PendingPut outlived its store");
+    memory_->Free(entry.data, entry.size);
   }
-#endif
 }
 
-bool BlockStore::MakeRoom(int64_t size) {
+void BlockStore::EvictOldest() {
+  const uint64_t victim = lru_.front();
+  lru_.pop_front();
+  auto it = entries_.find(victim);
+  used_bytes_ -= it->second.size;
+  memory_->Free(it->second.data, it->second.size);
+  entries_.erase(it);
+  ++counters_.evictions;
+}
+
+uint8_t* BlockStore::AllocateEvicting(int64_t size) {
   while (used_bytes_ + size > options_.capacity_bytes) {
-    if (lru_.empty()) return false;
-    const uint64_t victim = lru_.front();
-    lru_.pop_front();
-    auto it = entries_.find(victim);
-    used_bytes_ -= it->second.reserved;
-    entries_.erase(it);
-    ++counters_.evictions;
+    if (lru_.empty()) return nullptr;
+    EvictOldest();
   }
-  return true;
+  while (true) {  // an arena may also need a free range large enough
+    if (uint8_t* data = memory_->Allocate(size)) return data;
+    if (lru_.empty()) return nullptr;
+    EvictOldest();
+  }
 }
 
 absl::StatusOr<PendingPut> BlockStore::BeginPut(uint64_t hash, int64_t size, uint32_t checksum) {
@@ -115,61 +144,105 @@ absl::StatusOr<PendingPut> BlockStore::BeginPut(uint64_t hash, int64_t size, uin
     ++counters_.put_skipped;
     return absl::AlreadyExistsError(absl::StrCat("block ", hash, " is stored or being written"));
   }
-  if (size > options_.capacity_bytes || !MakeRoom(size)) {
+  uint8_t* data = size > options_.capacity_bytes ? nullptr : AllocateEvicting(size);
+  if (data == nullptr) {
     return absl::ResourceExhaustedError(
         absl::StrCat("block ", hash, ": ", size, " bytes do not fit; ", used_bytes_, " of ",
                      options_.capacity_bytes, " bytes are pinned or being written"));
   }
   Entry& entry = entries_[hash];
-  entry.reserved = size;
-  entry.checksum = checksum;
+  entry.data = data;
+  entry.size = size;
   used_bytes_ += size;
   ++counters_.pending_puts;
-  return PendingPut(this, hash, size, checksum);
+  return PendingPut(this, hash, {data, static_cast<size_t>(size)}, checksum);
 }
 
-absl::Status BlockStore::Publish(uint64_t hash, std::vector<uint8_t> data) {
+void BlockStore::Publish(uint64_t hash, std::optional<uint32_t> checksum32,
+                         std::optional<uint64_t> checksum64) {
   absl::MutexLock lock(&mu_);
   auto it = entries_.find(hash);
   assert(it != entries_.end() && !it->second.committed);
   Entry& entry = it->second;
-  entry.data = std::move(data);
+  entry.checksum32 = checksum32;
+  entry.checksum64 = checksum64;
   entry.committed = true;
   entry.lru = lru_.insert(lru_.end(), hash);
   --counters_.pending_puts;
   ++counters_.puts;
-  return absl::OkStatus();
 }
 
 void BlockStore::Drop(uint64_t hash) {
   absl::MutexLock lock(&mu_);
   auto it = entries_.find(hash);
   assert(it != entries_.end() && !it->second.committed);
-  used_bytes_ -= it->second.reserved;
+  used_bytes_ -= it->second.size;
+  memory_->Free(it->second.data, it->second.size);
   entries_.erase(it);
   --counters_.pending_puts;
   ++counters_.put_aborted;
 }
 
-absl::StatusOr<BlockRef> BlockStore::Get(uint64_t hash) {
+absl::StatusOr<BlockRef> BlockStore::Get(uint64_t hash, ChecksumKind kind) {
+  BlockRef ref;
+  bool compute = false;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = entries_.find(hash);
+    if (it == entries_.end() || !it->second.committed) {
+      ++counters_.misses;
+      return absl::NotFoundError(absl::StrCat("block ", hash, " is not stored"));
+    }
+    Entry& entry = it->second;
+    if (entry.pins++ == 0) {
+      lru_.erase(entry.lru);
+      ++counters_.pinned_blocks;
+    }
+    ++counters_.hits;
+    ref.store_ = this;
+    ref.hash_ = hash;
+    ref.data_ = {entry.data, static_cast<size_t>(entry.size)};
+    ref.checksum_ = entry.checksum32.value_or(0);
+    ref.checksum64_ = entry.checksum64.value_or(0);
+    compute = kind == ChecksumKind::kXxh32 ? !entry.checksum32 : !entry.checksum64;
+  }
+  if (compute) {
+    // Outside the lock: the block is pinned. The bytes are checked against the checksum they
+    // were committed with before a new one vouches for them (shared memory is writable by
+    // every attached client).
+    bool intact;
+    if (kind == ChecksumKind::kXxh32) {
+      intact = BlockChecksum64(ref.data_) == ref.checksum64_;
+      ref.checksum_ = BlockChecksum(ref.data_);
+    } else {
+      intact = BlockChecksum(ref.data_) == ref.checksum_;
+      ref.checksum64_ = BlockChecksum64(ref.data_);
+    }
+    if (!intact) {
+      ref.Reset();
+      Discard(hash);
+      return absl::DataLossError(absl::StrCat("block ", hash, " changed after it was written"));
+    }
+    absl::MutexLock lock(&mu_);
+    Entry& entry = entries_.find(hash)->second;  // pinned, so still there
+    if (kind == ChecksumKind::kXxh32) {
+      entry.checksum32 = ref.checksum_;
+    } else {
+      entry.checksum64 = ref.checksum64_;
+    }
+  }
+  return ref;
+}
+
+void BlockStore::Discard(uint64_t hash) {
   absl::MutexLock lock(&mu_);
   auto it = entries_.find(hash);
-  if (it == entries_.end() || !it->second.committed) {
-    ++counters_.misses;
-    return absl::NotFoundError(absl::StrCat("block ", hash, " is not stored"));
-  }
-  Entry& entry = it->second;
-  if (entry.pins++ == 0) {
-    lru_.erase(entry.lru);
-    ++counters_.pinned_blocks;
-  }
-  ++counters_.hits;
-  BlockRef ref;
-  ref.store_ = this;
-  ref.hash_ = hash;
-  ref.checksum_ = entry.checksum;
-  ref.data_ = entry.data;
-  return ref;
+  if (it == entries_.end() || !it->second.committed || it->second.pins > 0) return;
+  lru_.erase(it->second.lru);
+  used_bytes_ -= it->second.size;
+  memory_->Free(it->second.data, it->second.size);
+  entries_.erase(it);
+  ++counters_.corrupt;
 }
 
 void BlockStore::Unpin(uint64_t hash) {

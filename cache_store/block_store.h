@@ -3,31 +3,41 @@
 // layer over it.
 //
 // Blocks are written in two phases: BeginPut reserves the space and hands the writer a
-// PendingPut it fills chunk by chunk; only Commit makes the block visible, so no reader sees a
-// partial block, and a writer that disappears (its PendingPut destroyed) releases the space.
-// Readers get a BlockRef that pins the block: pinned and pending blocks are never evicted.
+// PendingPut it fills chunk by chunk (or, through the shared arena, in place); only Commit makes
+// the block visible, so no reader sees a partial block, and a writer that disappears (its
+// PendingPut destroyed) releases the space. Readers get a BlockRef that pins the block: pinned
+// and pending blocks are never evicted.
+//
+// Block bytes live in a BlockMemory: by default a shared-memory arena that co-located clients
+// map (the node-local fast path; arena() names it), else private heap memory.
 //
 // Thread-safe: every method may be called from any thread. PendingPut::Append touches only the
-// writer's own buffer and takes no lock. BlockRefs and PendingPuts must not outlive the store.
+// writer's own reserved bytes and takes no lock. BlockRefs and PendingPuts must not outlive the
+// store.
 #pragma once
 
 #include <cstdint>
 #include <list>
 #include <memory>
+#include <optional>
 #include <span>
-#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/node_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "cache_store/block_checksum.h"
+#include "cache_store/block_memory.h"
 
 namespace tandem::cache_store {
 
 struct BlockStoreOptions {
   int64_t capacity_bytes = int64_t{1} << 30;
   int64_t max_block_bytes = int64_t{1} << 30;  // larger puts are InvalidArgument
+  // Keep blocks in a shared-memory arena co-located clients can map. If the kernel refuses one
+  // the store logs why and keeps them in private memory (clients then use the stream).
+  bool shared_memory = true;
 };
 
 // Counters since creation and the current occupancy.
@@ -43,10 +53,11 @@ struct BlockStoreStats {
   int64_t hits = 0;           // Get calls that found their block
   int64_t misses = 0;         // Get calls that did not
   int64_t evictions = 0;
+  int64_t corrupt = 0;  // blocks found changed after their commit, and dropped
 };
 
-// Checksum of a block's bytes as the store and its clients compute it (XXH32, seed 0).
-uint32_t BlockChecksum(std::span<const uint8_t> bytes);
+// The checksum a reader wants with its block: XXH32 for the stream, XXH3-64 for shared memory.
+enum class ChecksumKind { kXxh32, kXxh3 };
 
 class BlockStore;
 
@@ -59,7 +70,8 @@ class BlockRef {
   ~BlockRef() { Reset(); }
 
   std::span<const uint8_t> data() const { return data_; }
-  uint32_t checksum() const { return checksum_; }
+  uint32_t checksum() const { return checksum_; }      // XXH32; set when Get asked for it
+  uint64_t checksum64() const { return checksum64_; }  // XXH3-64; set when Get asked for it
   uint64_t hash() const { return hash_; }
   void Reset();
 
@@ -68,6 +80,7 @@ class BlockRef {
   BlockStore* store_ = nullptr;
   uint64_t hash_ = 0;
   uint32_t checksum_ = 0;
+  uint64_t checksum64_ = 0;
   std::span<const uint8_t> data_;
 };
 
@@ -79,26 +92,31 @@ class PendingPut {
   ~PendingPut() { Abandon(); }
 
   uint64_t hash() const { return hash_; }
-  int64_t size() const { return static_cast<int64_t>(buffer_.size()); }
+  int64_t size() const { return static_cast<int64_t>(data_.size()); }
   int64_t written() const { return written_; }
+  // The reserved bytes, for writers that fill them in place (through the shared arena).
+  std::span<uint8_t> data() const { return data_; }
 
   // OutOfRange (nothing written) past the size declared at BeginPut.
   absl::Status Append(std::span<const uint8_t> bytes);
   // Publishes the block. FailedPrecondition if bytes are missing, DataLoss if the checksum given
   // at BeginPut does not match; either way the put is abandoned.
   absl::Status Commit();
+  // Publishes bytes written into data() directly, checked against their XXH3-64 (the one given
+  // at BeginPut is not used). DataLoss, and the put is abandoned, on a mismatch.
+  absl::Status CommitInPlace(uint64_t checksum64);
 
  private:
   friend class BlockStore;
-  PendingPut(BlockStore* store, uint64_t hash, int64_t size, uint32_t checksum)
-      : store_(store), hash_(hash), checksum_(checksum), buffer_(size) {}
+  PendingPut(BlockStore* store, uint64_t hash, std::span<uint8_t> data, uint32_t checksum)
+      : store_(store), hash_(hash), checksum_(checksum), data_(data) {}
   void Abandon();
 
   BlockStore* store_ = nullptr;
   uint64_t hash_ = 0;
   uint32_t checksum_ = 0;
   int64_t written_ = 0;
-  std::vector<uint8_t> buffer_;
+  std::span<uint8_t> data_;  // reserved in the store's memory
 };
 
 class BlockStore {
@@ -115,34 +133,47 @@ class BlockStore {
   // pending blocks leave too little room.
   absl::StatusOr<PendingPut> BeginPut(uint64_t hash, int64_t size, uint32_t checksum);
 
-  // The committed block, pinned and made most recently used; NotFound if absent.
-  absl::StatusOr<BlockRef> Get(uint64_t hash);
+  // The committed block, pinned and made most recently used; NotFound if absent. The checksum
+  // of `kind` is filled in: computed once, on first demand, if the block was written with the
+  // other kind, after checking the bytes against that one (DataLoss, and the block is dropped,
+  // if they changed).
+  absl::StatusOr<BlockRef> Get(uint64_t hash, ChecksumKind kind = ChecksumKind::kXxh32);
   bool Exists(uint64_t hash) const;
   BlockStoreStats Stats() const;
+
+  // The shared arena blocks live in; nullptr when they are in private memory.
+  const ShmArena* arena() const { return memory_->arena(); }
 
  private:
   friend class BlockRef;
   friend class PendingPut;
 
   struct Entry {
-    std::vector<uint8_t> data;  // empty while pending
-    int64_t reserved = 0;       // bytes counted in used_bytes_
-    uint32_t checksum = 0;
+    uint8_t* data = nullptr;  // allocated at BeginPut; readable once committed
+    int64_t size = 0;         // bytes counted in used_bytes_
+    std::optional<uint32_t> checksum32;
+    std::optional<uint64_t> checksum64;
     bool committed = false;
     int pins = 0;
     std::list<uint64_t>::iterator lru;  // valid while committed and unpinned
   };
 
-  explicit BlockStore(const BlockStoreOptions& options) : options_(options) {}
-  // Evicts unpinned committed blocks, oldest first, until `size` more bytes fit.
-  bool MakeRoom(int64_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  BlockStore(const BlockStoreOptions& options, std::unique_ptr<BlockMemory> memory)
+      : options_(options), memory_(std::move(memory)) {}
+  // `size` bytes of block memory, evicting unpinned committed blocks, oldest first, until they
+  // fit in the capacity and in one free range; nullptr if pinned and pending blocks prevent it.
+  uint8_t* AllocateEvicting(int64_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EvictOldest() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Unpin(uint64_t hash);
-  absl::Status Publish(uint64_t hash, std::vector<uint8_t> data);
-  void Drop(uint64_t hash);  // an abandoned or failed pending put
+  void Publish(uint64_t hash, std::optional<uint32_t> checksum32,
+               std::optional<uint64_t> checksum64);
+  void Drop(uint64_t hash);     // an abandoned or failed pending put
+  void Discard(uint64_t hash);  // a committed block found corrupt, unless pinned by others
 
   const BlockStoreOptions options_;
+  const std::unique_ptr<BlockMemory> memory_;  // mutated only under mu_
   mutable absl::Mutex mu_;
-  // node_hash_map: BlockRef spans point into Entry::data, which must not move.
+  // node_hash_map: entries are found by hash while others are inserted and erased.
   absl::node_hash_map<uint64_t, Entry> entries_ ABSL_GUARDED_BY(mu_);
   std::list<uint64_t> lru_ ABSL_GUARDED_BY(mu_);  // unpinned committed blocks, oldest first
   int64_t used_bytes_ ABSL_GUARDED_BY(mu_) = 0;

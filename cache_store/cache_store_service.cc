@@ -171,10 +171,18 @@ class GetReactor final : public grpc::ServerWriteReactor<GetResponse> {
   GetResponse response_;
 };
 
+// Finishes a unary call with `status`, mapped at the edge.
+grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* context, const absl::Status& status) {
+  auto* reactor = context->DefaultReactor();
+  reactor->Finish(rpc::ToGrpcStatus(status));
+  return reactor;
+}
+
 }  // namespace
 
-CacheStoreService::CacheStoreService(BlockStore& store, int64_t chunk_bytes)
-    : store_(store), chunk_bytes_(std::max<int64_t>(chunk_bytes, 1)) {}
+CacheStoreService::CacheStoreService(BlockStore& store, int64_t chunk_bytes,
+                                     const ShmHandoffOptions& shm)
+    : store_(store), chunk_bytes_(std::max<int64_t>(chunk_bytes, 1)), shm_(store, shm) {}
 
 grpc::ServerReadReactor<PutRequest>* CacheStoreService::Put(grpc::CallbackServerContext*,
                                                             PutResponse* response) {
@@ -211,6 +219,36 @@ grpc::ServerUnaryReactor* CacheStoreService::GetStats(grpc::CallbackServerContex
   auto* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
   return reactor;
+}
+
+grpc::ServerUnaryReactor* CacheStoreService::AttachSharedMemory(
+    grpc::CallbackServerContext* context, const tandem::v1::AttachSharedMemoryRequest*,
+    tandem::v1::AttachSharedMemoryResponse* response) {
+  return Answer(context, shm_.Attach(response));
+}
+
+grpc::ServerUnaryReactor* CacheStoreService::ReserveShm(
+    grpc::CallbackServerContext* context, const tandem::v1::ReserveShmRequest* request,
+    tandem::v1::ReserveShmResponse* response) {
+  return Answer(context, shm_.Reserve(*request, response));
+}
+
+grpc::ServerUnaryReactor* CacheStoreService::CommitShm(grpc::CallbackServerContext* context,
+                                                       const tandem::v1::CommitShmRequest* request,
+                                                       tandem::v1::CommitShmResponse* response) {
+  return Answer(context, shm_.Commit(*request, response));
+}
+
+grpc::ServerUnaryReactor* CacheStoreService::AcquireShm(
+    grpc::CallbackServerContext* context, const tandem::v1::AcquireShmRequest* request,
+    tandem::v1::AcquireShmResponse* response) {
+  return Answer(context, shm_.Acquire(*request, response));
+}
+
+grpc::ServerUnaryReactor* CacheStoreService::ReleaseShm(
+    grpc::CallbackServerContext* context, const tandem::v1::ReleaseShmRequest* request,
+    tandem::v1::ReleaseShmResponse*) {
+  return Answer(context, shm_.Release(*request));
 }
 
 }  // namespace tandem::cache_store

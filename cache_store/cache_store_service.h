@@ -1,11 +1,13 @@
 // gRPC face of one cache-store shard (proto/tandem/v1/cache_store.proto) over a BlockStore,
 // with the callback API: Put reads a client stream of chunks, Get writes one, and a block being
-// sent stays pinned until its last chunk is written.
+// sent stays pinned until its last chunk is written. The shared-memory calls go to a
+// ShmHandoff (shm_handoff.h).
 #pragma once
 
 #include <cstdint>
 
 #include "cache_store/block_store.h"
+#include "cache_store/shm_handoff.h"
 #include "tandem/v1/cache_store.grpc.pb.h"
 
 namespace tandem::cache_store {
@@ -13,7 +15,7 @@ namespace tandem::cache_store {
 class CacheStoreService final : public tandem::v1::CacheStore::CallbackService {
  public:
   // `chunk_bytes`: data bytes per streamed Get message. The store must outlive the service.
-  CacheStoreService(BlockStore& store, int64_t chunk_bytes);
+  CacheStoreService(BlockStore& store, int64_t chunk_bytes, const ShmHandoffOptions& shm = {});
 
   grpc::ServerReadReactor<tandem::v1::PutRequest>* Put(grpc::CallbackServerContext* context,
                                                        tandem::v1::PutResponse* response) override;
@@ -26,9 +28,28 @@ class CacheStoreService final : public tandem::v1::CacheStore::CallbackService {
                                      const tandem::v1::GetStatsRequest* request,
                                      tandem::v1::StoreStats* response) override;
 
+  grpc::ServerUnaryReactor* AttachSharedMemory(
+      grpc::CallbackServerContext* context, const tandem::v1::AttachSharedMemoryRequest* request,
+      tandem::v1::AttachSharedMemoryResponse* response) override;
+  grpc::ServerUnaryReactor* ReserveShm(grpc::CallbackServerContext* context,
+                                       const tandem::v1::ReserveShmRequest* request,
+                                       tandem::v1::ReserveShmResponse* response) override;
+  grpc::ServerUnaryReactor* CommitShm(grpc::CallbackServerContext* context,
+                                      const tandem::v1::CommitShmRequest* request,
+                                      tandem::v1::CommitShmResponse* response) override;
+  grpc::ServerUnaryReactor* AcquireShm(grpc::CallbackServerContext* context,
+                                       const tandem::v1::AcquireShmRequest* request,
+                                       tandem::v1::AcquireShmResponse* response) override;
+  grpc::ServerUnaryReactor* ReleaseShm(grpc::CallbackServerContext* context,
+                                       const tandem::v1::ReleaseShmRequest* request,
+                                       tandem::v1::ReleaseShmResponse* response) override;
+
+  const ShmHandoff& shm() const { return shm_; }
+
  private:
   BlockStore& store_;
   const int64_t chunk_bytes_;
+  ShmHandoff shm_;
 };
 
 }  // namespace tandem::cache_store

@@ -19,11 +19,18 @@ uint32_t Checksum(const std::string& bytes) {
 }  // namespace
 
 CacheStoreClient::CacheStoreClient(std::shared_ptr<grpc::Channel> channel, std::string model_id,
-                                   int64_t chunk_bytes, std::chrono::milliseconds timeout)
+                                   const CacheStoreClientOptions& options)
     : stub_(tandem::v1::CacheStore::NewStub(channel)),
       model_id_(std::move(model_id)),
-      chunk_bytes_(std::max<int64_t>(chunk_bytes, 1)),
-      timeout_(timeout) {}
+      chunk_bytes_(std::max<int64_t>(options.chunk_bytes, 1)),
+      timeout_(options.timeout) {
+  if (options.shared_memory) shm_ = std::make_unique<ShmClient>(*stub_, model_id_, timeout_);
+}
+
+CacheStoreClient::CacheStoreClient(std::shared_ptr<grpc::Channel> channel, std::string model_id,
+                                   int64_t chunk_bytes, std::chrono::milliseconds timeout)
+    : CacheStoreClient(std::move(channel), std::move(model_id),
+                       CacheStoreClientOptions{.chunk_bytes = chunk_bytes, .timeout = timeout}) {}
 
 void CacheStoreClient::SetDeadline(grpc::ClientContext& context) const {
   context.set_deadline(std::chrono::system_clock::now() + timeout_);
@@ -35,6 +42,13 @@ absl::StatusOr<PutResult> CacheStoreClient::Put(std::span<const BlockData> block
       return absl::InvalidArgumentError(absl::StrCat("block ", block.hash, " is empty"));
     }
   }
+  if (shm_ != nullptr) {
+    if (auto result = shm_->Put(blocks)) return *std::move(result);
+  }
+  return StreamPut(blocks);
+}
+
+absl::StatusOr<PutResult> CacheStoreClient::StreamPut(std::span<const BlockData> blocks) {
   grpc::ClientContext context;
   SetDeadline(context);
   tandem::v1::PutResponse response;
@@ -61,6 +75,14 @@ absl::StatusOr<PutResult> CacheStoreClient::Put(std::span<const BlockData> block
 }
 
 absl::StatusOr<std::vector<std::optional<std::string>>> CacheStoreClient::Get(
+    std::span<const uint64_t> hashes) {
+  if (shm_ != nullptr) {
+    if (auto result = shm_->Get(hashes)) return *std::move(result);
+  }
+  return StreamGet(hashes);
+}
+
+absl::StatusOr<std::vector<std::optional<std::string>>> CacheStoreClient::StreamGet(
     std::span<const uint64_t> hashes) {
   grpc::ClientContext context;
   SetDeadline(context);

@@ -1,5 +1,7 @@
 // Client of one cache-store shard over gRPC: puts and gets whole blocks, streaming them in
-// chunks. Every call carries a deadline. Thread-safe (gRPC stubs are).
+// chunks, or, for a shard on this machine that offers it, copying them through the shard's
+// shared-memory arena (shm_client.h), falling back to the stream when that path is not
+// available. Every call carries a deadline. Thread-safe (gRPC stubs are).
 #pragma once
 
 #include <chrono>
@@ -11,22 +13,25 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/store/block_data.h"
+#include "common/store/shm_client.h"
 #include "tandem/v1/cache_store.grpc.pb.h"
 
 namespace tandem::store {
 
-struct BlockData {
-  uint64_t hash = 0;
-  std::string bytes;
-};
-
-struct PutResult {
-  int stored = 0;
-  int skipped = 0;  // already held by the shard
+struct CacheStoreClientOptions {
+  int64_t chunk_bytes = 1 << 20;  // data bytes per streamed message
+  std::chrono::milliseconds timeout = std::chrono::seconds(30);
+  // Try the shared-memory path first. Set it only for a shard on this machine
+  // (IsLocalAddress); attaching proves it, and the stream is the fallback.
+  bool shared_memory = false;
 };
 
 class CacheStoreClient {
  public:
+  CacheStoreClient(std::shared_ptr<grpc::Channel> channel, std::string model_id,
+                   const CacheStoreClientOptions& options);
+  // Streams only.
   CacheStoreClient(std::shared_ptr<grpc::Channel> channel, std::string model_id,
                    int64_t chunk_bytes = 1 << 20,
                    std::chrono::milliseconds timeout = std::chrono::seconds(30));
@@ -38,13 +43,20 @@ class CacheStoreClient {
   absl::StatusOr<std::vector<bool>> Exists(std::span<const uint64_t> hashes);
   absl::StatusOr<tandem::v1::StoreStats> Stats();
 
+  // Whether the shared-memory path is mapped now (it attaches on the first Put or Get).
+  bool shared_memory_attached() const { return shm_ != nullptr && shm_->attached(); }
+
  private:
   void SetDeadline(grpc::ClientContext& context) const;
+  absl::StatusOr<PutResult> StreamPut(std::span<const BlockData> blocks);
+  absl::StatusOr<std::vector<std::optional<std::string>>> StreamGet(
+      std::span<const uint64_t> hashes);
 
   std::unique_ptr<tandem::v1::CacheStore::Stub> stub_;
   const std::string model_id_;
   const int64_t chunk_bytes_;
   const std::chrono::milliseconds timeout_;
+  std::unique_ptr<ShmClient> shm_;  // null: streams only
 };
 
 }  // namespace tandem::store

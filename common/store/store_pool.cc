@@ -2,6 +2,8 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "common/store/shm_mapping.h"
+
 namespace tandem::store {
 
 StorePool::StorePool(std::vector<std::string> shard_addresses, std::string model_id,
@@ -10,7 +12,11 @@ StorePool::StorePool(std::vector<std::string> shard_addresses, std::string model
   for (const std::string& address : ring_.shards()) {
     clients_.push_back(std::make_unique<CacheStoreClient>(
         grpc::CreateChannel(address, grpc::InsecureChannelCredentials()), model_id,
-        options.chunk_bytes, options.timeout));
+        CacheStoreClientOptions{
+            .chunk_bytes = options.chunk_bytes,
+            .timeout = options.timeout,
+            .shared_memory = options.shared_memory && IsLocalAddress(address),
+        }));
   }
 }
 

@@ -18,6 +18,9 @@ namespace tandem::store {
 struct StorePoolOptions {
   int64_t chunk_bytes = 1 << 20;
   std::chrono::milliseconds timeout = std::chrono::seconds(10);
+  // Move blocks through shared memory with shards on this machine that offer it
+  // (cache_store.shared_memory); other shards, and any that refuse, are streamed to.
+  bool shared_memory = true;
 };
 
 class StorePool {

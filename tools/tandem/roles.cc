@@ -83,7 +83,8 @@ class CacheStoreRole final : public ServedRole {
 
   absl::Status Start(const config::TandemConfig& c) {
     TANDEM_ASSIGN_OR_RETURN(store_, cache_store::BlockStore::Create(
-                                        {.capacity_bytes = c.cache_store.capacity_bytes}));
+                                        {.capacity_bytes = c.cache_store.capacity_bytes,
+                                         .shared_memory = c.cache_store.shared_memory}));
     service_ = std::make_unique<cache_store::CacheStoreService>(*store_, c.cache_store.chunk_bytes);
     TANDEM_ASSIGN_OR_RETURN(auto server,
                             rpc::StartServer(c.cache_store.listen, {service_.get()}, {kCacheStore}));
@@ -122,7 +123,8 @@ class WorkerRole final : public ServedRole {
     loop_ = std::make_unique<engine::EngineLoop>(std::move(engine));
     store_ = std::make_unique<store::StorePool>(
         c.cache_store.shards, ModelId(c),
-        store::StorePoolOptions{.chunk_bytes = c.cache_store.chunk_bytes});
+        store::StorePoolOptions{.chunk_bytes = c.cache_store.chunk_bytes,
+                                .shared_memory = c.cache_store.shared_memory});
     service_ = std::make_unique<Service>(*loop_, *store_);
     TANDEM_ASSIGN_OR_RETURN(auto server, rpc::StartServer(listen, {service_.get()}, {name}));
     Serve(std::move(server), {name});

@@ -3,9 +3,14 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <cstring>
 #include <random>
 #include <thread>
 #include <vector>
+
+#include "cache_store/arena_allocator.h"
+#include "cache_store/shm_layout.h"
 
 namespace tandem::cache_store {
 namespace {
@@ -19,11 +24,21 @@ std::vector<uint8_t> Content(uint64_t hash, int64_t size) {
   return v;
 }
 
-std::unique_ptr<BlockStore> Make(int64_t capacity, int64_t max_block = 1 << 20) {
-  auto s = BlockStore::Create({.capacity_bytes = capacity, .max_block_bytes = max_block});
+std::unique_ptr<BlockStore> MakeStore(int64_t capacity, int64_t max_block, bool shared_memory) {
+  auto s = BlockStore::Create(
+      {.capacity_bytes = capacity, .max_block_bytes = max_block, .shared_memory = shared_memory});
   EXPECT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ((*s)->arena() != nullptr, shared_memory);
   return std::move(s).value();
 }
+
+// Every behaviour holds whether blocks live in private memory or in the shared arena.
+class BlockStoreTest : public ::testing::TestWithParam<bool> {
+ protected:
+  std::unique_ptr<BlockStore> Make(int64_t capacity, int64_t max_block = 1 << 20) {
+    return MakeStore(capacity, max_block, GetParam());
+  }
+};
 
 absl::Status Put(BlockStore& store, uint64_t hash, int64_t size) {
   const auto data = Content(hash, size);
@@ -36,7 +51,7 @@ absl::Status Put(BlockStore& store, uint64_t hash, int64_t size) {
   return put->Commit();
 }
 
-TEST(BlockStoreTest, PutThenGetReturnsTheBytes) {
+TEST_P(BlockStoreTest, PutThenGetReturnsTheBytes) {
   auto store = Make(10000);
   ASSERT_TRUE(Put(*store, 7, 1000).ok());
   EXPECT_TRUE(store->Exists(7));
@@ -56,7 +71,7 @@ TEST(BlockStoreTest, PutThenGetReturnsTheBytes) {
   EXPECT_EQ(store->Stats().misses, 1);
 }
 
-TEST(BlockStoreTest, APartialBlockIsNeverVisible) {
+TEST_P(BlockStoreTest, APartialBlockIsNeverVisible) {
   auto store = Make(10000);
   const auto data = Content(1, 1000);
   auto put = store->BeginPut(1, 1000, BlockChecksum(data));
@@ -75,7 +90,7 @@ TEST(BlockStoreTest, APartialBlockIsNeverVisible) {
   EXPECT_TRUE(Put(*store, 1, 1000).ok());  // the key is free again
 }
 
-TEST(BlockStoreTest, OverlongAndCorruptPutsAreRefused) {
+TEST_P(BlockStoreTest, OverlongAndCorruptPutsAreRefused) {
   auto store = Make(10000);
   const auto data = Content(2, 100);
   auto put = store->BeginPut(2, 100, BlockChecksum(data));
@@ -92,7 +107,7 @@ TEST(BlockStoreTest, OverlongAndCorruptPutsAreRefused) {
   EXPECT_EQ(store->Stats().used_bytes, 0);
 }
 
-TEST(BlockStoreTest, AbandonedWriterReleasesItsSpace) {
+TEST_P(BlockStoreTest, AbandonedWriterReleasesItsSpace) {
   auto store = Make(1000);
   {
     auto put = store->BeginPut(3, 1000, 0);
@@ -103,7 +118,7 @@ TEST(BlockStoreTest, AbandonedWriterReleasesItsSpace) {
   EXPECT_TRUE(Put(*store, 4, 1000).ok());
 }
 
-TEST(BlockStoreTest, SecondWriterOfABlockSkips) {
+TEST_P(BlockStoreTest, SecondWriterOfABlockSkips) {
   auto store = Make(10000);
   auto first = store->BeginPut(5, 10, BlockChecksum(Content(5, 10)));
   ASSERT_TRUE(first.ok());
@@ -115,17 +130,17 @@ TEST(BlockStoreTest, SecondWriterOfABlockSkips) {
   EXPECT_EQ(store->Stats().puts, 1);
 }
 
-TEST(BlockStoreTest, SizesAreValidated) {
+TEST_P(BlockStoreTest, SizesAreValidated) {
   auto store = Make(1000, 500);
   EXPECT_EQ(store->BeginPut(1, 0, 0).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(store->BeginPut(1, -3, 0).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(store->BeginPut(1, 501, 0).status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_FALSE(BlockStore::Create({.capacity_bytes = 0}).ok());
+  EXPECT_FALSE(BlockStore::Create({.capacity_bytes = 0, .shared_memory = GetParam()}).ok());
   auto small = Make(100, 500);
   EXPECT_EQ(small->BeginPut(1, 200, 0).status().code(), absl::StatusCode::kResourceExhausted);
 }
 
-TEST(BlockStoreTest, EvictsLeastRecentlyUsedFirst) {
+TEST_P(BlockStoreTest, EvictsLeastRecentlyUsedFirst) {
   auto store = Make(300);
   for (uint64_t h : {1, 2, 3}) ASSERT_TRUE(Put(*store, h, 100).ok());
   ASSERT_TRUE(store->Get(1).ok());  // 1 becomes most recent once released
@@ -140,7 +155,7 @@ TEST(BlockStoreTest, EvictsLeastRecentlyUsedFirst) {
   EXPECT_TRUE(store->Exists(4));
 }
 
-TEST(BlockStoreTest, PinnedBlocksAreNeverEvicted) {
+TEST_P(BlockStoreTest, PinnedBlocksAreNeverEvicted) {
   auto store = Make(200);
   ASSERT_TRUE(Put(*store, 1, 100).ok());
   ASSERT_TRUE(Put(*store, 2, 100).ok());
@@ -162,7 +177,7 @@ TEST(BlockStoreTest, PinnedBlocksAreNeverEvicted) {
 
 // Writers and readers on overlapping keys: every read sees a whole, correct block, and the
 // store ends with nothing pinned or pending and within capacity.
-TEST(BlockStoreTest, ConcurrentWritersAndReaders) {
+TEST_P(BlockStoreTest, ConcurrentWritersAndReaders) {
   auto store = Make(64 * 1000);
   std::vector<std::thread> threads;
   std::atomic<int> bad{0};
@@ -191,6 +206,96 @@ TEST(BlockStoreTest, ConcurrentWritersAndReaders) {
   EXPECT_LE(s.used_bytes, s.capacity_bytes);
   EXPECT_GT(s.evictions, 0);
   EXPECT_GT(s.hits, 0);
+}
+
+// Bytes written in place (as a shared-memory client does) are checked against their XXH3-64,
+// and a block written with one checksum kind can be read with the other.
+TEST_P(BlockStoreTest, CommitInPlaceChecksTheXxh3AndBothChecksumsServe) {
+  auto store = Make(10000);
+  const auto data = Content(9, 1000);
+  auto put = store->BeginPut(9, 1000, 0);
+  ASSERT_TRUE(put.ok());
+  std::memcpy(put->data().data(), data.data(), data.size());
+  EXPECT_FALSE(store->Exists(9));
+  ASSERT_TRUE(put->CommitInPlace(BlockChecksum64(data)).ok());
+  auto ref = store->Get(9, ChecksumKind::kXxh3);
+  ASSERT_TRUE(ref.ok());
+  EXPECT_EQ(ref->checksum64(), BlockChecksum64(data));
+  auto ref32 = store->Get(9);  // computed on demand
+  ASSERT_TRUE(ref32.ok());
+  EXPECT_EQ(ref32->checksum(), BlockChecksum(data));
+  EXPECT_EQ(std::vector<uint8_t>(ref32->data().begin(), ref32->data().end()), data);
+
+  ASSERT_TRUE(Put(*store, 10, 500).ok());  // through Append: XXH32 known, XXH3 on demand
+  auto ref64 = store->Get(10, ChecksumKind::kXxh3);
+  ASSERT_TRUE(ref64.ok());
+  EXPECT_EQ(ref64->checksum64(), BlockChecksum64(Content(10, 500)));
+
+  auto bad = store->BeginPut(11, 100, 0);
+  ASSERT_TRUE(bad.ok());
+  std::memset(bad->data().data(), 7, 100);
+  EXPECT_EQ(bad->CommitInPlace(12345).code(), absl::StatusCode::kDataLoss);
+  EXPECT_FALSE(store->Exists(11));
+  EXPECT_EQ(store->Stats().used_bytes, 1500);
+}
+
+// Shared memory is writable by every attached client: bytes changed after their commit are
+// caught when a reader first needs the other checksum kind, and the block is dropped.
+TEST_P(BlockStoreTest, BytesChangedAfterCommitAreCaughtAndDropped) {
+  auto store = Make(10000);
+  const auto data = Content(4, 2000);
+  auto put = store->BeginPut(4, 2000, 0);
+  ASSERT_TRUE(put.ok());
+  std::span<uint8_t> bytes = put->data();
+  std::memcpy(bytes.data(), data.data(), data.size());
+  ASSERT_TRUE(put->CommitInPlace(BlockChecksum64(data)).ok());
+  bytes[1234] ^= 0x40;  // a rogue writer
+  EXPECT_EQ(store->Get(4).status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_FALSE(store->Exists(4));
+  const BlockStoreStats s = store->Stats();
+  EXPECT_EQ(s.corrupt, 1);
+  EXPECT_EQ(s.used_bytes, 0);
+  EXPECT_EQ(s.pinned_blocks, 0);
+  ASSERT_TRUE(Put(*store, 4, 2000).ok());  // it can be written again
+}
+
+INSTANTIATE_TEST_SUITE_P(Memory, BlockStoreTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "Shared" : "Private";
+                         });
+
+TEST(BlockStoreArenaTest, BlockBytesLiveInTheArena) {
+  auto store = MakeStore(1 << 20, 1 << 20, true);
+  ASSERT_TRUE(Put(*store, 1, 1000).ok());
+  auto ref = store->Get(1);
+  ASSERT_TRUE(ref.ok());
+  const ShmArena* arena = store->arena();
+  const int64_t offset = arena->FileOffset(ref->data().data());
+  EXPECT_GE(offset, kShmHeaderBytes);
+  EXPECT_LE(offset + 1000, arena->file_bytes());
+  EXPECT_EQ(offset % ArenaAllocator::kAlignment, 0);
+}
+
+// In an arena a block needs one free range: when pinned blocks split the free space, the store
+// evicts further (oldest first) until a range fits, and refuses when only pinned ones are left.
+TEST(BlockStoreArenaTest, FragmentationEvictsUntilARangeFits) {
+  auto store = MakeStore(4096, 4096, true);
+  for (uint64_t h : {1, 2, 3, 4}) ASSERT_TRUE(Put(*store, h, 1024).ok());  // fills the arena
+  auto b = store->Get(2);
+  auto d = store->Get(4);
+  ASSERT_TRUE(b.ok() && d.ok());
+  // 1 and 3 go, yet their ranges are not adjacent: 2048 bytes fit the capacity, not the arena.
+  EXPECT_EQ(Put(*store, 5, 2048).code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_FALSE(store->Exists(1));
+  EXPECT_FALSE(store->Exists(3));
+  b->Reset();
+  ASSERT_TRUE(Put(*store, 5, 2048).ok());  // evicts 2 as well
+  EXPECT_FALSE(store->Exists(2));
+  EXPECT_TRUE(store->Exists(4));
+  EXPECT_EQ(std::vector<uint8_t>(d->data().begin(), d->data().end()), Content(4, 1024));
+  const BlockStoreStats s = store->Stats();
+  EXPECT_EQ(s.used_bytes, 1024 + 2048);
+  EXPECT_EQ(s.evictions, 3);
 }
 
 }  // namespace

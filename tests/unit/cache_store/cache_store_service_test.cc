@@ -6,6 +6,9 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <thread>
+
 #include "common/store/cache_store_client.h"
 
 namespace tandem::cache_store {
@@ -13,6 +16,7 @@ namespace {
 
 using store::BlockData;
 using store::CacheStoreClient;
+using store::CacheStoreClientOptions;
 using ::testing::HasSubstr;
 
 std::string Bytes(uint64_t seed, size_t n) {
@@ -23,9 +27,12 @@ std::string Bytes(uint64_t seed, size_t n) {
 
 class CacheStoreServiceTest : public ::testing::Test {
  protected:
-  void Start(int64_t capacity, int64_t chunk_bytes = 1000) {
-    store_ = BlockStore::Create({.capacity_bytes = capacity}).value();
-    service_ = std::make_unique<CacheStoreService>(*store_, chunk_bytes);
+  void Start(int64_t capacity, int64_t chunk_bytes = 1000, bool shared_memory = true,
+             std::chrono::milliseconds lease_ttl = std::chrono::seconds(30)) {
+    store_ =
+        BlockStore::Create({.capacity_bytes = capacity, .shared_memory = shared_memory}).value();
+    service_ = std::make_unique<CacheStoreService>(*store_, chunk_bytes,
+                                                   ShmHandoffOptions{.leases = {.ttl = lease_ttl}});
     grpc::ServerBuilder builder;
     int port = 0;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
@@ -146,6 +153,92 @@ TEST_F(CacheStoreServiceTest, FullStoreIsResourceExhausted) {
   EXPECT_TRUE(client_->Put({{BlockData{2, Bytes(2, 600 * 1024)}}}).ok());  // evicts 1
   EXPECT_FALSE(store_->Exists(1));
   EXPECT_FALSE(client_->Put({{BlockData{3, {}}}}).ok());  // empty blocks never leave the client
+}
+
+// Blocks written through shared memory read back identically over the stream, and the other
+// way round; the shared-memory client used its path for every block.
+TEST_F(CacheStoreServiceTest, SharedMemoryAndStreamCarryTheSameBytes) {
+  Start(8 << 20);
+  CacheStoreClient shm(channel_, "model", CacheStoreClientOptions{.shared_memory = true});
+  const std::vector<BlockData> by_shm = {
+      {21, Bytes(21, 64 << 10)}, {22, Bytes(22, 5000)}, {23, Bytes(23, 1)}};
+  const std::vector<BlockData> by_stream = {{31, Bytes(31, 64 << 10)}, {32, Bytes(32, 3)}};
+  auto put = shm.Put(by_shm);
+  ASSERT_TRUE(put.ok()) << put.status();
+  EXPECT_EQ(put->stored, 3);
+  EXPECT_TRUE(shm.shared_memory_attached());
+  EXPECT_EQ(service_->shm().Stats().committed_blocks, 3);
+  ASSERT_TRUE(client_->Put(by_stream).ok());
+
+  const std::vector<uint64_t> hashes = {21, 31, 99, 22, 32, 23};
+  auto streamed = client_->Get(hashes);
+  auto mapped = shm.Get(hashes);
+  ASSERT_TRUE(streamed.ok()) << streamed.status();
+  ASSERT_TRUE(mapped.ok()) << mapped.status();
+  EXPECT_EQ(*streamed, *mapped);
+  EXPECT_EQ((*mapped)[0], by_shm[0].bytes);
+  EXPECT_EQ((*mapped)[1], by_stream[0].bytes);
+  EXPECT_FALSE((*mapped)[2].has_value());
+  EXPECT_EQ((*mapped)[5], by_shm[2].bytes);
+  EXPECT_EQ(service_->shm().Stats().acquired_blocks, 5);
+
+  auto again = shm.Put(by_shm);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->skipped, 3);
+  EXPECT_EQ(service_->shm().Stats().open_leases, 0);
+  EXPECT_EQ(store_->Stats().pinned_blocks, 0);
+  EXPECT_EQ(store_->Stats().pending_puts, 0);
+}
+
+TEST_F(CacheStoreServiceTest, WithoutSharedMemoryTheClientStreams) {
+  Start(1 << 20, 1000, /*shared_memory=*/false);
+  CacheStoreClient shm(channel_, "model", CacheStoreClientOptions{.shared_memory = true});
+  ASSERT_TRUE(shm.Put({{BlockData{1, Bytes(1, 3000)}}}).ok());
+  auto got = shm.Get({{1}});
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ((*got)[0], Bytes(1, 3000));
+  EXPECT_FALSE(shm.shared_memory_attached());
+  EXPECT_EQ(service_->shm().Stats().committed_blocks, 0);
+}
+
+// A client that reserves and pins through raw calls and then vanishes (its calls ended, its
+// leases never committed or released) leaves nothing held once its leases expire.
+TEST_F(CacheStoreServiceTest, AVanishedSharedMemoryClientLeaksNothing) {
+  Start(1 << 20, 1000, true, std::chrono::milliseconds(100));
+  ASSERT_TRUE(client_->Put({{BlockData{1, Bytes(1, 4000)}}}).ok());
+  {
+    auto stub = tandem::v1::CacheStore::NewStub(channel_);
+    grpc::ClientContext attach_context;
+    tandem::v1::AttachSharedMemoryResponse attach;
+    ASSERT_TRUE(stub->AttachSharedMemory(&attach_context, {}, &attach).ok());
+    EXPECT_EQ(attach.lease_ms(), 100);
+    grpc::ClientContext reserve_context;
+    tandem::v1::ReserveShmRequest reserve;
+    reserve.set_instance_id(attach.instance_id());
+    auto* block = reserve.add_blocks();
+    block->set_block_hash(2);
+    block->set_block_bytes(300 << 10);
+    tandem::v1::ReserveShmResponse reserved;
+    ASSERT_TRUE(stub->ReserveShm(&reserve_context, reserve, &reserved).ok());
+    grpc::ClientContext acquire_context;
+    tandem::v1::AcquireShmRequest acquire;
+    acquire.set_instance_id(attach.instance_id());
+    acquire.add_block_hashes(1);
+    tandem::v1::AcquireShmResponse acquired;
+    ASSERT_TRUE(stub->AcquireShm(&acquire_context, acquire, &acquired).ok());
+    ASSERT_TRUE(acquired.blocks(0).found());
+  }  // the client is gone
+  EXPECT_EQ(store_->Stats().pinned_blocks, 1);
+  EXPECT_EQ(store_->Stats().pending_puts, 1);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (service_->shm().Stats().open_leases > 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  const BlockStoreStats s = store_->Stats();
+  EXPECT_EQ(s.pinned_blocks, 0);
+  EXPECT_EQ(s.pending_puts, 0);
+  EXPECT_EQ(s.used_bytes, 4000);
+  EXPECT_EQ(service_->shm().Stats().expired_leases, 2);
 }
 
 }  // namespace

@@ -75,6 +75,18 @@ class StorePoolTest : public testing::TinyModelTest {
     return Run(*e, resumed, 8, 1, cached);
   }
 
+  // Blocks the shards took in or handed out through shared memory.
+  int64_t ShmCommitted() const {
+    int64_t n = 0;
+    for (const auto& s : shards_) n += s->service->shm().Stats().committed_blocks;
+    return n;
+  }
+  int64_t ShmAcquired() const {
+    int64_t n = 0;
+    for (const auto& s : shards_) n += s->service->shm().Stats().acquired_blocks;
+    return n;
+  }
+
   std::vector<int32_t> prompt_;
   std::vector<std::unique_ptr<Shard>> shards_;
 };
@@ -94,6 +106,7 @@ TEST_F(StorePoolTest, HandoffThroughTwoShardsIsExact) {
   EXPECT_GT(shards_[1]->store->Stats().blocks, 0);
   EXPECT_EQ(shards_[0]->store->Stats().blocks + shards_[1]->store->Stats().blocks, 6);
   EXPECT_EQ(pool.Put(blocks).uploaded, 0);  // already stored: no bytes sent again
+  EXPECT_EQ(ShmCommitted(), 6);             // loopback shards: the shared-memory path
 
   engine::ImportStats stats;
   int cached = -1;
@@ -102,6 +115,22 @@ TEST_F(StorePoolTest, HandoffThroughTwoShardsIsExact) {
   EXPECT_EQ(stats.misses, 0);
   EXPECT_EQ(cached, 96);
   EXPECT_EQ(rest, std::vector<int32_t>(expected.begin() + 1, expected.end()));
+  EXPECT_EQ(ShmAcquired(), 6);
+}
+
+TEST_F(StorePoolTest, HandoffIsExactOverTheStreamToo) {
+  auto whole = MakeEngine();
+  const std::vector<int32_t> expected = Run(*whole, prompt_, 8, 0);
+  StorePool pool({shards_[0]->address, shards_[1]->address}, "tiny", {.shared_memory = false});
+  auto [first, blocks] = Prefill(pool);
+  EXPECT_EQ(pool.Put(blocks).uploaded, 6);
+  engine::ImportStats stats;
+  int cached = -1;
+  const auto rest = Decode(pool, first, &stats, &cached);
+  EXPECT_EQ(stats.hits, 6);
+  EXPECT_EQ(rest, std::vector<int32_t>(expected.begin() + 1, expected.end()));
+  EXPECT_EQ(ShmCommitted(), 0);
+  EXPECT_EQ(ShmAcquired(), 0);
 }
 
 TEST_F(StorePoolTest, ADeadShardTurnsItsBlocksIntoMisses) {

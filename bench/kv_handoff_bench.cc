@@ -1,0 +1,234 @@
+// kv-handoff-bench: KV block handoff GB/s, prefill -> store -> decode, through the gRPC stream
+// and through the node-local shared-memory path, beside memcpy of the same bytes on this
+// machine. A real shard (BlockStore + CacheStoreService) serves on loopback in this process;
+// clients are CacheStoreClient as workers use it. Variants are interleaved within each
+// repetition so machine noise hits them alike; medians are printed as a Markdown table.
+//
+//   kv-handoff-bench [--block-sizes 64Ki,1Mi] [--total 64Mi] [--request 8Mi] [--reps 7]
+//                    [--chunk 1Mi] [--no-stream] [--keep-freed-memory]
+//
+// Each request puts `request` bytes of fresh blocks (a prompt's worth) and gets them back into
+// new strings, as StorePool::Get returns them. "put+get" is bytes handed off per second of both
+// halves: two copies where memcpy does one, so 50% of memcpy is its ceiling even without
+// checksums. --keep-freed-memory stops glibc from returning freed heap to the kernel, so those
+// strings reuse faulted-in pages instead of faulting fresh ones (which memcpy's reused buffers
+// never pay).
+#include <grpcpp/grpcpp.h>
+#include <malloc.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "cache_store/block_store.h"
+#include "cache_store/cache_store_service.h"
+#include "common/store/cache_store_client.h"
+#include "common/util/cli_args.h"
+#include "common/util/status_macros.h"
+
+namespace tandem::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point since) {
+  return std::chrono::duration<double>(Clock::now() - since).count();
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+struct Options {
+  std::vector<int64_t> block_sizes;
+  int64_t total = int64_t{64} << 20;
+  int64_t request = int64_t{8} << 20;
+  int reps = 7;
+  int64_t chunk = 1 << 20;
+  bool stream = true;  // run the gRPC-stream variant (--no-stream: profile the others alone)
+  bool keep_freed_memory = false;
+};
+
+struct Timing {
+  double put = 0;  // seconds for all requests' puts
+  double get = 0;
+};
+
+// The bytes of `total / block` blocks, distinct per block, standing for a prefill's export.
+std::vector<store::BlockData> MakeBlocks(int64_t block, int64_t total) {
+  std::vector<store::BlockData> blocks(std::max<int64_t>(total / block, 1));
+  uint64_t x = 0x9e3779b97f4a7c15;
+  for (auto& b : blocks) {
+    b.bytes.resize(block);
+    for (int64_t i = 0; i + 8 <= block; i += 8) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      std::memcpy(b.bytes.data() + i, &x, 8);
+    }
+  }
+  return blocks;
+}
+
+// Worker buffer to worker buffer, block by block: the one copy a handoff cannot avoid.
+double TimeMemcpy(const std::vector<store::BlockData>& blocks, std::vector<std::string>& dst) {
+  const auto t0 = Clock::now();
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    std::memcpy(dst[i].data(), blocks[i].bytes.data(), blocks[i].bytes.size());
+  }
+  return Seconds(t0);
+}
+
+// Puts then gets every request's blocks under fresh hashes, so each put stores.
+absl::StatusOr<Timing> TimeHandoff(store::CacheStoreClient& client,
+                                   std::vector<store::BlockData>& blocks, size_t per_request,
+                                   uint64_t& next_hash) {
+  Timing t;
+  for (size_t begin = 0; begin < blocks.size(); begin += per_request) {
+    const size_t n = std::min(per_request, blocks.size() - begin);
+    std::span<store::BlockData> request(blocks.data() + begin, n);
+    std::vector<uint64_t> hashes;
+    for (auto& b : request) hashes.push_back(b.hash = next_hash++);
+    auto t0 = Clock::now();
+    TANDEM_ASSIGN_OR_RETURN(store::PutResult put, client.Put(request));
+    t.put += Seconds(t0);
+    if (put.stored != static_cast<int>(n)) {
+      return absl::InternalError(absl::StrCat("stored ", put.stored, " of ", n));
+    }
+    t0 = Clock::now();
+    TANDEM_ASSIGN_OR_RETURN(auto got, client.Get(hashes));
+    t.get += Seconds(t0);
+    for (size_t i = 0; i < n; ++i) {
+      if (!got[i] || got[i]->size() != request[i].bytes.size()) {
+        return absl::InternalError("a block came back missing or short");
+      }
+    }
+  }
+  return t;
+}
+
+struct Row {
+  std::string variant;
+  std::vector<double> put, get, both;  // GB/s per repetition
+};
+
+absl::Status RunBlockSize(const Options& o, int64_t block, std::vector<std::string>& table) {
+  auto store = cache_store::BlockStore::Create(
+      {.capacity_bytes = o.total + 2 * o.request, .max_block_bytes = block});
+  TANDEM_RETURN_IF_ERROR(store.status());
+  if ((*store)->arena() == nullptr) return absl::UnavailableError("no shared-memory arena");
+  cache_store::CacheStoreService service(**store, o.chunk);
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr) return absl::UnavailableError("cannot start the shard");
+  auto channel =
+      grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials());
+  store::CacheStoreClient grpc_client(channel, "bench", {.chunk_bytes = o.chunk});
+  store::CacheStoreClient shm_client(channel, "bench",
+                                     {.chunk_bytes = o.chunk, .shared_memory = true});
+
+  std::vector<store::BlockData> blocks = MakeBlocks(block, o.total);
+  const double bytes = static_cast<double>(blocks.size()) * block;
+  const size_t per_request = std::max<size_t>(o.request / block, 1);
+  std::vector<std::string> dst(blocks.size(), std::string(block, '\0'));
+  uint64_t next_hash = 1;
+  Row memcpy_row{"memcpy", {}, {}, {}};
+  Row grpc_row{"gRPC stream", {}, {}, {}};
+  Row shm_row{"shared memory", {}, {}, {}};
+  // Two warm-up rounds write more than the arena holds, so every page of it has been faulted in
+  // (by the shard and by the client's mapping), as in a long-running shard; then connections
+  // and allocator caches are warm too.
+  for (int rep = -2; rep < o.reps; ++rep) {
+    for (int k = 0; k < 3; ++k) {
+      const int variant = (k + std::max(rep, 0)) % 3;  // rotate the order
+      if (variant == 0) {
+        const double s = TimeMemcpy(blocks, dst);
+        if (rep >= 0) memcpy_row.both.push_back(bytes / s / 1e9);
+        continue;
+      }
+      if (variant == 1 && !o.stream) continue;
+      store::CacheStoreClient& client = variant == 1 ? grpc_client : shm_client;
+      TANDEM_ASSIGN_OR_RETURN(Timing t, TimeHandoff(client, blocks, per_request, next_hash));
+      if (rep < 0) continue;
+      Row& row = variant == 1 ? grpc_row : shm_row;
+      row.put.push_back(bytes / t.put / 1e9);
+      row.get.push_back(bytes / t.get / 1e9);
+      row.both.push_back(bytes / (t.put + t.get) / 1e9);
+    }
+  }
+  if (!shm_client.shared_memory_attached()) {
+    return absl::InternalError("the shared-memory client fell back to the stream");
+  }
+  const double base = Median(memcpy_row.both);
+  const std::string name =
+      block >= (1 << 20) ? absl::StrCat(block >> 20, " MiB") : absl::StrCat(block >> 10, " KiB");
+  for (const Row* row : {&memcpy_row, &grpc_row, &shm_row}) {
+    if (row->both.empty()) continue;
+    auto cell = [base](const std::vector<double>& v) {
+      if (v.empty()) return std::string("-");
+      return absl::StrFormat("%.2f (%.0f%%)", Median(v), 100 * Median(v) / base);
+    };
+    table.push_back(absl::StrFormat("| %7s | %-13s | %12s | %12s | %12s |", name, row->variant,
+                                    cell(row->put), cell(row->get), cell(row->both)));
+  }
+  server->Shutdown();
+  return absl::OkStatus();
+}
+
+absl::Status Main(int argc, char** argv) {
+  TANDEM_ASSIGN_OR_RETURN(CliArgs args,
+                          CliArgs::Parse(argc, argv, {"no-stream", "keep-freed-memory"}));
+  TANDEM_RETURN_IF_ERROR(args.CheckKnown(
+      {"block-sizes", "total", "request", "reps", "chunk", "no-stream", "keep-freed-memory"}));
+  Options o;
+  o.stream = !args.Has("no-stream");
+  o.keep_freed_memory = args.Has("keep-freed-memory");
+  if (o.keep_freed_memory) {
+    mallopt(M_TRIM_THRESHOLD, 1 << 30);
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);  // glibc's largest
+  }
+  const std::vector<std::string> sizes =
+      absl::StrSplit(args.StringOr("block-sizes", "64Ki,1Mi"), ',', absl::SkipEmpty());
+  for (const std::string& s : sizes) {
+    TANDEM_ASSIGN_OR_RETURN(int64_t b, ParseByteSize(s));
+    if (b <= 0) return absl::InvalidArgumentError("--block-sizes must be positive");
+    o.block_sizes.push_back(b);
+  }
+  TANDEM_ASSIGN_OR_RETURN(o.total, args.BytesOr("total", o.total));
+  TANDEM_ASSIGN_OR_RETURN(o.request, args.BytesOr("request", o.request));
+  TANDEM_ASSIGN_OR_RETURN(int64_t reps, args.IntOr("reps", o.reps));
+  TANDEM_ASSIGN_OR_RETURN(o.chunk, args.BytesOr("chunk", o.chunk));
+  o.reps = static_cast<int>(std::max<int64_t>(reps, 1));
+  std::printf(
+      "KV handoff: %lld MiB per repetition in %lld MiB requests, median of %d, %s; "
+      "GB/s = 1e9 bytes/s, %% = of memcpy\n\n",
+      static_cast<long long>(o.total >> 20), static_cast<long long>(o.request >> 20), o.reps,
+      o.keep_freed_memory ? "freed heap kept" : "default malloc");
+  std::vector<std::string> table = {
+      "|   block | path          |     put GB/s |     get GB/s | put+get GB/s |",
+      "|--------:|:--------------|-------------:|-------------:|-------------:|"};
+  for (int64_t block : o.block_sizes) TANDEM_RETURN_IF_ERROR(RunBlockSize(o, block, table));
+  for (const std::string& line : table) std::printf("%s\n", line.c_str());
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace tandem::bench
+
+int main(int argc, char** argv) {
+  absl::Status s = tandem::bench::Main(argc, argv);
+  if (!s.ok()) {
+    std::fprintf(stderr, "kv-handoff-bench: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}

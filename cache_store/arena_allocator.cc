@@ -1,0 +1,63 @@
+#include "cache_store/arena_allocator.h"
+
+#include <cassert>
+
+namespace tandem::cache_store {
+
+ArenaAllocator::ArenaAllocator(int64_t size)
+    : size_(size / kAlignment * kAlignment), free_bytes_(0) {
+  if (size_ > 0) AddFree(0, size_);
+}
+
+void ArenaAllocator::AddFree(int64_t offset, int64_t length) {
+  by_offset_.emplace(offset, length);
+  by_length_.emplace(length, offset);
+  free_bytes_ += length;
+}
+
+void ArenaAllocator::RemoveFree(std::map<int64_t, int64_t>::iterator it) {
+  by_length_.erase({it->second, it->first});
+  free_bytes_ -= it->second;
+  by_offset_.erase(it);
+}
+
+std::optional<int64_t> ArenaAllocator::Allocate(int64_t size) {
+  assert(size > 0);
+  const int64_t need = Rounded(size);
+  auto best = by_length_.lower_bound({need, 0});
+  if (best == by_length_.end()) return std::nullopt;
+  const auto [length, offset] = *best;
+  RemoveFree(by_offset_.find(offset));
+  if (length > need) AddFree(offset + need, length - need);
+  return offset;
+}
+
+void ArenaAllocator::Free(int64_t offset, int64_t size) {
+  int64_t start = offset;
+  int64_t length = Rounded(size);
+  assert(start >= 0 && start + length <= size_);
+  auto next = by_offset_.lower_bound(start);
+  assert(next == by_offset_.end() || next->first >= start + length);  // not already free
+  if (next != by_offset_.end() && next->first == start + length) {
+    length += next->second;
+    auto after = std::next(next);
+    RemoveFree(next);
+    next = after;
+  }
+  if (next != by_offset_.begin()) {
+    auto prev = std::prev(next);
+    assert(prev->first + prev->second <= start);
+    if (prev->first + prev->second == start) {
+      start = prev->first;
+      length += prev->second;
+      RemoveFree(prev);
+    }
+  }
+  AddFree(start, length);
+}
+
+int64_t ArenaAllocator::largest_free_range() const {
+  return by_length_.empty() ? 0 : by_length_.rbegin()->first;
+}
+
+}  // namespace tandem::cache_store

@@ -1,0 +1,133 @@
+#include "cache_store/shm_handoff.h"
+
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/util/status_macros.h"
+
+namespace tandem::cache_store {
+
+ShmHandoff::ShmHandoff(BlockStore& store, const ShmHandoffOptions& options)
+    : store_(store), arena_(store.arena()), options_(options), leases_(options.leases) {}
+
+absl::Status ShmHandoff::CheckInstance(uint64_t instance_id) const {
+  if (arena_ == nullptr) {
+    return absl::FailedPreconditionError("shared memory is off on this shard");
+  }
+  if (instance_id != arena_->instance_id()) {
+    return absl::FailedPreconditionError(absl::StrCat("shared memory: instance ", instance_id,
+                                                      " is not this shard's (",
+                                                      arena_->instance_id(), "); attach again"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShmHandoff::CheckCount(int n) const {
+  if (n > options_.max_blocks_per_call) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "shared memory: ", n, " blocks in one call, at most ", options_.max_blocks_per_call));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShmHandoff::Attach(tandem::v1::AttachSharedMemoryResponse* response) const {
+  if (arena_ == nullptr) {
+    return absl::FailedPreconditionError("shared memory is off on this shard");
+  }
+  response->set_path(arena_->path());
+  response->set_file_bytes(arena_->file_bytes());
+  response->set_instance_id(arena_->instance_id());
+  response->set_lease_ms(leases_.ttl().count());
+  return absl::OkStatus();
+}
+
+absl::Status ShmHandoff::Reserve(const tandem::v1::ReserveShmRequest& request,
+                                 tandem::v1::ReserveShmResponse* response) {
+  TANDEM_RETURN_IF_ERROR(CheckInstance(request.instance_id()));
+  TANDEM_RETURN_IF_ERROR(CheckCount(request.blocks_size()));
+  ShmLeases::Lease lease;
+  for (const tandem::v1::ShmBlockSize& block : request.blocks()) {
+    tandem::v1::ShmReservation* r = response->add_reservations();
+    r->set_block_hash(block.block_hash());
+    absl::StatusOr<PendingPut> put = store_.BeginPut(block.block_hash(), block.block_bytes(), 0);
+    if (absl::IsAlreadyExists(put.status())) continue;  // the client skips it
+    if (!put.ok()) return put.status();                 // the lease's puts are abandoned
+    r->set_reserved(true);
+    r->set_offset(arena_->FileOffset(put->data().data()));
+    lease.puts.push_back(*std::move(put));
+  }
+  if (!lease.puts.empty()) {
+    const int64_t n = static_cast<int64_t>(lease.puts.size());
+    TANDEM_ASSIGN_OR_RETURN(const uint64_t id, leases_.Add(std::move(lease)));
+    response->set_lease_id(id);
+    reserved_blocks_ += n;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShmHandoff::Commit(const tandem::v1::CommitShmRequest& request,
+                                tandem::v1::CommitShmResponse* response) {
+  TANDEM_RETURN_IF_ERROR(CheckInstance(request.instance_id()));
+  TANDEM_ASSIGN_OR_RETURN(ShmLeases::Lease lease,
+                          leases_.Take(request.lease_id(), ShmLeases::Kind::kWrite));
+  if (request.checksums_size() != static_cast<int>(lease.puts.size())) {
+    return absl::InvalidArgumentError(absl::StrCat("shared memory: ", request.checksums_size(),
+                                                   " checksums for ", lease.puts.size(),
+                                                   " reserved blocks; nothing stored"));
+  }
+  int failed = 0;
+  for (size_t i = 0; i < lease.puts.size(); ++i) {
+    if (lease.puts[i].CommitInPlace(request.checksums(static_cast<int>(i))).ok()) {
+      response->set_stored(response->stored() + 1);
+    } else {
+      ++failed;
+    }
+  }
+  committed_blocks_ += response->stored();
+  if (failed > 0) {
+    return absl::DataLossError(absl::StrCat("shared memory: ", failed, " of ", lease.puts.size(),
+                                            " blocks do not match their checksums"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShmHandoff::Acquire(const tandem::v1::AcquireShmRequest& request,
+                                 tandem::v1::AcquireShmResponse* response) {
+  TANDEM_RETURN_IF_ERROR(CheckInstance(request.instance_id()));
+  TANDEM_RETURN_IF_ERROR(CheckCount(request.block_hashes_size()));
+  ShmLeases::Lease lease;
+  for (uint64_t hash : request.block_hashes()) {
+    tandem::v1::ShmBlockRegion* region = response->add_blocks();
+    region->set_block_hash(hash);
+    absl::StatusOr<BlockRef> ref = store_.Get(hash, ChecksumKind::kXxh3);
+    if (!ref.ok()) continue;  // not found
+    region->set_found(true);
+    region->set_offset(arena_->FileOffset(ref->data().data()));
+    region->set_block_bytes(static_cast<int64_t>(ref->data().size()));
+    region->set_checksum(ref->checksum64());
+    lease.pins.push_back(*std::move(ref));
+  }
+  if (!lease.pins.empty()) {
+    const int64_t n = static_cast<int64_t>(lease.pins.size());
+    TANDEM_ASSIGN_OR_RETURN(const uint64_t id, leases_.Add(std::move(lease)));
+    response->set_lease_id(id);
+    acquired_blocks_ += n;
+  }
+  return absl::OkStatus();
+}
+
+ShmHandoffStats ShmHandoff::Stats() const {
+  return {.reserved_blocks = reserved_blocks_.load(),
+          .committed_blocks = committed_blocks_.load(),
+          .acquired_blocks = acquired_blocks_.load(),
+          .open_leases = leases_.open(),
+          .expired_leases = leases_.expired()};
+}
+
+absl::Status ShmHandoff::Release(const tandem::v1::ReleaseShmRequest& request) {
+  TANDEM_RETURN_IF_ERROR(CheckInstance(request.instance_id()));
+  return leases_.Take(request.lease_id(), ShmLeases::Kind::kAny).status();
+}
+
+}  // namespace tandem::cache_store

@@ -1,0 +1,63 @@
+// The shard's half of the node-local fast path: co-located clients map the store's arena
+// (BlockStore::arena()) and copy block bytes themselves; this hands out offsets under leases
+// (shm_leases.h). Writes: Reserve gives offsets of PendingPuts, the client copies in, Commit
+// checks each block's XXH3-64 and publishes it. Reads: Acquire pins blocks and gives offsets and
+// checksums, the client copies out and verifies, Release unpins.
+//
+// Thread-safe. The store must outlive it. Errors are absl statuses; the service maps them.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+#include "cache_store/block_store.h"
+#include "cache_store/shm_leases.h"
+#include "tandem/v1/cache_store.pb.h"
+
+namespace tandem::cache_store {
+
+struct ShmHandoffOptions {
+  ShmLeaseOptions leases;
+  int max_blocks_per_call = 1 << 16;  // more is InvalidArgument
+};
+
+// Counters since creation.
+struct ShmHandoffStats {
+  int64_t reserved_blocks = 0;   // space handed out by Reserve
+  int64_t committed_blocks = 0;  // made visible by Commit
+  int64_t acquired_blocks = 0;   // pinned by Acquire
+  int64_t open_leases = 0;       // now
+  int64_t expired_leases = 0;    // ended by expiry, not by their client
+};
+
+class ShmHandoff {
+ public:
+  ShmHandoff(BlockStore& store, const ShmHandoffOptions& options);
+
+  // FailedPrecondition when the store keeps its blocks in private memory.
+  absl::Status Attach(tandem::v1::AttachSharedMemoryResponse* response) const;
+  absl::Status Reserve(const tandem::v1::ReserveShmRequest& request,
+                       tandem::v1::ReserveShmResponse* response);
+  absl::Status Commit(const tandem::v1::CommitShmRequest& request,
+                      tandem::v1::CommitShmResponse* response);
+  absl::Status Acquire(const tandem::v1::AcquireShmRequest& request,
+                       tandem::v1::AcquireShmResponse* response);
+  absl::Status Release(const tandem::v1::ReleaseShmRequest& request);
+
+  ShmHandoffStats Stats() const;
+
+ private:
+  // FailedPrecondition without an arena or for another shard instance's id.
+  absl::Status CheckInstance(uint64_t instance_id) const;
+  absl::Status CheckCount(int n) const;
+
+  BlockStore& store_;
+  const ShmArena* const arena_;
+  const ShmHandoffOptions options_;
+  std::atomic<int64_t> reserved_blocks_{0};
+  std::atomic<int64_t> committed_blocks_{0};
+  std::atomic<int64_t> acquired_blocks_{0};
+  ShmLeases leases_;
+};
+
+}  // namespace tandem::cache_store

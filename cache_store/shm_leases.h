@@ -1,0 +1,70 @@
+// Leases on what a shard holds for its shared-memory clients (shm_handoff.h): reservations a
+// writer fills in place, pins a reader copies from. A lease ends when its client commits or
+// releases it, or when it expires, so a client that dies mid-transfer holds space or pins for
+// at most the lease time.
+//
+// Thread-safe. A reaper thread ends expired leases; destruction ends all of them. It must be
+// destroyed before the BlockStore its leases point into.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/random/random.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "cache_store/block_store.h"
+
+namespace tandem::cache_store {
+
+struct ShmLeaseOptions {
+  std::chrono::milliseconds ttl = std::chrono::seconds(30);
+  int max_leases = 4096;  // beyond: ResourceExhausted, so a runaway client cannot pin everything
+};
+
+class ShmLeases {
+ public:
+  // Exactly one of the two is non-empty.
+  struct Lease {
+    std::vector<PendingPut> puts;  // a write lease: reservations, until committed
+    std::vector<BlockRef> pins;    // a read lease: pinned blocks, until released
+  };
+  enum class Kind { kWrite, kRead, kAny };
+
+  explicit ShmLeases(const ShmLeaseOptions& options);
+  ~ShmLeases();
+  ShmLeases(const ShmLeases&) = delete;
+  ShmLeases& operator=(const ShmLeases&) = delete;
+
+  // Holds `lease` until Take or expiry and returns its id (never 0).
+  absl::StatusOr<uint64_t> Add(Lease lease);
+  // Ends the lease and hands back what it held. NotFound if it is unknown, ended or expired;
+  // InvalidArgument (the lease stays) if it is not of `kind`.
+  absl::StatusOr<Lease> Take(uint64_t id, Kind kind);
+
+  std::chrono::milliseconds ttl() const { return options_.ttl; }
+  int64_t open() const;
+  int64_t expired() const;  // leases ended by expiry since creation
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  struct Held {
+    Lease lease;
+    Clock::time_point deadline;
+  };
+  void Reap();
+
+  const ShmLeaseOptions options_;
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<uint64_t, Held> leases_ ABSL_GUARDED_BY(mu_);
+  absl::BitGen ids_ ABSL_GUARDED_BY(mu_);
+  int64_t expired_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread reaper_;  // last: it starts once the rest is built
+};
+
+}  // namespace tandem::cache_store

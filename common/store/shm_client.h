@@ -1,0 +1,70 @@
+// The client's half of the node-local fast path to one shard (cache_store/shm_handoff.h): block
+// bytes are copied straight between the worker's buffers and the shard's arena, mapped here,
+// one pass each way with the XXH3-64 check fused into the copy; the RPCs carry only offsets.
+//
+// Attaches on first use. When the shard offers no arena, or the arena cannot be mapped, or the
+// shard restarted (FAILED_PRECONDITION), the calls answer nullopt and the caller streams
+// instead; a failed attach is retried after a pause. Thread-safe.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "common/store/block_data.h"
+#include "common/store/shm_mapping.h"
+#include "tandem/v1/cache_store.grpc.pb.h"
+
+namespace tandem::store {
+
+class ShmClient {
+ public:
+  // The stub must outlive the client.
+  ShmClient(tandem::v1::CacheStore::StubInterface& stub, std::string model_id,
+            std::chrono::milliseconds timeout);
+
+  // nullopt: the fast path is not available now; stream instead. Otherwise the outcome, as
+  // CacheStoreClient::Put and Get define it.
+  std::optional<absl::StatusOr<PutResult>> Put(std::span<const BlockData> blocks);
+  std::optional<absl::StatusOr<std::vector<std::optional<std::string>>>> Get(
+      std::span<const uint64_t> hashes);
+
+  bool attached() const;
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  using Mapping = std::shared_ptr<const ShmMapping>;
+
+  Mapping Attach();  // nullptr when the fast path is unavailable
+  void Detach(const Mapping& mapping);
+  // A failed call: detaches when the status says the arena is gone or changed, and turns
+  // FAILED_PRECONDITION into nullopt, so the caller streams.
+  template <typename T>
+  std::optional<absl::StatusOr<T>> Failed(const Mapping& mapping, const absl::Status& status);
+
+  absl::StatusOr<PutResult> PutBatch(const ShmMapping& mapping, std::span<const BlockData> blocks);
+  absl::Status GetBatch(const ShmMapping& mapping, std::span<const uint64_t> hashes,
+                        std::span<std::optional<std::string>> out);
+  // Ends a lease; if this fails, the shard expires it.
+  absl::Status Release(const ShmMapping& mapping, uint64_t lease_id);
+  void SetDeadline(grpc::ClientContext& context) const;
+
+  tandem::v1::CacheStore::StubInterface& stub_;
+  const std::string model_id_;
+  const std::chrono::milliseconds timeout_;
+  mutable absl::Mutex mu_;
+  Mapping mapping_ ABSL_GUARDED_BY(mu_);
+  Clock::time_point retry_after_ ABSL_GUARDED_BY(mu_);  // after a failed attach
+  bool warned_ ABSL_GUARDED_BY(mu_) = false;
+  std::atomic<std::chrono::milliseconds> lease_{};  // the shard's lease time, from Attach
+};
+
+}  // namespace tandem::store

@@ -1,0 +1,288 @@
+// The shard's shared-memory handoff driven directly (no gRPC): writes through the arena are
+// invisible until committed and checked, pins and reservations hold off eviction, and leases a
+// client never ends are ended by expiry.
+#include "cache_store/shm_handoff.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <thread>
+#include <vector>
+
+namespace tandem::cache_store {
+namespace {
+
+using tandem::v1::AcquireShmRequest;
+using tandem::v1::AcquireShmResponse;
+using tandem::v1::CommitShmRequest;
+using tandem::v1::CommitShmResponse;
+using tandem::v1::ReleaseShmRequest;
+using tandem::v1::ReserveShmRequest;
+using tandem::v1::ReserveShmResponse;
+using ::testing::HasSubstr;
+
+std::vector<uint8_t> Content(uint64_t hash, int64_t size) {
+  std::vector<uint8_t> v(size);
+  for (int64_t i = 0; i < size; ++i) v[i] = static_cast<uint8_t>(hash * 37 + i * 11 + (i >> 9));
+  return v;
+}
+
+// Polls `done` until it holds or `limit` passes (the reaper runs on its own thread).
+bool Eventually(const std::function<bool()>& done,
+                std::chrono::milliseconds limit = std::chrono::seconds(5)) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return true;
+}
+
+class ShmHandoffTest : public ::testing::Test {
+ protected:
+  void Start(int64_t capacity, std::chrono::milliseconds ttl = std::chrono::seconds(30),
+             int max_leases = 4096) {
+    store_ = BlockStore::Create({.capacity_bytes = capacity}).value();
+    ASSERT_NE(store_->arena(), nullptr);
+    handoff_ = std::make_unique<ShmHandoff>(
+        *store_, ShmHandoffOptions{.leases = {.ttl = ttl, .max_leases = max_leases}});
+  }
+  void TearDown() override { handoff_.reset(); }
+
+  uint64_t instance() const { return store_->arena()->instance_id(); }
+  // The arena as a client maps it: file offsets from the start of the header page.
+  uint8_t* At(int64_t offset) const { return store_->arena()->data() - kShmHeaderBytes + offset; }
+
+  absl::StatusOr<ReserveShmResponse> Reserve(std::vector<std::pair<uint64_t, int64_t>> blocks) {
+    ReserveShmRequest request;
+    request.set_instance_id(instance());
+    for (auto [hash, size] : blocks) {
+      auto* b = request.add_blocks();
+      b->set_block_hash(hash);
+      b->set_block_bytes(size);
+    }
+    ReserveShmResponse response;
+    absl::Status s = handoff_->Reserve(request, &response);
+    if (!s.ok()) return s;
+    return response;
+  }
+
+  absl::Status Commit(uint64_t lease, std::vector<uint64_t> checksums) {
+    CommitShmRequest request;
+    request.set_instance_id(instance());
+    request.set_lease_id(lease);
+    for (uint64_t c : checksums) request.add_checksums(c);
+    CommitShmResponse response;
+    return handoff_->Commit(request, &response);
+  }
+
+  absl::StatusOr<AcquireShmResponse> Acquire(std::vector<uint64_t> hashes) {
+    AcquireShmRequest request;
+    request.set_instance_id(instance());
+    for (uint64_t h : hashes) request.add_block_hashes(h);
+    AcquireShmResponse response;
+    absl::Status s = handoff_->Acquire(request, &response);
+    if (!s.ok()) return s;
+    return response;
+  }
+
+  absl::Status Release(uint64_t lease) {
+    ReleaseShmRequest request;
+    request.set_instance_id(instance());
+    request.set_lease_id(lease);
+    return handoff_->Release(request);
+  }
+
+  // Reserves, writes and commits one block through the arena.
+  void PutThroughArena(uint64_t hash, int64_t size) {
+    auto r = Reserve({{hash, size}});
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_TRUE(r->reservations(0).reserved());
+    const auto data = Content(hash, size);
+    std::memcpy(At(r->reservations(0).offset()), data.data(), size);
+    ASSERT_TRUE(Commit(r->lease_id(), {BlockChecksum64(data)}).ok());
+  }
+
+  std::unique_ptr<BlockStore> store_;
+  std::unique_ptr<ShmHandoff> handoff_;
+};
+
+TEST_F(ShmHandoffTest, AReservedBlockIsInvisibleUntilCommitted) {
+  Start(1 << 20);
+  tandem::v1::AttachSharedMemoryResponse attach;
+  ASSERT_TRUE(handoff_->Attach(&attach).ok());
+  EXPECT_EQ(attach.instance_id(), instance());
+  EXPECT_EQ(attach.file_bytes(), store_->arena()->file_bytes());
+  EXPECT_EQ(attach.lease_ms(), 30000);
+
+  auto r = Reserve({{1, 3000}, {2, 100}});
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_NE(r->lease_id(), 0u);
+  ASSERT_EQ(r->reservations_size(), 2);
+  const auto one = Content(1, 3000);
+  const auto two = Content(2, 100);
+  std::memcpy(At(r->reservations(0).offset()), one.data(), one.size());
+  std::memcpy(At(r->reservations(1).offset()), two.data(), two.size());
+  EXPECT_FALSE(store_->Exists(1));
+  EXPECT_EQ(store_->Get(1).status().code(), absl::StatusCode::kNotFound);
+  auto a = Acquire({1, 2});
+  ASSERT_TRUE(a.ok());
+  EXPECT_FALSE(a->blocks(0).found());
+  EXPECT_EQ(a->lease_id(), 0u);  // nothing pinned, no lease
+  EXPECT_EQ(store_->Stats().pending_puts, 2);
+
+  ASSERT_TRUE(Commit(r->lease_id(), {BlockChecksum64(one), BlockChecksum64(two)}).ok());
+  EXPECT_TRUE(store_->Exists(1));
+  auto ref = store_->Get(1);
+  ASSERT_TRUE(ref.ok());
+  EXPECT_EQ(std::vector<uint8_t>(ref->data().begin(), ref->data().end()), one);
+  EXPECT_EQ(ref->checksum(), BlockChecksum(one));  // what a streamed Get will send
+  EXPECT_EQ(Commit(r->lease_id(), {}).code(), absl::StatusCode::kNotFound);  // lease ended
+
+  auto again = Reserve({{1, 3000}, {3, 10}});  // 1 is stored: skipped
+  ASSERT_TRUE(again.ok());
+  EXPECT_FALSE(again->reservations(0).reserved());
+  EXPECT_TRUE(again->reservations(1).reserved());
+  EXPECT_TRUE(Release(again->lease_id()).ok());  // abandons 3
+  const ShmHandoffStats s = handoff_->Stats();
+  EXPECT_EQ(s.reserved_blocks, 3);
+  EXPECT_EQ(s.committed_blocks, 2);
+  EXPECT_EQ(s.open_leases, 0);
+  EXPECT_EQ(store_->Stats().pending_puts, 0);
+  EXPECT_EQ(store_->Stats().used_bytes, 3100);
+}
+
+TEST_F(ShmHandoffTest, AcquirePinsUntilReleased) {
+  Start(1 << 20);
+  PutThroughArena(5, 4000);
+  auto a = Acquire({5, 6});
+  ASSERT_TRUE(a.ok());
+  ASSERT_TRUE(a->blocks(0).found());
+  EXPECT_FALSE(a->blocks(1).found());
+  EXPECT_EQ(a->blocks(0).block_bytes(), 4000);
+  EXPECT_EQ(a->blocks(0).checksum(), BlockChecksum64(Content(5, 4000)));
+  EXPECT_EQ(std::memcmp(At(a->blocks(0).offset()), Content(5, 4000).data(), 4000), 0);
+  EXPECT_EQ(store_->Stats().pinned_blocks, 1);
+  // A read lease cannot be committed, and that does not end it.
+  EXPECT_EQ(Commit(a->lease_id(), {}).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Release(a->lease_id()).ok());
+  EXPECT_EQ(store_->Stats().pinned_blocks, 0);
+  EXPECT_EQ(Release(a->lease_id()).code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(ShmHandoffTest, BadRequestsAreRefusedAndLeaveNothingBehind) {
+  Start(1 << 20);
+  EXPECT_EQ(Reserve({{1, 100}, {2, 0}}).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Reserve({{1, -5}}).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Reserve({{1, int64_t{1} << 40}}).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Reserve({{1, 600 << 10}, {2, 600 << 10}}).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(store_->Stats().pending_puts, 0);  // the first reservations were undone
+
+  ReserveShmRequest stale;
+  stale.set_instance_id(instance() + 1);
+  ReserveShmResponse ignored;
+  absl::Status s = handoff_->Reserve(stale, &ignored);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.message(), HasSubstr("attach again"));
+
+  std::vector<std::pair<uint64_t, int64_t>> many(ShmHandoffOptions().max_blocks_per_call + 1,
+                                                 {1, 1});
+  EXPECT_EQ(Reserve(many).status().code(), absl::StatusCode::kInvalidArgument);
+
+  auto r = Reserve({{7, 100}, {8, 100}});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(Commit(r->lease_id(), {1}).code(), absl::StatusCode::kInvalidArgument);  // count
+  EXPECT_FALSE(store_->Exists(7));
+  EXPECT_EQ(Commit(12345, {}).code(), absl::StatusCode::kNotFound);
+
+  auto w = Reserve({{7, 100}, {8, 100}});
+  ASSERT_TRUE(w.ok());
+  const auto seven = Content(7, 100);
+  std::memcpy(At(w->reservations(0).offset()), seven.data(), 100);
+  std::memset(At(w->reservations(1).offset()), 0, 100);
+  // One block matches, one does not: the good one is stored, the call says DATA_LOSS.
+  EXPECT_EQ(Commit(w->lease_id(), {BlockChecksum64(seven), BlockChecksum64(seven)}).code(),
+            absl::StatusCode::kDataLoss);
+  EXPECT_TRUE(store_->Exists(7));
+  EXPECT_FALSE(store_->Exists(8));
+  const BlockStoreStats stats = store_->Stats();
+  EXPECT_EQ(stats.pending_puts, 0);
+  EXPECT_EQ(stats.used_bytes, 100);
+  EXPECT_EQ(handoff_->Stats().open_leases, 0);
+}
+
+TEST_F(ShmHandoffTest, EvictionNeverTouchesPinnedOrReservedSpace) {
+  Start(4 * 4096);
+  PutThroughArena(1, 4096);
+  auto pin = Acquire({1});
+  ASSERT_TRUE(pin.ok());
+  auto r = Reserve({{2, 4096}});
+  ASSERT_TRUE(r.ok());
+  const auto two = Content(2, 4096);
+  std::memcpy(At(r->reservations(0).offset()), two.data(), two.size());
+  // Many more blocks than fit: each evicts an older unpinned one, never 1 or the reservation.
+  for (uint64_t h = 10; h < 30; ++h) PutThroughArena(h, 4096);
+  EXPECT_EQ(Reserve({{99, 3 * 4096}}).status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(store_->Exists(1));
+  EXPECT_EQ(std::memcmp(At(pin->blocks(0).offset()), Content(1, 4096).data(), 4096), 0);
+  ASSERT_TRUE(Commit(r->lease_id(), {BlockChecksum64(two)}).ok());  // its bytes were untouched
+  EXPECT_TRUE(store_->Exists(2));
+  EXPECT_TRUE(Release(pin->lease_id()).ok());
+  EXPECT_GT(store_->Stats().evictions, 15);
+}
+
+// A client that reserves or acquires and then disappears: its lease expires, and the space and
+// pins come back without anyone calling.
+TEST_F(ShmHandoffTest, LeasesOfAVanishedClientExpire) {
+  Start(1 << 20, std::chrono::milliseconds(50));
+  PutThroughArena(1, 1000);
+  auto pin = Acquire({1});
+  ASSERT_TRUE(pin.ok());
+  auto r = Reserve({{2, 2000}, {3, 3000}});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(store_->Stats().pinned_blocks, 1);
+  EXPECT_EQ(store_->Stats().used_bytes, 6000);
+  ASSERT_TRUE(Eventually([&] { return handoff_->Stats().open_leases == 0; }));
+  const BlockStoreStats s = store_->Stats();
+  EXPECT_EQ(s.pinned_blocks, 0);
+  EXPECT_EQ(s.pending_puts, 0);
+  EXPECT_EQ(s.used_bytes, 1000);
+  EXPECT_EQ(handoff_->Stats().expired_leases, 2);
+  // The late client learns its lease is gone; nothing it sends becomes visible.
+  EXPECT_EQ(Commit(r->lease_id(), {0, 0}).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(Release(pin->lease_id()).code(), absl::StatusCode::kNotFound);
+  EXPECT_FALSE(store_->Exists(2));
+}
+
+TEST_F(ShmHandoffTest, OpenLeasesAreBounded) {
+  Start(1 << 20, std::chrono::seconds(30), 2);
+  PutThroughArena(1, 100);
+  auto a = Acquire({1});
+  auto b = Acquire({1});
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(Acquire({1}).status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(Reserve({{2, 10}}).status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(store_->Stats().pending_puts, 0);
+  EXPECT_TRUE(Release(a->lease_id()).ok());
+  EXPECT_TRUE(Acquire({1}).ok());
+}
+
+TEST(ShmHandoffPrivateTest, WithoutAnArenaEveryCallIsFailedPrecondition) {
+  auto store = BlockStore::Create({.capacity_bytes = 1 << 20, .shared_memory = false}).value();
+  ShmHandoff handoff(*store, {});
+  tandem::v1::AttachSharedMemoryResponse attach;
+  EXPECT_EQ(handoff.Attach(&attach).code(), absl::StatusCode::kFailedPrecondition);
+  ReserveShmResponse reserved;
+  EXPECT_EQ(handoff.Reserve(ReserveShmRequest(), &reserved).code(),
+            absl::StatusCode::kFailedPrecondition);
+  AcquireShmResponse acquired;
+  EXPECT_EQ(handoff.Acquire(AcquireShmRequest(), &acquired).code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+}  // namespace
+}  // namespace tandem::cache_store
