@@ -102,9 +102,12 @@ TEST_F(StorePoolTest, HandoffThroughTwoShardsIsExact) {
   StorePool::PutReport put = pool.Put(blocks);
   EXPECT_EQ(put.uploaded, 6);
   EXPECT_EQ(put.stored, std::vector<bool>(6, true));
-  EXPECT_GT(shards_[0]->store->Stats().blocks, 0);  // both shards hold some
-  EXPECT_GT(shards_[1]->store->Stats().blocks, 0);
-  EXPECT_EQ(shards_[0]->store->Stats().blocks + shards_[1]->store->Stats().blocks, 6);
+  // Each block went to the shard the ring places it on (ports are random, so which shard that
+  // is varies from run to run; all six on one shard happens).
+  int64_t on_first = 0;
+  for (const auto& b : blocks) on_first += pool.ShardOf(b.hash) == shards_[0]->address;
+  EXPECT_EQ(shards_[0]->store->Stats().blocks, on_first);
+  EXPECT_EQ(shards_[1]->store->Stats().blocks, 6 - on_first);
   EXPECT_EQ(pool.Put(blocks).uploaded, 0);  // already stored: no bytes sent again
   EXPECT_EQ(ShmCommitted(), 6);             // loopback shards: the shared-memory path
 
