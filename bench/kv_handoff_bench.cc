@@ -5,16 +5,15 @@
 // repetition so machine noise hits them alike; medians are printed as a Markdown table.
 //
 //   kv-handoff-bench [--block-sizes 64Ki,1Mi] [--total 64Mi] [--request 8Mi] [--reps 7]
-//                    [--chunk 1Mi] [--no-stream] [--keep-freed-memory]
+//                    [--chunk 1Mi] [--no-stream] [--default-malloc]
 //
 // Each request puts `request` bytes of fresh blocks (a prompt's worth) and gets them back into
 // new strings, as StorePool::Get returns them. "put+get" is bytes handed off per second of both
 // halves: two copies where memcpy does one, so 50% of memcpy is its ceiling even without
-// checksums. --keep-freed-memory stops glibc from returning freed heap to the kernel, so those
-// strings reuse faulted-in pages instead of faulting fresh ones (which memcpy's reused buffers
-// never pay).
+// checksums. The process is tuned as `tandem` tunes its own (TuneServingProcess: freed heap is
+// kept, so those strings reuse faulted-in pages as memcpy's buffers do); --default-malloc
+// measures with glibc's defaults instead.
 #include <grpcpp/grpcpp.h>
-#include <malloc.h>
 
 #include <algorithm>
 #include <chrono>
@@ -31,6 +30,7 @@
 #include "cache_store/cache_store_service.h"
 #include "common/store/cache_store_client.h"
 #include "common/util/cli_args.h"
+#include "common/util/process_tuning.h"
 #include "common/util/status_macros.h"
 
 namespace tandem::bench {
@@ -54,7 +54,7 @@ struct Options {
   int reps = 7;
   int64_t chunk = 1 << 20;
   bool stream = true;  // run the gRPC-stream variant (--no-stream: profile the others alone)
-  bool keep_freed_memory = false;
+  bool tuned = true;  // TuneServingProcess
 };
 
 struct Timing {
@@ -186,16 +186,13 @@ absl::Status RunBlockSize(const Options& o, int64_t block, std::vector<std::stri
 
 absl::Status Main(int argc, char** argv) {
   TANDEM_ASSIGN_OR_RETURN(CliArgs args,
-                          CliArgs::Parse(argc, argv, {"no-stream", "keep-freed-memory"}));
+                          CliArgs::Parse(argc, argv, {"no-stream", "default-malloc"}));
   TANDEM_RETURN_IF_ERROR(args.CheckKnown(
-      {"block-sizes", "total", "request", "reps", "chunk", "no-stream", "keep-freed-memory"}));
+      {"block-sizes", "total", "request", "reps", "chunk", "no-stream", "default-malloc"}));
   Options o;
   o.stream = !args.Has("no-stream");
-  o.keep_freed_memory = args.Has("keep-freed-memory");
-  if (o.keep_freed_memory) {
-    mallopt(M_TRIM_THRESHOLD, 1 << 30);
-    mallopt(M_MMAP_THRESHOLD, 32 << 20);  // glibc's largest
-  }
+  o.tuned = !args.Has("default-malloc");
+  if (o.tuned) TuneServingProcess();
   const std::vector<std::string> sizes =
       absl::StrSplit(args.StringOr("block-sizes", "64Ki,1Mi"), ',', absl::SkipEmpty());
   for (const std::string& s : sizes) {
@@ -212,7 +209,7 @@ absl::Status Main(int argc, char** argv) {
       "KV handoff: %lld MiB per repetition in %lld MiB requests, median of %d, %s; "
       "GB/s = 1e9 bytes/s, %% = of memcpy\n\n",
       static_cast<long long>(o.total >> 20), static_cast<long long>(o.request >> 20), o.reps,
-      o.keep_freed_memory ? "freed heap kept" : "default malloc");
+      o.tuned ? "process tuned as tandem's" : "default malloc");
   std::vector<std::string> table = {
       "|   block | path          |     put GB/s |     get GB/s | put+get GB/s |",
       "|--------:|:--------------|-------------:|-------------:|-------------:|"};

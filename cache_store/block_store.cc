@@ -66,9 +66,9 @@ absl::Status PendingPut::Commit() {
   return absl::OkStatus();
 }
 
-absl::Status PendingPut::CommitInPlace(uint64_t checksum64) {
+absl::Status PendingPut::CommitInPlace(uint64_t checksum64, bool verify) {
   if (store_ == nullptr) return absl::FailedPreconditionError("put already finished");
-  if (BlockChecksum64(data_) != checksum64) {
+  if (verify && BlockChecksum64(data_) != checksum64) {
     Abandon();
     return absl::DataLossError(absl::StrCat("block ", hash_, ": checksum mismatch"));
   }

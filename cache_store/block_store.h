@@ -102,9 +102,10 @@ class PendingPut {
   // Publishes the block. FailedPrecondition if bytes are missing, DataLoss if the checksum given
   // at BeginPut does not match; either way the put is abandoned.
   absl::Status Commit();
-  // Publishes bytes written into data() directly, checked against their XXH3-64 (the one given
-  // at BeginPut is not used). DataLoss, and the put is abandoned, on a mismatch.
-  absl::Status CommitInPlace(uint64_t checksum64);
+  // Publishes bytes written into data() directly with the writer's XXH3-64 (the checksum given
+  // at BeginPut is not used). With `verify`, the bytes are checked against it first: DataLoss,
+  // and the put is abandoned, on a mismatch. Without, readers catch a mismatch (see Get).
+  absl::Status CommitInPlace(uint64_t checksum64, bool verify = true);
 
  private:
   friend class BlockStore;

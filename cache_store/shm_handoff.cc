@@ -78,7 +78,9 @@ absl::Status ShmHandoff::Commit(const tandem::v1::CommitShmRequest& request,
   }
   int failed = 0;
   for (size_t i = 0; i < lease.puts.size(); ++i) {
-    if (lease.puts[i].CommitInPlace(request.checksums(static_cast<int>(i))).ok()) {
+    if (lease.puts[i]
+            .CommitInPlace(request.checksums(static_cast<int>(i)), options_.verify_commits)
+            .ok()) {
       response->set_stored(response->stored() + 1);
     } else {
       ++failed;

@@ -19,6 +19,12 @@ namespace tandem::cache_store {
 struct ShmHandoffOptions {
   ShmLeaseOptions leases;
   int max_blocks_per_call = 1 << 16;  // more is InvalidArgument
+  // Re-hash every block at Commit and refuse those that do not match the writer's XXH3-64.
+  // Off by default: every reader already checks that checksum — a shared-memory reader in the
+  // copy it makes anyway, the shard before it vouches for a block with a stream checksum — so
+  // a bad block never reaches an engine either way, and the extra pass costs about a third of
+  // a put.
+  bool verify_commits = false;
 };
 
 // Counters since creation.

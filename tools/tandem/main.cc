@@ -6,6 +6,7 @@
 #include "bench/serving/bench_command.h"
 #include "common/config/config.h"
 #include "common/util/cli_args.h"
+#include "common/util/process_tuning.h"
 #include "common/util/status_macros.h"
 #include "tools/tandem/commands.h"
 
@@ -79,6 +80,7 @@ absl::Status Run(int argc, char** argv) {
 }  // namespace tandem::cli
 
 int main(int argc, char** argv) {
+  tandem::TuneServingProcess();
   absl::Status s = tandem::cli::Run(argc, argv);
   if (!s.ok()) {
     std::fprintf(stderr, "tandem: %s\n", std::string(s.message()).c_str());

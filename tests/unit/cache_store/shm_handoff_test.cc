@@ -44,11 +44,12 @@ bool Eventually(const std::function<bool()>& done,
 class ShmHandoffTest : public ::testing::Test {
  protected:
   void Start(int64_t capacity, std::chrono::milliseconds ttl = std::chrono::seconds(30),
-             int max_leases = 4096) {
+             int max_leases = 4096, bool verify_commits = false) {
     store_ = BlockStore::Create({.capacity_bytes = capacity}).value();
     ASSERT_NE(store_->arena(), nullptr);
     handoff_ = std::make_unique<ShmHandoff>(
-        *store_, ShmHandoffOptions{.leases = {.ttl = ttl, .max_leases = max_leases}});
+        *store_, ShmHandoffOptions{.leases = {.ttl = ttl, .max_leases = max_leases},
+                                   .verify_commits = verify_commits});
   }
   void TearDown() override { handoff_.reset(); }
 
@@ -199,20 +200,41 @@ TEST_F(ShmHandoffTest, BadRequestsAreRefusedAndLeaveNothingBehind) {
   EXPECT_FALSE(store_->Exists(7));
   EXPECT_EQ(Commit(12345, {}).code(), absl::StatusCode::kNotFound);
 
-  auto w = Reserve({{7, 100}, {8, 100}});
-  ASSERT_TRUE(w.ok());
-  const auto seven = Content(7, 100);
-  std::memcpy(At(w->reservations(0).offset()), seven.data(), 100);
-  std::memset(At(w->reservations(1).offset()), 0, 100);
-  // One block matches, one does not: the good one is stored, the call says DATA_LOSS.
-  EXPECT_EQ(Commit(w->lease_id(), {BlockChecksum64(seven), BlockChecksum64(seven)}).code(),
-            absl::StatusCode::kDataLoss);
-  EXPECT_TRUE(store_->Exists(7));
-  EXPECT_FALSE(store_->Exists(8));
-  const BlockStoreStats stats = store_->Stats();
-  EXPECT_EQ(stats.pending_puts, 0);
-  EXPECT_EQ(stats.used_bytes, 100);
   EXPECT_EQ(handoff_->Stats().open_leases, 0);
+}
+
+// A block whose bytes do not match the writer's checksum is refused at Commit when the shard
+// verifies commits; when it does not (the default), it is stored but no reader ever gets it:
+// the shard checks it before vouching for it with a stream checksum and drops it.
+TEST_F(ShmHandoffTest, BytesThatDoNotMatchTheWritersChecksumNeverReachAReader) {
+  for (const bool verify : {true, false}) {
+    SCOPED_TRACE(verify ? "verify commits" : "readers verify");
+    Start(1 << 20, std::chrono::seconds(30), 4096, verify);
+    auto w = Reserve({{7, 100}, {8, 100}});
+    ASSERT_TRUE(w.ok());
+    const auto seven = Content(7, 100);
+    std::memcpy(At(w->reservations(0).offset()), seven.data(), 100);
+    std::memset(At(w->reservations(1).offset()), 0, 100);
+    const absl::Status commit =
+        Commit(w->lease_id(), {BlockChecksum64(seven), BlockChecksum64(seven)});
+    EXPECT_TRUE(store_->Exists(7));
+    EXPECT_EQ(handoff_->Stats().open_leases, 0);
+    if (verify) {
+      // One block matches, one does not: the good one is stored, the call says DATA_LOSS.
+      EXPECT_EQ(commit.code(), absl::StatusCode::kDataLoss);
+      EXPECT_FALSE(store_->Exists(8));
+    } else {
+      ASSERT_TRUE(commit.ok());
+      EXPECT_EQ(store_->Get(8).status().code(), absl::StatusCode::kDataLoss);
+      EXPECT_FALSE(store_->Exists(8));
+      EXPECT_EQ(store_->Stats().corrupt, 1);
+    }
+    const BlockStoreStats stats = store_->Stats();
+    EXPECT_EQ(stats.pending_puts, 0);
+    EXPECT_EQ(stats.used_bytes, 100);
+    EXPECT_EQ(stats.pinned_blocks, 0);
+    handoff_.reset();
+  }
 }
 
 TEST_F(ShmHandoffTest, EvictionNeverTouchesPinnedOrReservedSpace) {
