@@ -53,6 +53,12 @@ ShmClient::ShmClient(tandem::v1::CacheStore::StubInterface& stub, std::string mo
                      std::chrono::milliseconds timeout)
     : stub_(stub), model_id_(std::move(model_id)), timeout_(timeout) {}
 
+ShmClient::~ShmClient() {
+  absl::MutexLock lock(&releases_mu_);
+  releases_mu_.Await(absl::Condition(
+      +[](int* n) { return *n == 0; }, &releases_in_flight_));
+}
+
 void ShmClient::SetDeadline(grpc::ClientContext& context) const {
   context.set_deadline(std::chrono::system_clock::now() + timeout_);
 }
@@ -165,14 +171,14 @@ absl::StatusOr<PutResult> ShmClient::PutBatch(const ShmMapping& mapping,
   const bool any = result.skipped < static_cast<int>(blocks.size());
   if (bad.ok() && any && reserved.lease_id() == 0) bad = BadReply("reservations without a lease");
   if (!bad.ok()) {
-    if (reserved.lease_id() != 0) Release(mapping, reserved.lease_id()).IgnoreError();
+    if (reserved.lease_id() != 0) Release(mapping, reserved.lease_id());
     return bad;
   }
   if (!any) return result;
   // The lease began after `sent`. A client this late (stalled, swapped out) must not write into
   // space the shard may already have handed to someone else.
-  if (Clock::now() - sent > lease_.load() / 2) {
-    Release(mapping, reserved.lease_id()).IgnoreError();
+  if (!LeaseHeld(sent)) {
+    Release(mapping, reserved.lease_id());
     return absl::DeadlineExceededError("cache store shared memory: reservation too old to use");
   }
   tandem::v1::CommitShmRequest commit;
@@ -212,6 +218,7 @@ absl::Status ShmClient::GetBatch(const ShmMapping& mapping, std::span<const uint
   request.set_model_id(model_id_);
   for (uint64_t h : hashes) request.add_block_hashes(h);
   tandem::v1::AcquireShmResponse acquired;
+  const Clock::time_point sent = Clock::now();
   {
     grpc::ClientContext context;
     SetDeadline(context);
@@ -238,7 +245,7 @@ absl::Status ShmClient::GetBatch(const ShmMapping& mapping, std::span<const uint
   }
   if (bad.ok() && any && acquired.lease_id() == 0) bad = BadReply("pins without a lease");
   if (!bad.ok()) {
-    if (acquired.lease_id() != 0) Release(mapping, acquired.lease_id()).IgnoreError();
+    if (acquired.lease_id() != 0) Release(mapping, acquired.lease_id());
     return bad;
   }
   int corrupt = 0;
@@ -248,25 +255,38 @@ absl::Status ShmClient::GetBatch(const ShmMapping& mapping, std::span<const uint
     if (checksum != acquired.blocks(static_cast<int>(i)).checksum()) ++corrupt;
   }
   if (!any) return absl::OkStatus();
-  // The copies are good only if the pins held throughout: the release must find the lease.
-  if (absl::IsNotFound(Release(mapping, acquired.lease_id()))) {
-    return absl::AbortedError("cache store shared memory: the pins expired during the copy");
-  }
+  // The copies are good only if the pins held throughout; past half the lease time they may
+  // not have (the release is not waited for: one round trip less per get).
+  const bool held = LeaseHeld(sent);
+  Release(mapping, acquired.lease_id());
+  if (!held) return absl::AbortedError("cache store shared memory: the pins may have expired");
   if (corrupt > 0) {
     return absl::DataLossError(absl::StrCat("cache store shared memory: ", corrupt,
                                             " blocks do not match their checksums"));
   }
-  return absl::OkStatus();  // another failure to release: the shard expires the lease
+  return absl::OkStatus();
 }
 
-absl::Status ShmClient::Release(const ShmMapping& mapping, uint64_t lease_id) {
-  tandem::v1::ReleaseShmRequest request;
-  request.set_instance_id(mapping.instance_id());
-  request.set_lease_id(lease_id);
-  tandem::v1::ReleaseShmResponse response;
-  grpc::ClientContext context;
-  SetDeadline(context);
-  return rpc::FromGrpcStatus(stub_.ReleaseShm(&context, request, &response));
+void ShmClient::Release(const ShmMapping& mapping, uint64_t lease_id) {
+  struct Call {
+    grpc::ClientContext context;
+    tandem::v1::ReleaseShmRequest request;
+    tandem::v1::ReleaseShmResponse response;
+  };
+  auto* call = new Call;
+  call->request.set_instance_id(mapping.instance_id());
+  call->request.set_lease_id(lease_id);
+  SetDeadline(call->context);
+  {
+    absl::MutexLock lock(&releases_mu_);
+    ++releases_in_flight_;
+  }
+  stub_.async()->ReleaseShm(&call->context, &call->request, &call->response,
+                            [this, call](const grpc::Status&) {
+                              delete call;
+                              absl::MutexLock lock(&releases_mu_);
+                              --releases_in_flight_;
+                            });
 }
 
 }  // namespace tandem::store

@@ -30,6 +30,8 @@ class ShmClient {
   // The stub must outlive the client.
   ShmClient(tandem::v1::CacheStore::StubInterface& stub, std::string model_id,
             std::chrono::milliseconds timeout);
+  // Waits for the lease releases still in flight.
+  ~ShmClient();
 
   // nullopt: the fast path is not available now; stream instead. Otherwise the outcome, as
   // CacheStoreClient::Put and Get define it.
@@ -53,8 +55,11 @@ class ShmClient {
   absl::StatusOr<PutResult> PutBatch(const ShmMapping& mapping, std::span<const BlockData> blocks);
   absl::Status GetBatch(const ShmMapping& mapping, std::span<const uint64_t> hashes,
                         std::span<std::optional<std::string>> out);
-  // Ends a lease; if this fails, the shard expires it.
-  absl::Status Release(const ShmMapping& mapping, uint64_t lease_id);
+  // Ends a lease without waiting for the answer; if the call fails, the shard expires it.
+  void Release(const ShmMapping& mapping, uint64_t lease_id);
+  // A lease taken at `sent` is still certainly held: the shard ends none before its lease time,
+  // counted from after `sent`, and half of it leaves room for clock and scheduling slack.
+  bool LeaseHeld(Clock::time_point sent) const { return Clock::now() - sent <= lease_.load() / 2; }
   void SetDeadline(grpc::ClientContext& context) const;
 
   tandem::v1::CacheStore::StubInterface& stub_;
@@ -65,6 +70,9 @@ class ShmClient {
   Clock::time_point retry_after_ ABSL_GUARDED_BY(mu_);  // after a failed attach
   bool warned_ ABSL_GUARDED_BY(mu_) = false;
   std::atomic<std::chrono::milliseconds> lease_{};  // the shard's lease time, from Attach
+  // Releases sent and not yet answered (their callbacks may outlive a call, not the client).
+  absl::Mutex releases_mu_;
+  int releases_in_flight_ ABSL_GUARDED_BY(releases_mu_) = 0;
 };
 
 }  // namespace tandem::store

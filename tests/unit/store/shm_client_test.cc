@@ -29,8 +29,16 @@ class LyingShard final : public tandem::v1::CacheStore::CallbackService {
     acquire_ = std::move(acquire);
     reserve_ = std::move(reserve);
   }
-  int releases() const {
+  // Releases are not waited for by the client: waits (up to 10 s) until `n` have arrived.
+  int WaitForReleases(int n) const {
+    struct Wanted {
+      const int* releases;
+      int n;
+    } wanted{&releases_, n};
     absl::MutexLock lock(&mu_);
+    mu_.AwaitWithTimeout(
+        absl::Condition(+[](Wanted* w) { return *w->releases >= w->n; }, &wanted),
+        absl::Seconds(10));
     return releases_;
   }
 
@@ -129,7 +137,7 @@ TEST_F(ShmClientTest, AnHonestAnswerIsCopiedOut) {
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ((*got)[0], std::string(kBlock, kBlockBytes));
   EXPECT_TRUE(client_->shared_memory_attached());
-  EXPECT_EQ(shard_->releases(), 1);
+  EXPECT_EQ(shard_->WaitForReleases(1), 1);
 }
 
 TEST_F(ShmClientTest, LyingRegionsAreRefused) {
@@ -158,14 +166,14 @@ TEST_F(ShmClientTest, LyingRegionsAreRefused) {
     auto got = client_->Get({{1}});
     EXPECT_EQ(got.status().code(), absl::StatusCode::kInternal) << i;
     if (lies[i].lease_id() != 0) ++released;
-    EXPECT_EQ(shard_->releases(), released) << i;  // the lease it was given is ended
+    EXPECT_EQ(shard_->WaitForReleases(released), released) << i;  // the lease it was given is ended
   }
 }
 
 TEST_F(ShmClientTest, BytesThatDoNotMatchTheirChecksumAreDataLoss) {
   shard_->Answer(Region(1, kShmHeaderBytes, kBlockBytes, Good() + 1), {});
   EXPECT_EQ(client_->Get({{1}}).status().code(), absl::StatusCode::kDataLoss);
-  EXPECT_EQ(shard_->releases(), 1);
+  EXPECT_EQ(shard_->WaitForReleases(1), 1);
 }
 
 TEST_F(ShmClientTest, LyingReservationsAreRefusedBeforeWriting) {
@@ -182,7 +190,7 @@ TEST_F(ShmClientTest, LyingReservationsAreRefusedBeforeWriting) {
     auto put = client_->Put({{BlockData{9, std::string(64, 'x')}}});
     EXPECT_EQ(put.status().code(), absl::StatusCode::kInternal) << offset;
   }
-  EXPECT_EQ(shard_->releases(), 3);
+  EXPECT_EQ(shard_->WaitForReleases(3), 3);
   EXPECT_EQ(
       std::string(reinterpret_cast<const char*>(arena_->data()) - kShmHeaderBytes, kShmHeaderBytes),
       header_before);
