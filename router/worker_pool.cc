@@ -25,7 +25,15 @@ WorkerPool::State* WorkerPool::AddLocked(const std::string& address) {
   auto state = std::make_unique<State>();
   state->worker = std::make_unique<Worker>();
   state->worker->address = address;
-  auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+  grpc::ChannelArguments args;
+  if (options_.keepalive.count() > 0) {
+    const int ms = static_cast<int>(options_.keepalive.count());
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, ms);
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, ms);
+    args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);  // a long prefill sends no data
+  }
+  auto channel =
+      grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
   state->worker->prefill = tandem::v1::PrefillWorker::NewStub(channel);
   state->worker->decode = tandem::v1::DecodeWorker::NewStub(channel);
   workers_.push_back(std::move(state));

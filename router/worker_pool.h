@@ -39,6 +39,10 @@ struct WorkerPoolOptions {
   int block_size = 16;
   size_t index_capacity = 1 << 16;                            // block hashes per worker
   std::chrono::milliseconds failure_backoff{2000};            // out of rotation after a failure
+  // HTTP/2 ping period on each worker's channel while calls are in flight; a worker that does
+  // not answer within the same time (hung, stopped, its host gone) has its connection closed,
+  // so its calls fail and are retried or migrated. Zero: no pings.
+  std::chrono::milliseconds keepalive{10000};
 };
 
 class WorkerPool {

@@ -45,6 +45,7 @@ struct RouterConfig {
   std::vector<std::string> decode_workers;
   double heartbeat_interval_seconds = 1;
   double drain_seconds = 30;  // on SIGTERM: time for requests in flight to finish
+  double worker_keepalive_seconds = 10;
 };
 
 struct BalancerConfig {

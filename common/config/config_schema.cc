@@ -194,6 +194,11 @@ std::vector<Field> MakeSchema() {
       Real("router.heartbeat_interval_seconds",
            TANDEM_CONFIG_REF(router.heartbeat_interval_seconds), 0.01, 60,
            "worker heartbeat period; three missed heartbeats take a worker out of rotation"),
+      Real("router.worker_keepalive_seconds",
+           TANDEM_CONFIG_REF(router.worker_keepalive_seconds), 0, 3600,
+           "HTTP/2 ping period to workers while calls are in flight; a worker silent for as long "
+           "again (hung, stopped, host gone) is disconnected and its requests are retried or "
+           "migrated; 0 turns pings off"),
       Real("router.drain_seconds", TANDEM_CONFIG_REF(router.drain_seconds), 0, 3600,
            "on SIGTERM: how long requests in flight may take to finish (new ones get "
            "UNAVAILABLE and health reports NOT_SERVING) before the server stops"),

@@ -23,6 +23,11 @@ absl::StatusOr<StartedServer> StartServer(const std::string& listen,
                                                    "\" is not host:port"));
   }
   grpc::ServerBuilder builder;
+  // Peers probe idle connections with HTTP/2 pings to find hung processes (a stopped process's
+  // kernel still acknowledges TCP, so only a ping answered by gRPC proves it alive). By default
+  // servers answer pings more often than every 5 minutes with GOAWAY; accept them every second.
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 1000);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
   int port = 0;
   builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
   for (grpc::Service* s : services) builder.RegisterService(s);

@@ -6,6 +6,9 @@ through the public API by Python's grpcio.
                     2 store shards: each stream equals `model-inspect generate` token for token.
   --case faults     kill -9 of a decode worker, a prefill worker and a store shard under load:
                     every request completes with the greedy output; block counts return to 0.
+  --case hang       SIGSTOP of a decode worker mid-stream (alive to TCP, silent to gRPC): the
+                    router's keepalive pings find it within seconds, its streams are migrated
+                    and complete with the greedy output; it leaves rotation.
   --case balancer   a store too small for the load: the decode hit rate falls below 90%, the
                     balancer engages (router /metrics), nothing fails; light load brings the
                     hit rate back above 90% and the balancer back to normal.
@@ -18,6 +21,7 @@ through the public API by Python's grpcio.
 import argparse
 import concurrent.futures
 import random
+import signal
 import sys
 import threading
 import time
@@ -166,6 +170,47 @@ def case_faults(c, stub):
                      c.router.metric("tandem_workers", {"pool": "prefill"}) == 1, 10,
                      "the killed workers to leave rotation")
     wait_blocks_free(c)
+
+
+def case_hang(c, stub):
+    reqs = random_requests(20, seed=30, max_prompt=200, max_out=120)
+    want = expected(reqs)
+    victim = c.decodes[0]
+    started = threading.Event()
+    streaming = set()
+    lock = threading.Lock()
+
+    def on_chunk(call, tokens):
+        with lock:
+            streaming.add(id(call))
+            if len(streaming) >= 6:
+                started.set()
+
+    stopped_at = []
+
+    def stopper():
+        if started.wait(120):
+            victim.proc.send_signal(signal.SIGSTOP)
+            stopped_at.append(time.monotonic())
+    t = threading.Thread(target=stopper)
+    t.start()
+    try:
+        results = run_concurrently(stub, reqs, on_chunk)
+        done_at = time.monotonic()
+        t.join()
+        assert stopped_at, "the decode worker was never stopped"
+        check_greedy(results, reqs, want, "SIGSTOP decode")
+        with open(c.router.log.name) as f:
+            moved = sum(1 for line in f if victim.address in line and "migrating" in line)
+        print(f"  {moved} streams migrated off the stopped worker; all done "
+              f"{done_at - stopped_at[0]:.1f} s after the stop")
+        assert moved > 0, "stopping the decode worker hit no stream in flight"
+        # Pings every 1 s, 1 s to answer: well within the 300 s deadline of each stream.
+        assert done_at - stopped_at[0] < 30, "the hung worker was not detected promptly"
+        cluster.wait_for(lambda: c.router.metric("tandem_workers", {"pool": "decode"}) == 1, 10,
+                         "the stopped worker to leave rotation")
+    finally:
+        victim.proc.send_signal(signal.SIGCONT)
 
 
 def case_balancer(c, stub):
@@ -320,17 +365,19 @@ def main():
         return case_serve()
     extra_router = []
     store_bytes = None
+    if args.case == "hang":
+        extra_router = ["--set", "router.worker_keepalive_seconds=1"]
     if args.case == "balancer":
         store_bytes = "1MiB"
         extra_router = ["--set", "balancer.window_seconds=2", "--set", "balancer.min_lookups=20"]
     # Workers join through the registry in the greedy and fault cases, static lists elsewhere.
     c = cluster.Cluster(args.tandem, args.model, store_bytes=store_bytes,
-                        router_extra=extra_router, register=args.case in ("greedy", "faults"))
+                        router_extra=extra_router, register=args.case in ("greedy", "faults", "hang"))
     c.channel = grpc.insecure_channel(c.router.address)
     stub = pb_grpc.InferenceStub(c.channel)
     try:
-        {"greedy": case_greedy, "faults": case_faults, "balancer": case_balancer,
-         "api": case_api}[args.case](c, stub)
+        {"greedy": case_greedy, "faults": case_faults, "hang": case_hang,
+         "balancer": case_balancer, "api": case_api}[args.case](c, stub)
     except BaseException:
         c.stop()
         print(c.logs())

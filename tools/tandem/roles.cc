@@ -260,6 +260,8 @@ class RouterRole final : public ServedRole {
                   .min_lookups = c.balancer.min_lookups};
     o.max_prefill_ahead_bytes = c.balancer.max_prefill_ahead_bytes;
     o.pool.block_size = c.kv_cache.block_size;
+    o.pool.keepalive = std::chrono::milliseconds(
+        static_cast<int64_t>(c.router.worker_keepalive_seconds * 1000));
     o.colocated = c.router.mode == "colocated";
     drain_ = std::chrono::duration<double>(c.router.drain_seconds);
     service_ = std::make_unique<router::RouterService>(o, tokenizer_.get(), &metrics);
