@@ -91,6 +91,39 @@ Metrics::Metrics()
       pruned_layers_(BuildGauge()
                          .Name("tandem_pruned_layers")
                          .Help("Layers skipped by prefill-only pruning")
+                         .Register(*registry_)),
+      store_capacity_(BuildGauge()
+                          .Name("tandem_cache_store_capacity_bytes")
+                          .Help("Bytes a cache-store shard may hold")
+                          .Register(*registry_)),
+      store_used_(BuildGauge()
+                      .Name("tandem_cache_store_used_bytes")
+                      .Help("Bytes held by a cache-store shard: stored blocks and puts in flight")
+                      .Register(*registry_)),
+      store_blocks_(BuildGauge()
+                        .Name("tandem_cache_store_blocks")
+                        .Help("Blocks stored in a cache-store shard")
+                        .Register(*registry_)),
+      store_pinned_(BuildGauge()
+                        .Name("tandem_cache_store_pinned_blocks")
+                        .Help("Stored blocks pinned by a transfer in flight")
+                        .Register(*registry_)),
+      store_lookups_(BuildCounter()
+                         .Name("tandem_cache_store_lookups_total")
+                         .Help("Block reads from a cache-store shard by result")
+                         .Register(*registry_)),
+      store_puts_(BuildCounter()
+                      .Name("tandem_cache_store_puts_total")
+                      .Help("Block writes to a cache-store shard by outcome (stored; skipped: "
+                            "already there; aborted: abandoned or failed its checksum)")
+                      .Register(*registry_)),
+      store_evictions_(BuildCounter()
+                           .Name("tandem_cache_store_evictions_total")
+                           .Help("Blocks a cache-store shard evicted (least recently used)")
+                           .Register(*registry_)),
+      store_corrupt_(BuildCounter()
+                         .Name("tandem_cache_store_corrupt_blocks_total")
+                         .Help("Blocks found changed after they were written, and dropped")
                          .Register(*registry_)) {
   balancer_.decode_kv_hit_ratio =
       &BuildGauge()
@@ -120,6 +153,28 @@ Metrics::Metrics()
                       .Register(*registry_);
   balancer_.prefill_workers = &workers.Add({{"pool", "prefill"}});
   balancer_.decode_workers = &workers.Add({{"pool", "decode"}});
+}
+
+StoreMetrics Metrics::ForShard(const std::string& address) {
+  const prometheus::Labels l = {{"shard", address}};
+  auto with = [&](const char* key, const char* value) {
+    prometheus::Labels out = l;
+    out.emplace(key, value);
+    return out;
+  };
+  StoreMetrics m;
+  m.capacity_bytes = &store_capacity_.Add(l);
+  m.used_bytes = &store_used_.Add(l);
+  m.blocks = &store_blocks_.Add(l);
+  m.pinned_blocks = &store_pinned_.Add(l);
+  m.hits = &store_lookups_.Add(with("result", "hit"));
+  m.misses = &store_lookups_.Add(with("result", "miss"));
+  m.stored = &store_puts_.Add(with("outcome", "stored"));
+  m.skipped = &store_puts_.Add(with("outcome", "skipped"));
+  m.aborted = &store_puts_.Add(with("outcome", "aborted"));
+  m.evictions = &store_evictions_.Add(l);
+  m.corrupt = &store_corrupt_.Add(l);
+  return m;
 }
 
 RoleMetrics Metrics::ForRole(const std::string& role) {

@@ -50,6 +50,22 @@ struct BalancerMetrics {
   prometheus::Gauge* recommended_prefill_to_decode_ratio = nullptr;
 };
 
+// One cache-store shard, labelled `shard` with its address (`tandem serve` may run several).
+// Counters follow the shard's own (BlockStoreStats), so they are advanced by differences.
+struct StoreMetrics {
+  prometheus::Gauge* capacity_bytes = nullptr;
+  prometheus::Gauge* used_bytes = nullptr;  // committed blocks and pending puts
+  prometheus::Gauge* blocks = nullptr;
+  prometheus::Gauge* pinned_blocks = nullptr;
+  prometheus::Counter* hits = nullptr;  // tandem_cache_store_lookups_total{result}
+  prometheus::Counter* misses = nullptr;
+  prometheus::Counter* stored = nullptr;  // tandem_cache_store_puts_total{outcome}
+  prometheus::Counter* skipped = nullptr;
+  prometheus::Counter* aborted = nullptr;
+  prometheus::Counter* evictions = nullptr;
+  prometheus::Counter* corrupt = nullptr;
+};
+
 class Metrics {
  public:
   Metrics();
@@ -59,6 +75,7 @@ class Metrics {
   // Handles for `role`; repeated calls for one role return the same metrics.
   RoleMetrics ForRole(const std::string& role);
   BalancerMetrics& balancer() { return balancer_; }
+  StoreMetrics ForShard(const std::string& address);
   const std::shared_ptr<prometheus::Registry>& registry() const { return registry_; }
 
   // The registry in Prometheus' text exposition format (what /metrics serves).
@@ -82,6 +99,14 @@ class Metrics {
   prometheus::Family<prometheus::Counter>& requests_;
   prometheus::Family<prometheus::Gauge>& pruned_layers_;
   BalancerMetrics balancer_;
+  prometheus::Family<prometheus::Gauge>& store_capacity_;
+  prometheus::Family<prometheus::Gauge>& store_used_;
+  prometheus::Family<prometheus::Gauge>& store_blocks_;
+  prometheus::Family<prometheus::Gauge>& store_pinned_;
+  prometheus::Family<prometheus::Counter>& store_lookups_;
+  prometheus::Family<prometheus::Counter>& store_puts_;
+  prometheus::Family<prometheus::Counter>& store_evictions_;
+  prometheus::Family<prometheus::Counter>& store_corrupt_;
 };
 
 // Serves a registry on http://<listen>/metrics. "host:0" picks a free port.

@@ -115,6 +115,17 @@ def case_greedy(c, stub):
     print(f"100 concurrent requests in {time.monotonic() - t0:.1f} s")
     check_greedy(results, reqs, want, "greedy")
     wait_blocks_free(c)
+    # Each shard's /metrics: blocks stored by prefill and read back by decode, none pinned.
+    for s in c.shards:
+        got = {k: s.metric(name, labels) for k, name, labels in [
+            ("blocks", "tandem_cache_store_blocks", None),
+            ("stored", "tandem_cache_store_puts_total", {"outcome": "stored"}),
+            ("hits", "tandem_cache_store_lookups_total", {"result": "hit"}),
+            ("pinned", "tandem_cache_store_pinned_blocks", None),
+            ("used", "tandem_cache_store_used_bytes", None)]}
+        print(f"  shard {s.address}: {got}")
+        assert got["blocks"] > 0 and got["stored"] >= got["blocks"] and got["hits"] > 0, got
+        assert got["pinned"] == 0 and got["used"] > 0, got
 
 
 def case_faults(c, stub):

@@ -79,9 +79,13 @@ class ServedRole : public Role {
 
 class CacheStoreRole final : public ServedRole {
  public:
-  ~CacheStoreRole() override { StopServer(); }
+  ~CacheStoreRole() override {
+    StopServer();
+    stop_.Notify();
+    if (reporter_.joinable()) reporter_.join();
+  }
 
-  absl::Status Start(const config::TandemConfig& c) {
+  absl::Status Start(const config::TandemConfig& c, metrics::Metrics& metrics) {
     TANDEM_ASSIGN_OR_RETURN(store_, cache_store::BlockStore::Create(
                                         {.capacity_bytes = c.cache_store.capacity_bytes,
                                          .shared_memory = c.cache_store.shared_memory}));
@@ -89,12 +93,40 @@ class CacheStoreRole final : public ServedRole {
     TANDEM_ASSIGN_OR_RETURN(auto server,
                             rpc::StartServer(c.cache_store.listen, {service_.get()}, {kCacheStore}));
     Serve(std::move(server), {kCacheStore});
+    metrics_ = metrics.ForShard(address());
+    reporter_ = std::thread([this] { Report(); });
     return absl::OkStatus();
   }
 
  private:
+  // Publishes the shard's stats every 0.5 s.
+  void Report() {
+    cache_store::BlockStoreStats last;
+    auto advance = [](prometheus::Counter* c, int64_t now, int64_t before) {
+      c->Increment(static_cast<double>(now - before));
+    };
+    do {
+      const cache_store::BlockStoreStats s = store_->Stats();
+      metrics_.capacity_bytes->Set(static_cast<double>(s.capacity_bytes));
+      metrics_.used_bytes->Set(static_cast<double>(s.used_bytes));
+      metrics_.blocks->Set(static_cast<double>(s.blocks));
+      metrics_.pinned_blocks->Set(static_cast<double>(s.pinned_blocks));
+      advance(metrics_.hits, s.hits, last.hits);
+      advance(metrics_.misses, s.misses, last.misses);
+      advance(metrics_.stored, s.puts, last.puts);
+      advance(metrics_.skipped, s.put_skipped, last.put_skipped);
+      advance(metrics_.aborted, s.put_aborted, last.put_aborted);
+      advance(metrics_.evictions, s.evictions, last.evictions);
+      advance(metrics_.corrupt, s.corrupt, last.corrupt);
+      last = s;
+    } while (!stop_.WaitForNotificationWithTimeout(absl::Milliseconds(500)));
+  }
+
   std::unique_ptr<cache_store::BlockStore> store_;
   std::unique_ptr<cache_store::CacheStoreService> service_;
+  metrics::StoreMetrics metrics_;
+  absl::Notification stop_;
+  std::thread reporter_;
 };
 
 // A prefill or decode worker: its model, engine loop, store client and service, plus a thread
@@ -293,9 +325,9 @@ std::string ModelId(const config::TandemConfig& config) {
 }
 
 absl::StatusOr<std::unique_ptr<Role>> StartCacheStore(const config::TandemConfig& config,
-                                                      metrics::Metrics&) {
+                                                      metrics::Metrics& metrics) {
   auto role = std::make_unique<CacheStoreRole>();
-  TANDEM_RETURN_IF_ERROR(role->Start(config));
+  TANDEM_RETURN_IF_ERROR(role->Start(config, metrics));
   return role;
 }
 

@@ -60,6 +60,22 @@ TEST(MetricsTest, EveryDesignMetricIsExportedWithItsLabels) {
   EXPECT_THAT(text, HasSubstr("tandem_balancer_reschedules_total 1"));
 }
 
+TEST(MetricsTest, StoreShardsAreLabelledByAddress) {
+  Metrics m;
+  StoreMetrics a = m.ForShard("10.0.0.1:7000");
+  StoreMetrics b = m.ForShard("10.0.0.2:7000");
+  a.used_bytes->Set(4096);
+  a.hits->Increment(3);
+  b.aborted->Increment();
+  const std::string text = m.Serialize();
+  EXPECT_THAT(text, HasSubstr("tandem_cache_store_used_bytes{shard=\"10.0.0.1:7000\"} 4096"));
+  EXPECT_THAT(text, HasSubstr(
+                        "tandem_cache_store_lookups_total{result=\"hit\",shard=\"10.0.0.1:7000\"} 3"));
+  EXPECT_THAT(text, HasSubstr(
+                        "tandem_cache_store_puts_total{outcome=\"aborted\",shard=\"10.0.0.2:7000\"} 1"));
+  EXPECT_THAT(text, HasSubstr("tandem_cache_store_evictions_total{shard=\"10.0.0.2:7000\"} 0"));
+}
+
 TEST(MetricsTest, ServedOverHttp) {
   Metrics m;
   m.ForRole("router").prompt_tokens->Increment(42);
