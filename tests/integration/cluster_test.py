@@ -81,6 +81,28 @@ def run_concurrently(stub, reqs, on_chunk=None):
         return list(pool.map(lambda r: stream(stub, request(*r), on_chunk=on_chunk), reqs))
 
 
+def after_streams(threshold, action):
+    """(on_chunk, thread, done): the thread runs `action` once `threshold` streams have sent a
+    chunk, then sets `done`; join it after the requests."""
+    started, done = threading.Event(), threading.Event()
+    streaming = set()
+    lock = threading.Lock()
+
+    def on_chunk(call, tokens):
+        with lock:
+            streaming.add(id(call))
+            if len(streaming) >= threshold:
+                started.set()
+
+    def run():
+        if started.wait(120):
+            action()
+            done.set()
+    t = threading.Thread(target=run)
+    t.start()
+    return on_chunk, t, done
+
+
 def check_greedy(results, reqs, want, what):
     bad = 0
     for i, ((ids, complete, code, details), (prompt, max_tokens)) in enumerate(zip(results, reqs)):
@@ -136,23 +158,7 @@ def case_faults(c, stub):
     for n, (what, victim, threshold) in enumerate(waves):
         reqs = random_requests(30, seed=10 + n, max_prompt=200, max_out=120)
         want = expected(reqs)
-        started = threading.Event()
-        killed = threading.Event()
-        streaming = set()
-        lock = threading.Lock()
-
-        def on_chunk(call, tokens):
-            with lock:
-                streaming.add(id(call))
-                if len(streaming) >= threshold:
-                    started.set()
-
-        def killer():
-            if started.wait(120):
-                victim.kill9()
-                killed.set()
-        t = threading.Thread(target=killer)
-        t.start()
+        on_chunk, t, killed = after_streams(threshold, victim.kill9)
         results = run_concurrently(stub, reqs, on_chunk)
         t.join()
         assert killed.is_set(), f"the {what} was never killed"
@@ -187,24 +193,12 @@ def case_hang(c, stub):
     reqs = random_requests(20, seed=30, max_prompt=200, max_out=120)
     want = expected(reqs)
     victim = c.decodes[0]
-    started = threading.Event()
-    streaming = set()
-    lock = threading.Lock()
-
-    def on_chunk(call, tokens):
-        with lock:
-            streaming.add(id(call))
-            if len(streaming) >= 6:
-                started.set()
-
     stopped_at = []
 
-    def stopper():
-        if started.wait(120):
-            victim.proc.send_signal(signal.SIGSTOP)
-            stopped_at.append(time.monotonic())
-    t = threading.Thread(target=stopper)
-    t.start()
+    def stop():
+        victim.proc.send_signal(signal.SIGSTOP)
+        stopped_at.append(time.monotonic())
+    on_chunk, t, _ = after_streams(6, stop)
     try:
         results = run_concurrently(stub, reqs, on_chunk)
         done_at = time.monotonic()
