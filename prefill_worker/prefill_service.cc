@@ -1,5 +1,6 @@
 #include "prefill_worker/prefill_service.h"
 
+#include <algorithm>
 #include <chrono>
 #include <utility>
 
@@ -109,8 +110,10 @@ class PrefillCall final : public grpc::ServerUnaryReactor {
           auto result = std::make_shared<tandem::v1::PrefillResponse>();
           result->set_first_token(out.new_tokens.back());
           result->set_cached_prompt_tokens(out.cached_prompt_tokens);
-          result->set_prefill_seconds(
-              std::chrono::duration<double>(Clock::now() - start).count());
+          // Time in this worker: waiting in the engine's queue, then computing.
+          const double here = std::chrono::duration<double>(Clock::now() - start).count();
+          result->set_queue_seconds(out.queue_seconds);
+          result->set_prefill_seconds(std::max(0.0, here - out.queue_seconds));
           tandem::v1::KvHandle* kv = result->mutable_kv();
           kv->set_model_id(engine.kv_cache().model_id());
           FillLayout(engine.kv_cache().layout(), kv->mutable_layout());

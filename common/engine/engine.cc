@@ -128,6 +128,7 @@ RequestOutput Engine::MakeOutput(const Sequence& seq) const {
   out.prompt_tokens = seq.prompt_len;
   out.cached_prompt_tokens = seq.cached_prompt_tokens;
   out.completion_tokens = seq.completion_tokens;
+  out.queue_seconds = seq.queue_seconds;
   return out;
 }
 
@@ -212,7 +213,11 @@ void Engine::AdmitWaiting(int& budget) {
       seq.num_computed = 0;
       return;
     }
-    if (!seq.admitted) seq.cached_prompt_tokens = *cached;  // not a re-admission
+    if (!seq.admitted) {  // not a re-admission
+      seq.cached_prompt_tokens = *cached;
+      seq.queue_seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - seq.added).count();
+    }
     seq.admitted = true;
     scheduled_.push_back({&seq, n});
     budget -= n;

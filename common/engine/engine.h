@@ -1,5 +1,6 @@
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <list>
@@ -62,6 +63,8 @@ class Engine {
     int cached_prompt_tokens = 0;  // at first admission (preemption re-admits)
     bool admitted = false;
     int completion_tokens = 0;
+    std::chrono::steady_clock::time_point added = std::chrono::steady_clock::now();
+    double queue_seconds = 0;  // added -> first admission
     model::Sampler sampler;
     Sequence(Request r, int64_t id);
   };

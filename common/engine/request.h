@@ -46,6 +46,7 @@ struct RequestOutput {
   int prompt_tokens = 0;
   int cached_prompt_tokens = 0;  // prompt tokens whose KV came from the prefix cache
   int completion_tokens = 0;
+  double queue_seconds = 0;  // from AddRequest to its first step (0 until admitted)
   std::vector<float> logits;  // when Request::return_logits and a token was sampled
 };
 

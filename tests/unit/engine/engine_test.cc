@@ -237,6 +237,30 @@ TEST_F(EngineTest, HighPriorityRequestsAreAdmittedFirst) {
   EXPECT_EQ(finished, (std::vector<std::string>{"c", "d", "a", "b"}));
 }
 
+// Queue time is what a request spent waiting for its first step: a request admitted at once
+// reports less than one held back while another ran to completion.
+TEST_F(EngineTest, OutputsReportTheirQueueTime) {
+  EngineOptions o = Options();
+  o.max_num_seqs = 1;
+  auto e = MakeEngine(o);
+  ASSERT_TRUE(e->AddRequest(Greedy("first", RandomPrompt(12, 1, 128), 8)).ok());
+  ASSERT_TRUE(e->AddRequest(Greedy("second", RandomPrompt(12, 2, 128), 8)).ok());
+  std::map<std::string, double> queued;
+  std::map<std::string, double> first_seen;
+  while (e->HasUnfinished()) {
+    auto outs = e->Step();
+    ASSERT_TRUE(outs.ok());
+    for (const auto& out : *outs) {
+      queued[out.id] = out.queue_seconds;
+      first_seen.emplace(out.id, out.queue_seconds);
+    }
+  }
+  ASSERT_EQ(queued.size(), 2u);
+  EXPECT_EQ(queued["first"], first_seen["first"]);  // set once, at admission
+  EXPECT_GT(queued["second"], queued["first"]);
+  EXPECT_GT(queued["second"], 0);
+}
+
 TEST_F(EngineTest, SeededSamplingIsReproducible) {
   auto sampled = [&](uint64_t seed) {
     Request r = Greedy("x", RandomPrompt(8, 3, 128), 32);
