@@ -6,12 +6,13 @@
 //       as fast as gRPC takes them (ids below V, default 4096, so the router can detokenize).
 //   router-overhead-bench latency --tandem BIN --model DIR [--streams N] [--tokens T]
 //       [--rounds R] [--token-interval-us U] [--phase aligned|spread] [--router-cpu C]
-//       [--bench-cpu C]
+//       [--bench-cpu C] [--proxy callback|hybrid|async]
 //       Starts paced fake workers in this process and `BIN router` (pinned to its own core)
 //       in front of them, opens N concurrent streams of T tokens through the router and, for
 //       comparison, straight from the fake decode worker, and prints the per-token delivery
 //       latency of both (p50/p90/p99/max) and the difference: the router's added latency per
-//       streamed token, detokenization included.
+//       streamed token, detokenization included, and the router's CPU time per token. --proxy
+//       puts a bare gRPC proxy (this binary) in the router's place instead: the floor.
 #include <grpcpp/grpcpp.h>
 
 #include <sched.h>
@@ -25,6 +26,7 @@
 #include <cstdio>
 #include <deque>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <map>
 #include <string>
@@ -122,19 +124,70 @@ absl::Status ServeFakes(const CliArgs& args) {
 // What any gRPC proxy in the router's place costs on this machine: Generate forwarded to the
 // fake decode worker, each DecodeResponse turned into a GenerateResponse chunk, nothing else
 // (no tokenizer, no state). `callback` uses gRPC's callback API as the router does; `async`
-// drives one completion queue from one thread.
+// drives one completion queue from one thread; `hybrid` serves with callbacks but reads the
+// upstream streams through one completion queue and thread.
 
+// With `cq` (the `hybrid` proxy) the upstream stream is read through that completion queue, which
+// one thread drives, instead of a callback reactor.
 class CallbackProxy final : public tandem::v1::Inference::CallbackService {
  public:
-  explicit CallbackProxy(tandem::v1::DecodeWorker::Stub& upstream) : upstream_(upstream) {}
+  CallbackProxy(tandem::v1::DecodeWorker::Stub& upstream, grpc::CompletionQueue* cq)
+      : upstream_(upstream), cq_(cq) {}
 
   grpc::ServerWriteReactor<tandem::v1::GenerateResponse>* Generate(
       grpc::CallbackServerContext*, const tandem::v1::GenerateRequest* request) override {
+    if (cq_ != nullptr) return new CqCall(upstream_, *request, cq_);
     return new Call(upstream_, *request);
   }
 
+  // A completion-queue tag: runs `on(ok)` of its owner.
+  struct Tag {
+    std::function<void(bool)> on;
+  };
+
  private:
   class Call;
+  class CqCall final : public grpc::ServerWriteReactor<tandem::v1::GenerateResponse> {
+   public:
+    CqCall(tandem::v1::DecodeWorker::Stub& upstream, const tandem::v1::GenerateRequest& request,
+           grpc::CompletionQueue* cq)
+        : stream_(this) {
+      tandem::v1::DecodeRequest up;
+      up.set_request_id(request.request_id());
+      for (int32_t t : request.prompt_token_ids()) up.add_token_ids(t);
+      *up.mutable_sampling() = request.sampling();
+      started_.on = [this](bool ok) {
+        if (ok) {
+          reader_->Read(&message_, &read_);
+        } else {
+          reader_->Finish(&status_, &finished_);
+        }
+      };
+      read_.on = [this](bool ok) {
+        if (!ok) {
+          reader_->Finish(&status_, &finished_);
+          return;
+        }
+        tandem::v1::GenerateResponse out;
+        *out.mutable_chunk()->mutable_token_ids() = message_.token_ids();
+        stream_.Push(std::move(out));
+        reader_->Read(&message_, &read_);
+      };
+      finished_.on = [this](bool) { stream_.End(status_); };
+      reader_ = upstream.PrepareAsyncDecode(&context_, up, cq);
+      reader_->StartCall(&started_);
+    }
+    void OnWriteDone(bool ok) override { stream_.WriteDone(ok); }
+    void OnDone() override { delete this; }
+
+   private:
+    rpc::ServerStream<tandem::v1::GenerateResponse> stream_;
+    grpc::ClientContext context_;
+    std::unique_ptr<grpc::ClientAsyncReader<tandem::v1::DecodeResponse>> reader_;
+    tandem::v1::DecodeResponse message_;
+    grpc::Status status_;
+    Tag started_, read_, finished_;
+  };
   // Reads upstream; writes go through a ServerStream as in the router.
   class Reader final : public grpc::ClientReadReactor<tandem::v1::DecodeResponse> {
    public:
@@ -167,6 +220,7 @@ class CallbackProxy final : public tandem::v1::Inference::CallbackService {
     Reader* reader_;
   };
   tandem::v1::DecodeWorker::Stub& upstream_;
+  grpc::CompletionQueue* const cq_;
 };
 
 void CallbackProxy::Reader::OnReadDone(bool ok) {
@@ -273,19 +327,26 @@ class AsyncProxyCall {
 absl::Status ServeProxy(const CliArgs& args) {
   TANDEM_ASSIGN_OR_RETURN(std::string upstream_address, args.String("upstream"));
   const std::string api = args.StringOr("api", "async");
-  if (api != "async" && api != "callback") {
-    return absl::InvalidArgumentError("--api must be async or callback");
+  if (api != "async" && api != "callback" && api != "hybrid") {
+    return absl::InvalidArgumentError("--api must be async, callback or hybrid");
   }
   auto upstream = tandem::v1::DecodeWorker::NewStub(
       grpc::CreateChannel(upstream_address, grpc::InsecureChannelCredentials()));
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  CallbackProxy callback(*upstream);
+  grpc::CompletionQueue client_cq;
+  CallbackProxy callback(*upstream, api == "hybrid" ? &client_cq : nullptr);
   tandem::v1::Inference::AsyncService async;
   std::unique_ptr<grpc::ServerCompletionQueue> cq;
-  if (api == "callback") {
+  std::thread client_thread;
+  if (api != "async") {
     builder.RegisterService(&callback);
+    client_thread = std::thread([&client_cq] {
+      void* tag = nullptr;
+      bool ok = false;
+      while (client_cq.Next(&tag, &ok)) static_cast<CallbackProxy::Tag*>(tag)->on(ok);
+    });
   } else {
     builder.RegisterService(&async);
     cq = builder.AddCompletionQueue();
@@ -296,6 +357,8 @@ absl::Status ServeProxy(const CliArgs& args) {
   std::fflush(stdout);
   if (cq == nullptr) {
     server->Wait();
+    client_cq.Shutdown();
+    client_thread.join();
     return absl::OkStatus();
   }
   new AsyncProxyCall(async, *upstream, cq.get());
