@@ -137,8 +137,11 @@ def case_greedy(c, stub):
     print(f"100 concurrent requests in {time.monotonic() - t0:.1f} s")
     check_greedy(results, reqs, want, "greedy")
     wait_blocks_free(c)
-    # Each shard's /metrics: blocks stored by prefill and read back by decode, none pinned.
+    # Each shard's /metrics (refreshed every 0.5 s): blocks stored by prefill and read back by
+    # decode, none pinned once the last leases are released.
     for s in c.shards:
+        cluster.wait_for(lambda: s.metric("tandem_cache_store_pinned_blocks") == 0, 10,
+                         "the shard's pins to be released")
         got = {k: s.metric(name, labels) for k, name, labels in [
             ("blocks", "tandem_cache_store_blocks", None),
             ("stored", "tandem_cache_store_puts_total", {"outcome": "stored"}),
