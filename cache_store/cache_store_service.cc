@@ -29,6 +29,9 @@ class PutReactor final : public grpc::ServerReadReactor<PutRequest> {
   void OnReadDone(bool ok) override {
     if (!ok) {  // the client half-closed (or the call broke)
       if (pending_ || skipping_) {
+        // Abandoned before the client hears of it: a retry must not find the block "being
+        // written" and skip it.
+        pending_.reset();
         Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                             absl::StrCat("stream ended inside block ", current_)));
         return;
