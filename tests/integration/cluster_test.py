@@ -8,7 +8,8 @@ through the public API by Python's grpcio.
                     every request completes with the greedy output; block counts return to 0.
   --case hang       SIGSTOP of a decode worker mid-stream (alive to TCP, silent to gRPC): the
                     router's keepalive pings find it within seconds, its streams are migrated
-                    and complete with the greedy output; it leaves rotation.
+                    and complete with the greedy output; it leaves rotation. Resumed, it frees
+                    every block and rejoins.
   --case balancer   a store too small for the load: the decode hit rate falls below 90%, the
                     balancer engages (router /metrics), nothing fails; light load brings the
                     hit rate back above 90% and the balancer back to normal.
@@ -217,6 +218,11 @@ def case_hang(c, stub):
         assert done_at - stopped_at[0] < 30, "the hung worker was not detected promptly"
         cluster.wait_for(lambda: c.router.metric("tandem_workers", {"pool": "decode"}) == 1, 10,
                          "the stopped worker to leave rotation")
+        # Resumed, it finds its streams cancelled and frees their blocks, and registers again.
+        victim.proc.send_signal(signal.SIGCONT)
+        wait_blocks_free(c, timeout=15)
+        cluster.wait_for(lambda: c.router.metric("tandem_workers", {"pool": "decode"}) == 2, 15,
+                         "the resumed worker to rejoin")
     finally:
         victim.proc.send_signal(signal.SIGCONT)
 
