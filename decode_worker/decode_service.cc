@@ -112,6 +112,7 @@ class DecodeCall final : public grpc::ServerWriteReactor<DecodeResponse> {
       stream->hits = s.hits;
       stream->misses = s.misses;
       stream->transfer_seconds = std::chrono::duration<double>(Clock::now() - start).count();
+      if (service.on_transfer_) service.on_transfer_(stream->transfer_seconds);
       service.kv_hits_ += s.hits;
       service.kv_misses_ += s.misses;
     });
@@ -165,7 +166,10 @@ class DecodeCall final : public grpc::ServerWriteReactor<DecodeResponse> {
 
 DecodeService::DecodeService(engine::EngineLoop& loop, store::StorePool& store,
                              const DecodeServiceOptions& options)
-    : loop_(loop), store_(store), fetches_(options.fetch_threads) {}
+    : loop_(loop),
+      store_(store),
+      fetches_(options.fetch_threads),
+      on_transfer_(options.on_transfer) {}
 
 grpc::ServerWriteReactor<DecodeResponse>* DecodeService::Decode(
     grpc::CallbackServerContext*, const tandem::v1::DecodeRequest* request) {

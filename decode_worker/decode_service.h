@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 
 #include "common/engine/engine_loop.h"
 #include "common/store/store_pool.h"
@@ -20,6 +21,9 @@ namespace tandem::decode {
 
 struct DecodeServiceOptions {
   int fetch_threads = 2;
+  // Called with the seconds each request took to bring its blocks in (the role's
+  // tandem_kv_transfer_seconds); may be empty.
+  std::function<void(double)> on_transfer;
 };
 
 class DecodeService final : public tandem::v1::DecodeWorker::CallbackService {
@@ -40,6 +44,7 @@ class DecodeService final : public tandem::v1::DecodeWorker::CallbackService {
   engine::EngineLoop& loop_;
   store::StorePool& store_;
   WorkQueue fetches_;
+  const std::function<void(double)> on_transfer_;
   std::atomic<int64_t> kv_hits_{0};
   std::atomic<int64_t> kv_misses_{0};
   std::atomic<int64_t> kv_bytes_{0};

@@ -136,7 +136,11 @@ class PrefillCall final : public grpc::ServerUnaryReactor {
     std::vector<store::BlockData> blocks;
     blocks.reserve(exported.size());
     for (auto& b : exported) blocks.push_back({b.hash, std::move(b.bytes)});
+    const Clock::time_point start = Clock::now();
     const store::StorePool::PutReport report = service.store_.Put(blocks);
+    if (service.on_transfer_) {
+      service.on_transfer_(std::chrono::duration<double>(Clock::now() - start).count());
+    }
     service.kv_bytes_ += report.bytes;
     tandem::v1::KvHandle* kv = result.mutable_kv();
     const int block_size = kv->layout().block_size();
@@ -154,7 +158,10 @@ class PrefillCall final : public grpc::ServerUnaryReactor {
 
 PrefillService::PrefillService(engine::EngineLoop& loop, store::StorePool& store,
                                const PrefillServiceOptions& options)
-    : loop_(loop), store_(store), uploads_(options.upload_threads) {}
+    : loop_(loop),
+      store_(store),
+      uploads_(options.upload_threads),
+      on_transfer_(options.on_transfer) {}
 
 grpc::ServerUnaryReactor* PrefillService::Prefill(grpc::CallbackServerContext*,
                                                   const tandem::v1::PrefillRequest* request,

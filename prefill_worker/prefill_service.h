@@ -8,6 +8,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -20,6 +21,9 @@ namespace tandem::prefill {
 
 struct PrefillServiceOptions {
   int upload_threads = 2;
+  // Called with the seconds each request's upload to the store took (the role's
+  // tandem_kv_transfer_seconds); may be empty.
+  std::function<void(double)> on_transfer;
 };
 
 class PrefillService final : public tandem::v1::PrefillWorker::CallbackService {
@@ -39,6 +43,7 @@ class PrefillService final : public tandem::v1::PrefillWorker::CallbackService {
   engine::EngineLoop& loop_;
   store::StorePool& store_;
   WorkQueue uploads_;
+  const std::function<void(double)> on_transfer_;
   std::atomic<int64_t> next_id_{1};
   std::atomic<int64_t> kv_bytes_{0};
 };

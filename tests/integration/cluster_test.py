@@ -152,6 +152,11 @@ def case_greedy(c, stub):
         print(f"  shard {s.address}: {got}")
         assert got["blocks"] > 0 and got["stored"] >= got["blocks"] and got["hits"] > 0, got
         assert got["pinned"] == 0 and got["used"] > 0, got
+    # Each worker times its side of the handoff: prefill's uploads, decode's fetches.
+    for w in c.prefills + c.decodes:
+        n = w.metric("tandem_kv_transfer_seconds_count", {"role": w.role})
+        print(f"  {w.role} {w.address}: {n:.0f} KV transfers timed")
+        assert n > 0, (w.role, n)
 
 
 def case_faults(c, stub):

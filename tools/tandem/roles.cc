@@ -157,10 +157,19 @@ class WorkerRole final : public ServedRole {
         c.cache_store.shards, ModelId(c),
         store::StorePoolOptions{.chunk_bytes = c.cache_store.chunk_bytes,
                                 .shared_memory = c.cache_store.shared_memory});
-    service_ = std::make_unique<Service>(*loop_, *store_);
+    metrics_ = metrics.ForRole(role);
+    std::function<void(double)> on_transfer = [h = metrics_.kv_transfer_time](double s) {
+      h->Observe(s);
+    };
+    if constexpr (std::is_same_v<Service, decode::DecodeService>) {
+      service_ = std::make_unique<Service>(
+          *loop_, *store_, decode::DecodeServiceOptions{.on_transfer = std::move(on_transfer)});
+    } else {
+      service_ = std::make_unique<Service>(
+          *loop_, *store_, prefill::PrefillServiceOptions{.on_transfer = std::move(on_transfer)});
+    }
     TANDEM_ASSIGN_OR_RETURN(auto server, rpc::StartServer(listen, {service_.get()}, {name}));
     Serve(std::move(server), {name});
-    metrics_ = metrics.ForRole(role);
     reporter_ = std::thread([this] { Report(); });
     if (!wc.router.empty()) {
       tandem::v1::RegisterRequest r;
