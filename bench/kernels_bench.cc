@@ -6,6 +6,7 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -67,16 +68,21 @@ void BM_MemoryRead(benchmark::State& state) {
 }
 BENCHMARK(BM_MemoryRead)->Unit(benchmark::kMillisecond)->UseRealTime();
 
-// Args: m, n, k, path (0: Gemm dispatch, 1: streaming, 2: tiled). bf16 weights.
+// Args: m, n, k, path (0: Gemm dispatch, 1: streaming, 2: tiled). bf16 weights. Iterations
+// rotate over copies of W that together exceed the last-level cache, so every call reads its
+// weights from memory as a model's forward pass does (a single small W would stay in L3).
 void RunGemm(benchmark::State& state) {
   const int64_t m = state.range(0), n = state.range(1), k = state.range(2);
   const int64_t path = state.range(3);
-  std::vector<uint16_t> w = Bf16Weights(n * k);
+  constexpr int64_t kColdBytes = int64_t{96} << 20;
+  const int64_t copies = std::max<int64_t>(1, (kColdBytes + n * k * 2 - 1) / (n * k * 2));
+  std::vector<uint16_t> w = Bf16Weights(copies * n * k);
   std::vector<float> x = RandomFloats(m * k, 1);
   std::vector<float> y(m * n);
-  WeightMatrix wm{w.data(), DType::kBF16, n, k};
   ThreadPool& pool = DefaultThreadPool();
+  int64_t iteration = 0;
   for (auto _ : state) {
+    WeightMatrix wm{w.data() + (iteration++ % copies) * n * k, DType::kBF16, n, k};
     if (path == 1) {
       internal::GemmStreaming(x.data(), m, k, wm, nullptr, y.data(), n, pool);
     } else if (path == 2) {

@@ -12,7 +12,7 @@ namespace tandem {
 // Element types of weights and KV-cache blocks.
 enum class DType : uint8_t { kF32 = 0, kF16 = 1, kBF16 = 2 };
 
-inline size_t DTypeSize(DType t) { return t == DType::kF32 ? 4 : 2; }
+constexpr size_t DTypeSize(DType t) { return t == DType::kF32 ? 4 : 2; }
 
 // Lower-case name as used on the command line and in configs: "fp32", "fp16", "bf16".
 std::string_view DTypeName(DType t);
