@@ -3,6 +3,11 @@
 //
 //   engine-bench --model DIR [--prompt-lens 128,512,2048] [--batches 1,8,32]
 //                [--decode-steps 32] [--repeats 3] [--threads N] [--weight-memory mmap|hugepages]
+//                [--prune-ratios 0.25,0.333,0.5]
+//
+// --prune-ratios adds prefill-only pruning (POP) rows: each prompt length prefilled with the last
+// R of the layers pruned (only the last token at full depth, as POP measures) against the same
+// prompt unpruned, interleaved within each repeat; speed-up is the ratio of the medians.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -13,9 +18,13 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/engine/engine.h"
+#include "common/kv/kv_cache_manager.h"
 #include "common/model/model.h"
+#include "common/model/pruning.h"
 #include "common/util/cli_args.h"
 #include "common/util/status_macros.h"
 
@@ -104,10 +113,59 @@ absl::StatusOr<double> TimeDecode(model::Model& m, int batch, int steps) {
   return tokens / std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
+// Seconds for one Model::Forward over a `len`-token prompt (last-token logits), pruned from
+// `start_layer` on (num_layers: unpruned).
+absl::StatusOr<double> TimePrunedPrefill(model::Model& m, int len, int start_layer) {
+  const auto& c = m.config();
+  kv::KvCacheOptions o;
+  o.layout = c.KvLayoutFor(c.torch_dtype, 16);
+  o.num_blocks = len / 16 + 2;
+  o.model_id = "engine-bench";
+  o.enable_prefix_caching = false;
+  TANDEM_ASSIGN_OR_RETURN(auto kv, kv::KvCacheManager::Create(o));
+  const engine::Request r = MakeRequest("pop", len, 1, c.vocab_size);
+  TANDEM_RETURN_IF_ERROR(kv->AddSequence(1, r.prompt).status());
+  TANDEM_RETURN_IF_ERROR(kv->Reserve(1, len));
+  model::ForwardSequence seq{r.prompt.data(), len, 0, kv->BlockTableData(1),
+                             model::LogitsMode::kLast};
+  const std::vector<uint8_t> layers =
+      model::PrunedLayers({.start_layer = start_layer}, c.num_layers);
+  std::vector<uint8_t> full(len, 0);
+  full.back() = 1;
+  const model::PruningPlan plan{layers, full};
+  std::vector<float> logits;
+  auto t0 = Clock::now();
+  TANDEM_RETURN_IF_ERROR(m.Forward({&seq, 1}, kv->pool_base(), kv->layout(), logits, &plan));
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+absl::Status RunPruning(model::Model& m, std::span<const int32_t> lens,
+                        std::span<const double> ratios, int repeats) {
+  const int layers = m.config().num_layers;
+  std::printf("\n| prompt | pruned layers | unpruned tokens/s | pruned tokens/s | speed-up |\n");
+  std::printf("|---|---|---|---|---|\n");
+  for (int len : lens) {
+    for (double ratio : ratios) {
+      const int start = model::StartLayerForRatio(ratio, layers);
+      std::vector<double> full, pruned;
+      for (int r = 0; r < repeats; ++r) {
+        TANDEM_ASSIGN_OR_RETURN(double a, TimePrunedPrefill(m, len, layers));
+        TANDEM_ASSIGN_OR_RETURN(double b, TimePrunedPrefill(m, len, start));
+        full.push_back(len / a);
+        pruned.push_back(len / b);
+      }
+      std::printf("| %d | %d of %d (%.2f) | %.1f | %.1f | %.2fx |\n", len, layers - start, layers,
+                  ratio, Median(full), Median(pruned), Median(pruned) / Median(full));
+      std::fflush(stdout);
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Run(const CliArgs& args) {
   TANDEM_RETURN_IF_ERROR(
       args.CheckKnown({"model", "prompt-lens", "batches", "decode-steps", "repeats", "threads",
-                       "skip-bandwidth", "weight-memory"}));
+                       "skip-bandwidth", "weight-memory", "prune-ratios"}));
   TANDEM_ASSIGN_OR_RETURN(std::string dir, args.String("model"));
   std::vector<int32_t> lens = {128, 512, 2048}, batches = {1, 8, 32};
   if (args.Has("prompt-lens")) {
@@ -160,6 +218,19 @@ absl::Status Run(const CliArgs& args) {
     std::printf("| decode | batch %d | %.1f | %.1f | %.0f%% |\n", b, med, bound,
                 bound > 0 ? 100 * med / bound : 0);
     std::fflush(stdout);
+  }
+  if (args.Has("prune-ratios")) {
+    std::vector<double> ratios;
+    const std::string list = args.StringOr("prune-ratios", "");
+    for (absl::string_view part : absl::StrSplit(list, ',')) {
+      double ratio = 0;
+      if (!absl::SimpleAtod(part, &ratio) || !(ratio >= 0 && ratio <= 1)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--prune-ratios: '", part, "' is not a ratio in [0, 1]"));
+      }
+      ratios.push_back(ratio);
+    }
+    TANDEM_RETURN_IF_ERROR(RunPruning(*model, lens, ratios, static_cast<int>(repeats)));
   }
   return absl::OkStatus();
 }

@@ -1,5 +1,6 @@
 #include "common/model/model.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -18,6 +19,17 @@ void Grow(std::vector<T>& v, size_t n) {
 
 const float* BiasOrNull(const std::vector<float>& b) { return b.empty() ? nullptr : b.data(); }
 
+// RoPE on `rows` rows of `heads` heads each, row r at positions[r].
+void RopeRows(float* x, int heads, int head_dim, int64_t rows, const int64_t* positions,
+              const float* inv_freq, ThreadPool& pool) {
+  const int64_t width = int64_t{heads} * head_dim;
+  pool.ParallelFor(rows, 16, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      kernels::ApplyRope(x + r * width, heads, head_dim, positions[r], inv_freq);
+    }
+  });
+}
+
 }  // namespace
 
 void Model::Workspace::Reserve(const ModelConfig& c, int64_t t) {
@@ -32,6 +44,7 @@ void Model::Workspace::Reserve(const ModelConfig& c, int64_t t) {
   Grow(gate_up, t * 2 * c.intermediate_size);
   Grow(mlp, t * c.intermediate_size);
   Grow(positions, t);
+  Grow(gathered, t * c.hidden_size);
 }
 
 absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir, ThreadPool& pool,
@@ -77,16 +90,39 @@ absl::Status Model::Validate(std::span<const ForwardSequence> batch, const kv::K
 }
 
 absl::Status Model::Forward(std::span<const ForwardSequence> batch, uint8_t* kv_base,
-                            const kv::KvLayout& layout, std::vector<float>& logits) {
+                            const kv::KvLayout& layout, std::vector<float>& logits,
+                            const PruningPlan* pruning) {
   int64_t total = 0;
   TANDEM_RETURN_IF_ERROR(Validate(batch, layout, &total));
+  if (pruning != nullptr &&
+      (static_cast<int64_t>(pruning->pruned_layers.size()) != config_.num_layers ||
+       static_cast<int64_t>(pruning->full_depth.size()) != total)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "pruning plan for ", pruning->pruned_layers.size(), " layers and ",
+        pruning->full_depth.size(), " tokens; the model has ", config_.num_layers,
+        " layers and the batch ", total, " tokens"));
+  }
   logits.clear();
   if (total == 0) return absl::OkStatus();
   ws_.Reserve(config_, total);
+  ws_.full_rows.clear();
+  ws_.full_positions.clear();
   Embed(batch, total);
+  if (pruning != nullptr) {
+    for (int64_t t = 0; t < total; ++t) {
+      if (pruning->full_depth[t] == 0) continue;
+      ws_.full_rows.push_back(t);
+      ws_.full_positions.push_back(ws_.positions[t]);
+    }
+  }
+  const bool prunes = pruning != nullptr && static_cast<int64_t>(ws_.full_rows.size()) < total;
   for (int layer = 0; layer < config_.num_layers; ++layer) {
+    if (prunes && pruning->pruned_layers[layer] != 0) {
+      PrunedLayer(layer, batch, total, kv_base, layout);
+      continue;
+    }
     AttentionBlock(layer, batch, total, kv_base, layout);
-    MlpBlock(layer, total);
+    MlpBlock(layer, ws_.hidden.data(), total);
   }
   ComputeLogits(batch, logits);
   return absl::OkStatus();
@@ -103,6 +139,24 @@ void Model::Embed(std::span<const ForwardSequence> batch, int64_t total) {
       ToFloat(e.dtype, row, ws_.hidden.data() + t * h, h);
       ws_.positions[t] = s.start_pos + i;
     }
+  }
+}
+
+void Model::ProjectKv(int layer, std::span<const ForwardSequence> batch, int64_t rows,
+                      uint8_t* kv_base, const kv::KvLayout& layout) {
+  const LayerWeights& w = weights_->layers[layer];
+  const int nkv = config_.num_kv_heads, hd = config_.head_dim;
+  const int64_t kvw = int64_t{nkv} * hd;
+  if (config_.qk_norm) {
+    kernels::RmsNorm(ws_.k.data(), w.k_norm.data(), static_cast<float>(config_.rms_norm_eps),
+                     rows * nkv, hd, ws_.k.data());
+  }
+  RopeRows(ws_.k.data(), nkv, hd, rows, ws_.positions.data(), inv_freq_.data(), pool_);
+  int64_t t = 0;
+  for (const auto& s : batch) {
+    kernels::WriteKv(ws_.k.data() + t * kvw, ws_.v.data() + t * kvw, s.num_tokens, s.start_pos,
+                     s.block_table, kv_base, layout, layer);
+    t += s.num_tokens;
   }
 }
 
@@ -123,21 +177,14 @@ void Model::AttentionBlock(int layer, std::span<const ForwardSequence> batch, in
   kernels::GemmMulti(ws_.normed.data(), total, h, qkv, pool_);
   if (config_.qk_norm) {
     kernels::RmsNorm(ws_.q.data(), w.q_norm.data(), eps, total * nh, hd, ws_.q.data());
-    kernels::RmsNorm(ws_.k.data(), w.k_norm.data(), eps, total * nkv, hd, ws_.k.data());
   }
-  pool_.ParallelFor(total, 16, [&](int64_t b, int64_t e) {
-    for (int64_t t = b; t < e; ++t) {
-      kernels::ApplyRope(ws_.q.data() + t * qw, nh, hd, ws_.positions[t], inv_freq_.data());
-      kernels::ApplyRope(ws_.k.data() + t * kvw, nkv, hd, ws_.positions[t], inv_freq_.data());
-    }
-  });
+  RopeRows(ws_.q.data(), nh, hd, total, ws_.positions.data(), inv_freq_.data(), pool_);
+  ProjectKv(layer, batch, total, kv_base, layout);
 
   auto& seqs = ws_.attention;
   seqs.clear();
   int64_t t = 0;
   for (const auto& s : batch) {
-    kernels::WriteKv(ws_.k.data() + t * kvw, ws_.v.data() + t * kvw, s.num_tokens, s.start_pos,
-                     s.block_table, kv_base, layout, layer);
     seqs.push_back({.q = ws_.q.data() + t * qw,
                     .out = ws_.attn.data() + t * qw,
                     .num_tokens = s.num_tokens,
@@ -151,20 +198,83 @@ void Model::AttentionBlock(int layer, std::span<const ForwardSequence> batch, in
   kernels::AddInPlace(ws_.hidden.data(), ws_.proj.data(), total * h);
 }
 
-void Model::MlpBlock(int layer, int64_t total) {
+void Model::PrunedLayer(int layer, std::span<const ForwardSequence> batch, int64_t total,
+                        uint8_t* kv_base, const kv::KvLayout& layout) {
+  const LayerWeights& w = weights_->layers[layer];
+  const int64_t h = config_.hidden_size;
+  const int nh = config_.num_heads, nkv = config_.num_kv_heads, hd = config_.head_dim;
+  const int64_t qw = int64_t{nh} * hd, kvw = int64_t{nkv} * hd;
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  const auto& full = ws_.full_rows;
+  const int64_t nf = static_cast<int64_t>(full.size());
+
+  // Every token's K/V, from the hidden state that reaches this layer.
+  kernels::RmsNorm(ws_.hidden.data(), w.input_norm.data(), eps, total, h, ws_.normed.data());
+  const kernels::GemmOutput kv[] = {
+      {w.k_proj, BiasOrNull(w.k_bias), ws_.k.data(), kvw},
+      {w.v_proj, BiasOrNull(w.v_bias), ws_.v.data(), kvw},
+  };
+  kernels::GemmMulti(ws_.normed.data(), total, h, kv, pool_);
+  ProjectKv(layer, batch, total, kv_base, layout);
+  if (nf == 0) return;
+
+  // Queries, attention and output projection for the full-depth rows, compacted.
+  for (int64_t i = 0; i < nf; ++i) {
+    std::copy_n(ws_.normed.data() + full[i] * h, h, ws_.gathered.data() + i * h);
+  }
+  kernels::Gemm(ws_.gathered.data(), nf, h, w.q_proj, BiasOrNull(w.q_bias), ws_.q.data(), qw,
+                pool_);
+  if (config_.qk_norm) {
+    kernels::RmsNorm(ws_.q.data(), w.q_norm.data(), eps, nf * nh, hd, ws_.q.data());
+  }
+  RopeRows(ws_.q.data(), nh, hd, nf, ws_.full_positions.data(), inv_freq_.data(), pool_);
+  // One attention entry per run of consecutive full-depth tokens of a sequence.
+  auto& seqs = ws_.attention;
+  seqs.clear();
+  int64_t t = 0, c = 0;
+  for (const auto& s : batch) {
+    const int64_t end = t + s.num_tokens;
+    while (c < nf && full[c] < end) {
+      int64_t run = 1;
+      while (c + run < nf && full[c + run] == full[c] + run && full[c + run] < end) ++run;
+      seqs.push_back({.q = ws_.q.data() + c * qw,
+                      .out = ws_.attn.data() + c * qw,
+                      .num_tokens = static_cast<int>(run),
+                      .start_pos = s.start_pos + (full[c] - t),
+                      .block_table = s.block_table});
+      c += run;
+    }
+    t = end;
+  }
+  kernels::PagedAttention(seqs.data(), static_cast<int>(seqs.size()), nh, kv_base, layout, layer,
+                          1.0f / std::sqrt(static_cast<float>(hd)), pool_);
+  kernels::Gemm(ws_.attn.data(), nf, qw, w.o_proj, nullptr, ws_.proj.data(), h, pool_);
+
+  // The MLP on the gathered hidden rows, written back.
+  for (int64_t i = 0; i < nf; ++i) {
+    float* row = ws_.hidden.data() + full[i] * h;
+    kernels::AddInPlace(row, ws_.proj.data() + i * h, h);
+    std::copy_n(row, h, ws_.gathered.data() + i * h);
+  }
+  MlpBlock(layer, ws_.gathered.data(), nf);
+  for (int64_t i = 0; i < nf; ++i) {
+    std::copy_n(ws_.gathered.data() + i * h, h, ws_.hidden.data() + full[i] * h);
+  }
+}
+
+void Model::MlpBlock(int layer, float* hidden, int64_t rows) {
   const LayerWeights& w = weights_->layers[layer];
   const int64_t h = config_.hidden_size, f = config_.intermediate_size;
   const float eps = static_cast<float>(config_.rms_norm_eps);
-  kernels::RmsNorm(ws_.hidden.data(), w.post_attention_norm.data(), eps, total, h,
-                   ws_.normed.data());
+  kernels::RmsNorm(hidden, w.post_attention_norm.data(), eps, rows, h, ws_.normed.data());
   const kernels::GemmOutput gate_up[] = {
       {w.gate_proj, nullptr, ws_.gate_up.data(), 2 * f},
       {w.up_proj, nullptr, ws_.gate_up.data() + f, 2 * f},
   };
-  kernels::GemmMulti(ws_.normed.data(), total, h, gate_up, pool_);
-  kernels::SiluMul(ws_.gate_up.data(), total, f, ws_.mlp.data());
-  kernels::Gemm(ws_.mlp.data(), total, f, w.down_proj, nullptr, ws_.proj.data(), h, pool_);
-  kernels::AddInPlace(ws_.hidden.data(), ws_.proj.data(), total * h);
+  kernels::GemmMulti(ws_.normed.data(), rows, h, gate_up, pool_);
+  kernels::SiluMul(ws_.gate_up.data(), rows, f, ws_.mlp.data());
+  kernels::Gemm(ws_.mlp.data(), rows, f, w.down_proj, nullptr, ws_.proj.data(), h, pool_);
+  kernels::AddInPlace(hidden, ws_.proj.data(), rows * h);
 }
 
 void Model::ComputeLogits(std::span<const ForwardSequence> batch, std::vector<float>& logits) {

@@ -28,6 +28,16 @@ struct ForwardSequence {
   LogitsMode logits = LogitsMode::kLast;
 };
 
+// Prefill-only layer pruning (POP) for one forward batch. In a pruned layer, tokens that are not
+// marked full-depth skip attention and the MLP (their hidden state passes through unchanged) but
+// still write their K/V, projected from the hidden state that reaches the layer (input norm, K/V
+// projections, k_norm where the model has it, RoPE). Full-depth tokens run the layer normally and
+// attend to every token's K/V, pruned or not.
+struct PruningPlan {
+  std::span<const uint8_t> pruned_layers;  // one per layer; nonzero: the layer is pruned
+  std::span<const uint8_t> full_depth;     // one per batch token, in batch order; nonzero: full
+};
+
 // A Llama-family decoder on CPU. Batches are ragged (no padding): the new tokens of every
 // sequence are concatenated, projections run once over all of them, attention runs per
 // sequence over its paged KV. Not thread-safe: one engine loop drives a Model; the kernels
@@ -45,15 +55,20 @@ class Model {
 
   // Runs the batch, writing each new token's K/V into its cache slot. `logits` receives, in
   // batch order, vocab_size floats per requested row (0, 1 or num_tokens rows per sequence).
-  // InvalidArgument for token ids outside the vocabulary or positions past the context.
+  // InvalidArgument for token ids outside the vocabulary or positions past the context, or a
+  // pruning plan whose sizes do not match the model and batch.
   absl::Status Forward(std::span<const ForwardSequence> batch, uint8_t* kv_base,
-                       const kv::KvLayout& layout, std::vector<float>& logits);
+                       const kv::KvLayout& layout, std::vector<float>& logits,
+                       const PruningPlan* pruning = nullptr);
 
  private:
   // Scratch activations, grown to the largest batch seen and reused (no per-step allocation).
   struct Workspace {
     std::vector<float> hidden, normed, q, k, v, attn, proj, gate_up, mlp;
+    std::vector<float> gathered;  // hidden rows of the full-depth tokens in a pruned layer
     std::vector<int64_t> positions;
+    std::vector<int64_t> full_rows;       // batch rows of the full-depth tokens
+    std::vector<int64_t> full_positions;  // their positions
     std::vector<int64_t> logit_rows;
     std::vector<kernels::AttentionSequence> attention;  // per-sequence views for one layer
     void Reserve(const ModelConfig& c, int64_t tokens);
@@ -64,7 +79,15 @@ class Model {
   void Embed(std::span<const ForwardSequence> batch, int64_t total);
   void AttentionBlock(int layer, std::span<const ForwardSequence> batch, int64_t total,
                       uint8_t* kv_base, const kv::KvLayout& layout);
-  void MlpBlock(int layer, int64_t total);
+  // A pruned layer: K/V for every token, attention and MLP for the rows in ws_.full_rows only.
+  void PrunedLayer(int layer, std::span<const ForwardSequence> batch, int64_t total,
+                   uint8_t* kv_base, const kv::KvLayout& layout);
+  // K and V of `rows` normed rows (ws_.normed) into ws_.k / ws_.v, with k_norm and RoPE, written
+  // to each sequence's cache slots.
+  void ProjectKv(int layer, std::span<const ForwardSequence> batch, int64_t rows,
+                 uint8_t* kv_base, const kv::KvLayout& layout);
+  // hidden[0:rows] += MLP(post_attention_norm(hidden[0:rows])).
+  void MlpBlock(int layer, float* hidden, int64_t rows);
   void ComputeLogits(std::span<const ForwardSequence> batch, std::vector<float>& logits);
 
   ModelConfig config_;

@@ -231,23 +231,33 @@ class Reference:
         act = self._r(self._r(torch.nn.functional.silu(gate)) * up)
         return self._linear(act, p + "down_proj")
 
-    def hidden_states(self, token_ids, start_pos=0):
-        """Final-norm hidden states [n, hidden] for tokens at positions start_pos, ..."""
+    def hidden_states(self, token_ids, start_pos=0, pruned_layers=(), full_depth=None):
+        """Final-norm hidden states [n, hidden] for tokens at positions start_pos, ...
+
+        Prefill-only pruning (POP): in the layers of `pruned_layers`, only the positions where
+        `full_depth` is true take the attention and MLP updates; every position's K/V still
+        comes from the hidden state that reaches the layer (the attention below computes K/V
+        for all rows, and a full-depth row attends to all of them)."""
         ids = torch.as_tensor(list(token_ids), dtype=torch.long)
         positions = torch.arange(start_pos, start_pos + len(ids), dtype=torch.long)
         x = self.w["model.embed_tokens.weight"][ids]
         for i in range(self.layers):
             p = "model.layers.%d." % i
+            keep = None
+            if i in pruned_layers:
+                keep = torch.as_tensor(list(full_depth), dtype=torch.bool)[:, None]
             h = self._rms_norm(x, self.w[p + "input_layernorm.weight"])
-            x = self._r(x + self._attention(h, i, positions))
+            updated = self._r(x + self._attention(h, i, positions))
+            x = updated if keep is None else torch.where(keep, updated, x)
             h = self._rms_norm(x, self.w[p + "post_attention_layernorm.weight"])
-            x = self._r(x + self._mlp(h, i))
+            updated = self._r(x + self._mlp(h, i))
+            x = updated if keep is None else torch.where(keep, updated, x)
         return self._rms_norm(x, self.w["model.norm.weight"])
 
-    def logits(self, token_ids, start_pos=0):
+    def logits(self, token_ids, start_pos=0, pruned_layers=(), full_depth=None):
         """Logits of every position, float64 numpy array [n, vocab]."""
         with torch.no_grad():
-            h = self.hidden_states(token_ids, start_pos)
+            h = self.hidden_states(token_ids, start_pos, pruned_layers, full_depth)
             return self._linear(h, "lm_head").numpy()
 
     def greedy(self, prompt_ids, steps):

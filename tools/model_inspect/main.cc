@@ -15,7 +15,13 @@ constexpr char kUsage[] = R"(usage:
       --context tokens (default: the model's context), tokens that fit in --memory
       (e.g. 80GiB). Needs only config.json.
   model-inspect forward --model DIR --tokens 1,2,3 --logits-out FILE [--kv-dtype auto|...]
-      writes float32 little-endian logits of every position, shape [n_tokens, vocab]
+                [(--prune-start-layer L | --prune-ratio R) [--prune-keep-every K]
+                 [--protect-tokens N]]
+      writes float32 little-endian logits of every position, shape [n_tokens, vocab].
+      The prune flags run the prompt as a pruned prefill (POP): layers L.. (0-based; or the
+      last R of them) skip attention and MLP for every token but the last and the positions
+      of the N most frequent ids, while still writing every token's K/V; every K-th layer of
+      that range runs at full depth.
   model-inspect generate --model DIR (--tokens 1,2,3 | --prompt TEXT) --max-tokens N
                 [--temperature T] [--top-p P] [--top-k K] [--seed S] [--ignore-eos]
                 [--kv-dtype auto|...]

@@ -7,6 +7,7 @@
 #include "common/engine/engine.h"
 #include "common/kv/kv_cache_manager.h"
 #include "common/model/model.h"
+#include "common/model/pruning.h"
 #include "common/util/file_util.h"
 #include "common/util/status_macros.h"
 #include "common/util/thread_pool.h"
@@ -45,11 +46,49 @@ absl::StatusOr<std::unique_ptr<model::Model>> LoadModel(const CliArgs& args, Thr
   return model::Model::Load(dir, pool, options);
 }
 
+// The forward command's pruning flags; false when none is given.
+absl::StatusOr<bool> PruningFromFlags(const CliArgs& args, int num_layers,
+                                      model::PruningSettings* settings) {
+  if (!args.Has("prune-start-layer") && !args.Has("prune-ratio")) {
+    if (args.Has("prune-keep-every") || args.Has("protect-tokens")) {
+      return absl::InvalidArgumentError(
+          "--prune-keep-every and --protect-tokens need --prune-start-layer or --prune-ratio");
+    }
+    return false;
+  }
+  if (args.Has("prune-start-layer") && args.Has("prune-ratio")) {
+    return absl::InvalidArgumentError("give --prune-start-layer or --prune-ratio, not both");
+  }
+  if (args.Has("prune-ratio")) {
+    TANDEM_ASSIGN_OR_RETURN(double ratio, args.DoubleOr("prune-ratio", 0.0));
+    if (!(ratio >= 0.0 && ratio <= 1.0)) {
+      return absl::InvalidArgumentError("--prune-ratio must be in [0, 1]");
+    }
+    settings->start_layer = model::StartLayerForRatio(ratio, num_layers);
+  } else {
+    TANDEM_ASSIGN_OR_RETURN(int64_t start, args.IntOr("prune-start-layer", 0));
+    if (start < 0 || start > num_layers) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--prune-start-layer must be in [0, ", num_layers, "]"));
+    }
+    settings->start_layer = static_cast<int>(start);
+  }
+  TANDEM_ASSIGN_OR_RETURN(int64_t keep_every, args.IntOr("prune-keep-every", 0));
+  TANDEM_ASSIGN_OR_RETURN(int64_t protect, args.IntOr("protect-tokens", 0));
+  if (keep_every < 0 || keep_every > 4096 || protect < 0 || protect > (int64_t{1} << 30)) {
+    return absl::InvalidArgumentError("--prune-keep-every and --protect-tokens must be >= 0");
+  }
+  settings->keep_every = static_cast<int>(keep_every);
+  settings->protected_tokens = static_cast<int>(protect);
+  return true;
+}
+
 }  // namespace
 
 absl::Status RunForward(const CliArgs& args) {
-  TANDEM_RETURN_IF_ERROR(
-      args.CheckKnown({"model", "tokens", "logits-out", "kv-dtype", "threads", "weight-memory"}));
+  TANDEM_RETURN_IF_ERROR(args.CheckKnown({"model", "tokens", "logits-out", "kv-dtype", "threads",
+                                          "weight-memory", "prune-start-layer", "prune-ratio",
+                                          "prune-keep-every", "protect-tokens"}));
   TANDEM_ASSIGN_OR_RETURN(std::string dir, args.String("model"));
   TANDEM_ASSIGN_OR_RETURN(std::vector<int32_t> tokens, args.IntList("tokens"));
   TANDEM_ASSIGN_OR_RETURN(std::string out_path, args.String("logits-out"));
@@ -71,9 +110,20 @@ absl::Status RunForward(const CliArgs& args) {
                              .start_pos = 0,
                              .block_table = kv->BlockTableData(1),
                              .logits = model::LogitsMode::kAll};
+  // Pruned prefill: the last token and the protected positions run every layer.
+  model::PruningSettings settings;
+  TANDEM_ASSIGN_OR_RETURN(bool prune, PruningFromFlags(args, c.num_layers, &settings));
+  const std::vector<uint8_t> pruned_layers = model::PrunedLayers(settings, c.num_layers);
+  std::vector<uint8_t> full_depth(tokens.size(), 0);
+  full_depth.back() = 1;
+  std::vector<int32_t> special = c.eos_token_ids;
+  if (c.bos_token_id >= 0) special.push_back(c.bos_token_id);
+  model::MarkProtectedTokens(tokens, settings.protected_tokens, special, full_depth);
+  const model::PruningPlan plan{pruned_layers, full_depth};
   std::vector<float> logits;
   auto t0 = Clock::now();
-  TANDEM_RETURN_IF_ERROR(model->Forward({&seq, 1}, kv->pool_base(), kv->layout(), logits));
+  TANDEM_RETURN_IF_ERROR(model->Forward({&seq, 1}, kv->pool_base(), kv->layout(), logits,
+                                        prune ? &plan : nullptr));
   auto t1 = Clock::now();
   TANDEM_RETURN_IF_ERROR(
       WriteStringToFile(out_path, std::string_view(reinterpret_cast<const char*>(logits.data()),
