@@ -49,9 +49,9 @@ class EngineLoop {
  private:
   struct Command {
     enum Kind { kSubmit, kAbort, kTask } kind;
-    Request request;  // kSubmit; request.id for kAbort
-    OutputFn on_output;
-    TaskFn task;
+    Request request{};  // kSubmit; request.id for kAbort
+    OutputFn on_output = nullptr;
+    TaskFn task = nullptr;
   };
 
   void Run();
