@@ -74,6 +74,7 @@ class DecodeCall final : public grpc::ServerWriteReactor<DecodeResponse> {
     r.max_tokens = request.sampling().max_tokens();
     r.sampling = prefill::ToSamplingParams(request.sampling());
     r.ignore_eos = request.sampling().ignore_eos();
+    r.cache_salt = request.kv().cache_salt();
     std::vector<uint64_t> hashes(request.kv().block_hashes().begin(),
                                  request.kv().block_hashes().end());
     DecodeService* service = &service_;

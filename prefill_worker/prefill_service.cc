@@ -106,7 +106,8 @@ class PrefillCall final : public grpc::ServerUnaryReactor {
             return;
           }
           // On the loop thread, before the engine steps again: the blocks are still cached.
-          auto exported = engine::ExportPromptBlocks(engine, prompt);
+          const uint64_t salt = engine.CacheSalt(prompt);
+          auto exported = engine::ExportPromptBlocks(engine, prompt, salt);
           auto result = std::make_shared<tandem::v1::PrefillResponse>();
           result->set_first_token(out.new_tokens.back());
           result->set_cached_prompt_tokens(out.cached_prompt_tokens);
@@ -116,6 +117,7 @@ class PrefillCall final : public grpc::ServerUnaryReactor {
           result->set_prefill_seconds(std::max(0.0, here - out.queue_seconds));
           tandem::v1::KvHandle* kv = result->mutable_kv();
           kv->set_model_id(engine.kv_cache().model_id());
+          kv->set_cache_salt(salt);
           FillLayout(engine.kv_cache().layout(), kv->mutable_layout());
           if (!exported.ok()) {
             state->Finish(rpc::ToGrpcStatus(exported.status()), nullptr);

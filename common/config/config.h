@@ -78,7 +78,7 @@ struct MetricsConfig {
 struct KvCacheOptimizationConfig {
   bool enabled = false;
   int pruning_start_layer = 0;  // 0-based index of the first pruned layer
-  int pruning_keep_every = 0;   // keep one layer in every k of the pruned range; 0: none kept
+  int pruning_keep_every = 0;   // the k-th, 2k-th, ... layers of the pruned range run; 0: none
   int protection_high_frequency_tokens = 0;
   int min_batch_size = 8;
 };

@@ -1,5 +1,7 @@
 #include "common/engine/engine.h"
 
+#include <xxhash.h>
+
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
@@ -62,7 +64,22 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(model::Model& model,
 
 Engine::Engine(model::Model& model, const EngineOptions& options,
                std::unique_ptr<kv::KvCacheManager> kv)
-    : model_(model), options_(options), kv_(std::move(kv)) {}
+    : model_(model), options_(options), kv_(std::move(kv)) {
+  if (options_.pruning.enabled) {
+    pruned_layers_ = model::PrunedLayers(options_.pruning.settings, model_.config().num_layers);
+  }
+}
+
+uint64_t Engine::CacheSalt(std::span<const int32_t> prompt) const {
+  return options_.pruning.enabled ? PruningCacheSalt(options_.pruning.settings, prompt) : 0;
+}
+
+uint64_t PruningCacheSalt(const model::PruningSettings& settings, std::span<const int32_t> prompt) {
+  const int32_t fields[] = {settings.start_layer, settings.keep_every, settings.protected_tokens};
+  const uint64_t seed = XXH3_64bits(fields, sizeof(fields));
+  const uint64_t salt = XXH3_64bits_withSeed(prompt.data(), prompt.size_bytes(), seed);
+  return salt == 0 ? 1 : salt;
+}
 
 absl::Status Engine::AddRequest(Request request) {
   const auto& config = model_.config();
@@ -105,6 +122,17 @@ absl::Status Engine::AddRequest(Request request) {
     return absl::AlreadyExistsError(absl::StrCat("request id \"", request.id, "\" is in use"));
   }
   auto seq = std::make_unique<Sequence>(std::move(request), next_kv_id_++);
+  if (options_.pruning.enabled) {
+    const auto& settings = options_.pruning.settings;
+    if (seq->request.cache_salt == 0) seq->request.cache_salt = CacheSalt(seq->request.prompt);
+    if (settings.protected_tokens > 0) {
+      seq->protected_positions.assign(seq->prompt_len, 0);
+      std::vector<int32_t> special = config.eos_token_ids;
+      if (config.bos_token_id >= 0) special.push_back(config.bos_token_id);
+      model::MarkProtectedTokens(std::span(seq->tokens).first(seq->prompt_len),
+                                 settings.protected_tokens, special, seq->protected_positions);
+    }
+  }
   by_id_[seq->request.id] = seq.get();
   if (seq->request.high_priority) {
     // Ahead of ordinary waiting requests, behind preempted ones and earlier high-priority ones.
@@ -204,7 +232,7 @@ void Engine::AdmitWaiting(int& budget) {
     int len = static_cast<int>(seq.tokens.size());
     int upper = std::min({len, options_.chunk_size, budget});
     if (!kv_->CanAllocate((upper + bs - 1) / bs)) return;
-    absl::StatusOr<int> cached = kv_->AddSequence(seq.kv_id, seq.tokens);
+    absl::StatusOr<int> cached = kv_->AddSequence(seq.kv_id, seq.tokens, seq.request.cache_salt);
     if (!cached.ok()) return;
     int n = std::min({len - *cached, options_.chunk_size, budget});
     seq.num_computed = *cached;
@@ -240,6 +268,30 @@ FinishReason Engine::CheckStop(const Sequence& seq, int32_t token) const {
   return FinishReason::kNone;
 }
 
+const model::PruningPlan* Engine::PlanPruning() {
+  if (pruned_layers_.empty() ||
+      static_cast<int>(scheduled_.size()) < options_.pruning.min_batch_size) {
+    return nullptr;
+  }
+  full_depth_.clear();
+  bool prunes = false;
+  for (const Scheduled& s : scheduled_) {
+    const Sequence& seq = *s.seq;
+    for (int i = 0; i < s.num_tokens; ++i) {
+      const int pos = seq.num_computed + i;
+      // Only prompt tokens before the last one may skip layers (generated tokens never do,
+      // even when a preempted or migrated sequence computes them again).
+      const bool full = pos >= seq.prompt_len - 1 ||
+                        (!seq.protected_positions.empty() && seq.protected_positions[pos] != 0);
+      full_depth_.push_back(full ? 1 : 0);
+      prunes |= !full;
+    }
+  }
+  if (!prunes) return nullptr;
+  plan_ = model::PruningPlan{pruned_layers_, full_depth_};
+  return &plan_;
+}
+
 absl::Status Engine::RunBatch(std::vector<RequestOutput>& outputs) {
   forward_.clear();
   for (const Scheduled& s : scheduled_) {
@@ -251,7 +303,9 @@ absl::Status Engine::RunBatch(std::vector<RequestOutput>& outputs) {
                         .block_table = kv_->BlockTableData(seq.kv_id),
                         .logits = samples ? model::LogitsMode::kLast : model::LogitsMode::kNone});
   }
-  TANDEM_RETURN_IF_ERROR(model_.Forward(forward_, kv_->pool_base(), kv_->layout(), logits_));
+  const model::PruningPlan* plan = PlanPruning();
+  TANDEM_RETURN_IF_ERROR(
+      model_.Forward(forward_, kv_->pool_base(), kv_->layout(), logits_, plan));
   const int64_t vocab = model_.config().vocab_size;
   int64_t row = 0;
   for (size_t i = 0; i < scheduled_.size(); ++i) {

@@ -5,6 +5,7 @@
 #include <deque>
 #include <list>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,7 @@
 #include "common/engine/request.h"
 #include "common/kv/kv_cache_manager.h"
 #include "common/model/model.h"
+#include "common/model/pruning.h"
 #include "common/model/sampler.h"
 
 namespace tandem::engine {
@@ -27,7 +29,21 @@ struct EngineOptions {
   int chunk_size = 512;               // prompt tokens per sequence per step
   bool enable_prefix_caching = true;
   std::string model_id;  // enters every block hash; defaults to the model path
+  // Prefill-only layer pruning (POP). A step whose batch holds at least min_batch_size
+  // sequences runs its prompt tokens through the pruned layers, except each prompt's last token
+  // and the protected positions; generated tokens always run every layer. Pruned KV depends on
+  // the settings and (through protection) on the whole prompt, so every request of a pruning
+  // engine gets a cache salt from both (PruningCacheSalt) unless it brings one: its blocks are
+  // reused only by the same prompt under the same settings.
+  struct Pruning {
+    bool enabled = false;
+    model::PruningSettings settings;
+    int min_batch_size = 8;
+  } pruning;
 };
+
+// The cache salt of `prompt` prefilled under `settings` (never 0).
+uint64_t PruningCacheSalt(const model::PruningSettings& settings, std::span<const int32_t> prompt);
 
 // Continuous batching over a paged KV cache. Each Step() runs one forward batch that mixes
 // decode tokens of running sequences with prefill chunks of new ones, without padding.
@@ -52,6 +68,9 @@ class Engine {
   kv::KvCacheStats KvStats() const { return kv_->Stats(); }
   kv::KvCacheManager& kv_cache() { return *kv_; }
   const EngineOptions& options() const { return options_; }
+  // The cache salt AddRequest gives a request for `prompt` that arrives without one (0 unless
+  // this engine prunes prefill).
+  uint64_t CacheSalt(std::span<const int32_t> prompt) const;
 
  private:
   struct Sequence {
@@ -66,6 +85,7 @@ class Engine {
     std::chrono::steady_clock::time_point added = std::chrono::steady_clock::now();
     double queue_seconds = 0;  // added -> first admission
     model::Sampler sampler;
+    std::vector<uint8_t> protected_positions;  // per prompt position, when pruning protects
     Sequence(Request r, int64_t id);
   };
   using SeqPtr = std::unique_ptr<Sequence>;
@@ -83,6 +103,8 @@ class Engine {
   void Finish(Sequence& seq, FinishReason reason, RequestOutput& out);
   RequestOutput MakeOutput(const Sequence& seq) const;
   absl::Status RunBatch(std::vector<RequestOutput>& outputs);
+  // The pruning plan of the scheduled batch, or nullptr when the step runs every layer.
+  const model::PruningPlan* PlanPruning();
   FinishReason CheckStop(const Sequence& seq, int32_t token) const;
 
   model::Model& model_;
@@ -97,6 +119,9 @@ class Engine {
   std::vector<Scheduled> scheduled_;
   std::vector<model::ForwardSequence> forward_;
   std::vector<float> logits_;
+  std::vector<uint8_t> pruned_layers_;  // from options_.pruning, one per layer
+  std::vector<uint8_t> full_depth_;     // per batch token, when the step prunes
+  model::PruningPlan plan_;
 };
 
 }  // namespace tandem::engine

@@ -5,15 +5,17 @@
 
 namespace tandem::engine {
 
-std::vector<kv::BlockHash> PromptBlockHashes(Engine& engine, std::span<const int32_t> prompt) {
+std::vector<kv::BlockHash> PromptBlockHashes(Engine& engine, std::span<const int32_t> prompt,
+                                             uint64_t cache_salt) {
   kv::KvCacheManager& kv = engine.kv_cache();
-  return kv::HashPrefixBlocks(kv.model_hash(), prompt, kv.layout().block_size);
+  return kv::HashPrefixBlocks(kv.model_hash(), prompt, kv.layout().block_size, cache_salt);
 }
 
 absl::StatusOr<std::vector<ExportedBlock>> ExportPromptBlocks(Engine& engine,
-                                                              std::span<const int32_t> prompt) {
+                                                              std::span<const int32_t> prompt,
+                                                              uint64_t cache_salt) {
   kv::KvCacheManager& kv = engine.kv_cache();
-  const std::vector<kv::BlockHash> hashes = PromptBlockHashes(engine, prompt);
+  const std::vector<kv::BlockHash> hashes = PromptBlockHashes(engine, prompt, cache_salt);
   const std::vector<int32_t> ids = kv.FindCachedPrefix(hashes);
   std::vector<ExportedBlock> out;
   out.reserve(ids.size());

@@ -29,13 +29,15 @@ struct ExportedBlock {
 };
 
 // The chained hashes of the full blocks of `prompt` in this engine's cache (model and block
-// size), which is also the key list of the KV handle.
-std::vector<kv::BlockHash> PromptBlockHashes(Engine& engine, std::span<const int32_t> prompt);
+// size, from the request's cache salt), which is also the key list of the KV handle.
+std::vector<kv::BlockHash> PromptBlockHashes(Engine& engine, std::span<const int32_t> prompt,
+                                             uint64_t cache_salt = 0);
 
 // Exports the cached prefix of `prompt`'s full blocks, in order, stopping at the first block
 // not in the prefix cache (so the result is always a usable prefix).
 absl::StatusOr<std::vector<ExportedBlock>> ExportPromptBlocks(Engine& engine,
-                                                              std::span<const int32_t> prompt);
+                                                              std::span<const int32_t> prompt,
+                                                              uint64_t cache_salt = 0);
 
 struct ImportStats {
   int hits = 0;    // blocks now usable: already resident, or imported

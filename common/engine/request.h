@@ -35,6 +35,10 @@ struct Request {
   bool high_priority = false;
   // Copy the logits each token was sampled from into RequestOutput (tests, tools).
   bool return_logits = false;
+  // Nonzero: starts the chain of the request's block hashes, so its KV blocks are shared only
+  // with requests of the same salt (KvCacheManager::AddSequence). Engines that prune prefill
+  // set it themselves when the request arrives without one.
+  uint64_t cache_salt = 0;
 };
 
 // What one step did for one request: a new token, a finish, or both.

@@ -18,12 +18,12 @@ BlockHash HashBlock(uint64_t model_id_hash, BlockHash prev, std::span<const int3
 }
 
 std::vector<BlockHash> HashPrefixBlocks(uint64_t model_hash, std::span<const int32_t> tokens,
-                                        int block_size) {
+                                        int block_size, BlockHash salt) {
   std::vector<BlockHash> hashes;
   if (block_size <= 0) return hashes;
   const size_t num_full = tokens.size() / static_cast<size_t>(block_size);
   hashes.reserve(num_full);
-  BlockHash prev = 0;
+  BlockHash prev = salt;
   for (size_t i = 0; i < num_full; ++i) {
     prev = HashBlock(model_hash, prev, tokens.subspan(i * block_size, block_size));
     hashes.push_back(prev);

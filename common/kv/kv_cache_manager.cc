@@ -40,18 +40,20 @@ int32_t KvCacheManager::AllocateBlock() {
   return id;
 }
 
-absl::StatusOr<int> KvCacheManager::AddSequence(int64_t seq_id, std::span<const int32_t> prompt) {
+absl::StatusOr<int> KvCacheManager::AddSequence(int64_t seq_id, std::span<const int32_t> prompt,
+                                                BlockHash salt) {
   const int bs = layout_.block_size;
   absl::MutexLock lock(&mu_);
   if (seqs_.contains(seq_id)) {
     return absl::AlreadyExistsError(absl::StrCat("KV cache: sequence ", seq_id, " exists"));
   }
   Sequence seq;
+  seq.salt = salt;
   seq.blocks.reserve(prompt.size() / bs + 2);  // the prompt plus the first generated tokens
   seq.hashes.reserve(prompt.size() / bs + 1);
   if (prefix_caching_ && !prompt.empty()) {
     const size_t max_blocks = (prompt.size() - 1) / bs;
-    BlockHash prev = 0;
+    BlockHash prev = salt;
     for (size_t i = 0; i < max_blocks; ++i) {
       const BlockHash h = HashBlock(model_hash_, prev, prompt.subspan(i * bs, bs));
       auto it = index_.find(h);
@@ -120,7 +122,7 @@ void KvCacheManager::CommitTokens(int64_t seq_id, std::span<const int32_t> token
       std::min({static_cast<int64_t>(std::max(num_computed, 0)),
                 static_cast<int64_t>(tokens.size()), static_cast<int64_t>(seq.blocks.size()) * bs});
   const size_t full = static_cast<size_t>(limit / bs);
-  BlockHash prev = seq.hashes.empty() ? 0 : seq.hashes.back();
+  BlockHash prev = seq.hashes.empty() ? seq.salt : seq.hashes.back();
   for (size_t i = seq.hashes.size(); i < full; ++i) {
     const BlockHash h = HashBlock(model_hash_, prev, tokens.subspan(i * bs, bs));
     seq.hashes.push_back(h);

@@ -57,7 +57,11 @@ class KvCacheManager {
   // never the whole prompt (at most (prompt.size()-1)/block_size blocks), so at least one token is
   // left to compute. Each lookup counts a hit, the first failing one a miss. Returns the number
   // of prompt tokens whose KV is present (a multiple of block_size). AlreadyExists if registered.
-  absl::StatusOr<int> AddSequence(int64_t seq_id, std::span<const int32_t> prompt);
+  // A nonzero `salt` starts the sequence's hash chain (HashPrefixBlocks), so its blocks are
+  // shared only with sequences of the same salt: a cache salt, or KV that depends on more than
+  // the prefix (a pruned prefill).
+  absl::StatusOr<int> AddSequence(int64_t seq_id, std::span<const int32_t> prompt,
+                                  BlockHash salt = 0);
 
   // Grows the block table to cover positions [0, num_tokens): free blocks first, then LRU
   // eviction of cached blocks. ResourceExhausted (nothing changed) if there are not enough;
@@ -121,6 +125,7 @@ class KvCacheManager {
     std::vector<int32_t> blocks;
     // Chained hashes of the first hashes.size() (full, committed) blocks.
     std::vector<BlockHash> hashes;
+    BlockHash salt = 0;     // the chain's start
     int lookup_hits = 0;    // what AddSequence counted, for CancelSequence
     int lookup_misses = 0;
   };

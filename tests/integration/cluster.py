@@ -186,10 +186,10 @@ class Cluster:
             p.stop()
 
 
-def expected_greedy(model_inspect, model, ids, max_tokens):
+def expected_greedy(model_inspect, model, ids, max_tokens, extra=()):
     """model-inspect generate on the same model: the reference token ids."""
     out = subprocess.run(
         [model_inspect, "generate", "--model", model, "--tokens", ",".join(map(str, ids)),
-         "--max-tokens", str(max_tokens), "--ignore-eos", "--threads", "1"],
+         "--max-tokens", str(max_tokens), "--ignore-eos", "--threads", "1"] + list(extra),
         check=True, capture_output=True, text=True).stdout
     return [int(t) for t in out.splitlines()[0].split(",")]

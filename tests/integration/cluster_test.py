@@ -15,6 +15,9 @@ through the public API by Python's grpcio.
                     hit rate back above 90% and the balancer back to normal.
   --case serve      `tandem serve` plus `tandem generate`: the same ids and text as
                     `model-inspect generate`, one /metrics for every role, clean exit on SIGTERM.
+  --case pruning    prefill workers prune (POP), decode workers run the full model on the KV
+                    they receive: every stream equals `model-inspect generate` with the same
+                    pruning flags, and pruning changes some outputs
   --case api        bad input is INVALID_ARGUMENT with a message (invalid UTF-8 included);
                     GetModelInfo; client cancel frees the blocks; after SIGTERM new requests
                     are UNAVAILABLE while the one in flight completes.
@@ -71,10 +74,10 @@ def random_requests(n, seed, max_prompt, max_out):
     return out
 
 
-def expected(reqs):
+def expected(reqs, extra=()):
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
         return list(pool.map(lambda r: cluster.expected_greedy(
-            args.model_inspect, args.model, r[0], r[1]), reqs))
+            args.model_inspect, args.model, r[0], r[1], extra), reqs))
 
 
 def run_concurrently(stub, reqs, on_chunk=None):
@@ -157,6 +160,37 @@ def case_greedy(c, stub):
         n = w.metric("tandem_kv_transfer_seconds_count", {"role": w.role})
         print(f"  {w.role} {w.address}: {n:.0f} KV transfers timed")
         assert n > 0, (w.role, n)
+
+
+# Prefill-only pruning on the prefill workers: the last 3 of the bundled model's 8 layers, the
+# positions of each prompt's 4 most frequent ids protected, every batch pruned.
+PRUNING = {"start_layer": 5, "protect": 4}
+PRUNING_CONFIG = ["--set", "kv_cache_optimization.enabled=true",
+                  "--set", f"kv_cache_optimization.pruning.start_layer={PRUNING['start_layer']}",
+                  "--set", "kv_cache_optimization.protection.high_frequency_tokens="
+                  f"{PRUNING['protect']}",
+                  "--set", "kv_cache_optimization.min_batch_size=1"]
+
+
+def case_pruning(c, stub):
+    """The prefill workers prune, the decode workers run the full model on the KV they receive
+    (keyed by the handle's cache salt): every stream equals `model-inspect generate` with the
+    same pruning, and pruning visibly changes the output.
+
+    Only full blocks travel: decode recomputes the prompt's last partial block, at full depth,
+    where a single engine pruned it. Prompts of 16k + 1 tokens make that block the last prompt
+    token alone, which runs at full depth either way, so the outputs must match exactly."""
+    reqs = [([t for t in prompt + prompt][:16 * (len(prompt) // 16) + 1], n)
+            for prompt, n in random_requests(30, seed=3, max_prompt=300, max_out=24)]
+    want = expected(reqs, ["--prune-start-layer", str(PRUNING["start_layer"]),
+                           "--protect-tokens", str(PRUNING["protect"])])
+    unpruned = expected(reqs)
+    results = run_concurrently(stub, reqs)
+    check_greedy(results, reqs, want, "pruned greedy")
+    changed = sum(w != u for w, u in zip(want, unpruned))
+    print(f"pruning changed the output of {changed}/{len(reqs)} requests")
+    assert changed > 0, "pruning changed nothing: is it applied?"
+    wait_blocks_free(c)
 
 
 def case_faults(c, stub):
@@ -391,12 +425,13 @@ def main():
         extra_router = ["--set", "balancer.window_seconds=2", "--set", "balancer.min_lookups=20"]
     # Workers join through the registry in the greedy and fault cases, static lists elsewhere.
     c = cluster.Cluster(args.tandem, args.model, store_bytes=store_bytes,
+                        extra=PRUNING_CONFIG if args.case == "pruning" else (),
                         router_extra=extra_router, register=args.case in ("greedy", "faults", "hang"))
     c.channel = grpc.insecure_channel(c.router.address)
     stub = pb_grpc.InferenceStub(c.channel)
     try:
         {"greedy": case_greedy, "faults": case_faults, "hang": case_hang,
-         "balancer": case_balancer, "api": case_api}[args.case](c, stub)
+         "balancer": case_balancer, "api": case_api, "pruning": case_pruning}[args.case](c, stub)
     except BaseException:
         c.stop()
         print(c.logs())

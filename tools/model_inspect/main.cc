@@ -24,9 +24,10 @@ constexpr char kUsage[] = R"(usage:
       that range runs at full depth.
   model-inspect generate --model DIR (--tokens 1,2,3 | --prompt TEXT) --max-tokens N
                 [--temperature T] [--top-p P] [--top-k K] [--seed S] [--ignore-eos]
-                [--kv-dtype auto|...]
+                [--kv-dtype auto|...] [prune flags as for forward]
       prints the generated ids comma-separated on one line (timings go to stderr); with
-      --prompt (encoded with BOS as the model's config says) also the decoded text
+      --prompt (encoded with BOS as the model's config says) also the decoded text. The
+      prune flags prune the prompt's prefill; decode always runs every layer.
   model-inspect tokenize --model DIR --text-file F
       for each line of F (without its newline) prints its ids comma-separated, one line each,
       no special tokens added. Needs only tokenizer.json (+ tokenizer_config.json).

@@ -137,7 +137,8 @@ absl::Status RunForward(const CliArgs& args) {
 absl::Status RunGenerate(const CliArgs& args) {
   TANDEM_RETURN_IF_ERROR(
       args.CheckKnown({"model", "tokens", "prompt", "max-tokens", "temperature", "top-p", "top-k",
-                       "seed", "ignore-eos", "kv-dtype", "threads", "weight-memory"}));
+                       "seed", "ignore-eos", "kv-dtype", "threads", "weight-memory",
+                       "prune-start-layer", "prune-ratio", "prune-keep-every", "protect-tokens"}));
   TANDEM_ASSIGN_OR_RETURN(std::string dir, args.String("model"));
   TANDEM_ASSIGN_OR_RETURN(PromptTokens prompt, ResolvePrompt(args));
   const std::vector<int32_t>& tokens = prompt.ids;
@@ -162,6 +163,11 @@ absl::Status RunGenerate(const CliArgs& args) {
   options.model_id = dir;
   int64_t needed = static_cast<int64_t>(tokens.size()) + std::max<int64_t>(max_tokens, 0);
   options.num_blocks = std::max<int64_t>(1, (needed + options.block_size - 1) / options.block_size);
+  // A pruned prefill (POP) of the one prompt; decode runs the full model.
+  TANDEM_ASSIGN_OR_RETURN(
+      options.pruning.enabled,
+      PruningFromFlags(args, model->config().num_layers, &options.pruning.settings));
+  options.pruning.min_batch_size = 1;
   TANDEM_ASSIGN_OR_RETURN(auto engine, engine::Engine::Create(*model, options));
   TANDEM_RETURN_IF_ERROR(engine->AddRequest(std::move(request)));
   std::vector<int32_t> generated;

@@ -38,8 +38,10 @@ absl::StatusOr<DType> KvDType(const config::TandemConfig& c, const model::ModelC
   return ParseDType(c.kv_cache.dtype);
 }
 
+// `prefill`: the engine of a prefill worker, the one role that prunes (POP); decode always runs
+// the full model.
 absl::StatusOr<engine::EngineOptions> EngineOptionsFor(const config::TandemConfig& c,
-                                                       const model::ModelConfig& m) {
+                                                       const model::ModelConfig& m, bool prefill) {
   engine::EngineOptions o;
   o.block_size = c.kv_cache.block_size;
   TANDEM_ASSIGN_OR_RETURN(o.kv_dtype, KvDType(c, m));
@@ -49,6 +51,12 @@ absl::StatusOr<engine::EngineOptions> EngineOptionsFor(const config::TandemConfi
   o.chunk_size = c.scheduler.chunk_size;
   o.enable_prefix_caching = c.kv_cache.enable_prefix_caching;
   o.model_id = ModelId(c);
+  const auto& pop = c.kv_cache_optimization;
+  o.pruning.enabled = prefill && pop.enabled;
+  o.pruning.settings = {.start_layer = pop.pruning_start_layer,
+                        .keep_every = pop.pruning_keep_every,
+                        .protected_tokens = pop.protection_high_frequency_tokens};
+  o.pruning.min_batch_size = pop.min_batch_size;
   return o;
 }
 
@@ -150,7 +158,9 @@ class WorkerRole final : public ServedRole {
     model::WeightLoadOptions load;
     TANDEM_ASSIGN_OR_RETURN(load.memory, model::ParseWeightMemory(c.model.weight_memory));
     TANDEM_ASSIGN_OR_RETURN(model_, model::Model::Load(c.model.path, *pool_, load));
-    TANDEM_ASSIGN_OR_RETURN(engine::EngineOptions options, EngineOptionsFor(c, model_->config()));
+    TANDEM_ASSIGN_OR_RETURN(
+        engine::EngineOptions options,
+        EngineOptionsFor(c, model_->config(), std::is_same_v<Service, prefill::PrefillService>));
     TANDEM_ASSIGN_OR_RETURN(auto engine, engine::Engine::Create(*model_, options));
     loop_ = std::make_unique<engine::EngineLoop>(std::move(engine));
     store_ = std::make_unique<store::StorePool>(

@@ -342,3 +342,92 @@ TEST_F(EngineTest, RejectsInvalidRequests) {
 
 }  // namespace
 }  // namespace tandem::engine
+
+namespace tandem::engine {
+namespace {
+
+// Prefill-only pruning (POP) through the engine, on a 3-layer model with layers 1 and 2 pruned
+// (pruning only the last layer would change no logits: later layers read pruned K/V).
+class EnginePruningTest : public EngineTest {
+ protected:
+  void SetUp() override {
+    auto spec = testing::TinySpec();
+    spec.layers = 3;
+    dir_ = testing::WriteTempModel(spec);
+    ASSERT_FALSE(dir_.empty());
+    auto m = model::Model::Load(dir_, pool_);
+    ASSERT_TRUE(m.ok()) << m.status();
+    model_ = std::move(*m);
+  }
+
+  EngineOptions Pruning(int min_batch_size) const {
+    EngineOptions o = Options();
+    o.pruning.enabled = true;
+    o.pruning.settings.start_layer = 1;
+    o.pruning.min_batch_size = min_batch_size;
+    return o;
+  }
+
+  // The last-token logits of `prompt` prefilled alone through Model::Forward with layers 1 and
+  // 2 pruned for every token but the last.
+  std::vector<float> PrunedLastLogits(const std::vector<int32_t>& prompt) {
+    kv::KvCacheOptions o;
+    o.layout = model_->config().KvLayoutFor(DType::kF32, 16);
+    o.num_blocks = 16;
+    o.model_id = "reference";
+    o.enable_prefix_caching = false;
+    auto kv = kv::KvCacheManager::Create(o);
+    EXPECT_TRUE(kv.ok());
+    EXPECT_TRUE((*kv)->AddSequence(1, prompt).ok());
+    EXPECT_TRUE((*kv)->Reserve(1, static_cast<int>(prompt.size())).ok());
+    model::ForwardSequence seq{prompt.data(), static_cast<int>(prompt.size()), 0,
+                               (*kv)->BlockTableData(1), model::LogitsMode::kLast};
+    const std::vector<uint8_t> layers = {0, 1, 1};
+    std::vector<uint8_t> full(prompt.size(), 0);
+    full.back() = 1;
+    model::PruningPlan plan{layers, full};
+    std::vector<float> logits;
+    EXPECT_TRUE(model_->Forward({&seq, 1}, (*kv)->pool_base(), (*kv)->layout(), logits, &plan).ok());
+    return logits;
+  }
+};
+
+TEST_F(EnginePruningTest, BatchesOfMinSizePruneTheirPromptsAndOnlyThem) {
+  const std::vector<Request> requests = {Greedy("a", RandomPrompt(20, 1, 128), 3),
+                                         Greedy("b", RandomPrompt(13, 2, 128), 3)};
+  auto pruning = MakeEngine(Pruning(2));
+  auto pruned = RunAll(*pruning, requests);
+  auto plain_engine = MakeEngine(Options());
+  auto plain = RunAll(*plain_engine, requests);
+  for (const auto& r : requests) {
+    // The first token comes from the pruned prefill, exactly as Model::Forward computes it.
+    EXPECT_LE(MaxRelDiff(PrunedLastLogits(r.prompt), pruned[r.id].logits[0]), 1e-4) << r.id;
+    EXPECT_GT(MaxRelDiff(plain[r.id].logits[0], pruned[r.id].logits[0]), 1e-3) << r.id;
+  }
+  // One sequence short of min_batch_size: nothing is pruned.
+  auto too_few = MakeEngine(Pruning(3));
+  auto unpruned = RunAll(*too_few, requests);
+  for (const auto& r : requests) {
+    EXPECT_EQ(unpruned[r.id].tokens, plain[r.id].tokens) << r.id;
+    EXPECT_LE(MaxRelDiff(plain[r.id].logits[0], unpruned[r.id].logits[0]), 1e-5) << r.id;
+  }
+  EXPECT_EQ(pruning->KvStats().used_blocks, 0);
+}
+
+TEST_F(EnginePruningTest, PrunedBlocksAreSharedOnlyByTheSamePrompt) {
+  auto e = MakeEngine(Pruning(1));
+  const std::vector<int32_t> prompt = RandomPrompt(40, 3, 128);
+  std::vector<int32_t> other(prompt.begin(), prompt.begin() + 32);
+  other.push_back(5);
+  auto first = RunAll(*e, {Greedy("a", prompt, 2)});
+  EXPECT_EQ(first["a"].cached_prompt_tokens, 0);
+  auto again = RunAll(*e, {Greedy("b", prompt, 2)});
+  EXPECT_EQ(again["b"].cached_prompt_tokens, 32);
+  EXPECT_EQ(again["b"].tokens, first["a"].tokens);
+  // Same first 32 tokens, another prompt: its pruned KV would differ, so nothing is shared.
+  auto shared_prefix = RunAll(*e, {Greedy("c", other, 2)});
+  EXPECT_EQ(shared_prefix["c"].cached_prompt_tokens, 0);
+}
+
+}  // namespace
+}  // namespace tandem::engine
