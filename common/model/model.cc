@@ -59,7 +59,14 @@ Model::Model(ModelConfig config, std::unique_ptr<ModelWeights> weights, ThreadPo
     : config_(std::move(config)),
       weights_(std::move(weights)),
       pool_(pool),
-      inv_freq_(config_.RopeInvFreq()) {}
+      inv_freq_(config_.RopeInvFreq()),
+      dims_{.hidden = config_.hidden_size,
+            .heads = config_.num_heads,
+            .kv_heads = config_.num_kv_heads,
+            .head_dim = config_.head_dim,
+            .q_width = int64_t{config_.num_heads} * config_.head_dim,
+            .kv_width = int64_t{config_.num_kv_heads} * config_.head_dim,
+            .eps = static_cast<float>(config_.rms_norm_eps)} {}
 
 absl::Status Model::Validate(std::span<const ForwardSequence> batch, const kv::KvLayout& layout,
                              int64_t* total_tokens) const {
@@ -145,11 +152,9 @@ void Model::Embed(std::span<const ForwardSequence> batch, int64_t total) {
 void Model::ProjectKv(int layer, std::span<const ForwardSequence> batch, int64_t rows,
                       uint8_t* kv_base, const kv::KvLayout& layout) {
   const LayerWeights& w = weights_->layers[layer];
-  const int nkv = config_.num_kv_heads, hd = config_.head_dim;
-  const int64_t kvw = int64_t{nkv} * hd;
+  const auto [h, nh, nkv, hd, qw, kvw, eps] = dims_;
   if (config_.qk_norm) {
-    kernels::RmsNorm(ws_.k.data(), w.k_norm.data(), static_cast<float>(config_.rms_norm_eps),
-                     rows * nkv, hd, ws_.k.data());
+    kernels::RmsNorm(ws_.k.data(), w.k_norm.data(), eps, rows * nkv, hd, ws_.k.data());
   }
   RopeRows(ws_.k.data(), nkv, hd, rows, ws_.positions.data(), inv_freq_.data(), pool_);
   int64_t t = 0;
@@ -163,10 +168,7 @@ void Model::ProjectKv(int layer, std::span<const ForwardSequence> batch, int64_t
 void Model::AttentionBlock(int layer, std::span<const ForwardSequence> batch, int64_t total,
                            uint8_t* kv_base, const kv::KvLayout& layout) {
   const LayerWeights& w = weights_->layers[layer];
-  const int64_t h = config_.hidden_size;
-  const int nh = config_.num_heads, nkv = config_.num_kv_heads, hd = config_.head_dim;
-  const int64_t qw = int64_t{nh} * hd, kvw = int64_t{nkv} * hd;
-  const float eps = static_cast<float>(config_.rms_norm_eps);
+  const auto [h, nh, nkv, hd, qw, kvw, eps] = dims_;
 
   kernels::RmsNorm(ws_.hidden.data(), w.input_norm.data(), eps, total, h, ws_.normed.data());
   const kernels::GemmOutput qkv[] = {
@@ -201,10 +203,7 @@ void Model::AttentionBlock(int layer, std::span<const ForwardSequence> batch, in
 void Model::PrunedLayer(int layer, std::span<const ForwardSequence> batch, int64_t total,
                         uint8_t* kv_base, const kv::KvLayout& layout) {
   const LayerWeights& w = weights_->layers[layer];
-  const int64_t h = config_.hidden_size;
-  const int nh = config_.num_heads, nkv = config_.num_kv_heads, hd = config_.head_dim;
-  const int64_t qw = int64_t{nh} * hd, kvw = int64_t{nkv} * hd;
-  const float eps = static_cast<float>(config_.rms_norm_eps);
+  const auto [h, nh, nkv, hd, qw, kvw, eps] = dims_;
   const auto& full = ws_.full_rows;
   const int64_t nf = static_cast<int64_t>(full.size());
 

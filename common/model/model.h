@@ -94,6 +94,13 @@ class Model {
   std::unique_ptr<ModelWeights> weights_;
   ThreadPool& pool_;
   std::vector<float> inv_freq_;
+  // The geometry every layer function needs, in the order they unpack it.
+  struct Dims {
+    int64_t hidden;
+    int heads, kv_heads, head_dim;
+    int64_t q_width, kv_width;  // heads * head_dim, kv_heads * head_dim
+    float eps;                   // RMSNorm epsilon
+  } dims_;
   Workspace ws_;
 };
 

@@ -190,6 +190,11 @@ def case_pruning(c, stub):
     changed = sum(w != u for w, u in zip(want, unpruned))
     print(f"pruning changed the output of {changed}/{len(reqs)} requests")
     assert changed > 0, "pruning changed nothing: is it applied?"
+    # Layers 5, 6 and 7 of 8 on each prefill worker's /metrics; decode prunes none.
+    for w in c.prefills + c.decodes:
+        layers = w.metric("tandem_pruned_layers", {"role": w.role})
+        print(f"  {w.role} {w.address}: tandem_pruned_layers {layers}")
+        assert layers == (3 if w.role == "prefill" else 0), (w.role, layers)
     wait_blocks_free(c)
 
 

@@ -1,5 +1,6 @@
 #include "tools/tandem/roles.h"
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <type_traits>
@@ -13,6 +14,7 @@
 #include "cache_store/cache_store_service.h"
 #include "common/engine/engine_loop.h"
 #include "common/model/model.h"
+#include "common/model/pruning.h"
 #include "common/rpc/registration.h"
 #include "common/rpc/server.h"
 #include "common/store/store_pool.h"
@@ -168,6 +170,12 @@ class WorkerRole final : public ServedRole {
         store::StorePoolOptions{.chunk_bytes = c.cache_store.chunk_bytes,
                                 .shared_memory = c.cache_store.shared_memory});
     metrics_ = metrics.ForRole(role);
+    // Layers a pruned prefill skips: 0 unless this is a prefill worker with POP on.
+    const std::vector<uint8_t> pruned =
+        model::PrunedLayers(options.pruning.settings, model_->config().num_layers);
+    metrics_.pruned_layers->Set(
+        options.pruning.enabled ? static_cast<double>(std::count(pruned.begin(), pruned.end(), 1))
+                                : 0.0);
     std::function<void(double)> on_transfer = [h = metrics_.kv_transfer_time](double s) {
       h->Observe(s);
     };
