@@ -150,13 +150,20 @@ void Model::Embed(std::span<const ForwardSequence> batch, int64_t total) {
 }
 
 void Model::ProjectKv(int layer, std::span<const ForwardSequence> batch, int64_t rows,
-                      uint8_t* kv_base, const kv::KvLayout& layout) {
+                      uint8_t* kv_base, const kv::KvLayout& layout, float* queries) {
   const LayerWeights& w = weights_->layers[layer];
   const auto [h, nh, nkv, hd, qw, kvw, eps] = dims_;
   if (config_.qk_norm) {
     kernels::RmsNorm(ws_.k.data(), w.k_norm.data(), eps, rows * nkv, hd, ws_.k.data());
   }
-  RopeRows(ws_.k.data(), nkv, hd, rows, ws_.positions.data(), inv_freq_.data(), pool_);
+  // One parallel pass for both, as this runs for every layer of every step.
+  pool_.ParallelFor(rows, 16, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      const int64_t pos = ws_.positions[r];
+      if (queries) kernels::ApplyRope(queries + r * qw, nh, hd, pos, inv_freq_.data());
+      kernels::ApplyRope(ws_.k.data() + r * kvw, nkv, hd, pos, inv_freq_.data());
+    }
+  });
   int64_t t = 0;
   for (const auto& s : batch) {
     kernels::WriteKv(ws_.k.data() + t * kvw, ws_.v.data() + t * kvw, s.num_tokens, s.start_pos,
@@ -180,8 +187,7 @@ void Model::AttentionBlock(int layer, std::span<const ForwardSequence> batch, in
   if (config_.qk_norm) {
     kernels::RmsNorm(ws_.q.data(), w.q_norm.data(), eps, total * nh, hd, ws_.q.data());
   }
-  RopeRows(ws_.q.data(), nh, hd, total, ws_.positions.data(), inv_freq_.data(), pool_);
-  ProjectKv(layer, batch, total, kv_base, layout);
+  ProjectKv(layer, batch, total, kv_base, layout, ws_.q.data());
 
   auto& seqs = ws_.attention;
   seqs.clear();
@@ -214,7 +220,7 @@ void Model::PrunedLayer(int layer, std::span<const ForwardSequence> batch, int64
       {w.v_proj, BiasOrNull(w.v_bias), ws_.v.data(), kvw},
   };
   kernels::GemmMulti(ws_.normed.data(), total, h, kv, pool_);
-  ProjectKv(layer, batch, total, kv_base, layout);
+  ProjectKv(layer, batch, total, kv_base, layout, nullptr);
   if (nf == 0) return;
 
   // Queries, attention and output projection for the full-depth rows, compacted.

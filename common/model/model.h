@@ -82,10 +82,11 @@ class Model {
   // A pruned layer: K/V for every token, attention and MLP for the rows in ws_.full_rows only.
   void PrunedLayer(int layer, std::span<const ForwardSequence> batch, int64_t total,
                    uint8_t* kv_base, const kv::KvLayout& layout);
-  // K and V of `rows` normed rows (ws_.normed) into ws_.k / ws_.v, with k_norm and RoPE, written
-  // to each sequence's cache slots.
+  // Finishes the K of `rows` rows in ws_.k (k_norm, RoPE) and writes K and V (ws_.v) to each
+  // sequence's cache slots. `queries` (rows x q_width, q_norm applied), when given, get their
+  // RoPE in the same pass.
   void ProjectKv(int layer, std::span<const ForwardSequence> batch, int64_t rows,
-                 uint8_t* kv_base, const kv::KvLayout& layout);
+                 uint8_t* kv_base, const kv::KvLayout& layout, float* queries);
   // hidden[0:rows] += MLP(post_attention_norm(hidden[0:rows])).
   void MlpBlock(int layer, float* hidden, int64_t rows);
   void ComputeLogits(std::span<const ForwardSequence> batch, std::vector<float>& logits);
