@@ -222,11 +222,14 @@ def case_faults(c, stub):
             misses = c.decodes[1].metric("tandem_kv_lookups_total",
                                          {"result": "miss", "role": "decode"})
             print(f"  decode misses so far: {misses}")
-    # The surviving shard holds no pins or half-written blocks.
+    # The surviving shard holds no pins or half-written blocks. A worker killed while it held a
+    # shared-memory lease (a get between Acquire and its asynchronous Release, a put between
+    # Reserve and Commit) never releases it: the shard reclaims it when the lease expires
+    # (30 s, ShmLeases), so the wait covers one lease time.
     from tandem.v1 import cache_store_pb2, cache_store_pb2_grpc
     shard = cache_store_pb2_grpc.CacheStoreStub(grpc.insecure_channel(c.shards[1].address))
     cluster.wait_for(lambda: shard.GetStats(cache_store_pb2.GetStatsRequest(),
-                                            timeout=10).pinned_blocks == 0, 10,
+                                            timeout=10).pinned_blocks == 0, 40,
                      "the store's pins to be released")
     print(f"  surviving shard: {shard.GetStats(cache_store_pb2.GetStatsRequest(), timeout=10)}"
           .replace("\n", " "))
