@@ -156,12 +156,18 @@ void Model::ProjectKv(int layer, std::span<const ForwardSequence> batch, int64_t
   if (config_.qk_norm) {
     kernels::RmsNorm(ws_.k.data(), w.k_norm.data(), eps, rows * nkv, hd, ws_.k.data());
   }
-  // One parallel pass for both, as this runs for every layer of every step.
+  // One parallel pass for both, as this runs for every layer of every step. (Lambdas capture
+  // dims_ through `this`: clang 14, the fuzz build's compiler, cannot capture structured
+  // bindings.)
   pool_.ParallelFor(rows, 16, [&](int64_t b, int64_t e) {
+    const Dims& d = dims_;
     for (int64_t r = b; r < e; ++r) {
       const int64_t pos = ws_.positions[r];
-      if (queries) kernels::ApplyRope(queries + r * qw, nh, hd, pos, inv_freq_.data());
-      kernels::ApplyRope(ws_.k.data() + r * kvw, nkv, hd, pos, inv_freq_.data());
+      if (queries) {
+        kernels::ApplyRope(queries + r * d.q_width, d.heads, d.head_dim, pos, inv_freq_.data());
+      }
+      kernels::ApplyRope(ws_.k.data() + r * d.kv_width, d.kv_heads, d.head_dim, pos,
+                         inv_freq_.data());
     }
   });
   int64_t t = 0;
