@@ -5,7 +5,7 @@
 #include <grpcpp/support/proto_buffer_reader.h>
 
 #include "absl/strings/str_cat.h"
-#include "common/tokenizer/utf8.h"
+#include "common/util/utf8.h"
 #include "tandem/v1/inference_wire.pb.h"
 
 namespace tandem::router {
@@ -15,7 +15,7 @@ constexpr int kMaxStopStrings = 16;
 constexpr size_t kMaxStopBytes = 256;
 
 absl::Status CheckUtf8(const std::string& text, const std::string& field) {
-  const absl::Status s = tokenizer::ValidateUtf8(text);
+  const absl::Status s = ValidateUtf8(text);
   if (s.ok()) return s;
   return absl::InvalidArgumentError(absl::StrCat(field, ": ", s.message()));
 }

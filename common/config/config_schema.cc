@@ -10,6 +10,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/util/cli_args.h"
+#include "common/util/status_macros.h"
+#include "common/util/utf8.h"
 
 namespace tandem::config::internal {
 namespace {
@@ -20,9 +22,20 @@ auto& Get(Ref ref, const TandemConfig& c) {
   return ref(const_cast<TandemConfig&>(c));
 }
 
+// A scalar's text. Text must be UTF-8 without control characters, so that every accepted
+// value prints back as YAML that reads the same (and no path or address hides a NUL).
 absl::StatusOr<std::string> Scalar(const YAML::Node& node, const std::string& want) {
   if (!node.IsScalar()) return absl::InvalidArgumentError(absl::StrCat("expected ", want));
-  return node.Scalar();
+  const std::string& text = node.Scalar();
+  TANDEM_RETURN_IF_ERROR(ValidateUtf8(text));
+  for (size_t i = 0; i < text.size(); ++i) {
+    const auto ch = static_cast<unsigned char>(text[i]);
+    if (ch < 0x20 || ch == 0x7F) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("control character 0x", absl::Hex(ch), " at byte ", i, " of a value"));
+    }
+  }
+  return text;
 }
 
 std::string Quote(const std::string& s) {
@@ -127,10 +140,8 @@ Field List(std::string key, Ref ref, std::string doc) {
             if (!node.IsSequence()) return absl::InvalidArgumentError("expected a list");
             std::vector<std::string> out;
             for (const YAML::Node& item : node) {
-              if (!item.IsScalar()) {
-                return absl::InvalidArgumentError("expected a list of strings");
-              }
-              out.push_back(item.Scalar());
+              TANDEM_ASSIGN_OR_RETURN(std::string text, Scalar(item, "a list of strings"));
+              out.push_back(std::move(text));
             }
             ref(c) = std::move(out);
             return absl::OkStatus();

@@ -6,7 +6,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
 #include "common/tokenizer/pattern.h"
-#include "common/tokenizer/utf8.h"
+#include "common/util/utf8.h"
 #include "common/util/json_fields.h"
 #include "common/util/status_macros.h"
 

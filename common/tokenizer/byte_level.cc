@@ -1,6 +1,6 @@
 #include "common/tokenizer/byte_level.h"
 
-#include "common/tokenizer/utf8.h"
+#include "common/util/utf8.h"
 
 namespace tandem::tokenizer {
 

@@ -1,7 +1,7 @@
 #include "common/tokenizer/incremental_detokenizer.h"
 
 #include "absl/types/span.h"
-#include "common/tokenizer/utf8.h"
+#include "common/util/utf8.h"
 #include "common/util/status_macros.h"
 
 namespace tandem::tokenizer {

@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/tokenizer/pattern.h"
-#include "common/tokenizer/utf8.h"
+#include "common/util/utf8.h"
 #include "common/util/json_fields.h"
 #include "common/util/status_macros.h"
 

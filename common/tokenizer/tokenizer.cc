@@ -2,7 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
-#include "common/tokenizer/utf8.h"
+#include "common/util/utf8.h"
 #include "common/util/status_macros.h"
 
 namespace tandem::tokenizer {

@@ -11,7 +11,7 @@
 #include <string>
 
 #include "common/tokenizer/tokenizer.h"
-#include "common/tokenizer/utf8.h"
+#include "common/util/utf8.h"
 #include "router/output_assembler.h"
 #include "router/request_validation.h"
 
@@ -51,6 +51,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (delta->stopped) break;
   }
   text += out.Flush();
-  if (!tandem::tokenizer::ValidateUtf8(text).ok()) std::abort();
+  if (!tandem::ValidateUtf8(text).ok()) std::abort();
   return 0;
 }

@@ -107,6 +107,17 @@ TEST(ConfigTest, WrongTypesAndRangesAreNamed) {
   }
 }
 
+// Found by the config fuzzer: such values printed as YAML that read back differently.
+TEST(ConfigTest, ValuesMustBeUtf8WithoutControlCharacters) {
+  EXPECT_THAT(Error(std::string("model: {path: \"/a\\0b\"}")),
+              AllOf(HasSubstr("model.path"), HasSubstr("control character 0x0")));
+  EXPECT_THAT(Error("model: {path: /mod\xff\xffels}"),
+              AllOf(HasSubstr("model.path"), HasSubstr("UTF-8")));
+  EXPECT_THAT(Error("router: {prefill_workers: [\"a\\tb:1\"]}"),
+              HasSubstr("router.prefill_workers"));
+  EXPECT_EQ(Parse("model: {path: /modèles/小}").model.path, "/modèles/小");
+}
+
 TEST(ConfigTest, SyntaxErrorsGiveTheLine) {
   EXPECT_THAT(Error("model:\n  path: [unclosed\n"), HasSubstr("test.yaml:"));
   EXPECT_THAT(Error("- a\n- b\n"), HasSubstr("top level"));

@@ -2,7 +2,7 @@
 
 #include <random>
 
-#include "common/tokenizer/utf8.h"
+#include "common/util/utf8.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

@@ -1,8 +1,8 @@
-#include "common/tokenizer/utf8.h"
+#include "common/util/utf8.h"
 
 #include "gtest/gtest.h"
 
-namespace tandem::tokenizer {
+namespace tandem {
 namespace {
 
 TEST(Utf8Test, Validate) {
@@ -32,4 +32,4 @@ TEST(Utf8Test, ToValidReplacesIllFormed) {
 }
 
 }  // namespace
-}  // namespace tandem::tokenizer
+}  // namespace tandem

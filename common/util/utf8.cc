@@ -1,8 +1,8 @@
-#include "common/tokenizer/utf8.h"
+#include "common/util/utf8.h"
 
 #include "absl/strings/str_cat.h"
 
-namespace tandem::tokenizer {
+namespace tandem {
 namespace {
 
 bool IsCont(unsigned char c) { return (c & 0xC0) == 0x80; }
@@ -119,4 +119,4 @@ size_t IncompleteUtf8Suffix(std::string_view bytes) {
   return 0;
 }
 
-}  // namespace tandem::tokenizer
+}  // namespace tandem

@@ -7,7 +7,7 @@
 
 #include "absl/status/status.h"
 
-namespace tandem::tokenizer {
+namespace tandem {
 
 // InvalidArgument naming the first byte offset that is not well-formed UTF-8
 // (overlong forms, surrogates and code points above U+10FFFF are rejected).
@@ -36,4 +36,4 @@ std::string ToValidUtf8(std::string_view bytes);
 // complete (0..3). Used by streaming decode to hold back a partial character.
 size_t IncompleteUtf8Suffix(std::string_view bytes);
 
-}  // namespace tandem::tokenizer
+}  // namespace tandem
