@@ -192,7 +192,7 @@ class Reference:
         rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
         return self._r(self._r(x * cos) + self._r(rotated * sin))
 
-    def _attention(self, x, i, positions):
+    def _attention(self, x, i, positions, kv_keep=None):
         p = "model.layers.%d.self_attn." % i
         n = x.shape[0]
         bias = self.model_type == "qwen2"
@@ -205,6 +205,9 @@ class Reference:
         q = self._rope(q.transpose(0, 1), positions)
         k = self._rope(k.transpose(0, 1), positions)
         v = v.transpose(0, 1)
+        if kv_keep is not None:  # Ablation: rows whose K/V were never written (zero).
+            k = k * kv_keep[None, :, None]
+            v = v * kv_keep[None, :, None]
         if self.kv_dtype is not None:
             k = k.to(self.kv_dtype).to(torch.float64)
             v = v.to(self.kv_dtype).to(torch.float64)
@@ -231,33 +234,39 @@ class Reference:
         act = self._r(self._r(torch.nn.functional.silu(gate)) * up)
         return self._linear(act, p + "down_proj")
 
-    def hidden_states(self, token_ids, start_pos=0, pruned_layers=(), full_depth=None):
+    def hidden_states(self, token_ids, start_pos=0, pruned_layers=(), full_depth=None,
+                      independent_kv=True):
         """Final-norm hidden states [n, hidden] for tokens at positions start_pos, ...
 
         Prefill-only pruning (POP): in the layers of `pruned_layers`, only the positions where
         `full_depth` is true take the attention and MLP updates; every position's K/V still
         comes from the hidden state that reaches the layer (the attention below computes K/V
-        for all rows, and a full-depth row attends to all of them)."""
+        for all rows, and a full-depth row attends to all of them). With independent_kv=False
+        (POP's ablation) the pruned positions' K/V in pruned layers are zero instead."""
         ids = torch.as_tensor(list(token_ids), dtype=torch.long)
         positions = torch.arange(start_pos, start_pos + len(ids), dtype=torch.long)
         x = self.w["model.embed_tokens.weight"][ids]
         for i in range(self.layers):
             p = "model.layers.%d." % i
-            keep = None
+            keep, kv_keep = None, None
             if i in pruned_layers:
                 keep = torch.as_tensor(list(full_depth), dtype=torch.bool)[:, None]
+                if not independent_kv:
+                    kv_keep = keep[:, 0].to(torch.float64)
             h = self._rms_norm(x, self.w[p + "input_layernorm.weight"])
-            updated = self._r(x + self._attention(h, i, positions))
+            updated = self._r(x + self._attention(h, i, positions, kv_keep))
             x = updated if keep is None else torch.where(keep, updated, x)
             h = self._rms_norm(x, self.w[p + "post_attention_layernorm.weight"])
             updated = self._r(x + self._mlp(h, i))
             x = updated if keep is None else torch.where(keep, updated, x)
         return self._rms_norm(x, self.w["model.norm.weight"])
 
-    def logits(self, token_ids, start_pos=0, pruned_layers=(), full_depth=None):
+    def logits(self, token_ids, start_pos=0, pruned_layers=(), full_depth=None,
+               independent_kv=True):
         """Logits of every position, float64 numpy array [n, vocab]."""
         with torch.no_grad():
-            h = self.hidden_states(token_ids, start_pos, pruned_layers, full_depth)
+            h = self.hidden_states(token_ids, start_pos, pruned_layers, full_depth,
+                                   independent_kv)
             return self._linear(h, "lm_head").numpy()
 
     def greedy(self, prompt_ids, steps):

@@ -2,10 +2,13 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/model/model.h"
+#include "common/model/pruning.h"
 #include "common/tokenizer/tokenizer.h"
 #include "common/util/cli_args.h"
 
@@ -17,6 +20,22 @@ absl::Status RunForward(const CliArgs& args);
 absl::Status RunGenerate(const CliArgs& args);
 absl::Status RunTokenize(const CliArgs& args);
 absl::Status RunDetokenize(const CliArgs& args);
+absl::Status RunPruneEval(const CliArgs& args);
+
+// Shared flag handling of the commands that run a model.
+absl::StatusOr<std::unique_ptr<ThreadPool>> MakePool(const CliArgs& args);  // --threads
+// --kv-dtype; "auto" means the model's own dtype, as Hugging Face stores KV in it.
+absl::StatusOr<DType> KvDType(const CliArgs& args, const model::ModelConfig& c);
+absl::StatusOr<std::unique_ptr<model::Model>> LoadModel(const CliArgs& args, ThreadPool& pool);
+// --prune-start-layer | --prune-ratio, --prune-keep-every, --protect-tokens; false when no
+// pruning is asked for.
+absl::StatusOr<bool> PruningFromFlags(const CliArgs& args, int num_layers,
+                                      model::PruningSettings* settings);
+// The positions of a pruned prefill that run every layer: the last one (boundary handling) and
+// those of the protected (most frequent, non-special) ids.
+std::vector<uint8_t> FullDepthPositions(std::span<const int32_t> prompt,
+                                        const model::PruningSettings& settings,
+                                        const model::ModelConfig& config);
 
 // A generate prompt from --tokens, or from --prompt encoded with the model's tokenizer (BOS
 // as its config says); the tokenizer is kept to decode the output.

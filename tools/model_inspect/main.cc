@@ -28,6 +28,19 @@ constexpr char kUsage[] = R"(usage:
       prints the generated ids comma-separated on one line (timings go to stderr); with
       --prompt (encoded with BOS as the model's config says) also the decoded text. The
       prune flags prune the prompt's prefill; decode always runs every layer.
+  model-inspect prune-eval --model DIR --text-file F (--prune-start-layer L | --prune-ratio R)
+                [--prune-keep-every K] [--protect-tokens N] [--prompt-tokens 512]
+                [--continuation-tokens 128] [--greedy-tokens 32] [--windows 8] [--json]
+      what a pruned prefill (POP) costs in quality. F is cut into consecutive windows of a
+      prompt (BOS and --prompt-tokens minus one tokens of F) and the tokens that follow it;
+      each prompt is prefilled four ways and its continuation then runs at full depth on the
+      cache left behind, as on a decode worker: full (every layer), pop, pop-no-boundary (the
+      last prompt token pruned too) and pop-no-independent-kv (pruned tokens leave their K/V
+      in pruned layers zero). Prints per prefill: bits per byte of the true continuation
+      (teacher-forced), the mean KL divergence KL(full || pruned) of the first-token
+      distribution in nats, how often the first greedy token equals full's, the fraction of
+      the first --greedy-tokens greedy tokens equal to full's at the same position, and the
+      mean length of their common prefix.
   model-inspect tokenize --model DIR --text-file F
       for each line of F (without its newline) prints its ids comma-separated, one line each,
       no special tokens added. Needs only tokenizer.json (+ tokenizer_config.json).
@@ -42,7 +55,7 @@ Common: --threads N (default: TANDEM_NUM_THREADS or all cores);
 
 int main(int argc, char** argv) {
   auto args =
-      tandem::CliArgs::Parse(argc, argv, {"kv-cache", "ignore-eos", "skip-special-tokens", "help"});
+      tandem::CliArgs::Parse(argc, argv, {"kv-cache", "ignore-eos", "skip-special-tokens", "json", "help"});
   if (!args.ok()) {
     std::fprintf(stderr, "model-inspect: %s\n%s", std::string(args.status().message()).c_str(),
                  kUsage);
@@ -65,6 +78,8 @@ int main(int argc, char** argv) {
     status = tandem::tools::RunTokenize(*args);
   } else if (command == "detokenize") {
     status = tandem::tools::RunDetokenize(*args);
+  } else if (command == "prune-eval") {
+    status = tandem::tools::RunPruneEval(*args);
   } else if (command == "generate") {
     status = tandem::tools::RunGenerate(*args);
   } else {

@@ -22,6 +22,8 @@ double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<ThreadPool>> MakePool(const CliArgs& args) {
   TANDEM_ASSIGN_OR_RETURN(int64_t threads, args.IntOr("threads", 0));
   if (threads < 0 || threads > 1024) return absl::InvalidArgumentError("--threads out of range");
@@ -46,7 +48,6 @@ absl::StatusOr<std::unique_ptr<model::Model>> LoadModel(const CliArgs& args, Thr
   return model::Model::Load(dir, pool, options);
 }
 
-// The forward command's pruning flags; false when none is given.
 absl::StatusOr<bool> PruningFromFlags(const CliArgs& args, int num_layers,
                                       model::PruningSettings* settings) {
   if (!args.Has("prune-start-layer") && !args.Has("prune-ratio")) {
@@ -83,7 +84,16 @@ absl::StatusOr<bool> PruningFromFlags(const CliArgs& args, int num_layers,
   return true;
 }
 
-}  // namespace
+std::vector<uint8_t> FullDepthPositions(std::span<const int32_t> prompt,
+                                        const model::PruningSettings& settings,
+                                        const model::ModelConfig& config) {
+  std::vector<uint8_t> full_depth(prompt.size(), 0);
+  if (!full_depth.empty()) full_depth.back() = 1;
+  std::vector<int32_t> special = config.eos_token_ids;
+  if (config.bos_token_id >= 0) special.push_back(config.bos_token_id);
+  model::MarkProtectedTokens(prompt, settings.protected_tokens, special, full_depth);
+  return full_depth;
+}
 
 absl::Status RunForward(const CliArgs& args) {
   TANDEM_RETURN_IF_ERROR(args.CheckKnown({"model", "tokens", "logits-out", "kv-dtype", "threads",
@@ -114,11 +124,7 @@ absl::Status RunForward(const CliArgs& args) {
   model::PruningSettings settings;
   TANDEM_ASSIGN_OR_RETURN(bool prune, PruningFromFlags(args, c.num_layers, &settings));
   const std::vector<uint8_t> pruned_layers = model::PrunedLayers(settings, c.num_layers);
-  std::vector<uint8_t> full_depth(tokens.size(), 0);
-  full_depth.back() = 1;
-  std::vector<int32_t> special = c.eos_token_ids;
-  if (c.bos_token_id >= 0) special.push_back(c.bos_token_id);
-  model::MarkProtectedTokens(tokens, settings.protected_tokens, special, full_depth);
+  const std::vector<uint8_t> full_depth = FullDepthPositions(tokens, settings, c);
   const model::PruningPlan plan{pruned_layers, full_depth};
   std::vector<float> logits;
   auto t0 = Clock::now();
