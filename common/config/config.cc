@@ -85,6 +85,11 @@ absl::Status Validate(const TandemConfig& c, const std::string& source) {
     return KeyError(source, "balancer.hysteresis",
                     "threshold + hysteresis above 1: the balancer could never disengage");
   }
+  const auto& pop = c.kv_cache_optimization;
+  if (pop.pruning_ratio > 0 && pop.pruning_start_layer > 0) {
+    return KeyError(source, "kv_cache_optimization.pruning.ratio",
+                    "give pruning.start_layer or pruning.ratio, not both");
+  }
   return absl::OkStatus();
 }
 

@@ -78,6 +78,7 @@ struct MetricsConfig {
 struct KvCacheOptimizationConfig {
   bool enabled = false;
   int pruning_start_layer = 0;  // 0-based index of the first pruned layer
+  double pruning_ratio = 0;     // > 0: prune this last fraction of the layers instead
   int pruning_keep_every = 0;   // the k-th, 2k-th, ... layers of the pruned range run; 0: none
   int protection_high_frequency_tokens = 0;
   int min_batch_size = 8;

@@ -246,7 +246,12 @@ std::vector<Field> MakeSchema() {
            "prefill-only layer pruning (POP) on prefill workers; decode never prunes"),
       Int("kv_cache_optimization.pruning.start_layer",
           TANDEM_CONFIG_REF(kv_cache_optimization.pruning_start_layer), 0, 4096,
-          "0-based index of the first pruned layer"),
+          "0-based index of the first pruned layer (model.layers.N in the weights); must be a "
+          "layer of the model"),
+      Real("kv_cache_optimization.pruning.ratio",
+           TANDEM_CONFIG_REF(kv_cache_optimization.pruning_ratio), 0.0, 1.0,
+           "instead of start_layer: prune the last `ratio` of the layers, rounded to the nearest "
+           "layer (POP prunes the last third: 0.33); 0: use start_layer"),
       Int("kv_cache_optimization.pruning.keep_every",
           TANDEM_CONFIG_REF(kv_cache_optimization.pruning_keep_every), 0, 4096,
           "the k-th, 2k-th, ... layers of the pruned range run at full depth; 0: none"),

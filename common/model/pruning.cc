@@ -5,12 +5,37 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
 
 namespace tandem::model {
 
 int StartLayerForRatio(double ratio, int num_layers) {
   const int pruned = static_cast<int>(std::lround(std::clamp(ratio, 0.0, 1.0) * num_layers));
   return num_layers - pruned;
+}
+
+absl::StatusOr<PruningSettings> ResolvePruningSettings(int start_layer, double ratio,
+                                                       int keep_every, int protected_tokens,
+                                                       int num_layers) {
+  if (ratio > 0 && start_layer > 0) {
+    return absl::InvalidArgumentError("give a pruning start layer or a pruning ratio, not both");
+  }
+  if (!(ratio >= 0 && ratio <= 1) || start_layer < 0 || keep_every < 0 || protected_tokens < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "pruning ratio must be in [0, 1] and start layer, keep_every and protected tokens >= 0 "
+        "(got ratio ", ratio, ", start layer ", start_layer, ", keep_every ", keep_every,
+        ", protected tokens ", protected_tokens, ")"));
+  }
+  PruningSettings s{.start_layer = ratio > 0 ? StartLayerForRatio(ratio, num_layers) : start_layer,
+                    .keep_every = keep_every,
+                    .protected_tokens = protected_tokens};
+  if (s.start_layer >= num_layers) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "pruning start layer ", s.start_layer, " prunes nothing: the model's layers are 0..",
+        num_layers - 1, " (0-based, as model.layers.N in the weights)",
+        ratio > 0 ? absl::StrCat("; ratio ", ratio, " rounds to no layer") : ""));
+  }
+  return s;
 }
 
 std::vector<uint8_t> PrunedLayers(const PruningSettings& settings, int num_layers) {

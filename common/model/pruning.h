@@ -7,6 +7,8 @@
 #include <span>
 #include <vector>
 
+#include "absl/status/statusor.h"
+
 namespace tandem::model {
 
 // The seed's settings. Layer numbers are 0-based, as in Hugging Face weight names
@@ -23,6 +25,14 @@ struct PruningSettings {
 // The start layer that prunes the last `ratio` (0..1) of num_layers layers, rounded to the
 // nearest layer: 1/3 of 16 layers prunes 5 (start 11).
 int StartLayerForRatio(double ratio, int num_layers);
+
+// Settings from a config or flags: pruning starts at `start_layer`, or, when `ratio` > 0, prunes
+// the last `ratio` of the layers (StartLayerForRatio). InvalidArgument when both are given, when
+// a value is out of range, or when the start is past the model's last layer (it would prune
+// nothing; a 1-based start_layer of the last layer is the usual cause).
+absl::StatusOr<PruningSettings> ResolvePruningSettings(int start_layer, double ratio,
+                                                       int keep_every, int protected_tokens,
+                                                       int num_layers);
 
 // One entry per layer, 1 where the layer is pruned.
 std::vector<uint8_t> PrunedLayers(const PruningSettings& settings, int num_layers);

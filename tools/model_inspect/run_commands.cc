@@ -60,27 +60,23 @@ absl::StatusOr<bool> PruningFromFlags(const CliArgs& args, int num_layers,
   if (args.Has("prune-start-layer") && args.Has("prune-ratio")) {
     return absl::InvalidArgumentError("give --prune-start-layer or --prune-ratio, not both");
   }
-  if (args.Has("prune-ratio")) {
-    TANDEM_ASSIGN_OR_RETURN(double ratio, args.DoubleOr("prune-ratio", 0.0));
-    if (!(ratio >= 0.0 && ratio <= 1.0)) {
-      return absl::InvalidArgumentError("--prune-ratio must be in [0, 1]");
-    }
-    settings->start_layer = model::StartLayerForRatio(ratio, num_layers);
-  } else {
-    TANDEM_ASSIGN_OR_RETURN(int64_t start, args.IntOr("prune-start-layer", 0));
-    if (start < 0 || start > num_layers) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--prune-start-layer must be in [0, ", num_layers, "]"));
-    }
-    settings->start_layer = static_cast<int>(start);
-  }
+  TANDEM_ASSIGN_OR_RETURN(double ratio, args.DoubleOr("prune-ratio", 0.0));
+  TANDEM_ASSIGN_OR_RETURN(int64_t start, args.IntOr("prune-start-layer", 0));
   TANDEM_ASSIGN_OR_RETURN(int64_t keep_every, args.IntOr("prune-keep-every", 0));
   TANDEM_ASSIGN_OR_RETURN(int64_t protect, args.IntOr("protect-tokens", 0));
-  if (keep_every < 0 || keep_every > 4096 || protect < 0 || protect > (int64_t{1} << 30)) {
-    return absl::InvalidArgumentError("--prune-keep-every and --protect-tokens must be >= 0");
+  constexpr int64_t kMax = int64_t{1} << 30;
+  if (args.Has("prune-ratio") && !(ratio > 0 && ratio <= 1)) {
+    return absl::InvalidArgumentError("--prune-ratio must be in (0, 1]");
   }
-  settings->keep_every = static_cast<int>(keep_every);
-  settings->protected_tokens = static_cast<int>(protect);
+  if (start < 0 || start > kMax || keep_every < 0 || keep_every > kMax || protect < 0 ||
+      protect > kMax) {
+    return absl::InvalidArgumentError(
+        "--prune-start-layer, --prune-keep-every and --protect-tokens must be >= 0");
+  }
+  TANDEM_ASSIGN_OR_RETURN(
+      *settings, model::ResolvePruningSettings(static_cast<int>(start), ratio,
+                                               static_cast<int>(keep_every),
+                                               static_cast<int>(protect), num_layers));
   return true;
 }
 

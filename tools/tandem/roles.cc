@@ -55,9 +55,16 @@ absl::StatusOr<engine::EngineOptions> EngineOptionsFor(const config::TandemConfi
   o.model_id = ModelId(c);
   const auto& pop = c.kv_cache_optimization;
   o.pruning.enabled = prefill && pop.enabled;
-  o.pruning.settings = {.start_layer = pop.pruning_start_layer,
-                        .keep_every = pop.pruning_keep_every,
-                        .protected_tokens = pop.protection_high_frequency_tokens};
+  if (o.pruning.enabled) {
+    auto settings = model::ResolvePruningSettings(
+        pop.pruning_start_layer, pop.pruning_ratio, pop.pruning_keep_every,
+        pop.protection_high_frequency_tokens, m.num_layers);
+    if (!settings.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("kv_cache_optimization: ", settings.status().message()));
+    }
+    o.pruning.settings = *settings;
+  }
   o.pruning.min_batch_size = pop.min_batch_size;
   return o;
 }

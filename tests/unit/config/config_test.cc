@@ -128,6 +128,11 @@ TEST(ConfigTest, CrossKeyChecks) {
               HasSubstr("scheduler.chunk_size"));
   EXPECT_THAT(Error("balancer: {hit_rate_threshold: 0.99, hysteresis: 0.05}"),
               HasSubstr("balancer.hysteresis"));
+  EXPECT_THAT(Error("kv_cache_optimization: {pruning: {start_layer: 4, ratio: 0.33}}"),
+              HasSubstr("kv_cache_optimization.pruning.ratio"));
+  EXPECT_DOUBLE_EQ(Parse("kv_cache_optimization: {pruning: {ratio: 0.33}}")
+                       .kv_cache_optimization.pruning_ratio,
+                   0.33);
 }
 
 TEST(ConfigTest, OverridesUseTheSameChecks) {

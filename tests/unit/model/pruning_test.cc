@@ -34,6 +34,29 @@ TEST(PrunedLayersTest, RatioPrunesTheLastLayersRounded) {
   EXPECT_EQ(StartLayerForRatio(1.0 / 3, 8), 5);  // 2.67 -> 3 layers
 }
 
+TEST(PrunedLayersTest, SettingsResolveStartOrRatioAndRefuseWhatPrunesNothing) {
+  auto s = ResolvePruningSettings(/*start_layer=*/0, /*ratio=*/1.0 / 3, 2, 7, /*num_layers=*/24);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->start_layer, 16);
+  EXPECT_EQ(s->keep_every, 2);
+  EXPECT_EQ(s->protected_tokens, 7);
+  s = ResolvePruningSettings(23, 0, 0, 0, 24);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->start_layer, 23);
+
+  // The seed's start_layer 25 on a 24-layer model, read as 1-based or not, prunes nothing.
+  s = ResolvePruningSettings(25, 0, 8, 100, 24);
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.status().message()), ::testing::HasSubstr("layers are 0..23"));
+  EXPECT_FALSE(ResolvePruningSettings(24, 0, 0, 0, 24).ok());
+  EXPECT_FALSE(ResolvePruningSettings(0, 0.01, 0, 0, 24).ok());  // rounds to no layer
+  EXPECT_FALSE(ResolvePruningSettings(3, 0.5, 0, 0, 24).ok());   // both
+  EXPECT_FALSE(ResolvePruningSettings(0, 1.5, 0, 0, 24).ok());
+  EXPECT_FALSE(ResolvePruningSettings(0, std::nan(""), 0, 0, 24).ok());
+  EXPECT_FALSE(ResolvePruningSettings(-1, 0, 0, 0, 24).ok());
+  EXPECT_FALSE(ResolvePruningSettings(0, 0.5, -1, 0, 24).ok());
+}
+
 TEST(MarkProtectedTokensTest, MostFrequentIdsWinTiesGoToTheFirstSeen) {
   const std::vector<int32_t> prompt = {1, 5, 7, 5, 9, 7, 1, 1, 3, 5};
   std::vector<uint8_t> full(prompt.size(), 0);

@@ -8,9 +8,12 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <thread>
 
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "cache_store/cache_store_service.h"
 #include "decode_worker/decode_service.h"
 #include "prefill_worker/prefill_service.h"
@@ -302,10 +305,23 @@ TEST_F(RouterServiceTest, DecodeWorkerDyingMidStreamIsMigrated) {
   StartCluster();
   const std::vector<int32_t> prompt = Prompt(35, 9);
   constexpr int kTokens = 300;
+  // Decode worker 0 takes one step per 2 ms, so that it is still streaming when it is killed
+  // however slowly this client reads (on a busy machine the tiny model used to finish all 300
+  // tokens before the fifth chunk arrived, and nothing migrated).
+  std::atomic<bool> throttle{true};
+  engine::EngineLoop::TaskFn slow = [&](engine::Engine&) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    if (throttle) decode_loops_[0]->Post(slow);
+  };
+  decode_loops_[0]->Post(slow);
   // With no load anywhere the first decode worker is chosen; kill it after a few chunks.
   const Result r = Generate(Request(prompt, kTokens), [&](int n, grpc::ClientContext&) {
     if (n == 5) decode_servers_[0]->Shutdown(std::chrono::system_clock::now());
   });
+  throttle = false;
+  absl::Notification drained;  // the last throttling task has run
+  decode_loops_[0]->Post([&](engine::Engine&) { drained.Notify(); });
+  drained.WaitForNotification();
   ASSERT_TRUE(r.status.ok()) << r.status.error_message();
   EXPECT_EQ(r.tokens, Expected(prompt, kTokens));
   EXPECT_EQ(r.complete.usage().completion_tokens(), kTokens);
