@@ -10,6 +10,7 @@ packages=(
   libpcre2-dev libutf8proc-dev        # tokenizer: pre-tokenizer regexes, NFC/NFKC
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler  # services
   libyaml-cpp-dev prometheus-cpp-dev  # configuration, /metrics
+  zlib1g-dev                          # model-inspect: PNG attention maps
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-numpy python3-torch libopenblas0-pthread  # test-time numerical reference
   python3-grpcio python3-grpc-tools   # integration tests: a gRPC client Tandem did not write

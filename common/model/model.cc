@@ -98,7 +98,7 @@ absl::Status Model::Validate(std::span<const ForwardSequence> batch, const kv::K
 
 absl::Status Model::Forward(std::span<const ForwardSequence> batch, uint8_t* kv_base,
                             const kv::KvLayout& layout, std::vector<float>& logits,
-                            const PruningPlan* pruning) {
+                            const PruningPlan* pruning, ForwardTrace* trace) {
   int64_t total = 0;
   TANDEM_RETURN_IF_ERROR(Validate(batch, layout, &total));
   if (pruning != nullptr &&
@@ -123,13 +123,26 @@ absl::Status Model::Forward(std::span<const ForwardSequence> batch, uint8_t* kv_
     }
   }
   const bool prunes = pruning != nullptr && static_cast<int64_t>(ws_.full_rows.size()) < total;
+  const int64_t h = config_.hidden_size;
+  if (trace != nullptr) {
+    trace->hidden.assign(config_.num_layers + 1, {});
+    trace->attention.assign(config_.num_layers, {});
+    trace->last_query.assign(config_.num_layers, {});
+  }
   for (int layer = 0; layer < config_.num_layers; ++layer) {
+    if (trace != nullptr) {
+      trace->hidden[layer].assign(ws_.hidden.data(), ws_.hidden.data() + total * h);
+    }
     if (prunes && pruning->pruned_layers[layer] != 0) {
-      PrunedLayer(layer, batch, total, kv_base, layout);
+      PrunedLayer(layer, batch, total, kv_base, layout, trace);
       continue;
     }
     AttentionBlock(layer, batch, total, kv_base, layout);
+    if (trace != nullptr) TraceAttention(*trace, layer, total, nullptr, total - 1);
     MlpBlock(layer, ws_.hidden.data(), total);
+  }
+  if (trace != nullptr) {
+    trace->hidden.back().assign(ws_.hidden.data(), ws_.hidden.data() + total * h);
   }
   ComputeLogits(batch, logits);
   return absl::OkStatus();
@@ -212,8 +225,26 @@ void Model::AttentionBlock(int layer, std::span<const ForwardSequence> batch, in
   kernels::AddInPlace(ws_.hidden.data(), ws_.proj.data(), total * h);
 }
 
+void Model::TraceAttention(ForwardTrace& trace, int layer, int64_t total,
+                           const std::vector<int64_t>* rows, int64_t last_query_row) {
+  const int64_t h = config_.hidden_size;
+  std::vector<float>& out = trace.attention[layer];
+  if (rows == nullptr) {
+    out.assign(ws_.proj.data(), ws_.proj.data() + total * h);
+  } else {
+    out.assign(total * h, 0.0f);
+    for (size_t i = 0; i < rows->size(); ++i) {
+      std::copy_n(ws_.proj.data() + i * h, h, out.data() + (*rows)[i] * h);
+    }
+  }
+  if (last_query_row >= 0) {
+    const float* q = ws_.q.data() + last_query_row * dims_.q_width;
+    trace.last_query[layer].assign(q, q + dims_.q_width);
+  }
+}
+
 void Model::PrunedLayer(int layer, std::span<const ForwardSequence> batch, int64_t total,
-                        uint8_t* kv_base, const kv::KvLayout& layout) {
+                        uint8_t* kv_base, const kv::KvLayout& layout, ForwardTrace* trace) {
   const LayerWeights& w = weights_->layers[layer];
   const auto [h, nh, nkv, hd, qw, kvw, eps] = dims_;
   const auto& full = ws_.full_rows;
@@ -227,7 +258,10 @@ void Model::PrunedLayer(int layer, std::span<const ForwardSequence> batch, int64
   };
   kernels::GemmMulti(ws_.normed.data(), total, h, kv, pool_);
   ProjectKv(layer, batch, total, kv_base, layout, nullptr);
-  if (nf == 0) return;
+  if (nf == 0) {
+    if (trace != nullptr) TraceAttention(*trace, layer, total, &full, -1);
+    return;
+  }
 
   // Queries, attention and output projection for the full-depth rows, compacted.
   for (int64_t i = 0; i < nf; ++i) {
@@ -260,6 +294,9 @@ void Model::PrunedLayer(int layer, std::span<const ForwardSequence> batch, int64
   kernels::PagedAttention(seqs.data(), static_cast<int>(seqs.size()), nh, kv_base, layout, layer,
                           1.0f / std::sqrt(static_cast<float>(hd)), pool_);
   kernels::Gemm(ws_.attn.data(), nf, qw, w.o_proj, nullptr, ws_.proj.data(), h, pool_);
+  if (trace != nullptr) {
+    TraceAttention(*trace, layer, total, &full, full.back() == total - 1 ? nf - 1 : -1);
+  }
 
   // The MLP on the gathered hidden rows, written back.
   for (int64_t i = 0; i < nf; ++i) {

@@ -192,7 +192,7 @@ class Reference:
         rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
         return self._r(self._r(x * cos) + self._r(rotated * sin))
 
-    def _attention(self, x, i, positions, kv_keep=None):
+    def _attention(self, x, i, positions, kv_keep=None, trace=None):
         p = "model.layers.%d.self_attn." % i
         n = x.shape[0]
         bias = self.model_type == "qwen2"
@@ -211,6 +211,10 @@ class Reference:
         if self.kv_dtype is not None:
             k = k.to(self.kv_dtype).to(torch.float64)
             v = v.to(self.kv_dtype).to(torch.float64)
+        if trace is not None:  # [n, heads, head_dim] after RoPE (and any KV rounding)
+            trace["q"].append(q.transpose(0, 1))
+            trace["k"].append(k.transpose(0, 1))
+            trace["v"].append(v.transpose(0, 1))
         group = self.heads // self.kv_heads  # Query head h reads kv head h // group.
         k = k.repeat_interleave(group, dim=0)
         v = v.repeat_interleave(group, dim=0)
@@ -225,7 +229,10 @@ class Reference:
         else:
             probs = torch.softmax(scores, dim=-1)
         out = self._r(probs @ v).transpose(0, 1).reshape(n, self.heads * self.head_dim)
-        return self._linear(out, p + "o_proj")
+        out = self._linear(out, p + "o_proj")
+        if trace is not None:
+            trace["attention"].append(out)
+        return out
 
     def _mlp(self, x, i):
         p = "model.layers.%d.mlp." % i
@@ -235,14 +242,21 @@ class Reference:
         return self._linear(act, p + "down_proj")
 
     def hidden_states(self, token_ids, start_pos=0, pruned_layers=(), full_depth=None,
-                      independent_kv=True):
+                      independent_kv=True, trace=None):
         """Final-norm hidden states [n, hidden] for tokens at positions start_pos, ...
 
         Prefill-only pruning (POP): in the layers of `pruned_layers`, only the positions where
         `full_depth` is true take the attention and MLP updates; every position's K/V still
         comes from the hidden state that reaches the layer (the attention below computes K/V
         for all rows, and a full-depth row attends to all of them). With independent_kv=False
-        (POP's ablation) the pruned positions' K/V in pruned layers are zero instead."""
+        (POP's ablation) the pruned positions' K/V in pruned layers are zero instead.
+
+        `trace`, a dict, receives per layer: "inputs" (the hidden state entering it), "q", "k",
+        "v" ([n, heads, head_dim] after RoPE) and "attention" (the o_proj output; for pruned
+        positions of a pruned layer, computed but not applied)."""
+        if trace is not None:
+            for key in ("inputs", "q", "k", "v", "attention"):
+                trace[key] = []
         ids = torch.as_tensor(list(token_ids), dtype=torch.long)
         positions = torch.arange(start_pos, start_pos + len(ids), dtype=torch.long)
         x = self.w["model.embed_tokens.weight"][ids]
@@ -253,8 +267,10 @@ class Reference:
                 keep = torch.as_tensor(list(full_depth), dtype=torch.bool)[:, None]
                 if not independent_kv:
                     kv_keep = keep[:, 0].to(torch.float64)
+            if trace is not None:
+                trace["inputs"].append(x)
             h = self._rms_norm(x, self.w[p + "input_layernorm.weight"])
-            updated = self._r(x + self._attention(h, i, positions, kv_keep))
+            updated = self._r(x + self._attention(h, i, positions, kv_keep, trace))
             x = updated if keep is None else torch.where(keep, updated, x)
             h = self._rms_norm(x, self.w[p + "post_attention_layernorm.weight"])
             updated = self._r(x + self._mlp(h, i))

@@ -21,6 +21,7 @@ absl::Status RunGenerate(const CliArgs& args);
 absl::Status RunTokenize(const CliArgs& args);
 absl::Status RunDetokenize(const CliArgs& args);
 absl::Status RunPruneEval(const CliArgs& args);
+absl::Status RunPruningStats(const CliArgs& args);  // --kv-cache --pruning-stats
 
 // Shared flag handling of the commands that run a model.
 absl::StatusOr<std::unique_ptr<ThreadPool>> MakePool(const CliArgs& args);  // --threads

@@ -14,6 +14,18 @@ constexpr char kUsage[] = R"(usage:
       KV-cache size: bytes per token per layer, bytes per token, bytes for one sequence of
       --context tokens (default: the model's context), tokens that fit in --memory
       (e.g. 80GiB). Needs only config.json.
+  model-inspect --kv-cache --pruning-stats --model DIR --config FILE --prompt-file F
+                [--attention-csv OUT.csv] [--attention-png OUT.png] [--kv-dtype auto|...]
+      prefills F (encoded with BOS) twice, with every layer and pruned as FILE's
+      kv_cache_optimization block says, and prints one line per pruned layer:
+        Layer L: prune_ratio=R, similarity=S (hidden H, K K', V V')
+      prune_ratio: the fraction of the prompt's positions that skip the layer (all but the
+      last and the protected ones). similarity: cosine similarity of the last prompt token's
+      attention output (o_proj) in the layer, pruned against full prefill; below 0.9 the line
+      is marked LOW. hidden, K, V: mean cosine similarity, over the pruned positions, of the
+      hidden state entering the layer and of the K and V it wrote to the cache. Then the KL
+      divergence of the first-token distribution. --attention-csv/--attention-png write the
+      last token's attention over the prompt, per layer and head, full and pruned.
   model-inspect forward --model DIR --tokens 1,2,3 --logits-out FILE [--kv-dtype auto|...]
                 [(--prune-start-layer L | --prune-ratio R) [--prune-keep-every K]
                  [--protect-tokens N]]
@@ -55,7 +67,7 @@ Common: --threads N (default: TANDEM_NUM_THREADS or all cores);
 
 int main(int argc, char** argv) {
   auto args =
-      tandem::CliArgs::Parse(argc, argv, {"kv-cache", "ignore-eos", "skip-special-tokens", "json", "help"});
+      tandem::CliArgs::Parse(argc, argv, {"kv-cache", "pruning-stats", "ignore-eos", "skip-special-tokens", "json", "help"});
   if (!args.ok()) {
     std::fprintf(stderr, "model-inspect: %s\n%s", std::string(args.status().message()).c_str(),
                  kUsage);
@@ -68,7 +80,9 @@ int main(int argc, char** argv) {
     return 0;
   }
   absl::Status status;
-  if (args->Has("kv-cache") && (command.empty() || command == "info")) {
+  if (args->Has("kv-cache") && args->Has("pruning-stats") && command.empty()) {
+    status = tandem::tools::RunPruningStats(*args);
+  } else if (args->Has("kv-cache") && (command.empty() || command == "info")) {
     status = tandem::tools::RunKvCache(*args);
   } else if (command == "info") {
     status = tandem::tools::RunInfo(*args);

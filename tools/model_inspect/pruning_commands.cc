@@ -1,0 +1,590 @@
+// The prefill-only pruning (POP) diagnostics of model-inspect.
+//  - prune-eval: what POP costs in quality, and what its two safeguards are worth. Each window
+//    of a text is a prompt and its true continuation; the prompt is prefilled four ways (full,
+//    POP, POP without boundary handling, POP without independent KV) and the continuation then
+//    runs at full depth on the cache that prefill left, as a decode worker would run it.
+//  - --kv-cache --pruning-stats: how far a pruned prefill's activations and cache drift from a
+//    full one, layer by layer (the seed article's troubleshooting view), and the last token's
+//    attention maps.
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "common/config/config.h"
+#include "common/model/model.h"
+#include "common/model/pruning.h"
+#include "common/tokenizer/tokenizer.h"
+#include "common/util/file_util.h"
+#include "common/util/status_macros.h"
+#include "tools/model_inspect/commands.h"
+#include "tools/model_inspect/png.h"
+
+namespace tandem::tools {
+namespace {
+
+// How the prompt is prefilled.
+enum class Variant {
+  kFull,             // every layer for every token: the reference
+  kPop,              // POP as Tandem runs it
+  kNoBoundary,       // POP, but the last prompt token is pruned too (no boundary handling)
+  kNoIndependentKv,  // POP, but pruned tokens leave their K/V in the pruned layers unwritten
+};
+constexpr std::array kVariants = {Variant::kFull, Variant::kPop, Variant::kNoBoundary,
+                                  Variant::kNoIndependentKv};
+
+std::string_view VariantName(Variant v) {
+  switch (v) {
+    case Variant::kFull: return "full";
+    case Variant::kPop: return "pop";
+    case Variant::kNoBoundary: return "pop-no-boundary";
+    case Variant::kNoIndependentKv: return "pop-no-independent-kv";
+  }
+  return "?";
+}
+
+struct Window {
+  std::vector<int32_t> prompt;        // BOS (when the model has one) and the window's first tokens
+  std::vector<int32_t> continuation;  // the tokens that follow in the text
+  int64_t continuation_bytes = 0;     // UTF-8 bytes of the continuation's text
+};
+
+// One window under one variant.
+struct WindowResult {
+  std::vector<double> first_log_probs;  // log-softmax of the first-token logits
+  double continuation_bits = 0;         // -log2 p of the true continuation, teacher-forced
+  std::vector<int32_t> greedy;          // greedy tokens from the prefilled cache
+};
+
+// Sums of one variant over the windows.
+struct Totals {
+  double bits = 0;
+  int64_t bytes = 0;
+  int64_t tokens = 0;
+  double kl = 0;
+  int64_t first_argmax_same = 0;
+  int64_t greedy_same = 0;
+  int64_t greedy_total = 0;
+  int64_t greedy_prefix = 0;
+};
+
+std::vector<double> LogSoftmax(const float* logits, int64_t n) {
+  double max = *std::max_element(logits, logits + n);
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += std::exp(logits[i] - max);
+  const double log_z = max + std::log(sum);
+  std::vector<double> out(n);
+  for (int64_t i = 0; i < n; ++i) out[i] = logits[i] - log_z;
+  return out;
+}
+
+int32_t Argmax(const float* logits, int64_t n) {
+  return static_cast<int32_t>(std::max_element(logits, logits + n) - logits);
+}
+
+// KL(p || q) in nats from log-probabilities.
+double KlDivergence(const std::vector<double>& log_p, const std::vector<double>& log_q) {
+  double kl = 0;
+  for (size_t i = 0; i < log_p.size(); ++i) kl += std::exp(log_p[i]) * (log_p[i] - log_q[i]);
+  return kl;
+}
+
+// A KV cache for one sequence in a plain buffer (block table 0, 1, 2, ...).
+class KvScratch {
+ public:
+  KvScratch(model::Model& model, DType kv_dtype, int64_t max_positions)
+      : model_(model), layout_(model.config().KvLayoutFor(kv_dtype, 16)) {
+    const int64_t blocks = (max_positions + layout_.block_size - 1) / layout_.block_size;
+    kv_.resize(blocks * layout_.BlockBytes());
+    for (int64_t b = 0; b < blocks; ++b) block_table_.push_back(static_cast<int32_t>(b));
+  }
+
+  void Clear() { std::fill(kv_.begin(), kv_.end(), 0); }
+  const kv::KvLayout& layout() const { return layout_; }
+  const std::vector<float>& logits() const { return logits_; }
+
+  absl::Status Forward(const int32_t* tokens, int64_t n, int64_t start, model::LogitsMode mode,
+                       const model::PruningPlan* plan, model::ForwardTrace* trace = nullptr) {
+    const model::ForwardSequence seq{.tokens = tokens,
+                                     .num_tokens = static_cast<int>(n),
+                                     .start_pos = start,
+                                     .block_table = block_table_.data(),
+                                     .logits = mode};
+    return model_.Forward({&seq, 1}, kv_.data(), layout_, logits_, plan, trace);
+  }
+
+  // K (`value` false) or V of one head at one position, as floats.
+  void Read(int layer, bool value, int head, int64_t pos, float* out) const {
+    const uint8_t* block = kv_.data() + (pos / layout_.block_size) * layout_.BlockBytes();
+    const size_t offset = value ? layout_.VOffset(layer, head) : layout_.KOffset(layer, head);
+    const size_t row = static_cast<size_t>(layout_.head_dim) * layout_.ElementBytes();
+    ToFloat(layout_.dtype, block + offset + (pos % layout_.block_size) * row, out,
+            layout_.head_dim);
+  }
+
+  // Zeroes K and V of positions begin..end-1 in the layers marked in `layers`.
+  void Zero(const std::vector<uint8_t>& layers, int64_t begin, int64_t end) {
+    const size_t row = static_cast<size_t>(layout_.head_dim) * layout_.ElementBytes();
+    for (int layer = 0; layer < layout_.num_layers; ++layer) {
+      if (!layers[layer]) continue;
+      for (int64_t pos = begin; pos < end; ++pos) {
+        uint8_t* block = kv_.data() + (pos / layout_.block_size) * layout_.BlockBytes();
+        const size_t in_block = (pos % layout_.block_size) * row;
+        for (int h = 0; h < layout_.num_kv_heads; ++h) {
+          std::memset(block + layout_.KOffset(layer, h) + in_block, 0, row);
+          std::memset(block + layout_.VOffset(layer, h) + in_block, 0, row);
+        }
+      }
+    }
+  }
+
+ private:
+  model::Model& model_;
+  const kv::KvLayout layout_;
+  std::vector<uint8_t> kv_;
+  std::vector<int32_t> block_table_;
+  std::vector<float> logits_;
+};
+
+class PruneEvaluator {
+ public:
+  PruneEvaluator(model::Model& model, DType kv_dtype, int64_t max_positions,
+                 const model::PruningSettings& settings)
+      : model_(model),
+        settings_(settings),
+        pruned_layers_(model::PrunedLayers(settings, model.config().num_layers)),
+        kv_(model, kv_dtype, max_positions) {}
+
+  const std::vector<uint8_t>& pruned_layers() const { return pruned_layers_; }
+
+  absl::StatusOr<WindowResult> Run(const Window& w, Variant variant, int greedy_tokens) {
+    kv_.Clear();
+    const int64_t vocab = model_.config().vocab_size;
+    const int64_t p = static_cast<int64_t>(w.prompt.size());
+    WindowResult r;
+
+    // Prefill.
+    std::vector<uint8_t> full_depth = FullDepthPositions(w.prompt, settings_, model_.config());
+    if (variant == Variant::kNoBoundary) full_depth.back() = 0;
+    if (variant == Variant::kNoIndependentKv) {
+      // Each run of pruned positions, then its K/V in pruned layers cleared, then the next
+      // full-depth position alone: every full-depth token attends to what such a cache holds
+      // (zero: scores of 0, values of 0).
+      int64_t run = 0;
+      for (int64_t i = 0; i < p; ++i) {
+        if (!full_depth[i]) continue;
+        if (run < i) {
+          const std::vector<uint8_t> pruned_rows(i - run, 0);
+          const model::PruningPlan plan{pruned_layers_, pruned_rows};
+          TANDEM_RETURN_IF_ERROR(
+              kv_.Forward(&w.prompt[run], i - run, run, model::LogitsMode::kNone, &plan));
+          kv_.Zero(pruned_layers_, run, i);
+        }
+        TANDEM_RETURN_IF_ERROR(kv_.Forward(
+            &w.prompt[i], 1, i, i == p - 1 ? model::LogitsMode::kLast : model::LogitsMode::kNone,
+            nullptr));
+        run = i + 1;
+      }
+    } else {
+      const model::PruningPlan plan{pruned_layers_, full_depth};
+      TANDEM_RETURN_IF_ERROR(kv_.Forward(w.prompt.data(), p, 0, model::LogitsMode::kLast,
+                                         variant == Variant::kFull ? nullptr : &plan));
+    }
+    const std::vector<float> first(kv_.logits().begin(), kv_.logits().begin() + vocab);
+    r.first_log_probs = LogSoftmax(first.data(), vocab);
+
+    // The true continuation at full depth, one chunk (as exact as decoding it token by token).
+    const auto& cont = w.continuation;
+    r.continuation_bits = -r.first_log_probs[cont[0]];
+    if (cont.size() > 1) {
+      TANDEM_RETURN_IF_ERROR(kv_.Forward(cont.data(), static_cast<int64_t>(cont.size()) - 1, p,
+                                         model::LogitsMode::kAll, nullptr));
+      for (size_t i = 0; i + 1 < cont.size(); ++i) {
+        r.continuation_bits -= LogSoftmax(kv_.logits().data() + i * vocab, vocab)[cont[i + 1]];
+      }
+    }
+    r.continuation_bits /= std::log(2.0);
+
+    // Greedy decode from the prefilled cache (it overwrites the continuation's positions in
+    // order, and attention never reads past the position being written).
+    int32_t token = Argmax(first.data(), vocab);
+    r.greedy.push_back(token);
+    for (int g = 1; g < greedy_tokens; ++g) {
+      TANDEM_RETURN_IF_ERROR(
+          kv_.Forward(&token, 1, p + g - 1, model::LogitsMode::kLast, nullptr));
+      token = Argmax(kv_.logits().data(), vocab);
+      r.greedy.push_back(token);
+    }
+    return r;
+  }
+
+ private:
+  model::Model& model_;
+  const model::PruningSettings settings_;
+  const std::vector<uint8_t> pruned_layers_;
+  KvScratch kv_;
+};
+
+double Cosine(const float* a, const float* b, int64_t n) {
+  double ab = 0, aa = 0, bb = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    ab += static_cast<double>(a[i]) * b[i];
+    aa += static_cast<double>(a[i]) * a[i];
+    bb += static_cast<double>(b[i]) * b[i];
+  }
+  if (aa == 0 && bb == 0) return 1.0;
+  if (aa == 0 || bb == 0) return 0.0;
+  return ab / std::sqrt(aa * bb);
+}
+
+// The attention probabilities of `query` (one layer's q_width floats) over cache positions
+// 0..n-1, head-major: [heads][n]. Sliding-window models see only the window.
+std::vector<double> AttentionMap(const KvScratch& kv, const model::ModelConfig& c, int layer,
+                                 const std::vector<float>& query, int64_t n) {
+  const int hd = c.head_dim, group = c.num_heads / c.num_kv_heads;
+  const int64_t first = c.sliding_window > 0 ? std::max<int64_t>(0, n - c.sliding_window) : 0;
+  std::vector<double> probs(static_cast<size_t>(c.num_heads) * n, 0.0);
+  std::vector<float> key(hd);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  for (int head = 0; head < c.num_heads; ++head) {
+    double* row = probs.data() + head * n;
+    double max = -INFINITY;
+    for (int64_t pos = first; pos < n; ++pos) {
+      kv.Read(layer, /*value=*/false, head / group, pos, key.data());
+      double dot = 0;
+      for (int d = 0; d < hd; ++d) dot += static_cast<double>(query[head * hd + d]) * key[d];
+      row[pos] = dot * scale;
+      max = std::max(max, row[pos]);
+    }
+    double sum = 0;
+    for (int64_t pos = first; pos < n; ++pos) sum += (row[pos] = std::exp(row[pos] - max));
+    for (int64_t pos = first; pos < n; ++pos) row[pos] /= sum;
+  }
+  return probs;
+}
+
+// One row of pixels per (layer, head), `row_height` tall; the full map on the left, the
+// pruned one on the right; a red strip marks the rows of pruned layers. Colour: log10 of the
+// probability from -4 (and below) to 0.
+absl::Status WriteAttentionPng(const std::string& path, const model::ModelConfig& c,
+                               const std::vector<std::vector<double>>& full,
+                               const std::vector<std::vector<double>>& pruned,
+                               const std::vector<uint8_t>& pruned_layers, int64_t n) {
+  constexpr int kStrip = 6, kGap = 8, kRowHeight = 4;
+  const int64_t width = kStrip + n + kGap + n;
+  const int64_t rows = static_cast<int64_t>(c.num_layers) * c.num_heads;
+  if (width > 20000 || rows * kRowHeight > 20000) {
+    return absl::InvalidArgumentError("attention map too large for a PNG (over 20000 pixels)");
+  }
+  const int64_t height = rows * kRowHeight;
+  std::vector<uint8_t> rgb(static_cast<size_t>(width * height) * 3, 255);
+  for (int layer = 0; layer < c.num_layers; ++layer) {
+    for (int head = 0; head < c.num_heads; ++head) {
+      for (int dy = 0; dy < kRowHeight; ++dy) {
+        uint8_t* line = rgb.data() + ((layer * c.num_heads + head) * kRowHeight + dy) * width * 3;
+        if (pruned_layers[layer]) {
+          for (int x = 0; x < kStrip - 1; ++x) line[3 * x + 1] = line[3 * x + 2] = 0;
+        }
+        for (int panel = 0; panel < 2; ++panel) {
+          const auto& maps = panel == 0 ? full : pruned;
+          const int64_t x0 = kStrip + panel * (n + kGap);
+          for (int64_t pos = 0; pos < n; ++pos) {
+            const double p = maps[layer].empty() ? 0.0 : maps[layer][head * n + pos];
+            HeatColor((std::log10(std::max(p, 1e-12)) + 4) / 4, line + 3 * (x0 + pos));
+          }
+        }
+      }
+    }
+  }
+  return WritePng(path, static_cast<int>(width), static_cast<int>(height), rgb);
+}
+
+// Consecutive, non-overlapping windows of the text's tokens.
+absl::StatusOr<std::vector<Window>> CutWindows(const tokenizer::Tokenizer& tok,
+                                               const std::string& text, int prompt_tokens,
+                                               int continuation_tokens, int max_windows) {
+  TANDEM_ASSIGN_OR_RETURN(std::vector<int32_t> ids, tok.Encode(text, /*add_special=*/false));
+  const int bos = tok.bos_id() >= 0 ? 1 : 0;
+  const size_t stride = static_cast<size_t>(prompt_tokens - bos + continuation_tokens);
+  std::vector<Window> windows;
+  for (size_t start = 0; start + stride <= ids.size() && static_cast<int>(windows.size()) <
+                                                              max_windows;
+       start += stride) {
+    Window w;
+    if (bos) w.prompt.push_back(tok.bos_id());
+    const auto mid = ids.begin() + start + (prompt_tokens - bos);
+    w.prompt.insert(w.prompt.end(), ids.begin() + start, mid);
+    w.continuation.assign(mid, mid + continuation_tokens);
+    TANDEM_ASSIGN_OR_RETURN(std::string bytes,
+                            tok.DecodeBytes(w.continuation, /*skip_special_tokens=*/false));
+    w.continuation_bytes = static_cast<int64_t>(bytes.size());
+    windows.push_back(std::move(w));
+  }
+  if (windows.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the text has ", ids.size(), " tokens, fewer than one window of ", stride));
+  }
+  return windows;
+}
+
+std::string LayerList(const std::vector<uint8_t>& pruned) {
+  std::vector<int> layers;
+  for (size_t i = 0; i < pruned.size(); ++i) {
+    if (pruned[i]) layers.push_back(static_cast<int>(i));
+  }
+  return layers.empty() ? "none" : absl::StrJoin(layers, ",");
+}
+
+}  // namespace
+
+absl::Status RunPruneEval(const CliArgs& args) {
+  TANDEM_RETURN_IF_ERROR(args.CheckKnown(
+      {"model", "text-file", "prompt-tokens", "continuation-tokens", "greedy-tokens", "windows",
+       "json", "kv-dtype", "threads", "weight-memory", "prune-start-layer", "prune-ratio",
+       "prune-keep-every", "protect-tokens"}));
+  TANDEM_ASSIGN_OR_RETURN(std::string path, args.String("text-file"));
+  TANDEM_ASSIGN_OR_RETURN(int64_t prompt_tokens, args.IntOr("prompt-tokens", 512));
+  TANDEM_ASSIGN_OR_RETURN(int64_t continuation_tokens, args.IntOr("continuation-tokens", 128));
+  TANDEM_ASSIGN_OR_RETURN(int64_t greedy_tokens, args.IntOr("greedy-tokens", 32));
+  TANDEM_ASSIGN_OR_RETURN(int64_t max_windows, args.IntOr("windows", 8));
+  constexpr int64_t kLimit = 1 << 20;
+  if (prompt_tokens < 2 || prompt_tokens > kLimit || continuation_tokens < 1 ||
+      continuation_tokens > kLimit || greedy_tokens < 1 || greedy_tokens > kLimit ||
+      max_windows < 1 || max_windows > kLimit) {
+    return absl::InvalidArgumentError(
+        "--prompt-tokens must be >= 2; --continuation-tokens, --greedy-tokens and --windows >= 1");
+  }
+  TANDEM_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
+  TANDEM_ASSIGN_OR_RETURN(std::string dir, args.String("model"));
+  TANDEM_ASSIGN_OR_RETURN(auto tok, tokenizer::Tokenizer::Load(dir));
+  TANDEM_ASSIGN_OR_RETURN(auto pool, MakePool(args));
+  TANDEM_ASSIGN_OR_RETURN(auto model, LoadModel(args, *pool));
+  const auto& c = model->config();
+  if (prompt_tokens + std::max(continuation_tokens, greedy_tokens) > c.max_position_embeddings) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--prompt-tokens plus the longer of --continuation-tokens and --greedy-tokens must fit "
+        "the model's context (",
+        c.max_position_embeddings, ")"));
+  }
+  model::PruningSettings settings;
+  TANDEM_ASSIGN_OR_RETURN(bool prune, PruningFromFlags(args, c.num_layers, &settings));
+  if (!prune) return absl::InvalidArgumentError("give --prune-start-layer or --prune-ratio");
+  TANDEM_ASSIGN_OR_RETURN(DType kv_dtype, KvDType(args, c));
+  TANDEM_ASSIGN_OR_RETURN(
+      std::vector<Window> windows,
+      CutWindows(*tok, text, static_cast<int>(prompt_tokens),
+                 static_cast<int>(continuation_tokens), static_cast<int>(max_windows)));
+
+  PruneEvaluator eval(*model, kv_dtype,
+                      prompt_tokens + std::max(continuation_tokens, greedy_tokens), settings);
+  std::array<Totals, kVariants.size()> totals{};
+  for (const Window& w : windows) {
+    std::vector<WindowResult> results;
+    for (Variant v : kVariants) {
+      TANDEM_ASSIGN_OR_RETURN(WindowResult r, eval.Run(w, v, static_cast<int>(greedy_tokens)));
+      results.push_back(std::move(r));
+    }
+    const WindowResult& full = results[0];
+    for (size_t v = 0; v < kVariants.size(); ++v) {
+      const WindowResult& r = results[v];
+      Totals& t = totals[v];
+      t.bits += r.continuation_bits;
+      t.bytes += w.continuation_bytes;
+      t.tokens += static_cast<int64_t>(w.continuation.size());
+      t.kl += KlDivergence(full.first_log_probs, r.first_log_probs);
+      t.first_argmax_same += r.greedy[0] == full.greedy[0];
+      const auto mismatch = std::mismatch(r.greedy.begin(), r.greedy.end(), full.greedy.begin());
+      t.greedy_prefix += mismatch.first - r.greedy.begin();
+      for (size_t i = 0; i < r.greedy.size(); ++i) t.greedy_same += r.greedy[i] == full.greedy[i];
+      t.greedy_total += static_cast<int64_t>(r.greedy.size());
+    }
+  }
+
+  const double n = static_cast<double>(windows.size());
+  const std::string layers = LayerList(eval.pruned_layers());
+  if (args.Has("json")) {
+    std::vector<std::string> rows;
+    for (size_t v = 0; v < kVariants.size(); ++v) {
+      const Totals& t = totals[v];
+      rows.push_back(absl::StrFormat(
+          "{\"variant\": \"%s\", \"bits_per_byte\": %.6f, \"bits_per_token\": %.6f, "
+          "\"first_token_kl_nats\": %.6g, \"first_token_agreement\": %.4f, "
+          "\"greedy_agreement\": %.4f, \"greedy_common_prefix\": %.3f}",
+          VariantName(kVariants[v]), t.bits / t.bytes, t.bits / t.tokens, t.kl / n,
+          t.first_argmax_same / n, static_cast<double>(t.greedy_same) / t.greedy_total,
+          t.greedy_prefix / n));
+    }
+    const std::string json = absl::StrFormat(
+        "{\"windows\": %zu, \"prompt_tokens\": %lld, \"continuation_tokens\": %lld, "
+        "\"greedy_tokens\": %lld, \"pruned_layers\": [%s], \"keep_every\": %d, "
+        "\"protected_tokens\": %d,\n \"variants\": [\n  %s]}\n",
+        windows.size(), static_cast<long long>(prompt_tokens),
+        static_cast<long long>(continuation_tokens), static_cast<long long>(greedy_tokens),
+        layers == "none" ? "" : layers, settings.keep_every, settings.protected_tokens,
+        absl::StrJoin(rows, ",\n  "));
+    std::fputs(json.c_str(), stdout);
+    return absl::OkStatus();
+  }
+  std::printf(
+      "%zu windows of %lld prompt + %lld continuation tokens from %s; pruned layers %s "
+      "(0-based), keep_every %d, %d protected ids\n",
+      windows.size(), static_cast<long long>(prompt_tokens),
+      static_cast<long long>(continuation_tokens), path.c_str(), layers.c_str(),
+      settings.keep_every, settings.protected_tokens);
+  std::printf("%-22s %10s %10s %12s %12s %10s %12s\n", "prefill", "bits/byte", "delta",
+              "first-KL", "first-same", absl::StrCat("greedy@", greedy_tokens).c_str(),
+              "same-prefix");
+  const double full_bpb = totals[0].bits / totals[0].bytes;
+  for (size_t v = 0; v < kVariants.size(); ++v) {
+    const Totals& t = totals[v];
+    std::printf("%-22s %10.4f %+10.4f %12.3e %12.3f %10.3f %12.1f\n",
+                std::string(VariantName(kVariants[v])).c_str(), t.bits / t.bytes,
+                t.bits / t.bytes - full_bpb, t.kl / n, t.first_argmax_same / n,
+                static_cast<double>(t.greedy_same) / t.greedy_total, t.greedy_prefix / n);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RunPruningStats(const CliArgs& args) {
+  TANDEM_RETURN_IF_ERROR(args.CheckKnown({"model", "kv-cache", "pruning-stats", "config",
+                                          "prompt-file", "kv-dtype", "threads", "weight-memory",
+                                          "attention-csv", "attention-png"}));
+  TANDEM_ASSIGN_OR_RETURN(std::string config_path, args.String("config"));
+  TANDEM_ASSIGN_OR_RETURN(config::TandemConfig config, config::LoadConfigFile(config_path));
+  TANDEM_ASSIGN_OR_RETURN(std::string prompt_path, args.String("prompt-file"));
+  TANDEM_ASSIGN_OR_RETURN(std::string text, ReadFileToString(prompt_path));
+  TANDEM_ASSIGN_OR_RETURN(std::string dir, args.String("model"));
+  TANDEM_ASSIGN_OR_RETURN(auto tok, tokenizer::Tokenizer::Load(dir));
+  TANDEM_ASSIGN_OR_RETURN(std::vector<int32_t> prompt,
+                          tok->Encode(text, /*add_special_tokens=*/true));
+  if (prompt.size() < 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(prompt_path, ": the prompt needs at least 2 tokens, it has ", prompt.size()));
+  }
+  TANDEM_ASSIGN_OR_RETURN(auto pool, MakePool(args));
+  TANDEM_ASSIGN_OR_RETURN(auto model, LoadModel(args, *pool));
+  const auto& c = model->config();
+  const int64_t n = static_cast<int64_t>(prompt.size());
+  if (n > c.max_position_embeddings) {
+    return absl::InvalidArgumentError(absl::StrCat(prompt_path, ": ", n, " tokens exceed the "
+                                                   "model's context of ",
+                                                   c.max_position_embeddings));
+  }
+  const auto& pop = config.kv_cache_optimization;
+  auto resolved = model::ResolvePruningSettings(pop.pruning_start_layer, pop.pruning_ratio,
+                                                pop.pruning_keep_every,
+                                                pop.protection_high_frequency_tokens, c.num_layers);
+  if (!resolved.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(config_path, ": kv_cache_optimization: ", resolved.status().message()));
+  }
+  const model::PruningSettings settings = *resolved;
+  const std::vector<uint8_t> pruned_layers = model::PrunedLayers(settings, c.num_layers);
+  const std::vector<uint8_t> full_depth = FullDepthPositions(prompt, settings, c);
+  TANDEM_ASSIGN_OR_RETURN(DType kv_dtype, KvDType(args, c));
+
+  // The same prompt prefilled twice: every layer, and pruned as the config says.
+  KvScratch full_kv(*model, kv_dtype, n), pruned_kv(*model, kv_dtype, n);
+  model::ForwardTrace full, pruned;
+  TANDEM_RETURN_IF_ERROR(
+      full_kv.Forward(prompt.data(), n, 0, model::LogitsMode::kLast, nullptr, &full));
+  const model::PruningPlan plan{pruned_layers, full_depth};
+  TANDEM_RETURN_IF_ERROR(
+      pruned_kv.Forward(prompt.data(), n, 0, model::LogitsMode::kLast, &plan, &pruned));
+
+  int64_t full_count = 0;
+  for (uint8_t f : full_depth) full_count += f;
+  const double prune_ratio = static_cast<double>(n - full_count) / n;
+  std::printf(
+      "%s: %lld prompt tokens; %s: layers %s pruned (0-based: start_layer %d, keep_every %d), "
+      "%lld of them at full depth (the last and the positions of %d protected ids)%s\n",
+      prompt_path.c_str(), static_cast<long long>(n), config_path.c_str(),
+      LayerList(pruned_layers).c_str(), settings.start_layer, settings.keep_every,
+      static_cast<long long>(full_count), settings.protected_tokens,
+      pop.enabled ? "" : "; note: kv_cache_optimization.enabled is false in the config");
+  const int64_t h = c.hidden_size;
+  const int hd = c.head_dim;
+  std::vector<float> a(hd), b(hd);
+  int low = 0;
+  for (int layer = 0; layer < c.num_layers; ++layer) {
+    if (!pruned_layers[layer]) continue;
+    // Means over the pruned positions (the ones whose state and K/V differ by construction).
+    double hidden = 0, k = 0, v = 0;
+    for (int64_t pos = 0; pos < n; ++pos) {
+      if (full_depth[pos]) continue;
+      hidden += Cosine(full.hidden[layer].data() + pos * h, pruned.hidden[layer].data() + pos * h,
+                       h);
+      for (int head = 0; head < c.num_kv_heads; ++head) {
+        full_kv.Read(layer, false, head, pos, a.data());
+        pruned_kv.Read(layer, false, head, pos, b.data());
+        k += Cosine(a.data(), b.data(), hd) / c.num_kv_heads;
+        full_kv.Read(layer, true, head, pos, a.data());
+        pruned_kv.Read(layer, true, head, pos, b.data());
+        v += Cosine(a.data(), b.data(), hd) / c.num_kv_heads;
+      }
+    }
+    const double pruned_count = std::max<double>(1, n - full_count);
+    const double similarity = Cosine(full.attention[layer].data() + (n - 1) * h,
+                                     pruned.attention[layer].data() + (n - 1) * h, h);
+    low += similarity < 0.9;
+    std::printf("Layer %d: prune_ratio=%.2f, similarity=%.2f (hidden %.2f, K %.2f, V %.2f)%s\n",
+                layer, prune_ratio, similarity, hidden / pruned_count, k / pruned_count,
+                v / pruned_count,
+                similarity < 0.9 ? "  LOW: attention output similarity below 0.9" : "");
+  }
+  const int64_t vocab = c.vocab_size;
+  const std::vector<double> lp_full = LogSoftmax(full_kv.logits().data(), vocab);
+  const std::vector<double> lp_pruned = LogSoftmax(pruned_kv.logits().data(), vocab);
+  const int32_t top_full = Argmax(full_kv.logits().data(), vocab);
+  const int32_t top_pruned = Argmax(pruned_kv.logits().data(), vocab);
+  std::printf("first token: KL(full || pruned) = %.4g nats; greedy %d (full) vs %d (pruned)%s\n",
+              KlDivergence(lp_full, lp_pruned), top_full, top_pruned,
+              top_full == top_pruned ? "" : "  DIFFERENT");
+  if (low > 0) {
+    std::printf("%d pruned layer(s) below 0.9: prune fewer layers (a later start_layer), keep "
+                "every k-th (keep_every) or protect more tokens\n", low);
+  }
+
+  // The last token's attention maps, every layer and head, full and pruned.
+  if (!args.Has("attention-csv") && !args.Has("attention-png")) return absl::OkStatus();
+  std::vector<std::vector<double>> full_maps(c.num_layers), pruned_maps(c.num_layers);
+  for (int layer = 0; layer < c.num_layers; ++layer) {
+    full_maps[layer] = AttentionMap(full_kv, c, layer, full.last_query[layer], n);
+    if (!pruned.last_query[layer].empty()) {
+      pruned_maps[layer] = AttentionMap(pruned_kv, c, layer, pruned.last_query[layer], n);
+    }
+  }
+  if (args.Has("attention-csv")) {
+    TANDEM_ASSIGN_OR_RETURN(std::string csv_path, args.String("attention-csv"));
+    std::string csv = "layer,head,position,full,pruned\n";
+    for (int layer = 0; layer < c.num_layers; ++layer) {
+      for (int head = 0; head < c.num_heads; ++head) {
+        for (int64_t pos = 0; pos < n; ++pos) {
+          absl::StrAppendFormat(&csv, "%d,%d,%lld,%.6g,%.6g\n", layer, head,
+                                static_cast<long long>(pos), full_maps[layer][head * n + pos],
+                                pruned_maps[layer][head * n + pos]);
+        }
+      }
+    }
+    TANDEM_RETURN_IF_ERROR(WriteStringToFile(csv_path, csv));
+    std::printf("attention maps (CSV): %s\n", csv_path.c_str());
+  }
+  if (args.Has("attention-png")) {
+    TANDEM_ASSIGN_OR_RETURN(std::string png_path, args.String("attention-png"));
+    TANDEM_RETURN_IF_ERROR(
+        WriteAttentionPng(png_path, c, full_maps, pruned_maps, pruned_layers, n));
+    std::printf("attention maps (PNG, full left, pruned right, log10 p from -4 to 0): %s\n",
+                png_path.c_str());
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace tandem::tools
