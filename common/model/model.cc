@@ -98,7 +98,7 @@ absl::Status Model::Validate(std::span<const ForwardSequence> batch, const kv::K
 
 absl::Status Model::Forward(std::span<const ForwardSequence> batch, uint8_t* kv_base,
                             const kv::KvLayout& layout, std::vector<float>& logits,
-                            const PruningPlan* pruning, ForwardTrace* trace) {
+                            const PruningPlan* pruning, ForwardProbe* probe) {
   int64_t total = 0;
   TANDEM_RETURN_IF_ERROR(Validate(batch, layout, &total));
   if (pruning != nullptr &&
@@ -123,27 +123,31 @@ absl::Status Model::Forward(std::span<const ForwardSequence> batch, uint8_t* kv_
     }
   }
   const bool prunes = pruning != nullptr && static_cast<int64_t>(ws_.full_rows.size()) < total;
+  if (probe != nullptr && !probe->residual_gates.empty() &&
+      static_cast<int64_t>(probe->residual_gates.size()) != config_.num_layers) {
+    return absl::InvalidArgumentError(absl::StrCat("residual gates for ",
+                                                   probe->residual_gates.size(),
+                                                   " layers; the model has ", config_.num_layers));
+  }
+  probe_ = probe;
+  const bool record = probe != nullptr && probe->record;
   const int64_t h = config_.hidden_size;
-  if (trace != nullptr) {
-    trace->hidden.assign(config_.num_layers + 1, {});
-    trace->attention.assign(config_.num_layers, {});
-    trace->last_query.assign(config_.num_layers, {});
+  if (record) {
+    probe->hidden.assign(config_.num_layers + 1, {});
+    probe->attention.assign(config_.num_layers, {});
+    probe->last_query.assign(config_.num_layers, {});
   }
   for (int layer = 0; layer < config_.num_layers; ++layer) {
-    if (trace != nullptr) {
-      trace->hidden[layer].assign(ws_.hidden.data(), ws_.hidden.data() + total * h);
-    }
+    if (record) probe->hidden[layer].assign(ws_.hidden.data(), ws_.hidden.data() + total * h);
     if (prunes && pruning->pruned_layers[layer] != 0) {
-      PrunedLayer(layer, batch, total, kv_base, layout, trace);
+      PrunedLayer(layer, batch, total, kv_base, layout);
       continue;
     }
     AttentionBlock(layer, batch, total, kv_base, layout);
-    if (trace != nullptr) TraceAttention(*trace, layer, total, nullptr, total - 1);
     MlpBlock(layer, ws_.hidden.data(), total);
   }
-  if (trace != nullptr) {
-    trace->hidden.back().assign(ws_.hidden.data(), ws_.hidden.data() + total * h);
-  }
+  if (record) probe->hidden.back().assign(ws_.hidden.data(), ws_.hidden.data() + total * h);
+  probe_ = nullptr;
   ComputeLogits(batch, logits);
   return absl::OkStatus();
 }
@@ -222,13 +226,16 @@ void Model::AttentionBlock(int layer, std::span<const ForwardSequence> batch, in
   kernels::PagedAttention(seqs.data(), static_cast<int>(seqs.size()), nh, kv_base, layout, layer,
                           1.0f / std::sqrt(static_cast<float>(hd)), pool_);
   kernels::Gemm(ws_.attn.data(), total, qw, w.o_proj, nullptr, ws_.proj.data(), h, pool_);
+  RecordAttention(layer, total, nullptr, total - 1);
+  GateBranch(layer, total);
   kernels::AddInPlace(ws_.hidden.data(), ws_.proj.data(), total * h);
 }
 
-void Model::TraceAttention(ForwardTrace& trace, int layer, int64_t total,
-                           const std::vector<int64_t>* rows, int64_t last_query_row) {
+void Model::RecordAttention(int layer, int64_t total, const std::vector<int64_t>* rows,
+                            int64_t last_query_row) {
+  if (probe_ == nullptr || !probe_->record) return;
   const int64_t h = config_.hidden_size;
-  std::vector<float>& out = trace.attention[layer];
+  std::vector<float>& out = probe_->attention[layer];
   if (rows == nullptr) {
     out.assign(ws_.proj.data(), ws_.proj.data() + total * h);
   } else {
@@ -239,12 +246,20 @@ void Model::TraceAttention(ForwardTrace& trace, int layer, int64_t total,
   }
   if (last_query_row >= 0) {
     const float* q = ws_.q.data() + last_query_row * dims_.q_width;
-    trace.last_query[layer].assign(q, q + dims_.q_width);
+    probe_->last_query[layer].assign(q, q + dims_.q_width);
   }
 }
 
+void Model::GateBranch(int layer, int64_t rows) {
+  if (probe_ == nullptr || probe_->residual_gates.empty()) return;
+  const float gate = probe_->residual_gates[layer];
+  if (gate == 1.0f) return;
+  float* proj = ws_.proj.data();
+  for (int64_t i = 0; i < rows * config_.hidden_size; ++i) proj[i] *= gate;
+}
+
 void Model::PrunedLayer(int layer, std::span<const ForwardSequence> batch, int64_t total,
-                        uint8_t* kv_base, const kv::KvLayout& layout, ForwardTrace* trace) {
+                        uint8_t* kv_base, const kv::KvLayout& layout) {
   const LayerWeights& w = weights_->layers[layer];
   const auto [h, nh, nkv, hd, qw, kvw, eps] = dims_;
   const auto& full = ws_.full_rows;
@@ -259,7 +274,7 @@ void Model::PrunedLayer(int layer, std::span<const ForwardSequence> batch, int64
   kernels::GemmMulti(ws_.normed.data(), total, h, kv, pool_);
   ProjectKv(layer, batch, total, kv_base, layout, nullptr);
   if (nf == 0) {
-    if (trace != nullptr) TraceAttention(*trace, layer, total, &full, -1);
+    RecordAttention(layer, total, &full, -1);
     return;
   }
 
@@ -294,9 +309,8 @@ void Model::PrunedLayer(int layer, std::span<const ForwardSequence> batch, int64
   kernels::PagedAttention(seqs.data(), static_cast<int>(seqs.size()), nh, kv_base, layout, layer,
                           1.0f / std::sqrt(static_cast<float>(hd)), pool_);
   kernels::Gemm(ws_.attn.data(), nf, qw, w.o_proj, nullptr, ws_.proj.data(), h, pool_);
-  if (trace != nullptr) {
-    TraceAttention(*trace, layer, total, &full, full.back() == total - 1 ? nf - 1 : -1);
-  }
+  RecordAttention(layer, total, &full, full.back() == total - 1 ? nf - 1 : -1);
+  GateBranch(layer, nf);
 
   // The MLP on the gathered hidden rows, written back.
   for (int64_t i = 0; i < nf; ++i) {
@@ -322,6 +336,7 @@ void Model::MlpBlock(int layer, float* hidden, int64_t rows) {
   kernels::GemmMulti(ws_.normed.data(), rows, h, gate_up, pool_);
   kernels::SiluMul(ws_.gate_up.data(), rows, f, ws_.mlp.data());
   kernels::Gemm(ws_.mlp.data(), rows, f, w.down_proj, nullptr, ws_.proj.data(), h, pool_);
+  GateBranch(layer, rows);
   kernels::AddInPlace(hidden, ws_.proj.data(), rows * h);
 }
 

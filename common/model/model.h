@@ -38,17 +38,22 @@ struct PruningPlan {
   std::span<const uint8_t> full_depth;     // one per batch token, in batch order; nonzero: full
 };
 
-// Intermediate activations of one Forward call, for diagnostics (model-inspect's pruning
-// statistics). Recording copies every layer's activations: a slow path, never used in serving.
-// Rows are the batch's tokens in batch order.
-struct ForwardTrace {
+// Diagnostic hooks of one Forward call, for model-inspect (pruning statistics, layer
+// importance); serving never passes one. Rows are the call's tokens in batch order.
+struct ForwardProbe {
+  // Input: when non-empty, one factor per layer scaling the layer's attention and MLP outputs
+  // before each residual add, for every row of the call (POP's virtual gates; 1 leaves the
+  // model as it is).
+  std::vector<float> residual_gates;
+  // Input: record the activations below. Copies every layer's activations: a slow path.
+  bool record = false;
   // num_layers + 1 entries of [rows x hidden]: hidden[l] enters layer l; hidden[num_layers]
   // leaves the last layer (before the final norm).
   std::vector<std::vector<float>> hidden;
   // num_layers entries of [rows x hidden]: each layer's attention output (o_proj, before the
-  // residual add); zero for rows that skipped attention in a pruned layer.
+  // residual add and any gate); zero for rows that skipped attention in a pruned layer.
   std::vector<std::vector<float>> attention;
-  // num_layers entries of [q_width]: the query of the batch's last row (after q_norm and RoPE),
+  // num_layers entries of [q_width]: the query of the call's last row (after q_norm and RoPE),
   // to recompute its attention map from the cache; empty where that row skipped attention.
   std::vector<std::vector<float>> last_query;
 };
@@ -74,7 +79,7 @@ class Model {
   // pruning plan whose sizes do not match the model and batch.
   absl::Status Forward(std::span<const ForwardSequence> batch, uint8_t* kv_base,
                        const kv::KvLayout& layout, std::vector<float>& logits,
-                       const PruningPlan* pruning = nullptr, ForwardTrace* trace = nullptr);
+                       const PruningPlan* pruning = nullptr, ForwardProbe* probe = nullptr);
 
  private:
   // Scratch activations, grown to the largest batch seen and reused (no per-step allocation).
@@ -96,11 +101,13 @@ class Model {
                       uint8_t* kv_base, const kv::KvLayout& layout);
   // A pruned layer: K/V for every token, attention and MLP for the rows in ws_.full_rows only.
   void PrunedLayer(int layer, std::span<const ForwardSequence> batch, int64_t total,
-                   uint8_t* kv_base, const kv::KvLayout& layout, ForwardTrace* trace);
-  // Copies ws_.proj (the o_proj output of the batch rows `rows`, compacted; all rows when
-  // null) and the query in row `last_query_row` of ws_.q (-1: none) into the trace.
-  void TraceAttention(ForwardTrace& trace, int layer, int64_t total,
-                      const std::vector<int64_t>* rows, int64_t last_query_row);
+                   uint8_t* kv_base, const kv::KvLayout& layout);
+  // With a recording probe: copies ws_.proj (the o_proj output of the batch rows `rows`,
+  // compacted; all rows when null) and the query in row `last_query_row` of ws_.q (-1: none).
+  void RecordAttention(int layer, int64_t total, const std::vector<int64_t>* rows,
+                       int64_t last_query_row);
+  // ws_.proj[0:rows] *= the probe's gate of `layer`, if any.
+  void GateBranch(int layer, int64_t rows);
   // Finishes the K of `rows` rows in ws_.k (k_norm, RoPE) and writes K and V (ws_.v) to each
   // sequence's cache slots. `queries` (rows x q_width, q_norm applied), when given, get their
   // RoPE in the same pass.
@@ -122,6 +129,7 @@ class Model {
     float eps;                   // RMSNorm epsilon
   } dims_;
   Workspace ws_;
+  ForwardProbe* probe_ = nullptr;  // the current Forward call's, if any
 };
 
 }  // namespace tandem::model

@@ -242,7 +242,7 @@ class Reference:
         return self._linear(act, p + "down_proj")
 
     def hidden_states(self, token_ids, start_pos=0, pruned_layers=(), full_depth=None,
-                      independent_kv=True, trace=None):
+                      independent_kv=True, trace=None, gates=None):
         """Final-norm hidden states [n, hidden] for tokens at positions start_pos, ...
 
         Prefill-only pruning (POP): in the layers of `pruned_layers`, only the positions where
@@ -253,7 +253,10 @@ class Reference:
 
         `trace`, a dict, receives per layer: "inputs" (the hidden state entering it), "q", "k",
         "v" ([n, heads, head_dim] after RoPE) and "attention" (the o_proj output; for pruned
-        positions of a pruned layer, computed but not applied)."""
+        positions of a pruned layer, computed but not applied).
+
+        `gates` (POP's virtual gates): per layer, a tensor [n] of factors on that layer's
+        attention and MLP outputs for each position (differentiable)."""
         if trace is not None:
             for key in ("inputs", "q", "k", "v", "attention"):
                 trace[key] = []
@@ -270,10 +273,16 @@ class Reference:
             if trace is not None:
                 trace["inputs"].append(x)
             h = self._rms_norm(x, self.w[p + "input_layernorm.weight"])
-            updated = self._r(x + self._attention(h, i, positions, kv_keep, trace))
+            branch = self._attention(h, i, positions, kv_keep, trace)
+            if gates is not None:
+                branch = branch * gates[i][:, None]
+            updated = self._r(x + branch)
             x = updated if keep is None else torch.where(keep, updated, x)
             h = self._rms_norm(x, self.w[p + "post_attention_layernorm.weight"])
-            updated = self._r(x + self._mlp(h, i))
+            branch = self._mlp(h, i)
+            if gates is not None:
+                branch = branch * gates[i][:, None]
+            updated = self._r(x + branch)
             x = updated if keep is None else torch.where(keep, updated, x)
         return self._rms_norm(x, self.w["model.norm.weight"])
 

@@ -22,6 +22,7 @@ absl::Status RunTokenize(const CliArgs& args);
 absl::Status RunDetokenize(const CliArgs& args);
 absl::Status RunPruneEval(const CliArgs& args);
 absl::Status RunPruningStats(const CliArgs& args);  // --kv-cache --pruning-stats
+absl::Status RunImportance(const CliArgs& args);
 
 // Shared flag handling of the commands that run a model.
 absl::StatusOr<std::unique_ptr<ThreadPool>> MakePool(const CliArgs& args);  // --threads

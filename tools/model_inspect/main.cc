@@ -53,6 +53,15 @@ constexpr char kUsage[] = R"(usage:
       distribution in nats, how often the first greedy token equals full's, the fraction of
       the first --greedy-tokens greedy tokens equal to full's at the same position, and the
       mean length of their common prefix.
+  model-inspect importance --model DIR --prompt-file F [--prompt-tokens 256]
+                [--continuation-tokens 64] [--windows 8] [--epsilon 0.05] [--budget 0.1]
+      layer importance with virtual gates (POP): a gate g scales each layer's attention and
+      MLP outputs, separately in the prefill stage (prompt tokens 0..P-2) and in the decode
+      stage (the last prompt token and the continuation, teacher-forced). Importance is
+      E[(dL/dg)^2] at g = 1 by central differences (g = 1 +- epsilon), L the decode tokens'
+      mean cross-entropy, the mean over windows of F cut as for prune-eval. Prints both per
+      layer and recommends the longest run of last layers whose prefill importance sums to at
+      most --budget of the total.
   model-inspect tokenize --model DIR --text-file F
       for each line of F (without its newline) prints its ids comma-separated, one line each,
       no special tokens added. Needs only tokenizer.json (+ tokenizer_config.json).
@@ -92,6 +101,8 @@ int main(int argc, char** argv) {
     status = tandem::tools::RunTokenize(*args);
   } else if (command == "detokenize") {
     status = tandem::tools::RunDetokenize(*args);
+  } else if (command == "importance") {
+    status = tandem::tools::RunImportance(*args);
   } else if (command == "prune-eval") {
     status = tandem::tools::RunPruneEval(*args);
   } else if (command == "generate") {

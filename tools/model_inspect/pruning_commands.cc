@@ -112,13 +112,13 @@ class KvScratch {
   const std::vector<float>& logits() const { return logits_; }
 
   absl::Status Forward(const int32_t* tokens, int64_t n, int64_t start, model::LogitsMode mode,
-                       const model::PruningPlan* plan, model::ForwardTrace* trace = nullptr) {
+                       const model::PruningPlan* plan, model::ForwardProbe* probe = nullptr) {
     const model::ForwardSequence seq{.tokens = tokens,
                                      .num_tokens = static_cast<int>(n),
                                      .start_pos = start,
                                      .block_table = block_table_.data(),
                                      .logits = mode};
-    return model_.Forward({&seq, 1}, kv_.data(), layout_, logits_, plan, trace);
+    return model_.Forward({&seq, 1}, kv_.data(), layout_, logits_, plan, probe);
   }
 
   // K (`value` false) or V of one head at one position, as floats.
@@ -493,7 +493,8 @@ absl::Status RunPruningStats(const CliArgs& args) {
 
   // The same prompt prefilled twice: every layer, and pruned as the config says.
   KvScratch full_kv(*model, kv_dtype, n), pruned_kv(*model, kv_dtype, n);
-  model::ForwardTrace full, pruned;
+  model::ForwardProbe full, pruned;
+  full.record = pruned.record = true;
   TANDEM_RETURN_IF_ERROR(
       full_kv.Forward(prompt.data(), n, 0, model::LogitsMode::kLast, nullptr, &full));
   const model::PruningPlan plan{pruned_layers, full_depth};
@@ -583,6 +584,140 @@ absl::Status RunPruningStats(const CliArgs& args) {
         WriteAttentionPng(png_path, c, full_maps, pruned_maps, pruned_layers, n));
     std::printf("attention maps (PNG, full left, pruned right, log10 p from -4 to 0): %s\n",
                 png_path.c_str());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RunImportance(const CliArgs& args) {
+  TANDEM_RETURN_IF_ERROR(args.CheckKnown({"model", "prompt-file", "prompt-tokens",
+                                          "continuation-tokens", "windows", "epsilon", "budget",
+                                          "kv-dtype", "threads", "weight-memory"}));
+  TANDEM_ASSIGN_OR_RETURN(std::string path, args.String("prompt-file"));
+  TANDEM_ASSIGN_OR_RETURN(int64_t prompt_tokens, args.IntOr("prompt-tokens", 256));
+  TANDEM_ASSIGN_OR_RETURN(int64_t continuation_tokens, args.IntOr("continuation-tokens", 64));
+  TANDEM_ASSIGN_OR_RETURN(int64_t max_windows, args.IntOr("windows", 8));
+  TANDEM_ASSIGN_OR_RETURN(double epsilon, args.DoubleOr("epsilon", 0.05));
+  TANDEM_ASSIGN_OR_RETURN(double budget, args.DoubleOr("budget", 0.1));
+  constexpr int64_t kLimit = 1 << 20;
+  if (prompt_tokens < 2 || prompt_tokens > kLimit || continuation_tokens < 1 ||
+      continuation_tokens > kLimit || max_windows < 1 || max_windows > kLimit) {
+    return absl::InvalidArgumentError(
+        "--prompt-tokens must be >= 2; --continuation-tokens and --windows >= 1");
+  }
+  if (!(epsilon > 0 && epsilon <= 0.5) || !(budget >= 0 && budget < 1)) {
+    return absl::InvalidArgumentError("--epsilon must be in (0, 0.5] and --budget in [0, 1)");
+  }
+  TANDEM_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
+  TANDEM_ASSIGN_OR_RETURN(std::string dir, args.String("model"));
+  TANDEM_ASSIGN_OR_RETURN(auto tok, tokenizer::Tokenizer::Load(dir));
+  TANDEM_ASSIGN_OR_RETURN(auto pool, MakePool(args));
+  TANDEM_ASSIGN_OR_RETURN(auto model, LoadModel(args, *pool));
+  const auto& c = model->config();
+  if (prompt_tokens + continuation_tokens > c.max_position_embeddings) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--prompt-tokens plus --continuation-tokens must fit the model's context (",
+        c.max_position_embeddings, ")"));
+  }
+  TANDEM_ASSIGN_OR_RETURN(DType kv_dtype, KvDType(args, c));
+  TANDEM_ASSIGN_OR_RETURN(
+      std::vector<Window> windows,
+      CutWindows(*tok, text, static_cast<int>(prompt_tokens),
+                 static_cast<int>(continuation_tokens), static_cast<int>(max_windows)));
+
+  // Prefill is prompt tokens 0..P-2; decode is the last prompt token (POP's boundary) and the
+  // continuation, teacher-forced. The loss is the decode tokens' mean cross-entropy (nats).
+  const int layers = c.num_layers;
+  const int64_t vocab = c.vocab_size;
+  KvScratch kv(*model, kv_dtype, prompt_tokens + continuation_tokens);
+  model::ForwardProbe prefill_gates, decode_gates;
+  auto prefill = [&](const Window& w) {
+    return kv.Forward(w.prompt.data(), static_cast<int64_t>(w.prompt.size()) - 1, 0,
+                      model::LogitsMode::kNone, nullptr, &prefill_gates);
+  };
+  std::vector<int32_t> decode_tokens;
+  auto decode_loss = [&](const Window& w) -> absl::StatusOr<double> {
+    const int64_t p = static_cast<int64_t>(w.prompt.size());
+    decode_tokens.assign(1, w.prompt.back());
+    decode_tokens.insert(decode_tokens.end(), w.continuation.begin(), w.continuation.end() - 1);
+    TANDEM_RETURN_IF_ERROR(kv.Forward(decode_tokens.data(),
+                                      static_cast<int64_t>(decode_tokens.size()), p - 1,
+                                      model::LogitsMode::kAll, nullptr, &decode_gates));
+    double loss = 0;
+    for (size_t i = 0; i < w.continuation.size(); ++i) {
+      loss -= LogSoftmax(kv.logits().data() + i * vocab, vocab)[w.continuation[i]];
+    }
+    return loss / static_cast<double>(w.continuation.size());
+  };
+  auto reset = [&](model::ForwardProbe& probe) { probe.residual_gates.assign(layers, 1.0f); };
+
+  // importance[stage][layer]: the mean over windows of (dL/dg)^2, central differences.
+  std::vector<double> importance[2] = {std::vector<double>(layers, 0.0),
+                                       std::vector<double>(layers, 0.0)};
+  double base_loss = 0;
+  for (const Window& w : windows) {
+    reset(prefill_gates);
+    reset(decode_gates);
+    TANDEM_RETURN_IF_ERROR(prefill(w));
+    TANDEM_ASSIGN_OR_RETURN(double base, decode_loss(w));
+    base_loss += base;
+    // Decode-stage gates first: they reuse the ungated prompt cache.
+    for (int layer = 0; layer < layers; ++layer) {
+      double at[2];
+      for (int side = 0; side < 2; ++side) {
+        decode_gates.residual_gates[layer] = static_cast<float>(1 + (side ? -epsilon : epsilon));
+        TANDEM_ASSIGN_OR_RETURN(at[side], decode_loss(w));
+      }
+      decode_gates.residual_gates[layer] = 1.0f;
+      importance[1][layer] += std::pow((at[0] - at[1]) / (2 * epsilon), 2);
+    }
+    for (int layer = 0; layer < layers; ++layer) {
+      double at[2];
+      for (int side = 0; side < 2; ++side) {
+        prefill_gates.residual_gates[layer] = static_cast<float>(1 + (side ? -epsilon : epsilon));
+        TANDEM_RETURN_IF_ERROR(prefill(w));
+        TANDEM_ASSIGN_OR_RETURN(at[side], decode_loss(w));
+      }
+      prefill_gates.residual_gates[layer] = 1.0f;
+      importance[0][layer] += std::pow((at[0] - at[1]) / (2 * epsilon), 2);
+    }
+  }
+  const double nw = static_cast<double>(windows.size());
+  double total[2] = {0, 0};
+  for (int stage = 0; stage < 2; ++stage) {
+    for (double& v : importance[stage]) total[stage] += (v /= nw);
+  }
+  std::printf(
+      "%zu windows of %lld prompt + %lld continuation tokens from %s; loss %.4f nats/token; "
+      "gates 1 +- %g\n",
+      windows.size(), static_cast<long long>(prompt_tokens),
+      static_cast<long long>(continuation_tokens), path.c_str(), base_loss / nw, epsilon);
+  std::printf("%5s %14s %9s %14s %9s %14s\n", "layer", "prefill", "share", "decode", "share",
+              "prefill/decode");
+  for (int layer = 0; layer < layers; ++layer) {
+    const double p = importance[0][layer], d = importance[1][layer];
+    std::printf("%5d %14.4e %8.1f%% %14.4e %8.1f%% %14.3f\n", layer, p,
+                100 * p / std::max(total[0], 1e-300), d, 100 * d / std::max(total[1], 1e-300),
+                d > 0 ? p / d : 0.0);
+  }
+  // The longest run of last layers whose prefill importance stays within the budget.
+  int start = layers;
+  double prefill_share = 0, decode_share = 0;
+  while (start > 1) {
+    const double next = prefill_share + importance[0][start - 1] / std::max(total[0], 1e-300);
+    if (next > budget) break;
+    prefill_share = next;
+    decode_share += importance[1][start - 1] / std::max(total[1], 1e-300);
+    --start;
+  }
+  if (start == layers) {
+    std::printf("recommendation: no layer range; the last layer alone carries %.1f%% of the "
+                "prefill importance (budget %.0f%%, --budget)\n",
+                100 * importance[0][layers - 1] / std::max(total[0], 1e-300), 100 * budget);
+  } else {
+    std::printf("recommendation: prune layers %d..%d (kv_cache_optimization.pruning.start_layer "
+                "%d, 0-based): %.1f%% of the prefill importance (budget %.0f%%, --budget), %.1f%% "
+                "of the decode importance\n",
+                start, layers - 1, start, 100 * prefill_share, 100 * budget, 100 * decode_share);
   }
   return absl::OkStatus();
 }
