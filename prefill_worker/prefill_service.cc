@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/engine/kv_handoff.h"
 #include "common/rpc/status.h"
+#include "common/util/log.h"
 
 namespace tandem::prefill {
 namespace {
@@ -77,9 +79,8 @@ class PrefillCall final : public grpc::ServerUnaryReactor {
   };
 
   void Start(const tandem::v1::PrefillRequest& request) {
-    id_ = request.request_id().empty()
-              ? absl::StrCat("prefill-", service_.next_id_.fetch_add(1))
-              : request.request_id();
+    id_ = request.request_id().empty() ? absl::StrCat("prefill-", service_.next_id_.fetch_add(1))
+                                       : request.request_id();
     engine::Request r;
     r.id = id_;
     r.prompt.assign(request.token_ids().begin(), request.token_ids().end());
@@ -93,42 +94,65 @@ class PrefillCall final : public grpc::ServerUnaryReactor {
     // The callbacks must not touch `this`: gRPC deletes the call once it is finished (a
     // cancelled call finishes before the engine reports the abort).
     PrefillService* service = &service_;
-    service_.loop_.Submit(
-        std::move(r), [service, state = state_, prompt = std::move(prompt), start](
-                          const engine::RequestOutput& out, engine::Engine& engine) {
-          if (out.finish == engine::FinishReason::kNone) return;
-          if (out.finish == engine::FinishReason::kError) {
-            state->Finish(rpc::ToGrpcStatus(out.error), nullptr);
-            return;
-          }
-          if (out.finish == engine::FinishReason::kAbort || out.new_tokens.empty()) {
-            state->Finish(grpc::Status(grpc::StatusCode::CANCELLED, "prefill aborted"), nullptr);
-            return;
-          }
-          // On the loop thread, before the engine steps again: the blocks are still cached.
-          const uint64_t salt = engine.CacheSalt(prompt);
-          auto exported = engine::ExportPromptBlocks(engine, prompt, salt);
-          auto result = std::make_shared<tandem::v1::PrefillResponse>();
-          result->set_first_token(out.new_tokens.back());
-          result->set_cached_prompt_tokens(out.cached_prompt_tokens);
-          // Time in this worker: waiting in the engine's queue, then computing.
-          const double here = std::chrono::duration<double>(Clock::now() - start).count();
-          result->set_queue_seconds(out.queue_seconds);
-          result->set_prefill_seconds(std::max(0.0, here - out.queue_seconds));
-          tandem::v1::KvHandle* kv = result->mutable_kv();
-          kv->set_model_id(engine.kv_cache().model_id());
-          kv->set_cache_salt(salt);
-          FillLayout(engine.kv_cache().layout(), kv->mutable_layout());
-          if (!exported.ok()) {
-            state->Finish(rpc::ToGrpcStatus(exported.status()), nullptr);
-            return;
-          }
-          service->uploads_.Submit(
-              [service, state, result, blocks = std::move(*exported)]() mutable {
-                Upload(*service, std::move(blocks), *result);
-                state->Finish(grpc::Status::OK, result.get());
-              });
-        });
+    service_.loop_.Submit(std::move(r), [service, state = state_, prompt = std::move(prompt),
+                                         start](const engine::RequestOutput& out,
+                                                engine::Engine& engine) {
+      if (out.finish == engine::FinishReason::kNone) return;
+      if (out.finish == engine::FinishReason::kError) {
+        state->Finish(rpc::ToGrpcStatus(out.error), nullptr);
+        return;
+      }
+      if (out.finish == engine::FinishReason::kAbort || out.new_tokens.empty()) {
+        state->Finish(grpc::Status(grpc::StatusCode::CANCELLED, "prefill aborted"), nullptr);
+        return;
+      }
+      // On the loop thread, before the engine steps again: the blocks are still cached.
+      const uint64_t salt = engine.CacheSalt(prompt);
+      auto exported = engine::ExportPromptBlocks(engine, prompt, salt);
+      auto result = std::make_shared<tandem::v1::PrefillResponse>();
+      result->set_first_token(out.new_tokens.back());
+      result->set_cached_prompt_tokens(out.cached_prompt_tokens);
+      // Time in this worker: waiting in the engine's queue, then computing.
+      const double here = std::chrono::duration<double>(Clock::now() - start).count();
+      result->set_queue_seconds(out.queue_seconds);
+      result->set_prefill_seconds(std::max(0.0, here - out.queue_seconds));
+      tandem::v1::KvHandle* kv = result->mutable_kv();
+      kv->set_model_id(engine.kv_cache().model_id());
+      kv->set_cache_salt(salt);
+      FillLayout(engine.kv_cache().layout(), kv->mutable_layout());
+      if (!exported.ok()) {
+        state->Finish(rpc::ToGrpcStatus(exported.status()), nullptr);
+        return;
+      }
+      service->uploads_.Submit([service, state, result, blocks = std::move(*exported)]() mutable {
+        Upload(*service, std::move(blocks), *result);
+        state->Finish(grpc::Status::OK, result.get());
+      });
+      MaybeCheckStability(*service, engine, prompt);
+    });
+  }
+
+  // The monitor's sample: requests n where floor(n * rate) steps up, so any rate is met exactly
+  // over time. The check runs as a loop task: after this step's outputs, before the next step.
+  static void MaybeCheckStability(PrefillService& service, engine::Engine& engine,
+                                  const std::vector<int32_t>& prompt) {
+    const double rate = service.stability_sample_rate_;
+    if (rate <= 0 || !service.on_stability_ || !engine.options().pruning.enabled) return;
+    const int64_t n = service.prefilled_.fetch_add(1) + 1;
+    if (std::floor(static_cast<double>(n) * rate) ==
+        std::floor(static_cast<double>(n - 1) * rate)) {
+      return;
+    }
+    service.loop_.Post([&service, prompt](engine::Engine& e) {
+      auto similarity = model::CheckAttentionStability(
+          e.model(), prompt, e.options().pruning.settings, e.options().kv_dtype);
+      if (similarity.ok()) {
+        service.on_stability_(*similarity);
+      } else {
+        Log(LogLevel::kWarning, "prefill",
+            absl::StrCat("attention-stability check failed: ", similarity.status().ToString()));
+      }
+    });
   }
 
   // Writes the blocks to the store and lists, in the handle, the prefix that got stored (decode
@@ -163,7 +187,9 @@ PrefillService::PrefillService(engine::EngineLoop& loop, store::StorePool& store
     : loop_(loop),
       store_(store),
       uploads_(options.upload_threads),
-      on_transfer_(options.on_transfer) {}
+      on_transfer_(options.on_transfer),
+      stability_sample_rate_(options.stability_sample_rate),
+      on_stability_(options.on_stability) {}
 
 grpc::ServerUnaryReactor* PrefillService::Prefill(grpc::CallbackServerContext*,
                                                   const tandem::v1::PrefillRequest* request,

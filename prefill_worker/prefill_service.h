@@ -11,8 +11,10 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/engine/engine_loop.h"
+#include "common/model/pruning_check.h"
 #include "common/store/store_pool.h"
 #include "common/util/work_queue.h"
 #include "tandem/v1/workers.grpc.pb.h"
@@ -24,6 +26,11 @@ struct PrefillServiceOptions {
   // Called with the seconds each request's upload to the store took (the role's
   // tandem_kv_transfer_seconds); may be empty.
   std::function<void(double)> on_transfer;
+  // POP's attention-stability monitor: this fraction of requests (spread evenly) has its prompt
+  // checked with model::CheckAttentionStability on the engine loop after its response is on its
+  // way, and the result passed to on_stability. Needs an engine that prunes.
+  double stability_sample_rate = 0;
+  std::function<void(const std::vector<model::LayerSimilarity>&)> on_stability;
 };
 
 class PrefillService final : public tandem::v1::PrefillWorker::CallbackService {
@@ -44,6 +51,9 @@ class PrefillService final : public tandem::v1::PrefillWorker::CallbackService {
   store::StorePool& store_;
   WorkQueue uploads_;
   const std::function<void(double)> on_transfer_;
+  const double stability_sample_rate_;
+  const std::function<void(const std::vector<model::LayerSimilarity>&)> on_stability_;
+  std::atomic<int64_t> prefilled_{0};  // requests that reached their first token
   std::atomic<int64_t> next_id_{1};
   std::atomic<int64_t> kv_bytes_{0};
 };

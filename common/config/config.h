@@ -82,6 +82,8 @@ struct KvCacheOptimizationConfig {
   int pruning_keep_every = 0;   // the k-th, 2k-th, ... layers of the pruned range run; 0: none
   int protection_high_frequency_tokens = 0;
   int min_batch_size = 8;
+  double monitor_sample_rate = 0;  // fraction of prefill requests the stability monitor checks
+  double monitor_alert_below = 0.9;
 };
 
 struct ServeConfig {

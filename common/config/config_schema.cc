@@ -205,8 +205,8 @@ std::vector<Field> MakeSchema() {
       Real("router.heartbeat_interval_seconds",
            TANDEM_CONFIG_REF(router.heartbeat_interval_seconds), 0.01, 60,
            "worker heartbeat period; three missed heartbeats take a worker out of rotation"),
-      Real("router.worker_keepalive_seconds",
-           TANDEM_CONFIG_REF(router.worker_keepalive_seconds), 0, 3600,
+      Real("router.worker_keepalive_seconds", TANDEM_CONFIG_REF(router.worker_keepalive_seconds), 0,
+           3600,
            "HTTP/2 ping period to workers while calls are in flight; a worker silent for as long "
            "again (hung, stopped, host gone) is disconnected and its requests are retried or "
            "migrated; 0 turns pings off"),
@@ -261,6 +261,15 @@ std::vector<Field> MakeSchema() {
       Int("kv_cache_optimization.min_batch_size",
           TANDEM_CONFIG_REF(kv_cache_optimization.min_batch_size), 1, 65536,
           "batches with fewer sequences are not pruned"),
+      Real("kv_cache_optimization.monitor.sample_rate",
+           TANDEM_CONFIG_REF(kv_cache_optimization.monitor_sample_rate), 0.0, 1.0,
+           "attention-stability monitor: the fraction of prefill requests whose prompt is "
+           "prefilled again, pruned and full, off the request path, to export "
+           "tandem_pruning_attention_cosine (each check costs two prefills of the prompt); 0: off"),
+      Real("kv_cache_optimization.monitor.alert_below",
+           TANDEM_CONFIG_REF(kv_cache_optimization.monitor_alert_below), 0.0, 1.0,
+           "a checked prompt with a pruned layer's attention-output cosine below this is logged "
+           "and counted as an alert"),
       Int("serve.prefill_workers", TANDEM_CONFIG_REF(serve.prefill_workers), 1, 64,
           "`tandem serve`: prefill workers to start"),
       Int("serve.decode_workers", TANDEM_CONFIG_REF(serve.decode_workers), 1, 64,

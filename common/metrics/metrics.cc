@@ -92,6 +92,16 @@ Metrics::Metrics()
                          .Name("tandem_pruned_layers")
                          .Help("Layers skipped by prefill-only pruning")
                          .Register(*registry_)),
+      pruning_cosine_(BuildGauge()
+                          .Name("tandem_pruning_attention_cosine")
+                          .Help("Last sampled prompt's attention-output cosine similarity, "
+                                "pruned against full prefill, per pruned layer")
+                          .Register(*registry_)),
+      stability_checks_(BuildCounter()
+                            .Name("tandem_pruning_stability_checks_total")
+                            .Help("Sampled prompts checked by the attention-stability monitor, "
+                                  "by result (ok, alert: a pruned layer below the threshold)")
+                            .Register(*registry_)),
       store_capacity_(BuildGauge()
                           .Name("tandem_cache_store_capacity_bytes")
                           .Help("Bytes a cache-store shard may hold")
@@ -204,7 +214,13 @@ RoleMetrics Metrics::ForRole(const std::string& role) {
   m.finished_abort = &requests_.Add(with("finish_reason", "abort"));
   m.finished_error = &requests_.Add(with("finish_reason", "error"));
   m.pruned_layers = &pruned_layers_.Add(l);
+  m.stability_checks = &stability_checks_.Add(with("result", "ok"));
+  m.stability_alerts = &stability_checks_.Add(with("result", "alert"));
   return m;
+}
+
+prometheus::Gauge* Metrics::PruningCosine(const std::string& role, int layer) {
+  return &pruning_cosine_.Add({{"role", role}, {"layer", std::to_string(layer)}});
 }
 
 std::string Metrics::Serialize() const {

@@ -38,6 +38,11 @@ struct RoleMetrics {
   prometheus::Counter* finished_abort = nullptr;
   prometheus::Counter* finished_error = nullptr;
   prometheus::Gauge* pruned_layers = nullptr;
+  // POP's attention-stability monitor (prefill workers),
+  // tandem_pruning_stability_checks_total{result}: "ok", or "alert" when a pruned layer fell
+  // below kv_cache_optimization.monitor.alert_below.
+  prometheus::Counter* stability_checks = nullptr;
+  prometheus::Counter* stability_alerts = nullptr;
 };
 
 // Balancer state and the worker pools it balances, exported by the router.
@@ -76,6 +81,9 @@ class Metrics {
   RoleMetrics ForRole(const std::string& role);
   BalancerMetrics& balancer() { return balancer_; }
   StoreMetrics ForShard(const std::string& address);
+  // tandem_pruning_attention_cosine{role, layer}: the last stability check's similarity in a
+  // pruned layer.
+  prometheus::Gauge* PruningCosine(const std::string& role, int layer);
   const std::shared_ptr<prometheus::Registry>& registry() const { return registry_; }
 
   // The registry in Prometheus' text exposition format (what /metrics serves).
@@ -98,6 +106,8 @@ class Metrics {
   prometheus::Family<prometheus::Counter>& generation_tokens_;
   prometheus::Family<prometheus::Counter>& requests_;
   prometheus::Family<prometheus::Gauge>& pruned_layers_;
+  prometheus::Family<prometheus::Gauge>& pruning_cosine_;
+  prometheus::Family<prometheus::Counter>& stability_checks_;
   BalancerMetrics balancer_;
   prometheus::Family<prometheus::Gauge>& store_capacity_;
   prometheus::Family<prometheus::Gauge>& store_used_;

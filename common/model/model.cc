@@ -104,10 +104,10 @@ absl::Status Model::Forward(std::span<const ForwardSequence> batch, uint8_t* kv_
   if (pruning != nullptr &&
       (static_cast<int64_t>(pruning->pruned_layers.size()) != config_.num_layers ||
        static_cast<int64_t>(pruning->full_depth.size()) != total)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "pruning plan for ", pruning->pruned_layers.size(), " layers and ",
-        pruning->full_depth.size(), " tokens; the model has ", config_.num_layers,
-        " layers and the batch ", total, " tokens"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("pruning plan for ", pruning->pruned_layers.size(), " layers and ",
+                     pruning->full_depth.size(), " tokens; the model has ", config_.num_layers,
+                     " layers and the batch ", total, " tokens"));
   }
   logits.clear();
   if (total == 0) return absl::OkStatus();
@@ -130,15 +130,20 @@ absl::Status Model::Forward(std::span<const ForwardSequence> batch, uint8_t* kv_
                                                    " layers; the model has ", config_.num_layers));
   }
   probe_ = probe;
-  const bool record = probe != nullptr && probe->record;
+  const bool record = probe != nullptr && probe->record != ForwardProbe::Record::kNone;
   const int64_t h = config_.hidden_size;
+  // The recorded hidden rows: all, or the last.
+  const int64_t first_row =
+      record && probe->record == ForwardProbe::Record::kLastRow ? total - 1 : 0;
   if (record) {
     probe->hidden.assign(config_.num_layers + 1, {});
     probe->attention.assign(config_.num_layers, {});
     probe->last_query.assign(config_.num_layers, {});
   }
   for (int layer = 0; layer < config_.num_layers; ++layer) {
-    if (record) probe->hidden[layer].assign(ws_.hidden.data(), ws_.hidden.data() + total * h);
+    if (record) {
+      probe->hidden[layer].assign(ws_.hidden.data() + first_row * h, ws_.hidden.data() + total * h);
+    }
     if (prunes && pruning->pruned_layers[layer] != 0) {
       PrunedLayer(layer, batch, total, kv_base, layout);
       continue;
@@ -146,7 +151,9 @@ absl::Status Model::Forward(std::span<const ForwardSequence> batch, uint8_t* kv_
     AttentionBlock(layer, batch, total, kv_base, layout);
     MlpBlock(layer, ws_.hidden.data(), total);
   }
-  if (record) probe->hidden.back().assign(ws_.hidden.data(), ws_.hidden.data() + total * h);
+  if (record) {
+    probe->hidden.back().assign(ws_.hidden.data() + first_row * h, ws_.hidden.data() + total * h);
+  }
   probe_ = nullptr;
   ComputeLogits(batch, logits);
   return absl::OkStatus();
@@ -233,16 +240,18 @@ void Model::AttentionBlock(int layer, std::span<const ForwardSequence> batch, in
 
 void Model::RecordAttention(int layer, int64_t total, const std::vector<int64_t>* rows,
                             int64_t last_query_row) {
-  if (probe_ == nullptr || !probe_->record) return;
+  if (probe_ == nullptr || probe_->record == ForwardProbe::Record::kNone) return;
   const int64_t h = config_.hidden_size;
+  const bool last_only = probe_->record == ForwardProbe::Record::kLastRow;
+  const int64_t first_row = last_only ? total - 1 : 0;
   std::vector<float>& out = probe_->attention[layer];
-  if (rows == nullptr) {
-    out.assign(ws_.proj.data(), ws_.proj.data() + total * h);
-  } else {
-    out.assign(total * h, 0.0f);
-    for (size_t i = 0; i < rows->size(); ++i) {
-      std::copy_n(ws_.proj.data() + i * h, h, out.data() + (*rows)[i] * h);
-    }
+  out.assign((total - first_row) * h, 0.0f);
+  // ws_.proj holds one row per computed row: every row, or the compacted `rows`.
+  const int64_t computed = rows == nullptr ? total : static_cast<int64_t>(rows->size());
+  for (int64_t i = 0; i < computed; ++i) {
+    const int64_t row = rows == nullptr ? i : (*rows)[i];
+    if (row < first_row) continue;
+    std::copy_n(ws_.proj.data() + i * h, h, out.data() + (row - first_row) * h);
   }
   if (last_query_row >= 0) {
     const float* q = ws_.q.data() + last_query_row * dims_.q_width;

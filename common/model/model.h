@@ -45,10 +45,11 @@ struct ForwardProbe {
   // before each residual add, for every row of the call (POP's virtual gates; 1 leaves the
   // model as it is).
   std::vector<float> residual_gates;
-  // Input: record the activations below. Copies every layer's activations: a slow path.
-  bool record = false;
-  // num_layers + 1 entries of [rows x hidden]: hidden[l] enters layer l; hidden[num_layers]
-  // leaves the last layer (before the final norm).
+  // Input: which rows' activations to record below (copies every layer's: a slow path).
+  enum class Record { kNone, kAllRows, kLastRow };
+  Record record = Record::kNone;
+  // num_layers + 1 entries of [rows x hidden] (rows: all, or the call's last): hidden[l]
+  // enters layer l; hidden[num_layers] leaves the last layer (before the final norm).
   std::vector<std::vector<float>> hidden;
   // num_layers entries of [rows x hidden]: each layer's attention output (o_proj, before the
   // residual add and any gate); zero for rows that skipped attention in a pruned layer.
@@ -111,8 +112,8 @@ class Model {
   // Finishes the K of `rows` rows in ws_.k (k_norm, RoPE) and writes K and V (ws_.v) to each
   // sequence's cache slots. `queries` (rows x q_width, q_norm applied), when given, get their
   // RoPE in the same pass.
-  void ProjectKv(int layer, std::span<const ForwardSequence> batch, int64_t rows,
-                 uint8_t* kv_base, const kv::KvLayout& layout, float* queries);
+  void ProjectKv(int layer, std::span<const ForwardSequence> batch, int64_t rows, uint8_t* kv_base,
+                 const kv::KvLayout& layout, float* queries);
   // hidden[0:rows] += MLP(post_attention_norm(hidden[0:rows])).
   void MlpBlock(int layer, float* hidden, int64_t rows);
   void ComputeLogits(std::span<const ForwardSequence> batch, std::vector<float>& logits);
@@ -126,7 +127,7 @@ class Model {
     int64_t hidden;
     int heads, kv_heads, head_dim;
     int64_t q_width, kv_width;  // heads * head_dim, kv_heads * head_dim
-    float eps;                   // RMSNorm epsilon
+    float eps;                  // RMSNorm epsilon
   } dims_;
   Workspace ws_;
   ForwardProbe* probe_ = nullptr;  // the current Forward call's, if any

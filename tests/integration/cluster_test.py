@@ -169,7 +169,9 @@ PRUNING_CONFIG = ["--set", "kv_cache_optimization.enabled=true",
                   "--set", f"kv_cache_optimization.pruning.start_layer={PRUNING['start_layer']}",
                   "--set", "kv_cache_optimization.protection.high_frequency_tokens="
                   f"{PRUNING['protect']}",
-                  "--set", "kv_cache_optimization.min_batch_size=1"]
+                  "--set", "kv_cache_optimization.min_batch_size=1",
+                  # The attention-stability monitor checks every 5th prefilled prompt.
+                  "--set", "kv_cache_optimization.monitor.sample_rate=0.2"]
 
 
 def case_pruning(c, stub):
@@ -195,6 +197,20 @@ def case_pruning(c, stub):
         layers = w.metric("tandem_pruned_layers", {"role": w.role})
         print(f"  {w.role} {w.address}: tandem_pruned_layers {layers}")
         assert layers == (3 if w.role == "prefill" else 0), (w.role, layers)
+    # The stability monitor's checks (every 5th prompt a worker prefills), and a similarity for
+    # each pruned layer where it checked one.
+    total = 0
+    for w in c.prefills:
+        checks = sum(w.metric("tandem_pruning_stability_checks_total",
+                              {"role": "prefill", "result": r}) or 0 for r in ("ok", "alert"))
+        cosines = [w.metric("tandem_pruning_attention_cosine",
+                            {"role": "prefill", "layer": str(layer)}) for layer in (5, 6, 7)]
+        print(f"  prefill {w.address}: {checks:.0f} stability checks, last cosines {cosines}")
+        total += checks
+        if checks:
+            assert all(v is not None and -1 <= v <= 1 for v in cosines), cosines
+            assert abs(cosines[0] - 1) < 1e-4, cosines  # layer 5 sees what full prefill sees
+    assert total >= len(reqs) // 5 - len(c.prefills), total
     wait_blocks_free(c)
 
 

@@ -33,11 +33,6 @@ absl::StatusOr<std::unique_ptr<model::Model>> LoadModel(const CliArgs& args, Thr
 // pruning is asked for.
 absl::StatusOr<bool> PruningFromFlags(const CliArgs& args, int num_layers,
                                       model::PruningSettings* settings);
-// The positions of a pruned prefill that run every layer: the last one (boundary handling) and
-// those of the protected (most frequent, non-special) ids.
-std::vector<uint8_t> FullDepthPositions(std::span<const int32_t> prompt,
-                                        const model::PruningSettings& settings,
-                                        const model::ModelConfig& config);
 
 // A generate prompt from --tokens, or from --prompt encoded with the model's tokenizer (BOS
 // as its config says); the tokenizer is kept to decode the output.

@@ -69,7 +69,8 @@ void HeatColor(double t, uint8_t* rgb) {
   const int i = std::min(static_cast<int>(t), 3);
   const double f = t - i;
   for (int c = 0; c < 3; ++c) {
-    rgb[c] = static_cast<uint8_t>(std::lround(kStops[i][c] + f * (kStops[i + 1][c] - kStops[i][c])));
+    rgb[c] =
+        static_cast<uint8_t>(std::lround(kStops[i][c] + f * (kStops[i + 1][c] - kStops[i][c])));
   }
 }
 

@@ -22,6 +22,8 @@
 #include "common/config/config.h"
 #include "common/model/model.h"
 #include "common/model/pruning.h"
+#include "common/model/pruning_check.h"
+#include "common/model/scratch_kv.h"
 #include "common/tokenizer/tokenizer.h"
 #include "common/util/file_util.h"
 #include "common/util/status_macros.h"
@@ -43,10 +45,14 @@ constexpr std::array kVariants = {Variant::kFull, Variant::kPop, Variant::kNoBou
 
 std::string_view VariantName(Variant v) {
   switch (v) {
-    case Variant::kFull: return "full";
-    case Variant::kPop: return "pop";
-    case Variant::kNoBoundary: return "pop-no-boundary";
-    case Variant::kNoIndependentKv: return "pop-no-independent-kv";
+    case Variant::kFull:
+      return "full";
+    case Variant::kPop:
+      return "pop";
+    case Variant::kNoBoundary:
+      return "pop-no-boundary";
+    case Variant::kNoIndependentKv:
+      return "pop-no-independent-kv";
   }
   return "?";
 }
@@ -97,63 +103,6 @@ double KlDivergence(const std::vector<double>& log_p, const std::vector<double>&
   return kl;
 }
 
-// A KV cache for one sequence in a plain buffer (block table 0, 1, 2, ...).
-class KvScratch {
- public:
-  KvScratch(model::Model& model, DType kv_dtype, int64_t max_positions)
-      : model_(model), layout_(model.config().KvLayoutFor(kv_dtype, 16)) {
-    const int64_t blocks = (max_positions + layout_.block_size - 1) / layout_.block_size;
-    kv_.resize(blocks * layout_.BlockBytes());
-    for (int64_t b = 0; b < blocks; ++b) block_table_.push_back(static_cast<int32_t>(b));
-  }
-
-  void Clear() { std::fill(kv_.begin(), kv_.end(), 0); }
-  const kv::KvLayout& layout() const { return layout_; }
-  const std::vector<float>& logits() const { return logits_; }
-
-  absl::Status Forward(const int32_t* tokens, int64_t n, int64_t start, model::LogitsMode mode,
-                       const model::PruningPlan* plan, model::ForwardProbe* probe = nullptr) {
-    const model::ForwardSequence seq{.tokens = tokens,
-                                     .num_tokens = static_cast<int>(n),
-                                     .start_pos = start,
-                                     .block_table = block_table_.data(),
-                                     .logits = mode};
-    return model_.Forward({&seq, 1}, kv_.data(), layout_, logits_, plan, probe);
-  }
-
-  // K (`value` false) or V of one head at one position, as floats.
-  void Read(int layer, bool value, int head, int64_t pos, float* out) const {
-    const uint8_t* block = kv_.data() + (pos / layout_.block_size) * layout_.BlockBytes();
-    const size_t offset = value ? layout_.VOffset(layer, head) : layout_.KOffset(layer, head);
-    const size_t row = static_cast<size_t>(layout_.head_dim) * layout_.ElementBytes();
-    ToFloat(layout_.dtype, block + offset + (pos % layout_.block_size) * row, out,
-            layout_.head_dim);
-  }
-
-  // Zeroes K and V of positions begin..end-1 in the layers marked in `layers`.
-  void Zero(const std::vector<uint8_t>& layers, int64_t begin, int64_t end) {
-    const size_t row = static_cast<size_t>(layout_.head_dim) * layout_.ElementBytes();
-    for (int layer = 0; layer < layout_.num_layers; ++layer) {
-      if (!layers[layer]) continue;
-      for (int64_t pos = begin; pos < end; ++pos) {
-        uint8_t* block = kv_.data() + (pos / layout_.block_size) * layout_.BlockBytes();
-        const size_t in_block = (pos % layout_.block_size) * row;
-        for (int h = 0; h < layout_.num_kv_heads; ++h) {
-          std::memset(block + layout_.KOffset(layer, h) + in_block, 0, row);
-          std::memset(block + layout_.VOffset(layer, h) + in_block, 0, row);
-        }
-      }
-    }
-  }
-
- private:
-  model::Model& model_;
-  const kv::KvLayout layout_;
-  std::vector<uint8_t> kv_;
-  std::vector<int32_t> block_table_;
-  std::vector<float> logits_;
-};
-
 class PruneEvaluator {
  public:
   PruneEvaluator(model::Model& model, DType kv_dtype, int64_t max_positions,
@@ -172,7 +121,7 @@ class PruneEvaluator {
     WindowResult r;
 
     // Prefill.
-    std::vector<uint8_t> full_depth = FullDepthPositions(w.prompt, settings_, model_.config());
+    std::vector<uint8_t> full_depth = model::PromptFullDepth(w.prompt, settings_, model_.config());
     if (variant == Variant::kNoBoundary) full_depth.back() = 0;
     if (variant == Variant::kNoIndependentKv) {
       // Each run of pruned positions, then its K/V in pruned layers cleared, then the next
@@ -188,9 +137,9 @@ class PruneEvaluator {
               kv_.Forward(&w.prompt[run], i - run, run, model::LogitsMode::kNone, &plan));
           kv_.Zero(pruned_layers_, run, i);
         }
-        TANDEM_RETURN_IF_ERROR(kv_.Forward(
-            &w.prompt[i], 1, i, i == p - 1 ? model::LogitsMode::kLast : model::LogitsMode::kNone,
-            nullptr));
+        TANDEM_RETURN_IF_ERROR(
+            kv_.Forward(&w.prompt[i], 1, i,
+                        i == p - 1 ? model::LogitsMode::kLast : model::LogitsMode::kNone, nullptr));
         run = i + 1;
       }
     } else {
@@ -218,8 +167,7 @@ class PruneEvaluator {
     int32_t token = Argmax(first.data(), vocab);
     r.greedy.push_back(token);
     for (int g = 1; g < greedy_tokens; ++g) {
-      TANDEM_RETURN_IF_ERROR(
-          kv_.Forward(&token, 1, p + g - 1, model::LogitsMode::kLast, nullptr));
+      TANDEM_RETURN_IF_ERROR(kv_.Forward(&token, 1, p + g - 1, model::LogitsMode::kLast, nullptr));
       token = Argmax(kv_.logits().data(), vocab);
       r.greedy.push_back(token);
     }
@@ -230,24 +178,12 @@ class PruneEvaluator {
   model::Model& model_;
   const model::PruningSettings settings_;
   const std::vector<uint8_t> pruned_layers_;
-  KvScratch kv_;
+  model::ScratchKv kv_;
 };
-
-double Cosine(const float* a, const float* b, int64_t n) {
-  double ab = 0, aa = 0, bb = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    ab += static_cast<double>(a[i]) * b[i];
-    aa += static_cast<double>(a[i]) * a[i];
-    bb += static_cast<double>(b[i]) * b[i];
-  }
-  if (aa == 0 && bb == 0) return 1.0;
-  if (aa == 0 || bb == 0) return 0.0;
-  return ab / std::sqrt(aa * bb);
-}
 
 // The attention probabilities of `query` (one layer's q_width floats) over cache positions
 // 0..n-1, head-major: [heads][n]. Sliding-window models see only the window.
-std::vector<double> AttentionMap(const KvScratch& kv, const model::ModelConfig& c, int layer,
+std::vector<double> AttentionMap(const model::ScratchKv& kv, const model::ModelConfig& c, int layer,
                                  const std::vector<float>& query, int64_t n) {
   const int hd = c.head_dim, group = c.num_heads / c.num_kv_heads;
   const int64_t first = c.sliding_window > 0 ? std::max<int64_t>(0, n - c.sliding_window) : 0;
@@ -315,8 +251,8 @@ absl::StatusOr<std::vector<Window>> CutWindows(const tokenizer::Tokenizer& tok,
   const int bos = tok.bos_id() >= 0 ? 1 : 0;
   const size_t stride = static_cast<size_t>(prompt_tokens - bos + continuation_tokens);
   std::vector<Window> windows;
-  for (size_t start = 0; start + stride <= ids.size() && static_cast<int>(windows.size()) <
-                                                              max_windows;
+  for (size_t start = 0;
+       start + stride <= ids.size() && static_cast<int>(windows.size()) < max_windows;
        start += stride) {
     Window w;
     if (bos) w.prompt.push_back(tok.bos_id());
@@ -329,8 +265,8 @@ absl::StatusOr<std::vector<Window>> CutWindows(const tokenizer::Tokenizer& tok,
     windows.push_back(std::move(w));
   }
   if (windows.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the text has ", ids.size(), " tokens, fewer than one window of ", stride));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the text has ", ids.size(), " tokens, fewer than one window of ", stride));
   }
   return windows;
 }
@@ -346,10 +282,10 @@ std::string LayerList(const std::vector<uint8_t>& pruned) {
 }  // namespace
 
 absl::Status RunPruneEval(const CliArgs& args) {
-  TANDEM_RETURN_IF_ERROR(args.CheckKnown(
-      {"model", "text-file", "prompt-tokens", "continuation-tokens", "greedy-tokens", "windows",
-       "json", "kv-dtype", "threads", "weight-memory", "prune-start-layer", "prune-ratio",
-       "prune-keep-every", "protect-tokens"}));
+  TANDEM_RETURN_IF_ERROR(
+      args.CheckKnown({"model", "text-file", "prompt-tokens", "continuation-tokens",
+                       "greedy-tokens", "windows", "json", "kv-dtype", "threads", "weight-memory",
+                       "prune-start-layer", "prune-ratio", "prune-keep-every", "protect-tokens"}));
   TANDEM_ASSIGN_OR_RETURN(std::string path, args.String("text-file"));
   TANDEM_ASSIGN_OR_RETURN(int64_t prompt_tokens, args.IntOr("prompt-tokens", 512));
   TANDEM_ASSIGN_OR_RETURN(int64_t continuation_tokens, args.IntOr("continuation-tokens", 128));
@@ -380,8 +316,8 @@ absl::Status RunPruneEval(const CliArgs& args) {
   TANDEM_ASSIGN_OR_RETURN(DType kv_dtype, KvDType(args, c));
   TANDEM_ASSIGN_OR_RETURN(
       std::vector<Window> windows,
-      CutWindows(*tok, text, static_cast<int>(prompt_tokens),
-                 static_cast<int>(continuation_tokens), static_cast<int>(max_windows)));
+      CutWindows(*tok, text, static_cast<int>(prompt_tokens), static_cast<int>(continuation_tokens),
+                 static_cast<int>(max_windows)));
 
   PruneEvaluator eval(*model, kv_dtype,
                       prompt_tokens + std::max(continuation_tokens, greedy_tokens), settings);
@@ -439,9 +375,8 @@ absl::Status RunPruneEval(const CliArgs& args) {
       windows.size(), static_cast<long long>(prompt_tokens),
       static_cast<long long>(continuation_tokens), path.c_str(), layers.c_str(),
       settings.keep_every, settings.protected_tokens);
-  std::printf("%-22s %10s %10s %12s %12s %10s %12s\n", "prefill", "bits/byte", "delta",
-              "first-KL", "first-same", absl::StrCat("greedy@", greedy_tokens).c_str(),
-              "same-prefix");
+  std::printf("%-22s %10s %10s %12s %12s %10s %12s\n", "prefill", "bits/byte", "delta", "first-KL",
+              "first-same", absl::StrCat("greedy@", greedy_tokens).c_str(), "same-prefix");
   const double full_bpb = totals[0].bits / totals[0].bytes;
   for (size_t v = 0; v < kVariants.size(); ++v) {
     const Totals& t = totals[v];
@@ -454,9 +389,9 @@ absl::Status RunPruneEval(const CliArgs& args) {
 }
 
 absl::Status RunPruningStats(const CliArgs& args) {
-  TANDEM_RETURN_IF_ERROR(args.CheckKnown({"model", "kv-cache", "pruning-stats", "config",
-                                          "prompt-file", "kv-dtype", "threads", "weight-memory",
-                                          "attention-csv", "attention-png"}));
+  TANDEM_RETURN_IF_ERROR(
+      args.CheckKnown({"model", "kv-cache", "pruning-stats", "config", "prompt-file", "kv-dtype",
+                       "threads", "weight-memory", "attention-csv", "attention-png"}));
   TANDEM_ASSIGN_OR_RETURN(std::string config_path, args.String("config"));
   TANDEM_ASSIGN_OR_RETURN(config::TandemConfig config, config::LoadConfigFile(config_path));
   TANDEM_ASSIGN_OR_RETURN(std::string prompt_path, args.String("prompt-file"));
@@ -474,7 +409,8 @@ absl::Status RunPruningStats(const CliArgs& args) {
   const auto& c = model->config();
   const int64_t n = static_cast<int64_t>(prompt.size());
   if (n > c.max_position_embeddings) {
-    return absl::InvalidArgumentError(absl::StrCat(prompt_path, ": ", n, " tokens exceed the "
+    return absl::InvalidArgumentError(absl::StrCat(prompt_path, ": ", n,
+                                                   " tokens exceed the "
                                                    "model's context of ",
                                                    c.max_position_embeddings));
   }
@@ -488,13 +424,13 @@ absl::Status RunPruningStats(const CliArgs& args) {
   }
   const model::PruningSettings settings = *resolved;
   const std::vector<uint8_t> pruned_layers = model::PrunedLayers(settings, c.num_layers);
-  const std::vector<uint8_t> full_depth = FullDepthPositions(prompt, settings, c);
+  const std::vector<uint8_t> full_depth = model::PromptFullDepth(prompt, settings, c);
   TANDEM_ASSIGN_OR_RETURN(DType kv_dtype, KvDType(args, c));
 
   // The same prompt prefilled twice: every layer, and pruned as the config says.
-  KvScratch full_kv(*model, kv_dtype, n), pruned_kv(*model, kv_dtype, n);
+  model::ScratchKv full_kv(*model, kv_dtype, n), pruned_kv(*model, kv_dtype, n);
   model::ForwardProbe full, pruned;
-  full.record = pruned.record = true;
+  full.record = pruned.record = model::ForwardProbe::Record::kAllRows;
   TANDEM_RETURN_IF_ERROR(
       full_kv.Forward(prompt.data(), n, 0, model::LogitsMode::kLast, nullptr, &full));
   const model::PruningPlan plan{pruned_layers, full_depth};
@@ -521,20 +457,21 @@ absl::Status RunPruningStats(const CliArgs& args) {
     double hidden = 0, k = 0, v = 0;
     for (int64_t pos = 0; pos < n; ++pos) {
       if (full_depth[pos]) continue;
-      hidden += Cosine(full.hidden[layer].data() + pos * h, pruned.hidden[layer].data() + pos * h,
-                       h);
+      hidden += model::CosineSimilarity(full.hidden[layer].data() + pos * h,
+                                        pruned.hidden[layer].data() + pos * h, h);
       for (int head = 0; head < c.num_kv_heads; ++head) {
         full_kv.Read(layer, false, head, pos, a.data());
         pruned_kv.Read(layer, false, head, pos, b.data());
-        k += Cosine(a.data(), b.data(), hd) / c.num_kv_heads;
+        k += model::CosineSimilarity(a.data(), b.data(), hd) / c.num_kv_heads;
         full_kv.Read(layer, true, head, pos, a.data());
         pruned_kv.Read(layer, true, head, pos, b.data());
-        v += Cosine(a.data(), b.data(), hd) / c.num_kv_heads;
+        v += model::CosineSimilarity(a.data(), b.data(), hd) / c.num_kv_heads;
       }
     }
     const double pruned_count = std::max<double>(1, n - full_count);
-    const double similarity = Cosine(full.attention[layer].data() + (n - 1) * h,
-                                     pruned.attention[layer].data() + (n - 1) * h, h);
+    const double similarity =
+        model::CosineSimilarity(full.attention[layer].data() + (n - 1) * h,
+                                pruned.attention[layer].data() + (n - 1) * h, h);
     low += similarity < 0.9;
     std::printf("Layer %d: prune_ratio=%.2f, similarity=%.2f (hidden %.2f, K %.2f, V %.2f)%s\n",
                 layer, prune_ratio, similarity, hidden / pruned_count, k / pruned_count,
@@ -550,8 +487,10 @@ absl::Status RunPruningStats(const CliArgs& args) {
               KlDivergence(lp_full, lp_pruned), top_full, top_pruned,
               top_full == top_pruned ? "" : "  DIFFERENT");
   if (low > 0) {
-    std::printf("%d pruned layer(s) below 0.9: prune fewer layers (a later start_layer), keep "
-                "every k-th (keep_every) or protect more tokens\n", low);
+    std::printf(
+        "%d pruned layer(s) below 0.9: prune fewer layers (a later start_layer), keep "
+        "every k-th (keep_every) or protect more tokens\n",
+        low);
   }
 
   // The last token's attention maps, every layer and head, full and pruned.
@@ -589,9 +528,9 @@ absl::Status RunPruningStats(const CliArgs& args) {
 }
 
 absl::Status RunImportance(const CliArgs& args) {
-  TANDEM_RETURN_IF_ERROR(args.CheckKnown({"model", "prompt-file", "prompt-tokens",
-                                          "continuation-tokens", "windows", "epsilon", "budget",
-                                          "kv-dtype", "threads", "weight-memory"}));
+  TANDEM_RETURN_IF_ERROR(
+      args.CheckKnown({"model", "prompt-file", "prompt-tokens", "continuation-tokens", "windows",
+                       "epsilon", "budget", "kv-dtype", "threads", "weight-memory"}));
   TANDEM_ASSIGN_OR_RETURN(std::string path, args.String("prompt-file"));
   TANDEM_ASSIGN_OR_RETURN(int64_t prompt_tokens, args.IntOr("prompt-tokens", 256));
   TANDEM_ASSIGN_OR_RETURN(int64_t continuation_tokens, args.IntOr("continuation-tokens", 64));
@@ -614,21 +553,21 @@ absl::Status RunImportance(const CliArgs& args) {
   TANDEM_ASSIGN_OR_RETURN(auto model, LoadModel(args, *pool));
   const auto& c = model->config();
   if (prompt_tokens + continuation_tokens > c.max_position_embeddings) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--prompt-tokens plus --continuation-tokens must fit the model's context (",
-        c.max_position_embeddings, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--prompt-tokens plus --continuation-tokens must fit the model's context (",
+                     c.max_position_embeddings, ")"));
   }
   TANDEM_ASSIGN_OR_RETURN(DType kv_dtype, KvDType(args, c));
   TANDEM_ASSIGN_OR_RETURN(
       std::vector<Window> windows,
-      CutWindows(*tok, text, static_cast<int>(prompt_tokens),
-                 static_cast<int>(continuation_tokens), static_cast<int>(max_windows)));
+      CutWindows(*tok, text, static_cast<int>(prompt_tokens), static_cast<int>(continuation_tokens),
+                 static_cast<int>(max_windows)));
 
   // Prefill is prompt tokens 0..P-2; decode is the last prompt token (POP's boundary) and the
   // continuation, teacher-forced. The loss is the decode tokens' mean cross-entropy (nats).
   const int layers = c.num_layers;
   const int64_t vocab = c.vocab_size;
-  KvScratch kv(*model, kv_dtype, prompt_tokens + continuation_tokens);
+  model::ScratchKv kv(*model, kv_dtype, prompt_tokens + continuation_tokens);
   model::ForwardProbe prefill_gates, decode_gates;
   auto prefill = [&](const Window& w) {
     return kv.Forward(w.prompt.data(), static_cast<int64_t>(w.prompt.size()) - 1, 0,
@@ -710,14 +649,16 @@ absl::Status RunImportance(const CliArgs& args) {
     --start;
   }
   if (start == layers) {
-    std::printf("recommendation: no layer range; the last layer alone carries %.1f%% of the "
-                "prefill importance (budget %.0f%%, --budget)\n",
-                100 * importance[0][layers - 1] / std::max(total[0], 1e-300), 100 * budget);
+    std::printf(
+        "recommendation: no layer range; the last layer alone carries %.1f%% of the "
+        "prefill importance (budget %.0f%%, --budget)\n",
+        100 * importance[0][layers - 1] / std::max(total[0], 1e-300), 100 * budget);
   } else {
-    std::printf("recommendation: prune layers %d..%d (kv_cache_optimization.pruning.start_layer "
-                "%d, 0-based): %.1f%% of the prefill importance (budget %.0f%%, --budget), %.1f%% "
-                "of the decode importance\n",
-                start, layers - 1, start, 100 * prefill_share, 100 * budget, 100 * decode_share);
+    std::printf(
+        "recommendation: prune layers %d..%d (kv_cache_optimization.pruning.start_layer "
+        "%d, 0-based): %.1f%% of the prefill importance (budget %.0f%%, --budget), %.1f%% "
+        "of the decode importance\n",
+        start, layers - 1, start, 100 * prefill_share, 100 * budget, 100 * decode_share);
   }
   return absl::OkStatus();
 }

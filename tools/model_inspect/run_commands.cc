@@ -8,6 +8,7 @@
 #include "common/kv/kv_cache_manager.h"
 #include "common/model/model.h"
 #include "common/model/pruning.h"
+#include "common/model/pruning_check.h"
 #include "common/util/file_util.h"
 #include "common/util/status_macros.h"
 #include "common/util/thread_pool.h"
@@ -74,27 +75,16 @@ absl::StatusOr<bool> PruningFromFlags(const CliArgs& args, int num_layers,
         "--prune-start-layer, --prune-keep-every and --protect-tokens must be >= 0");
   }
   TANDEM_ASSIGN_OR_RETURN(
-      *settings, model::ResolvePruningSettings(static_cast<int>(start), ratio,
-                                               static_cast<int>(keep_every),
-                                               static_cast<int>(protect), num_layers));
+      *settings,
+      model::ResolvePruningSettings(static_cast<int>(start), ratio, static_cast<int>(keep_every),
+                                    static_cast<int>(protect), num_layers));
   return true;
 }
 
-std::vector<uint8_t> FullDepthPositions(std::span<const int32_t> prompt,
-                                        const model::PruningSettings& settings,
-                                        const model::ModelConfig& config) {
-  std::vector<uint8_t> full_depth(prompt.size(), 0);
-  if (!full_depth.empty()) full_depth.back() = 1;
-  std::vector<int32_t> special = config.eos_token_ids;
-  if (config.bos_token_id >= 0) special.push_back(config.bos_token_id);
-  model::MarkProtectedTokens(prompt, settings.protected_tokens, special, full_depth);
-  return full_depth;
-}
-
 absl::Status RunForward(const CliArgs& args) {
-  TANDEM_RETURN_IF_ERROR(args.CheckKnown({"model", "tokens", "logits-out", "kv-dtype", "threads",
-                                          "weight-memory", "prune-start-layer", "prune-ratio",
-                                          "prune-keep-every", "protect-tokens"}));
+  TANDEM_RETURN_IF_ERROR(
+      args.CheckKnown({"model", "tokens", "logits-out", "kv-dtype", "threads", "weight-memory",
+                       "prune-start-layer", "prune-ratio", "prune-keep-every", "protect-tokens"}));
   TANDEM_ASSIGN_OR_RETURN(std::string dir, args.String("model"));
   TANDEM_ASSIGN_OR_RETURN(std::vector<int32_t> tokens, args.IntList("tokens"));
   TANDEM_ASSIGN_OR_RETURN(std::string out_path, args.String("logits-out"));
@@ -120,12 +110,12 @@ absl::Status RunForward(const CliArgs& args) {
   model::PruningSettings settings;
   TANDEM_ASSIGN_OR_RETURN(bool prune, PruningFromFlags(args, c.num_layers, &settings));
   const std::vector<uint8_t> pruned_layers = model::PrunedLayers(settings, c.num_layers);
-  const std::vector<uint8_t> full_depth = FullDepthPositions(tokens, settings, c);
+  const std::vector<uint8_t> full_depth = model::PromptFullDepth(tokens, settings, c);
   const model::PruningPlan plan{pruned_layers, full_depth};
   std::vector<float> logits;
   auto t0 = Clock::now();
-  TANDEM_RETURN_IF_ERROR(model->Forward({&seq, 1}, kv->pool_base(), kv->layout(), logits,
-                                        prune ? &plan : nullptr));
+  TANDEM_RETURN_IF_ERROR(
+      model->Forward({&seq, 1}, kv->pool_base(), kv->layout(), logits, prune ? &plan : nullptr));
   auto t1 = Clock::now();
   TANDEM_RETURN_IF_ERROR(
       WriteStringToFile(out_path, std::string_view(reinterpret_cast<const char*>(logits.data()),

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <atomic>
 #include <filesystem>
-#include <type_traits>
 #include <thread>
+#include <type_traits>
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
@@ -15,10 +15,12 @@
 #include "common/engine/engine_loop.h"
 #include "common/model/model.h"
 #include "common/model/pruning.h"
+#include "common/model/pruning_check.h"
 #include "common/rpc/registration.h"
 #include "common/rpc/server.h"
 #include "common/store/store_pool.h"
 #include "common/tokenizer/tokenizer.h"
+#include "common/util/log.h"
 #include "common/util/status_macros.h"
 #include "common/util/thread_pool.h"
 #include "decode_worker/decode_service.h"
@@ -69,6 +71,36 @@ absl::StatusOr<engine::EngineOptions> EngineOptionsFor(const config::TandemConfi
   return o;
 }
 
+// Exports each attention-stability check (POP's runtime monitor) as
+// tandem_pruning_attention_cosine{layer} and counts it; a check with a pruned layer below
+// `alert_below` is logged and counted as an alert.
+std::function<void(const std::vector<model::LayerSimilarity>&)> StabilityReporter(
+    metrics::Metrics& metrics, const std::string& role, const std::vector<uint8_t>& pruned,
+    double alert_below) {
+  std::vector<prometheus::Gauge*> cosine(pruned.size(), nullptr);
+  for (size_t layer = 0; layer < pruned.size(); ++layer) {
+    if (pruned[layer]) cosine[layer] = metrics.PruningCosine(role, static_cast<int>(layer));
+  }
+  return [cosine, m = metrics.ForRole(role),
+          alert_below](const std::vector<model::LayerSimilarity>& layers) {
+    const model::LayerSimilarity* worst = nullptr;
+    for (const model::LayerSimilarity& l : layers) {
+      if (cosine[l.layer] != nullptr) cosine[l.layer]->Set(l.cosine);
+      if (worst == nullptr || l.cosine < worst->cosine) worst = &l;
+    }
+    if (worst == nullptr || worst->cosine >= alert_below) {
+      m.stability_checks->Increment();
+      return;
+    }
+    m.stability_alerts->Increment();
+    Log(LogLevel::kWarning, "prefill",
+        absl::StrCat("pruning attention-stability alert: layer ", worst->layer,
+                     " attention-output cosine ", worst->cosine, " < ", alert_below,
+                     " (pruned vs full prefill of a sampled prompt); consider a later "
+                     "kv_cache_optimization.pruning.start_layer"));
+  };
+}
+
 // Drains on Drain(); the server goes first on destruction.
 class ServedRole : public Role {
  public:
@@ -103,12 +135,12 @@ class CacheStoreRole final : public ServedRole {
   }
 
   absl::Status Start(const config::TandemConfig& c, metrics::Metrics& metrics) {
-    TANDEM_ASSIGN_OR_RETURN(store_, cache_store::BlockStore::Create(
-                                        {.capacity_bytes = c.cache_store.capacity_bytes,
-                                         .shared_memory = c.cache_store.shared_memory}));
+    TANDEM_ASSIGN_OR_RETURN(
+        store_, cache_store::BlockStore::Create({.capacity_bytes = c.cache_store.capacity_bytes,
+                                                 .shared_memory = c.cache_store.shared_memory}));
     service_ = std::make_unique<cache_store::CacheStoreService>(*store_, c.cache_store.chunk_bytes);
-    TANDEM_ASSIGN_OR_RETURN(auto server,
-                            rpc::StartServer(c.cache_store.listen, {service_.get()}, {kCacheStore}));
+    TANDEM_ASSIGN_OR_RETURN(
+        auto server, rpc::StartServer(c.cache_store.listen, {service_.get()}, {kCacheStore}));
     Serve(std::move(server), {kCacheStore});
     metrics_ = metrics.ForShard(address());
     reporter_ = std::thread([this] { Report(); });
@@ -190,8 +222,14 @@ class WorkerRole final : public ServedRole {
       service_ = std::make_unique<Service>(
           *loop_, *store_, decode::DecodeServiceOptions{.on_transfer = std::move(on_transfer)});
     } else {
-      service_ = std::make_unique<Service>(
-          *loop_, *store_, prefill::PrefillServiceOptions{.on_transfer = std::move(on_transfer)});
+      prefill::PrefillServiceOptions prefill_options;
+      prefill_options.on_transfer = std::move(on_transfer);
+      if (options.pruning.enabled) {
+        prefill_options.stability_sample_rate = c.kv_cache_optimization.monitor_sample_rate;
+        prefill_options.on_stability =
+            StabilityReporter(metrics, role, pruned, c.kv_cache_optimization.monitor_alert_below);
+      }
+      service_ = std::make_unique<Service>(*loop_, *store_, std::move(prefill_options));
     }
     TANDEM_ASSIGN_OR_RETURN(auto server, rpc::StartServer(listen, {service_.get()}, {name}));
     Serve(std::move(server), {name});
@@ -199,7 +237,7 @@ class WorkerRole final : public ServedRole {
     if (!wc.router.empty()) {
       tandem::v1::RegisterRequest r;
       r.set_role(std::is_same_v<Service, decode::DecodeService> ? tandem::v1::WORKER_ROLE_DECODE
-                                                                 : tandem::v1::WORKER_ROLE_PREFILL);
+                                                                : tandem::v1::WORKER_ROLE_PREFILL);
       r.set_address(wc.advertise.empty() ? address() : wc.advertise);
       r.set_model_id(ModelId(c));
       registration_ = std::make_unique<rpc::WorkerRegistration>(
@@ -326,8 +364,8 @@ class RouterRole final : public ServedRole {
                   .min_lookups = c.balancer.min_lookups};
     o.max_prefill_ahead_bytes = c.balancer.max_prefill_ahead_bytes;
     o.pool.block_size = c.kv_cache.block_size;
-    o.pool.keepalive = std::chrono::milliseconds(
-        static_cast<int64_t>(c.router.worker_keepalive_seconds * 1000));
+    o.pool.keepalive =
+        std::chrono::milliseconds(static_cast<int64_t>(c.router.worker_keepalive_seconds * 1000));
     o.colocated = c.router.mode == "colocated";
     drain_ = std::chrono::duration<double>(c.router.drain_seconds);
     service_ = std::make_unique<router::RouterService>(o, tokenizer_.get(), &metrics);
@@ -335,9 +373,9 @@ class RouterRole final : public ServedRole {
     for (const auto& a : c.router.decode_workers) service_->decode_pool().Add(a);
     registry_ = std::make_unique<router::RegistryService>(
         *service_, std::chrono::duration<double>(c.router.heartbeat_interval_seconds), &metrics);
-    TANDEM_ASSIGN_OR_RETURN(
-        auto server, rpc::StartServer(c.router.listen, {service_.get(), registry_.get()},
-                                      {kInference, kRegistry}));
+    TANDEM_ASSIGN_OR_RETURN(auto server,
+                            rpc::StartServer(c.router.listen, {service_.get(), registry_.get()},
+                                             {kInference, kRegistry}));
     Serve(std::move(server), {kInference, kRegistry});
     return absl::OkStatus();
   }
@@ -365,8 +403,8 @@ absl::StatusOr<std::unique_ptr<Role>> StartCacheStore(const config::TandemConfig
   return role;
 }
 
-absl::StatusOr<std::unique_ptr<Role>> StartPrefill(const config::TandemConfig& config,
-                                                   int threads, metrics::Metrics& metrics) {
+absl::StatusOr<std::unique_ptr<Role>> StartPrefill(const config::TandemConfig& config, int threads,
+                                                   metrics::Metrics& metrics) {
   auto role = std::make_unique<WorkerRole<prefill::PrefillService>>();
   TANDEM_RETURN_IF_ERROR(
       role->Start(config, threads, config.prefill, kPrefill, metrics, "prefill"));
@@ -376,8 +414,7 @@ absl::StatusOr<std::unique_ptr<Role>> StartPrefill(const config::TandemConfig& c
 absl::StatusOr<std::unique_ptr<Role>> StartDecode(const config::TandemConfig& config, int threads,
                                                   metrics::Metrics& metrics) {
   auto role = std::make_unique<WorkerRole<decode::DecodeService>>();
-  TANDEM_RETURN_IF_ERROR(
-      role->Start(config, threads, config.decode, kDecode, metrics, "decode"));
+  TANDEM_RETURN_IF_ERROR(role->Start(config, threads, config.decode, kDecode, metrics, "decode"));
   return role;
 }
 

@@ -8,6 +8,8 @@
 
 #include "common/kv/kv_cache_manager.h"
 #include "common/model/model.h"
+#include "common/model/pruning_check.h"
+#include "common/model/scratch_kv.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/unit/testing/temp_model.h"
@@ -187,6 +189,44 @@ TEST_F(PrunedForwardTest, PlanOfTheWrongSizeIsInvalidArgument) {
   const std::vector<uint8_t> ok_marks(8, 1);
   PruningPlan short_layers{layers, ok_marks};
   EXPECT_EQ(model_->Forward({&s, 1}, kv_->pool_base(), kv_->layout(), logits, &short_layers).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(PrunedForwardTest, AttentionStabilityIsOneWhereNothingDiffers) {
+  const std::vector<int32_t> prompt = Prompt(40, 7);
+  // Layers 1..3 pruned: layer 1 sees the same input and cache either way; later ones do not.
+  auto s = CheckAttentionStability(*model_, prompt, {.start_layer = 1}, DType::kF32);
+  ASSERT_TRUE(s.ok()) << s.status();
+  ASSERT_EQ(s->size(), 3u);
+  EXPECT_EQ((*s)[0].layer, 1);
+  EXPECT_NEAR((*s)[0].cosine, 1.0, 1e-6);
+  EXPECT_LT(std::min((*s)[1].cosine, (*s)[2].cosine), 1.0 - 1e-4);
+  for (const auto& l : *s) EXPECT_GT(l.cosine, -1.0 - 1e-9);
+
+  // Protecting all 16 ids keeps every position at full depth: nothing can differ.
+  s = CheckAttentionStability(*model_, prompt, {.start_layer = 1, .protected_tokens = 16},
+                              DType::kF32);
+  ASSERT_TRUE(s.ok()) << s.status();
+  for (const auto& l : *s) EXPECT_NEAR(l.cosine, 1.0, 1e-6) << "layer " << l.layer;
+  EXPECT_FALSE(CheckAttentionStability(*model_, {}, {.start_layer = 1}, DType::kF32).ok());
+}
+
+TEST_F(PrunedForwardTest, ResidualGatesScaleTheBranches) {
+  const std::vector<int32_t> prompt = Prompt(12, 3);
+  auto run = [&](std::vector<float> gates) {
+    ScratchKv kv(*model_, DType::kF32, 16);
+    ForwardProbe probe;
+    probe.residual_gates = std::move(gates);
+    EXPECT_TRUE(kv.Forward(prompt.data(), 12, 0, LogitsMode::kLast, nullptr, &probe).ok());
+    return kv.logits();
+  };
+  const std::vector<float> base = run({}), ones = run({1, 1, 1, 1}), off = run({1, 1, 1, 0});
+  EXPECT_EQ(base, ones);
+  EXPECT_NE(base, off);
+  ScratchKv kv(*model_, DType::kF32, 16);
+  ForwardProbe wrong;
+  wrong.residual_gates = {1, 1};
+  EXPECT_EQ(kv.Forward(prompt.data(), 12, 0, LogitsMode::kLast, nullptr, &wrong).code(),
             absl::StatusCode::kInvalidArgument);
 }
 

@@ -6,6 +6,8 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "cache_store/cache_store_service.h"
 #include "common/engine/kv_handoff.h"
 #include "tests/unit/testing/serving.h"
@@ -128,6 +130,52 @@ TEST_F(PrefillServiceTest, ExpiredCallsLeaveNothingBehind) {
   tandem::v1::PrefillResponse response;
   ASSERT_TRUE(Call(Request(prompt_), &response).ok());
   EXPECT_EQ(UsedBlocks(), 0);
+}
+
+// POP's attention-stability monitor: a pruning engine, a sample rate, and the reports.
+TEST_F(PrefillServiceTest, StabilityMonitorChecksTheSampledFraction) {
+  server_->Shutdown();
+  loop_.reset();
+  service_.reset();
+  engine::EngineOptions o;
+  o.kv_dtype = DType::kF32;
+  o.num_blocks = 64;
+  o.pruning.enabled = true;
+  o.pruning.settings = {.start_layer = 1};
+  o.pruning.min_batch_size = 1;
+  loop_ = std::make_unique<engine::EngineLoop>(engine::Engine::Create(*model_, o).value());
+  absl::Mutex mu;
+  std::vector<std::vector<model::LayerSimilarity>> reports;
+  PrefillServiceOptions options;
+  options.stability_sample_rate = 0.5;
+  options.on_stability = [&](const std::vector<model::LayerSimilarity>& layers) {
+    absl::MutexLock lock(&mu);
+    reports.push_back(layers);
+  };
+  service_ = std::make_unique<PrefillService>(*loop_, *store_pool_, options);
+  std::string address;
+  server_ = testing::ServeOnLoopback(service_.get(), &address);
+  stub_ = tandem::v1::PrefillWorker::NewStub(
+      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+
+  for (int i = 0; i < 6; ++i) {
+    std::vector<int32_t> prompt = prompt_;
+    prompt[0] = i;  // distinct prompts
+    tandem::v1::PrefillResponse response;
+    ASSERT_TRUE(Call(Request(prompt), &response).ok());
+  }
+  // The checks run as loop tasks after the responses: wait for the loop to pass them.
+  absl::Notification drained;
+  loop_->Post([&](engine::Engine&) { drained.Notify(); });
+  drained.WaitForNotification();
+  absl::MutexLock lock(&mu);
+  ASSERT_EQ(reports.size(), 3u);  // requests 2, 4, 6
+  const int layers = model_->config().num_layers;
+  for (const auto& r : reports) {
+    ASSERT_EQ(static_cast<int>(r.size()), layers - 1);  // layers 1.. are pruned
+    EXPECT_NEAR(r[0].cosine, 1.0, 1e-6);                // the first sees what full prefill sees
+    for (const auto& l : r) EXPECT_LE(l.cosine, 1.0 + 1e-9);
+  }
 }
 
 }  // namespace
