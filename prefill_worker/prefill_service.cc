@@ -124,28 +124,35 @@ class PrefillCall final : public grpc::ServerUnaryReactor {
         state->Finish(rpc::ToGrpcStatus(exported.status()), nullptr);
         return;
       }
+      MaybeCheckStability(*service, engine, prompt);  // queued before the response leaves
       service->uploads_.Submit([service, state, result, blocks = std::move(*exported)]() mutable {
         Upload(*service, std::move(blocks), *result);
         state->Finish(grpc::Status::OK, result.get());
       });
-      MaybeCheckStability(*service, engine, prompt);
     });
   }
 
   // The monitor's sample: requests n where floor(n * rate) steps up, so any rate is met exactly
-  // over time. The check runs as a loop task: after this step's outputs, before the next step.
+  // over time. The check runs as a loop task: after this step's outputs, before the next step,
+  // so the worker's other requests wait for it (two prefills of the prompt, in chunk_size
+  // pieces); prompts over kMaxStabilityCheckTokens are not sampled (the check's scratch KV cache
+  // lives outside the engine's budget).
   static void MaybeCheckStability(PrefillService& service, engine::Engine& engine,
                                   const std::vector<int32_t>& prompt) {
     const double rate = service.stability_sample_rate_;
-    if (rate <= 0 || !service.on_stability_ || !engine.options().pruning.enabled) return;
+    if (rate <= 0 || !service.on_stability_ || !engine.options().pruning.enabled ||
+        static_cast<int64_t>(prompt.size()) > kMaxStabilityCheckTokens) {
+      return;
+    }
     const int64_t n = service.prefilled_.fetch_add(1) + 1;
     if (std::floor(static_cast<double>(n) * rate) ==
         std::floor(static_cast<double>(n - 1) * rate)) {
       return;
     }
     service.loop_.Post([&service, prompt](engine::Engine& e) {
-      auto similarity = model::CheckAttentionStability(
-          e.model(), prompt, e.options().pruning.settings, e.options().kv_dtype);
+      auto similarity =
+          model::CheckAttentionStability(e.model(), prompt, e.options().pruning.settings,
+                                         e.options().kv_dtype, e.options().chunk_size);
       if (similarity.ok()) {
         service.on_stability_(*similarity);
       } else {

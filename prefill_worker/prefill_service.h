@@ -27,11 +27,16 @@ struct PrefillServiceOptions {
   // tandem_kv_transfer_seconds); may be empty.
   std::function<void(double)> on_transfer;
   // POP's attention-stability monitor: this fraction of requests (spread evenly) has its prompt
-  // checked with model::CheckAttentionStability on the engine loop after its response is on its
-  // way, and the result passed to on_stability. Needs an engine that prunes.
+  // checked with model::CheckAttentionStability on the engine loop, right after its own step,
+  // and the result passed to on_stability. Needs an engine that prunes. The check is queued on
+  // the loop with a reference to the service: destroy the loop (which runs queued tasks)
+  // before the service.
   double stability_sample_rate = 0;
   std::function<void(const std::vector<model::LayerSimilarity>&)> on_stability;
 };
+
+// Longest prompt the stability monitor samples.
+inline constexpr int64_t kMaxStabilityCheckTokens = 8192;
 
 class PrefillService final : public tandem::v1::PrefillWorker::CallbackService {
  public:

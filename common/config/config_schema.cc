@@ -28,11 +28,14 @@ absl::StatusOr<std::string> Scalar(const YAML::Node& node, const std::string& wa
   if (!node.IsScalar()) return absl::InvalidArgumentError(absl::StrCat("expected ", want));
   const std::string& text = node.Scalar();
   TANDEM_RETURN_IF_ERROR(ValidateUtf8(text));
-  for (size_t i = 0; i < text.size(); ++i) {
-    const auto ch = static_cast<unsigned char>(text[i]);
-    if (ch < 0x20 || ch == 0x7F) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("control character 0x", absl::Hex(ch), " at byte ", i, " of a value"));
+  // C0 and C1 controls, and the Unicode line and paragraph separators (YAML folds them).
+  for (size_t i = 0; i < text.size();) {
+    const size_t at = i;
+    const char32_t cp = DecodeUtf8(text, &i);
+    if (cp < 0x20 || (cp >= 0x7F && cp <= 0x9F) || cp == 0x2028 || cp == 0x2029) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "control character U+", absl::Hex(static_cast<uint32_t>(cp), absl::kZeroPad4),
+          " at byte ", at, " of a value"));
     }
   }
   return text;
@@ -263,9 +266,10 @@ std::vector<Field> MakeSchema() {
           "batches with fewer sequences are not pruned"),
       Real("kv_cache_optimization.monitor.sample_rate",
            TANDEM_CONFIG_REF(kv_cache_optimization.monitor_sample_rate), 0.0, 1.0,
-           "attention-stability monitor: the fraction of prefill requests whose prompt is "
-           "prefilled again, pruned and full, off the request path, to export "
-           "tandem_pruning_attention_cosine (each check costs two prefills of the prompt); 0: off"),
+           "attention-stability monitor: the fraction of prefill requests whose prompt (up to "
+           "8192 tokens) is prefilled again, pruned and full, after its response, to export "
+           "tandem_pruning_attention_cosine; each check holds the worker's engine for two "
+           "prefills of the prompt; 0: off"),
       Real("kv_cache_optimization.monitor.alert_below",
            TANDEM_CONFIG_REF(kv_cache_optimization.monitor_alert_below), 0.0, 1.0,
            "a checked prompt with a pruned layer's attention-output cosine below this is logged "

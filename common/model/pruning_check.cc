@@ -1,5 +1,6 @@
 #include "common/model/pruning_check.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -31,24 +32,31 @@ std::vector<uint8_t> PromptFullDepth(std::span<const int32_t> prompt,
 }
 
 absl::StatusOr<std::vector<LayerSimilarity>> CheckAttentionStability(
-    Model& model, std::span<const int32_t> prompt, const PruningSettings& settings,
-    DType kv_dtype) {
+    Model& model, std::span<const int32_t> prompt, const PruningSettings& settings, DType kv_dtype,
+    int chunk_size) {
   const int64_t n = static_cast<int64_t>(prompt.size());
   if (n == 0) return absl::InvalidArgumentError("attention-stability check of an empty prompt");
+  if (chunk_size <= 0) return absl::InvalidArgumentError("chunk_size must be positive");
   const ModelConfig& c = model.config();
   const std::vector<uint8_t> pruned_layers = PrunedLayers(settings, c.num_layers);
   const std::vector<uint8_t> full_depth = PromptFullDepth(prompt, settings, c);
-  const PruningPlan plan{pruned_layers, full_depth};
   ForwardProbe full, pruned;
   full.record = pruned.record = ForwardProbe::Record::kLastRow;
-  {
-    ScratchKv kv(model, kv_dtype, n);
-    TANDEM_RETURN_IF_ERROR(kv.Forward(prompt.data(), n, 0, LogitsMode::kNone, nullptr, &full));
-  }
-  {
-    ScratchKv kv(model, kv_dtype, n);
-    TANDEM_RETURN_IF_ERROR(kv.Forward(prompt.data(), n, 0, LogitsMode::kNone, &plan, &pruned));
-  }
+  ScratchKv kv(model, kv_dtype, n);
+  // One prefill in chunks; the probe watches the chunk holding the last token.
+  auto prefill = [&](bool prune, ForwardProbe& probe) -> absl::Status {
+    kv.Clear();
+    for (int64_t start = 0; start < n; start += chunk_size) {
+      const int64_t len = std::min<int64_t>(chunk_size, n - start);
+      const PruningPlan plan{pruned_layers, std::span(full_depth).subspan(start, len)};
+      TANDEM_RETURN_IF_ERROR(kv.Forward(prompt.data() + start, len, start, LogitsMode::kNone,
+                                        prune ? &plan : nullptr,
+                                        start + len == n ? &probe : nullptr));
+    }
+    return absl::OkStatus();
+  };
+  TANDEM_RETURN_IF_ERROR(prefill(false, full));
+  TANDEM_RETURN_IF_ERROR(prefill(true, pruned));
   std::vector<LayerSimilarity> out;
   for (int layer = 0; layer < c.num_layers; ++layer) {
     if (!pruned_layers[layer]) continue;

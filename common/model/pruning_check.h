@@ -27,10 +27,13 @@ struct LayerSimilarity {
   double cosine = 0;  // of the last prompt token's attention output (o_proj), pruned vs full
 };
 
-// Prefills `prompt` twice into scratch memory of `kv_dtype`, with every layer and pruned per
+// Prefills `prompt` twice into scratch memory of `kv_dtype`, in pieces of at most `chunk_size`
+// tokens (as an engine would; it bounds the model's workspace), with every layer and pruned per
 // `settings`, and returns the similarity for each pruned layer, in layer order. Costs two
-// prefills of the prompt and two KV caches of its length.
+// prefills of the prompt and a KV cache of its length. What a pruned batch does to the prompt:
+// min_batch_size is not consulted.
 absl::StatusOr<std::vector<LayerSimilarity>> CheckAttentionStability(
-    Model& model, std::span<const int32_t> prompt, const PruningSettings& settings, DType kv_dtype);
+    Model& model, std::span<const int32_t> prompt, const PruningSettings& settings, DType kv_dtype,
+    int chunk_size = 512);
 
 }  // namespace tandem::model

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "absl/strings/str_cat.h"
+
 namespace tandem::model {
 
 ScratchKv::ScratchKv(Model& model, DType kv_dtype, int64_t max_positions)
@@ -16,6 +18,11 @@ void ScratchKv::Clear() { std::fill(kv_.begin(), kv_.end(), 0); }
 
 absl::Status ScratchKv::Forward(const int32_t* tokens, int64_t n, int64_t start, LogitsMode mode,
                                 const PruningPlan* plan, ForwardProbe* probe) {
+  const int64_t capacity = static_cast<int64_t>(block_table_.size()) * layout_.block_size;
+  if (n < 0 || start < 0 || start + n > capacity) {
+    return absl::InvalidArgumentError(absl::StrCat("positions ", start, "..", start + n - 1,
+                                                   " exceed the scratch cache's ", capacity));
+  }
   const ForwardSequence seq{.tokens = tokens,
                             .num_tokens = static_cast<int>(n),
                             .start_pos = start,

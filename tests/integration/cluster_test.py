@@ -199,10 +199,18 @@ def case_pruning(c, stub):
         assert layers == (3 if w.role == "prefill" else 0), (w.role, layers)
     # The stability monitor's checks (every 5th prompt a worker prefills), and a similarity for
     # each pruned layer where it checked one.
+    def checks_of(w):
+        return sum(w.metric("tandem_pruning_stability_checks_total",
+                            {"role": "prefill", "result": r}) or 0 for r in ("ok", "alert"))
+
+    # A worker's last check may still be running after the last response: let the counts settle.
+    deadline = time.time() + 10
+    while time.time() < deadline and \
+            sum(map(checks_of, c.prefills)) < len(reqs) // 5 - len(c.prefills):
+        time.sleep(0.2)
     total = 0
     for w in c.prefills:
-        checks = sum(w.metric("tandem_pruning_stability_checks_total",
-                              {"role": "prefill", "result": r}) or 0 for r in ("ok", "alert"))
+        checks = checks_of(w)
         cosines = [w.metric("tandem_pruning_attention_cosine",
                             {"role": "prefill", "layer": str(layer)}) for layer in (5, 6, 7)]
         print(f"  prefill {w.address}: {checks:.0f} stability checks, last cosines {cosines}")

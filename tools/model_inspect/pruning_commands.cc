@@ -354,8 +354,8 @@ absl::Status RunPruneEval(const CliArgs& args) {
           "{\"variant\": \"%s\", \"bits_per_byte\": %.6f, \"bits_per_token\": %.6f, "
           "\"first_token_kl_nats\": %.6g, \"first_token_agreement\": %.4f, "
           "\"greedy_agreement\": %.4f, \"greedy_common_prefix\": %.3f}",
-          VariantName(kVariants[v]), t.bits / t.bytes, t.bits / t.tokens, t.kl / n,
-          t.first_argmax_same / n, static_cast<double>(t.greedy_same) / t.greedy_total,
+          VariantName(kVariants[v]), t.bits / std::max<int64_t>(t.bytes, 1), t.bits / t.tokens,
+          t.kl / n, t.first_argmax_same / n, static_cast<double>(t.greedy_same) / t.greedy_total,
           t.greedy_prefix / n));
     }
     const std::string json = absl::StrFormat(
@@ -377,13 +377,14 @@ absl::Status RunPruneEval(const CliArgs& args) {
       settings.keep_every, settings.protected_tokens);
   std::printf("%-22s %10s %10s %12s %12s %10s %12s\n", "prefill", "bits/byte", "delta", "first-KL",
               "first-same", absl::StrCat("greedy@", greedy_tokens).c_str(), "same-prefix");
-  const double full_bpb = totals[0].bits / totals[0].bytes;
+  const double full_bpb = totals[0].bits / std::max<int64_t>(totals[0].bytes, 1);
   for (size_t v = 0; v < kVariants.size(); ++v) {
     const Totals& t = totals[v];
-    std::printf("%-22s %10.4f %+10.4f %12.3e %12.3f %10.3f %12.1f\n",
-                std::string(VariantName(kVariants[v])).c_str(), t.bits / t.bytes,
-                t.bits / t.bytes - full_bpb, t.kl / n, t.first_argmax_same / n,
-                static_cast<double>(t.greedy_same) / t.greedy_total, t.greedy_prefix / n);
+    std::printf(
+        "%-22s %10.4f %+10.4f %12.3e %12.3f %10.3f %12.1f\n",
+        std::string(VariantName(kVariants[v])).c_str(), t.bits / std::max<int64_t>(t.bytes, 1),
+        t.bits / std::max<int64_t>(t.bytes, 1) - full_bpb, t.kl / n, t.first_argmax_same / n,
+        static_cast<double>(t.greedy_same) / t.greedy_total, t.greedy_prefix / n);
   }
   return absl::OkStatus();
 }
@@ -508,9 +509,10 @@ absl::Status RunPruningStats(const CliArgs& args) {
     for (int layer = 0; layer < c.num_layers; ++layer) {
       for (int head = 0; head < c.num_heads; ++head) {
         for (int64_t pos = 0; pos < n; ++pos) {
-          absl::StrAppendFormat(&csv, "%d,%d,%lld,%.6g,%.6g\n", layer, head,
-                                static_cast<long long>(pos), full_maps[layer][head * n + pos],
-                                pruned_maps[layer][head * n + pos]);
+          absl::StrAppendFormat(
+              &csv, "%d,%d,%lld,%.6g,%.6g\n", layer, head, static_cast<long long>(pos),
+              full_maps[layer][head * n + pos],
+              pruned_maps[layer].empty() ? 0.0 : pruned_maps[layer][head * n + pos]);
         }
       }
     }

@@ -110,8 +110,10 @@ TEST(ConfigTest, WrongTypesAndRangesAreNamed) {
 // Found by the config fuzzer: such values printed as YAML that read back differently.
 TEST(ConfigTest, ValuesMustBeUtf8WithoutControlCharacters) {
   EXPECT_THAT(Error(std::string("model: {path: \"/a\\0b\"}")),
-              AllOf(HasSubstr("model.path"), HasSubstr("control character 0x0")));
-  EXPECT_THAT(Error("model: {path: /mod\xff\xffels}"),
+              AllOf(HasSubstr("model.path"), HasSubstr("control character U+0000")));
+  EXPECT_THAT(Error("model: {path: \"a\\u0085b\"}"), HasSubstr("U+0085"));
+  EXPECT_THAT(Error("model: {path: \"a\\u2028b\"}"), HasSubstr("U+2028"));
+  EXPECT_THAT(Error("model: {path: /mod\xff\xff" "els}"),
               AllOf(HasSubstr("model.path"), HasSubstr("UTF-8")));
   EXPECT_THAT(Error("router: {prefill_workers: [\"a\\tb:1\"]}"),
               HasSubstr("router.prefill_workers"));
