@@ -58,11 +58,11 @@ def parse_args(argv=None):
     # Model shape.
     p.add_argument("--vocab", type=int, default=4096)
     p.add_argument("--layers", type=int, default=8)
-    p.add_argument("--hidden", type=int, default=256)
-    p.add_argument("--ffn", type=int, default=704)
+    p.add_argument("--hidden", type=int, default=128)
+    p.add_argument("--ffn", type=int, default=384)
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--kv-heads", type=int, default=2)
-    p.add_argument("--head-dim", type=int, default=64)
+    p.add_argument("--head-dim", type=int, default=32)
     p.add_argument("--max-positions", type=int, default=2048)
     # Optimisation.
     p.add_argument("--seq-len", type=int, default=512)
