@@ -56,11 +56,7 @@ def main():
     args = parser.parse_args()
     shutil.rmtree(args.workdir, ignore_errors=True)
     os.makedirs(args.workdir)
-    with open(os.path.join(os.path.dirname(os.__file__), "heapq.py"), encoding="utf-8") as f:
-        text = " ".join(line.strip() for line in f if line.strip())
-    text_path = os.path.join(args.workdir, "text.txt")
-    with open(text_path, "w", encoding="utf-8") as f:
-        f.write(text)
+    text_path = parity_test.one_line_text(args.workdir)
     out = parity_test.run([args.model_inspect, "importance", "--model", args.model_dir,
                            "--prompt-file", text_path, "--prompt-tokens", str(PROMPT),
                            "--continuation-tokens", str(CONTINUATION), "--windows",
@@ -68,9 +64,7 @@ def main():
     print(out.rstrip())
     got = {int(m.group(1)): (float(m.group(2)), float(m.group(3)))
            for m in map(ROW.match, out.splitlines()) if m}
-    ids = [int(t) for t in parity_test.run([args.model_inspect, "tokenize", "--model",
-                                            args.model_dir, "--text-file", text_path])[0]
-           .strip().split(",")]
+    ids = parity_test.tokenize(args.model_inspect, args.model_dir, text_path)
 
     ref = hf_reference.Reference.from_dir(args.model_dir)
     bos = ref.config.get("bos_token_id")

@@ -118,6 +118,24 @@ def run(cmd, timeout=120):
     return proc.stdout, time.time() - t0
 
 
+def one_line_text(workdir, module="heapq.py", limit=None):
+    """Writes a standard-library module's non-blank lines, stripped and joined by spaces, as one
+    line to workdir/text.txt (so `model-inspect tokenize` gives the ids of the whole text);
+    returns the path."""
+    with open(os.path.join(os.path.dirname(os.__file__), module), encoding="utf-8") as f:
+        text = " ".join(line.strip() for line in f if line.strip())[:limit]
+    path = os.path.join(workdir, "text.txt")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+    return path
+
+
+def tokenize(inspect, model_dir, path):
+    """The ids of a one-line text file, without special tokens."""
+    out = run([inspect, "tokenize", "--model", model_dir, "--text-file", path])[0]
+    return [int(t) for t in out.strip().split(",")]
+
+
 def engine_logits(inspect, model, ids, path, vocab):
     run([inspect, "forward", "--model", model, "--tokens", ",".join(map(str, ids)),
          "--logits-out", path])

@@ -82,14 +82,8 @@ def main():
     shutil.rmtree(args.workdir, ignore_errors=True)
     os.makedirs(args.workdir)
 
-    with open(os.path.join(os.path.dirname(os.__file__), "heapq.py"), encoding="utf-8") as f:
-        text = " ".join(line.strip() for line in f if line.strip())
-    text_path = os.path.join(args.workdir, "text.txt")
-    with open(text_path, "w", encoding="utf-8") as f:
-        f.write(text)
-    ids = [int(t) for t in parity_test.run([args.model_inspect, "tokenize", "--model",
-                                            args.model_dir, "--text-file", text_path])[0]
-           .strip().split(",")]
+    text_path = parity_test.one_line_text(args.workdir)
+    ids = parity_test.tokenize(args.model_inspect, args.model_dir, text_path)
     got = json.loads(parity_test.run([args.model_inspect, "prune-eval", "--model", args.model_dir,
                                       "--text-file", text_path] + FLAGS)[0])
 

@@ -75,11 +75,7 @@ def main():
     start = ref.layers - 3
     pruned_layers = set(range(start, ref.layers))
 
-    with open(os.path.join(os.path.dirname(os.__file__), "heapq.py"), encoding="utf-8") as f:
-        text = " ".join(line.strip() for line in f if line.strip())[:700]
-    prompt_path = os.path.join(args.workdir, "prompt.txt")
-    with open(prompt_path, "w", encoding="utf-8") as f:
-        f.write(text)
+    prompt_path = parity_test.one_line_text(args.workdir, limit=700)
     config_path = os.path.join(args.workdir, "pop.yaml")
     with open(config_path, "w") as f:
         f.write("kv_cache_optimization:\n  enabled: true\n  pruning: {start_layer: %d}\n"
@@ -91,9 +87,7 @@ def main():
                            "--kv-dtype", "fp32", "--attention-csv", csv_path,
                            "--attention-png", png_path])[0]
     print(out.rstrip())
-    ids = [int(t) for t in parity_test.run([args.model_inspect, "tokenize", "--model",
-                                            args.model_dir, "--text-file", prompt_path])[0]
-           .strip().split(",")]
+    ids = parity_test.tokenize(args.model_inspect, args.model_dir, prompt_path)
     bos, eos = ref.config.get("bos_token_id"), ref.config.get("eos_token_id")
     prompt = [bos] + ids
     n = len(prompt)

@@ -243,6 +243,27 @@ absl::Status WriteAttentionPng(const std::string& path, const model::ModelConfig
   return WritePng(path, static_cast<int>(width), static_cast<int>(height), rgb);
 }
 
+constexpr int64_t kMaxWindowTokens = int64_t{1} << 20;
+
+// --prompt-tokens, --continuation-tokens and --windows (8), with the command's defaults.
+struct WindowFlags {
+  int64_t prompt_tokens = 0, continuation_tokens = 0, windows = 0;
+};
+absl::StatusOr<WindowFlags> ParseWindowFlags(const CliArgs& args, int64_t prompt_tokens,
+                                             int64_t continuation_tokens) {
+  WindowFlags f;
+  TANDEM_ASSIGN_OR_RETURN(f.prompt_tokens, args.IntOr("prompt-tokens", prompt_tokens));
+  TANDEM_ASSIGN_OR_RETURN(f.continuation_tokens,
+                          args.IntOr("continuation-tokens", continuation_tokens));
+  TANDEM_ASSIGN_OR_RETURN(f.windows, args.IntOr("windows", 8));
+  if (f.prompt_tokens < 2 || f.prompt_tokens > kMaxWindowTokens || f.continuation_tokens < 1 ||
+      f.continuation_tokens > kMaxWindowTokens || f.windows < 1 || f.windows > kMaxWindowTokens) {
+    return absl::InvalidArgumentError(
+        "--prompt-tokens must be >= 2, --continuation-tokens and --windows >= 1");
+  }
+  return f;
+}
+
 // Consecutive, non-overlapping windows of the text's tokens.
 absl::StatusOr<std::vector<Window>> CutWindows(const tokenizer::Tokenizer& tok,
                                                const std::string& text, int prompt_tokens,
@@ -287,16 +308,13 @@ absl::Status RunPruneEval(const CliArgs& args) {
                        "greedy-tokens", "windows", "json", "kv-dtype", "threads", "weight-memory",
                        "prune-start-layer", "prune-ratio", "prune-keep-every", "protect-tokens"}));
   TANDEM_ASSIGN_OR_RETURN(std::string path, args.String("text-file"));
-  TANDEM_ASSIGN_OR_RETURN(int64_t prompt_tokens, args.IntOr("prompt-tokens", 512));
-  TANDEM_ASSIGN_OR_RETURN(int64_t continuation_tokens, args.IntOr("continuation-tokens", 128));
+  TANDEM_ASSIGN_OR_RETURN(WindowFlags flags, ParseWindowFlags(args, 512, 128));
+  const int64_t prompt_tokens = flags.prompt_tokens;
+  const int64_t continuation_tokens = flags.continuation_tokens;
+  const int64_t max_windows = flags.windows;
   TANDEM_ASSIGN_OR_RETURN(int64_t greedy_tokens, args.IntOr("greedy-tokens", 32));
-  TANDEM_ASSIGN_OR_RETURN(int64_t max_windows, args.IntOr("windows", 8));
-  constexpr int64_t kLimit = 1 << 20;
-  if (prompt_tokens < 2 || prompt_tokens > kLimit || continuation_tokens < 1 ||
-      continuation_tokens > kLimit || greedy_tokens < 1 || greedy_tokens > kLimit ||
-      max_windows < 1 || max_windows > kLimit) {
-    return absl::InvalidArgumentError(
-        "--prompt-tokens must be >= 2; --continuation-tokens, --greedy-tokens and --windows >= 1");
+  if (greedy_tokens < 1 || greedy_tokens > kMaxWindowTokens) {
+    return absl::InvalidArgumentError("--greedy-tokens must be >= 1");
   }
   TANDEM_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
   TANDEM_ASSIGN_OR_RETURN(std::string dir, args.String("model"));
@@ -534,17 +552,12 @@ absl::Status RunImportance(const CliArgs& args) {
       args.CheckKnown({"model", "prompt-file", "prompt-tokens", "continuation-tokens", "windows",
                        "epsilon", "budget", "kv-dtype", "threads", "weight-memory"}));
   TANDEM_ASSIGN_OR_RETURN(std::string path, args.String("prompt-file"));
-  TANDEM_ASSIGN_OR_RETURN(int64_t prompt_tokens, args.IntOr("prompt-tokens", 256));
-  TANDEM_ASSIGN_OR_RETURN(int64_t continuation_tokens, args.IntOr("continuation-tokens", 64));
-  TANDEM_ASSIGN_OR_RETURN(int64_t max_windows, args.IntOr("windows", 8));
+  TANDEM_ASSIGN_OR_RETURN(WindowFlags flags, ParseWindowFlags(args, 256, 64));
+  const int64_t prompt_tokens = flags.prompt_tokens;
+  const int64_t continuation_tokens = flags.continuation_tokens;
+  const int64_t max_windows = flags.windows;
   TANDEM_ASSIGN_OR_RETURN(double epsilon, args.DoubleOr("epsilon", 0.05));
   TANDEM_ASSIGN_OR_RETURN(double budget, args.DoubleOr("budget", 0.1));
-  constexpr int64_t kLimit = 1 << 20;
-  if (prompt_tokens < 2 || prompt_tokens > kLimit || continuation_tokens < 1 ||
-      continuation_tokens > kLimit || max_windows < 1 || max_windows > kLimit) {
-    return absl::InvalidArgumentError(
-        "--prompt-tokens must be >= 2; --continuation-tokens and --windows >= 1");
-  }
   if (!(epsilon > 0 && epsilon <= 0.5) || !(budget >= 0 && budget < 1)) {
     return absl::InvalidArgumentError("--epsilon must be in (0, 0.5] and --budget in [0, 1)");
   }
