@@ -18,7 +18,7 @@ namespace tandem::config {
 struct ModelConfig {
   std::string path = "models/tandem-py-8l";  // Hugging Face model directory
   std::string name;                          // served name; empty: the directory's name
-  std::string weight_memory = "mmap";        // mmap | hugepages
+  std::string weight_memory = "hugepages";   // hugepages | mmap
   int threads = 0;                           // compute threads per engine; 0: all cores
 };
 

@@ -50,8 +50,10 @@ void Model::Workspace::Reserve(const ModelConfig& c, int64_t t) {
 absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir, ThreadPool& pool,
                                                    const WeightLoadOptions& options) {
   TANDEM_ASSIGN_OR_RETURN(ModelConfig config, ModelConfig::FromDirectory(dir));
+  WeightLoadOptions load = options;
+  if (load.pool == nullptr) load.pool = &pool;
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<ModelWeights> weights,
-                          ModelWeights::Load(dir, config, options));
+                          ModelWeights::Load(dir, config, load));
   return std::make_unique<Model>(std::move(config), std::move(weights), pool);
 }
 
@@ -161,13 +163,10 @@ absl::Status Model::Forward(std::span<const ForwardSequence> batch, uint8_t* kv_
 
 void Model::Embed(std::span<const ForwardSequence> batch, int64_t total) {
   const int64_t h = config_.hidden_size;
-  const auto& e = weights_->embed_tokens;
-  const size_t row_bytes = h * DTypeSize(e.dtype);
   int64_t t = 0;
   for (const auto& s : batch) {
     for (int i = 0; i < s.num_tokens; ++i, ++t) {
-      const auto* row = static_cast<const uint8_t*>(e.data) + s.tokens[i] * row_bytes;
-      ToFloat(e.dtype, row, ws_.hidden.data() + t * h, h);
+      kernels::ReadRow(weights_->embed_tokens, s.tokens[i], ws_.hidden.data() + t * h);
       ws_.positions[t] = s.start_pos + i;
     }
   }

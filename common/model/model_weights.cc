@@ -16,7 +16,8 @@ namespace tandem::model {
 // Looks tensors up by name across all files, checks them, and records which were used.
 class WeightBinder {
  public:
-  WeightBinder(ModelWeights& w, std::string dir) : w_(w), dir_(std::move(dir)) {}
+  WeightBinder(ModelWeights& w, std::string dir, ThreadPool& pool)
+      : w_(w), dir_(std::move(dir)), pool_(pool) {}
 
   absl::Status Index() {
     for (const auto& f : w_.files_) {
@@ -34,8 +35,14 @@ class WeightBinder {
                                                int64_t cols) {
     TANDEM_ASSIGN_OR_RETURN(auto slot, Find(name, {rows, cols}));
     TANDEM_ASSIGN_OR_RETURN(DType dtype, FloatType(slot));
-    TANDEM_ASSIGN_OR_RETURN(const void* data, Resident(slot, dtype));
-    return kernels::WeightMatrix{data, dtype, rows, cols};
+    TANDEM_ASSIGN_OR_RETURN(const void* data, Aligned(slot, dtype));
+    const kernels::WeightMatrix stored{data, dtype, rows, cols};
+    if (w_.arena_ == nullptr) return stored;
+    TANDEM_ASSIGN_OR_RETURN(uint8_t * packed,
+                            w_.arena_->Allocate(kernels::PanelBytes(dtype, rows, cols)));
+    kernels::WeightMatrix out = kernels::PackPanels(stored, packed, pool_);
+    if (!w_.realigned_.empty() && w_.realigned_.back().get() == data) w_.realigned_.pop_back();
+    return out;
   }
 
   absl::StatusOr<std::vector<float>> Vector(const std::string& name, int64_t n) {
@@ -106,16 +113,11 @@ class WeightBinder {
     }
   }
 
-  // The tensor's bytes where the kernels will read them: the mapping itself, a copy in the
-  // huge-page arena, or an aligned copy when the file leaves them misaligned.
-  absl::StatusOr<const void*> Resident(const Slot& s, DType dtype) {
+  // The tensor's bytes aligned to their element size: the mapping itself, or a copy when the
+  // file leaves them misaligned.
+  absl::StatusOr<const void*> Aligned(const Slot& s, DType dtype) {
     const uint8_t* p = s.file->Data(*s.entry);
     size_t n = s.entry->end - s.entry->begin;
-    if (w_.arena_ != nullptr) {
-      TANDEM_ASSIGN_OR_RETURN(uint8_t * copy, w_.arena_->Allocate(n));
-      std::memcpy(copy, p, n);
-      return copy;
-    }
     if (reinterpret_cast<uintptr_t>(p) % DTypeSize(dtype) == 0) return p;
     auto copy = std::make_unique<uint8_t[]>(n);
     std::memcpy(copy.get(), p, n);
@@ -125,6 +127,7 @@ class WeightBinder {
 
   ModelWeights& w_;
   std::string dir_;
+  ThreadPool& pool_;
   absl::flat_hash_map<std::string, Slot> entries_;
   std::set<std::string> used_;
 };
@@ -207,7 +210,8 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(const std::stri
     TANDEM_ASSIGN_OR_RETURN(auto file, SafetensorsFile::Open(path));
     w->files_.push_back(std::move(file));
   }
-  WeightBinder b(*w, dir);
+  ThreadPool serial(1);
+  WeightBinder b(*w, dir, options.pool != nullptr ? *options.pool : serial);
   TANDEM_RETURN_IF_ERROR(b.Index());
   TANDEM_ASSIGN_OR_RETURN(w->embed_tokens,
                           b.Matrix("model.embed_tokens.weight", c.vocab_size, c.hidden_size));

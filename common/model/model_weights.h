@@ -12,8 +12,9 @@
 
 namespace tandem::model {
 
-// Weights of one decoder layer. Matrices point into the memory-mapped files in their stored
-// dtype; the small vectors (norms, biases) are converted to f32 once at load time.
+// Weights of one decoder layer. Matrices keep their stored dtype (memory-mapped, or packed into
+// panels in huge pages: see WeightMemory); the small vectors (norms, biases) are converted to
+// f32 once at load time.
 struct LayerWeights {
   std::vector<float> input_norm;
   kernels::WeightMatrix q_proj, k_proj, v_proj, o_proj;
@@ -25,12 +26,16 @@ struct LayerWeights {
 
 // Where the large matrices live once loaded.
 enum class WeightMemory {
-  kMmap,       // zero-copy views of the memory-mapped files (shared page cache, fast start)
-  kHugePages,  // copied into anonymous 2 MiB-page memory: fewer TLB misses, faster decode
+  kMmap,  // zero-copy views of the memory-mapped files (shared page cache, fast start)
+  // Copied into anonymous 2 MiB-page memory (fewer TLB misses), packed on the way into the
+  // GEMM's panel layout (kernels::WeightLayout::kPanels): no per-call packing, faster decode
+  // and prefill, and results that do not depend on the batch size.
+  kHugePages,
 };
 
 struct WeightLoadOptions {
   WeightMemory memory = WeightMemory::kMmap;
+  ThreadPool* pool = nullptr;  // packs kHugePages weights in parallel; null: the calling thread
 };
 
 absl::StatusOr<WeightMemory> ParseWeightMemory(std::string_view name);

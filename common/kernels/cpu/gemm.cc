@@ -170,7 +170,7 @@ void Gemm(const float* x, int64_t m, int64_t x_stride, const WeightMatrix& w, co
       for (int64_t n = 0; n < w.rows; ++n) y[i * y_stride + n] = bias ? bias[n] : 0.0f;
     return;
   }
-  if (m <= kDecodeMaxM) {
+  if (w.layout == WeightLayout::kRowMajor && m <= kDecodeMaxM) {
     internal::GemmStreaming(x, m, x_stride, w, bias, y, y_stride, pool);
   } else {
     internal::GemmTiled(x, m, x_stride, w, bias, y, y_stride, pool);
@@ -184,10 +184,78 @@ namespace tandem::kernels {
 void GemmMulti(const float* x, int64_t m, int64_t x_stride, std::span<const GemmOutput> outputs,
                ThreadPool& pool) {
   if (m <= 0) return;
-  bool all_streamable = m <= kDecodeMaxM;
-  for (const auto& o : outputs) all_streamable &= o.w.rows > 0 && o.w.cols > 0;
+  bool all_streamable = m <= kDecodeMaxM, all_panels = true;
+  for (const auto& o : outputs) {
+    all_streamable &= o.w.rows > 0 && o.w.cols > 0 && o.w.layout == WeightLayout::kRowMajor;
+    all_panels &= o.w.layout == WeightLayout::kPanels;
+  }
   if (all_streamable) return internal::GemmStreamingMulti(x, m, x_stride, outputs, pool);
+  if (all_panels) return internal::GemmTiledMulti(x, m, x_stride, outputs, pool);
   for (const auto& o : outputs) Gemm(x, m, x_stride, o.w, o.bias, o.y, o.y_stride, pool);
+}
+
+namespace {
+
+// Position of row r (0..15) within a packed column of dtype `dtype` (see WeightLayout::kPanels).
+int64_t PanelPosition(DType dtype, int64_t r) {
+  if (dtype != DType::kBF16) return r;
+  return r < kPanelRows / 2 ? 2 * r : 2 * (r - kPanelRows / 2) + 1;
+}
+
+template <typename E>
+void PackPanelRange(const WeightMatrix& w, E* out, int64_t p0, int64_t p1) {
+  const E* in = static_cast<const E*>(w.data);
+  for (int64_t p = p0; p < p1; ++p) {
+    E* panel = out + p * w.cols * kPanelRows;
+    for (int64_t r = 0; r < kPanelRows; ++r) {
+      const int64_t row = p * kPanelRows + r, pos = PanelPosition(w.dtype, r);
+      const E* src = row < w.rows ? in + row * w.cols : nullptr;
+      for (int64_t k = 0; k < w.cols; ++k) panel[k * kPanelRows + pos] = src ? src[k] : E{0};
+    }
+  }
+}
+
+}  // namespace
+
+int64_t PanelBytes(DType dtype, int64_t rows, int64_t cols) {
+  const int64_t panels = (rows + kPanelRows - 1) / kPanelRows;
+  return panels * kPanelRows * cols * static_cast<int64_t>(DTypeSize(dtype));
+}
+
+WeightMatrix PackPanels(const WeightMatrix& w, void* out, ThreadPool& pool) {
+  const int64_t panels = (w.rows + kPanelRows - 1) / kPanelRows;
+  pool.ParallelFor(panels, 1, [&](int64_t p0, int64_t p1) {
+    if (w.dtype == DType::kF32) {
+      PackPanelRange(w, static_cast<uint32_t*>(out), p0, p1);
+    } else {
+      PackPanelRange(w, static_cast<uint16_t*>(out), p0, p1);
+    }
+  });
+  return WeightMatrix{out, w.dtype, w.rows, w.cols, WeightLayout::kPanels};
+}
+
+void ReadRow(const WeightMatrix& w, int64_t row, float* out) {
+  const char* base = static_cast<const char*>(w.data);
+  if (w.layout == WeightLayout::kRowMajor) {
+    ToFloat(w.dtype, base + row * w.cols * static_cast<int64_t>(DTypeSize(w.dtype)), out, w.cols);
+    return;
+  }
+  const int64_t first =
+      (row / kPanelRows) * w.cols * kPanelRows + PanelPosition(w.dtype, row % kPanelRows);
+  for (int64_t k = 0; k < w.cols; ++k) {
+    const int64_t i = first + k * kPanelRows;
+    switch (w.dtype) {
+      case DType::kF32:
+        out[k] = Load1<DType::kF32>(base, i);
+        break;
+      case DType::kF16:
+        out[k] = Load1<DType::kF16>(base, i);
+        break;
+      case DType::kBF16:
+        out[k] = Load1<DType::kBF16>(base, i);
+        break;
+    }
+  }
 }
 
 }  // namespace tandem::kernels

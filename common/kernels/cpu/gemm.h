@@ -8,19 +8,46 @@
 
 namespace tandem::kernels {
 
-// A row-major weight matrix [rows, cols] in its stored dtype (usually memory-mapped), in the
-// Hugging Face nn.Linear layout: rows = output features, cols = input features.
+// How a WeightMatrix's elements lie in memory.
+enum class WeightLayout {
+  kRowMajor,  // [rows, cols], as safetensors stores it: used in place when memory-mapped
+  kPanels,    // packed at load by PackPanels (see there)
+};
+
+// A weight matrix [rows, cols] in its stored dtype, in the Hugging Face nn.Linear orientation:
+// rows = output features, cols = input features.
 struct WeightMatrix {
   const void* data = nullptr;
   DType dtype = DType::kF32;
   int64_t rows = 0;
   int64_t cols = 0;
+  WeightLayout layout = WeightLayout::kRowMajor;
 };
+
+// Rows per panel of WeightLayout::kPanels.
+inline constexpr int64_t kPanelRows = 16;
+
+// The panel layout: ceil(rows / 16) panels of 16 rows, one after another, each stored column by
+// column ([cols][16]; rows past the last are zero). Every product then reads a panel as one
+// contiguous stream, in the order the GEMM microkernel consumes it, and nothing is repacked
+// per call. In bf16 the 16 values of a column are interleaved (row r at position 2r for r < 8,
+// at 2(r - 8) + 1 otherwise), so one shift and one mask turn them into two f32 vectors.
+// Gemm over panels uses the same reduction order for every M: a row's result does not depend
+// on how many other rows share the call.
+int64_t PanelBytes(DType dtype, int64_t rows, int64_t cols);
+
+// Packs row-major `w` into `out` (PanelBytes bytes, 32-byte aligned) and returns the view of
+// it. Columns are split over `pool`.
+WeightMatrix PackPanels(const WeightMatrix& w, void* out, ThreadPool& pool);
+
+// Row `row` of `w`, in either layout, as f32 into out[0, w.cols).
+void ReadRow(const WeightMatrix& w, int64_t row, float* out);
 
 // y[m, n] = sum_k x[m, k] * w[n, k] + (bias ? bias[n] : 0), for m in [0, M), n in [0, w.rows).
 // x is f32 [M, w.cols] with row stride `x_stride` floats; y is f32 [M, w.rows] with row stride
-// `y_stride` floats. For small M (decode) each weight row is read from memory once for all M
-// rows of x; for large M the kernel tiles so weight conversion is amortized. Threads split N.
+// `y_stride` floats. Each weight is read from memory once for all M rows of x. Row-major
+// weights are streamed row by row for small M (decode) and packed block by block for large M;
+// panel weights (kPanels) take the blocked kernel at every M, unpacked. Threads split N.
 void Gemm(const float* x, int64_t m, int64_t x_stride, const WeightMatrix& w, const float* bias,
           float* y, int64_t y_stride, ThreadPool& pool);
 

@@ -1,9 +1,10 @@
 #pragma once
 
 // The two strategies behind Gemm(), exposed so tests and benchmarks can drive each at any M.
-// Both have Gemm()'s exact contract; Gemm() picks by M.
+// Both have Gemm()'s exact contract; Gemm() picks by layout and M.
 
 #include <cstdint>
+#include <span>
 
 #include "common/kernels/cpu/gemm.h"
 #include "common/util/thread_pool.h"
@@ -11,7 +12,7 @@
 namespace tandem::kernels::internal {
 
 // Streams each weight row from memory once for all M rows of x. Best for small M (decode),
-// where the weights' memory bandwidth is the limit.
+// where the weights' memory bandwidth is the limit. Row-major weights only.
 void GemmStreaming(const float* x, int64_t m, int64_t x_stride, const WeightMatrix& w,
                    const float* bias, float* y, int64_t y_stride, ThreadPool& pool);
 
@@ -19,9 +20,15 @@ void GemmStreaming(const float* x, int64_t m, int64_t x_stride, const WeightMatr
 void GemmStreamingMulti(const float* x, int64_t m, int64_t x_stride,
                         std::span<const GemmOutput> outputs, ThreadPool& pool);
 
-// Converts cache-sized weight panels to f32 once and runs a register-blocked kernel over all M
-// rows against each. Best for large M (prefill), where FMA throughput is the limit.
+// Runs a register-blocked kernel over all M rows against each cache-sized block of weights:
+// row-major weights are converted to f32 micro-panels once per block, panel weights are read in
+// place. For row-major weights it is best at large M (prefill), where FMA throughput is the
+// limit; panel weights take it at every M.
 void GemmTiled(const float* x, int64_t m, int64_t x_stride, const WeightMatrix& w,
                const float* bias, float* y, int64_t y_stride, ThreadPool& pool);
+
+// GemmTiled over several weights at once (see GemmMulti).
+void GemmTiledMulti(const float* x, int64_t m, int64_t x_stride,
+                    std::span<const GemmOutput> outputs, ThreadPool& pool);
 
 }  // namespace tandem::kernels::internal

@@ -1,13 +1,15 @@
-// Prefill GEMM: y = x * W^T + bias for large M, as a BLIS-style packed outer-product kernel.
+// Blocked GEMM: y = x * W^T + bias as a BLIS-style outer-product kernel.
 //
-// W ([N, K], any dtype) is packed block by block into f32 micro-panels of kNr weight rows
-// stored k-major ([kc][kNr]), so the microkernel reads two vectors of weights per k and
-// broadcasts one x element per row of x: 12 independent FMA chains on 6 x 16 outputs with
-// 2 + 6 loads per 12 FMAs. Loops: N blocks (threads split these) > K blocks > M (6 rows) >
-// micro-panels; the packed block (kNb x kKc f32, 64 KiB) and a contiguous accumulator for the
-// block's outputs stay in L2 while all of M streams past, and the next K block's weights are
-// prefetched meanwhile. Measured on 1B shapes with weights cold (kernels_bench BM_GemmPrefill,
-// 2 threads): 105 GFLOP/s before the accumulator and the prefetch, 130-140 after.
+// The microkernel reads micro-panels of kNr weight rows stored k-major ([kc][kNr]): two vectors
+// of weights per k and one broadcast x element per row of x, 12 independent FMA chains on
+// 6 x 16 outputs with 2 + 6 loads per 12 FMAs. A row-major W ([N, K], any dtype) is packed
+// block by block into f32 micro-panels on every call; a W packed at load (WeightLayout::kPanels)
+// already is a sequence of micro-panels and is read in place, bf16/f16 converted in registers.
+// Loops: N blocks (threads split these) > K blocks > groups of <= 6 rows of x > micro-panels;
+// the block's weights and a contiguous accumulator for its outputs stay in cache while all of
+// M streams past, and the next K block's weights are prefetched meanwhile. Measured on 1B shapes
+// with weights cold (kernels_bench BM_GemmPrefill, 2 threads): 105 GFLOP/s before the
+// accumulator and the prefetch, 130-160 after.
 
 #include <immintrin.h>
 
@@ -23,7 +25,7 @@ namespace tandem::kernels::internal {
 namespace {
 
 constexpr int kMr = 6;            // rows of x per microkernel (broadcast operand)
-constexpr int kNr = 16;           // weight rows per micro-panel (two vectors; 4x24 measured equal)
+constexpr int kNr = kPanelRows;   // weight rows per micro-panel (two vectors; 4x24 measured equal)
 constexpr int kNv = kNr / 8;      // vectors per micro-panel row
 constexpr int64_t kKc = 256;      // K per block: a micro-panel is 16 KiB, half of L1
 constexpr int64_t kNb = 4 * kNr;  // weight rows packed per block (4 micro-panels)
@@ -78,71 +80,136 @@ void PackMicroPanel(const WeightMatrix& w, int64_t n0, int nr, int64_t k0, int64
   }
 }
 
-// acc[0:MR, 0:kNr] (+)= xp^T * panel over kc steps, where xp holds kMr x values per k (packed
-// x); `first` stores, else adds.
-template <int MR>
-void MicroKernel(const float* xp, const float* panel, int64_t kc, bool first, float* acc_out,
-                 int64_t acc_stride) {
-  __m256 acc[MR][kNv];
+// Loads the kNr weights of column k of a micro-panel whose elements have dtype P (f32 when
+// packed per call, the stored dtype when packed at load) as kNv f32 vectors.
+template <DType P>
+inline void LoadPanelColumn(const void* panel, int64_t k, __m256 (&b)[kNv]) {
+  static_assert(kNv == 2);
+  if constexpr (P == DType::kF32) {
+    const float* p = static_cast<const float*>(panel) + k * kNr;
+    b[0] = _mm256_loadu_ps(p);
+    b[1] = _mm256_loadu_ps(p + 8);
+  } else if constexpr (P == DType::kBF16) {
+    // Rows 0-7 are the low halves of the 32-bit lanes, rows 8-15 the high halves.
+    const __m256i v = _mm256_loadu_si256(
+        reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(panel) + k * kNr));
+    b[0] = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+    b[1] = _mm256_castsi256_ps(
+        _mm256_and_si256(v, _mm256_set1_epi32(static_cast<int32_t>(0xFFFF0000u))));
+  } else {
+    const auto* p = reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(panel) + k * kNr);
+    b[0] = _mm256_cvtph_ps(_mm_loadu_si128(p));
+    b[1] = _mm256_cvtph_ps(_mm_loadu_si128(p + 1));
+  }
+}
+
+// acc[0:MR, 0:NP*kNr] (+)= xp^T * panels over kc steps, where xp holds kMr x values per k
+// (packed x) and the NP micro-panels, `panel_stride` bytes apart, have elements of dtype P;
+// `first` stores, else adds. With kStream the panels are being read from memory for the first
+// time (few rows of x): the kernel prefetches each kStreamAhead bytes ahead, one line per line
+// consumed, which keeps DRAM busy without bursts. NP > 1 gives a row or two of x enough
+// independent FMA chains to outrun memory; each output's sum is the same at every NP and MR.
+template <DType P, bool kStream, int MR, int NP>
+void MicroKernel(const float* xp, const void* panel, int64_t panel_stride, int64_t kc, bool first,
+                 float* acc_out, int64_t acc_stride) {
+  constexpr int64_t kStreamAhead = 2048;
+  constexpr int64_t kColumnBytes = kNr * DTypeSize(P);
+  const char* panels[NP];
+  TANDEM_UNROLL
+  for (int j = 0; j < NP; ++j) panels[j] = static_cast<const char*>(panel) + j * panel_stride;
+  __m256 acc[MR][NP][kNv];
   TANDEM_UNROLL
   for (int i = 0; i < MR; ++i) TANDEM_UNROLL
-  for (int v = 0; v < kNv; ++v) acc[i][v] = _mm256_setzero_ps();
+  for (int j = 0; j < NP; ++j) TANDEM_UNROLL
+  for (int v = 0; v < kNv; ++v) acc[i][j][v] = _mm256_setzero_ps();
 #pragma GCC unroll 4
   for (int64_t k = 0; k < kc; ++k) {
-    __m256 b[kNv];
+    if constexpr (kStream) {
+      if ((k * kColumnBytes) % 64 == 0) {
+        TANDEM_UNROLL
+        for (int j = 0; j < NP; ++j) {
+          _mm_prefetch(panels[j] + k * kColumnBytes + kStreamAhead, _MM_HINT_T0);
+        }
+      }
+    }
+    __m256 b[NP][kNv];
     TANDEM_UNROLL
-    for (int v = 0; v < kNv; ++v) b[v] = _mm256_loadu_ps(panel + k * kNr + 8 * v);
+    for (int j = 0; j < NP; ++j) LoadPanelColumn<P>(panels[j], k, b[j]);
     TANDEM_UNROLL
     for (int i = 0; i < MR; ++i) {
       const __m256 a = _mm256_broadcast_ss(xp + k * kMr + i);
       TANDEM_UNROLL
-      for (int v = 0; v < kNv; ++v) acc[i][v] = _mm256_fmadd_ps(a, b[v], acc[i][v]);
+      for (int j = 0; j < NP; ++j) TANDEM_UNROLL
+      for (int v = 0; v < kNv; ++v) acc[i][j][v] = _mm256_fmadd_ps(a, b[j][v], acc[i][j][v]);
     }
   }
   TANDEM_UNROLL
-  for (int i = 0; i < MR; ++i) {
-    float* out = acc_out + i * acc_stride;
+  for (int i = 0; i < MR; ++i) TANDEM_UNROLL
+  for (int j = 0; j < NP; ++j) {
+    float* out = acc_out + i * acc_stride + j * kNr;
     TANDEM_UNROLL
     for (int v = 0; v < kNv; ++v) {
-      const __m256 sum = first ? acc[i][v] : _mm256_add_ps(acc[i][v], _mm256_loadu_ps(out + 8 * v));
+      const __m256 sum =
+          first ? acc[i][j][v] : _mm256_add_ps(acc[i][j][v], _mm256_loadu_ps(out + 8 * v));
       _mm256_storeu_ps(out + 8 * v, sum);
     }
   }
 }
 
-using KernelFn = void (*)(const float*, const float*, int64_t, bool, float*, int64_t);
-template <int... I>
-constexpr std::array<KernelFn, sizeof...(I)> MakeKernels(std::integer_sequence<int, I...>) {
-  return {&MicroKernel<I + 1>...};
-}
-constexpr auto kKernels = MakeKernels(std::make_integer_sequence<int, kMr>());
+using KernelFn = void (*)(const float*, const void*, int64_t, int64_t, bool, float*, int64_t);
 
-// Prefetches rows [n0, n1) x columns [k0, k0 + kKc) of W, the cache lines spread evenly over
-// `calls` calls of UpTo(1..calls).
+// A microkernel for MR rows of x and how many micro-panels it takes at once.
+struct Kernel {
+  KernelFn fn;
+  int panels;
+};
+
+// Panels per call for MR rows: enough that the FMA chains (2 * MR * NP) reach 8, while the
+// accumulators fit the 16 registers.
+constexpr int StreamPanels(int mr) { return mr == 1 ? 4 : mr == 2 ? 2 : 1; }
+
+template <DType P, bool kStream, bool kWide, int... I>
+constexpr std::array<Kernel, sizeof...(I)> MakeKernels(std::integer_sequence<int, I...>) {
+  return {Kernel{&MicroKernel < P, kStream, I + 1, kWide ? StreamPanels(I + 1) : 1 >,
+                 kWide ? StreamPanels(I + 1) : 1}...};
+}
+// Indexed by MR - 1. Wide kernels take StreamPanels(MR) micro-panels per call.
+template <DType P, bool kStream = false, bool kWide = false>
+constexpr auto kKernels = MakeKernels<P, kStream, kWide>(std::make_integer_sequence<int, kMr>());
+
+// Converts kc columns of a micro-panel packed at load (dtype T) to f32 in row order.
 template <DType T>
-class BlockPrefetcher {
- public:
-  BlockPrefetcher(const WeightMatrix& w, int64_t n0, int64_t n1, int64_t k0, int64_t calls)
-      : calls_(calls) {
-    if (k0 >= w.cols) return;
-    constexpr int64_t kElem = DTypeSize(T);
-    row0_ = static_cast<const char*>(w.data) + (n0 * w.cols + k0) * kElem;
-    row_bytes_ = w.cols * kElem;
-    row_lines_ = (std::min(kKc, w.cols - k0) * kElem + 63) / 64;
-    lines_ = (n1 - n0) * row_lines_;
+void ConvertPanel(const void* panel, int64_t kc, float* out) {
+  for (int64_t k = 0; k < kc; ++k) {
+    __m256 b[kNv];
+    LoadPanelColumn<T>(panel, k, b);
+    TANDEM_UNROLL
+    for (int v = 0; v < kNv; ++v) _mm256_storeu_ps(out + k * kNr + 8 * v, b[v]);
   }
+}
+
+// Prefetches `segments` runs of `bytes` bytes whose starts lie `stride` bytes apart from
+// `first`, the cache lines spread evenly over `calls` calls of UpTo(1..calls). Default: none.
+class Prefetcher {
+ public:
+  Prefetcher() = default;
+  Prefetcher(const char* first, int64_t stride, int64_t segments, int64_t bytes, int64_t calls)
+      : first_(first),
+        stride_(stride),
+        segment_lines_((bytes + 63) / 64),
+        lines_(segments * segment_lines_),
+        calls_(calls) {}
 
   void UpTo(int64_t call) {
     for (const int64_t end = lines_ * call / calls_; line_ < end; ++line_) {
-      _mm_prefetch(row0_ + (line_ / row_lines_) * row_bytes_ + (line_ % row_lines_) * 64,
+      _mm_prefetch(first_ + (line_ / segment_lines_) * stride_ + (line_ % segment_lines_) * 64,
                    _MM_HINT_T0);
     }
   }
 
  private:
-  const char* row0_ = nullptr;
-  int64_t row_bytes_ = 0, row_lines_ = 1, lines_ = 0, line_ = 0;
-  int64_t calls_;
+  const char* first_ = nullptr;
+  int64_t stride_ = 0, segment_lines_ = 1, lines_ = 0, line_ = 0, calls_ = 1;
 };
 
 // Thread-local so each worker packs into its own L2-resident buffer without allocating.
@@ -151,20 +218,30 @@ float* PackBuffer() {
   return buffer.data();
 }
 
-// Packs x into groups of kMr rows stored k-major within each K block of kKc columns, the
-// groups of one K block contiguous: x[kMr g + i, k0 + kk] lands at
-// xp[k0 * m_pad + (g * kc + kk) * kMr + i] (m_pad: m rounded up to kMr; kc: the block's width).
-// The last group is zero-padded. Unpacked, the kMr rows of a microkernel sit a multiple of
-// 4 KiB apart for typical K and fight over the same L1 sets; blocked by K, the microkernels of
-// one K block read x as a single sequential stream.
-void PackX(const float* x, int64_t m, int64_t x_stride, int64_t k, float* xp, ThreadPool& pool) {
-  const int64_t groups = (m + kMr - 1) / kMr;
-  const int64_t m_pad = groups * kMr;
-  pool.ParallelFor(groups, 8, [&](int64_t g0, int64_t g1) {
+// The rows of x in ceil(m / kMr) groups whose sizes differ by at most one: 32 rows run as
+// 5,5,5,5,6,6 rather than 6,6,6,6,6,2, whose last group would keep only 4 FMA chains in flight.
+struct RowGroups {
+  explicit RowGroups(int64_t m) : m(m), count((m + kMr - 1) / kMr) {}
+  int64_t Start(int64_t g) const { return g * m / count; }
+  int Size(int64_t g) const { return static_cast<int>(Start(g + 1) - Start(g)); }
+  int64_t PaddedRows() const { return count * kMr; }
+
+  int64_t m, count;
+};
+
+// Packs x group by group, each group's rows k-major (kMr slots per k, unused slots zero) within
+// each K block of kKc columns, the groups of one K block contiguous: row Start(g) + i, column
+// k0 + kk lands at xp[k0 * m_pad + (g * kc + kk) * kMr + i] (m_pad: PaddedRows(); kc: the
+// block's width). Unpacked, the rows of a microkernel sit a multiple of 4 KiB apart for typical
+// K and fight over the same L1 sets; blocked by K, the microkernels of one K block read x as a
+// single sequential stream.
+void PackX(const float* x, int64_t x_stride, int64_t k, const RowGroups& groups, float* xp,
+           ThreadPool& pool) {
+  const int64_t m_pad = groups.PaddedRows();
+  auto pack = [&](int64_t g0, int64_t g1) {
     for (int64_t g = g0; g < g1; ++g) {
       for (int i = 0; i < kMr; ++i) {
-        const int64_t row = g * kMr + i;
-        const float* src = row < m ? x + row * x_stride : nullptr;
+        const float* src = i < groups.Size(g) ? x + (groups.Start(g) + i) * x_stride : nullptr;
         for (int64_t k0 = 0; k0 < k; k0 += kKc) {
           const int64_t kc = std::min(kKc, k - k0);
           float* dst = xp + k0 * m_pad + g * kc * kMr + i;
@@ -172,89 +249,175 @@ void PackX(const float* x, int64_t m, int64_t x_stride, int64_t k, float* xp, Th
         }
       }
     }
-  });
+  };
+  // A decode step's few rows are not worth waking the pool for.
+  constexpr int64_t kGrain = 8;
+  if (groups.count <= kGrain) return pack(0, groups.count);
+  pool.ParallelFor(groups.count, kGrain, pack);
 }
 
-// Computes y[m0:m1, n0:n1] for one work item; n1 - n0 <= kNb and m0 is a multiple of kMr.
-// xp is x packed by PackX for m_pad rows. The sums build up over the K blocks in a contiguous
-// thread-local tile ([m][kNb]) and are written to y once at the end: y's own rows lie N floats
-// apart, a power of two for most models, so the rows of a tile would share cache sets and be
-// refetched from L3 on every K block (measured: 20% of the GEMM's time).
-template <DType T>
-void Block(const float* xp, int64_t m_pad, int64_t m0, int64_t m1, const WeightMatrix& w,
+// Computes y[rows of groups g0..g1, n0:n1] for one work item; n1 - n0 <= kNb and n0 is a
+// multiple of kNb. xp is x packed by PackX. The sums build up over the K blocks in a contiguous
+// thread-local tile and are written to y once at the end: y's own rows lie N floats apart, a
+// power of two for most models, so the rows of a tile would share cache sets and be refetched
+// from L3 on every K block (measured: 20% of the GEMM's time).
+template <DType T, WeightLayout L>
+void Block(const float* xp, const RowGroups& groups, int64_t g0, int64_t g1, const WeightMatrix& w,
            int64_t n0, int64_t n1, const float* bias, float* y, int64_t y_stride) {
-  float* packed = PackBuffer();
+  constexpr bool kPrepacked = L == WeightLayout::kPanels;
+  constexpr int64_t kElem = DTypeSize(T);
+  // Panels packed at load are read in place, converted in registers. Few rows of x (decode)
+  // stream them straight from memory; many rows (prefill) reuse each block so often that
+  // converting it to f32 once beats converting it in every microkernel.
+  constexpr int64_t kStreamMaxGroups = 2, kConvertMinGroups = 8;
+  const bool stream = kPrepacked && g1 - g0 <= kStreamMaxGroups;
+  const bool to_f32 = !kPrepacked || (T != DType::kF32 && g1 - g0 >= kConvertMinGroups);
+  const Kernel* narrow = to_f32   ? kKernels<DType::kF32>.data()
+                         : stream ? kKernels<T, true>.data()
+                                  : kKernels<T>.data();
+  const Kernel* kernels = stream ? kKernels<T, true, true>.data() : narrow;
   thread_local std::vector<float> acc_buffer;
-  const int64_t rows = (m1 - m0 + kMr - 1) / kMr * kMr;
+  const int64_t rows = (g1 - g0) * kMr;
   if (static_cast<int64_t>(acc_buffer.size()) < rows * kNb) acc_buffer.resize(rows * kNb);
   float* acc = acc_buffer.data();
+  const int64_t m_pad = groups.PaddedRows();
   const int panels = static_cast<int>((n1 - n0 + kNr - 1) / kNr);
+  const char* base = static_cast<const char*>(w.data);
+  // Packed at load, a panel is kNr rows x all columns.
+  const int64_t panel_bytes = w.cols * kNr * kElem;
+  const char* block_panels = base + (n0 / kNr) * panel_bytes;
+  float* packed = to_f32 ? PackBuffer() : nullptr;
   for (int64_t k0 = 0; k0 < w.cols; k0 += kKc) {
     const int64_t kc = std::min(kKc, w.cols - k0);
+    const void* panel[kNb / kNr];
     for (int p = 0; p < panels; ++p) {
-      const int nr = static_cast<int>(std::min<int64_t>(kNr, n1 - n0 - p * kNr));
-      PackMicroPanel<T>(w, n0 + p * kNr, nr, k0, kc, packed + p * kKc * kNr);
+      float* f32 = packed + p * kKc * kNr;
+      if constexpr (kPrepacked) {
+        panel[p] = block_panels + p * panel_bytes + k0 * kNr * kElem;
+        if (to_f32) {
+          ConvertPanel<T>(panel[p], kc, f32);
+          panel[p] = f32;
+        }
+      } else {
+        const int nr = static_cast<int>(std::min<int64_t>(kNr, n1 - n0 - p * kNr));
+        PackMicroPanel<T>(w, n0 + p * kNr, nr, k0, kc, f32);
+        panel[p] = f32;
+      }
     }
     const bool first = k0 == 0;
-    // The next K block's weights are prefetched while this one computes, spread evenly over
-    // the microkernel calls: packing otherwise waits on DRAM latency row by row, and a model's
-    // weights are never in cache.
-    BlockPrefetcher<T> prefetch(w, n0, n1, k0 + kc, rows / kMr * panels);
+    // Otherwise the next K block's weights are prefetched while this one computes, spread
+    // evenly over the microkernel calls: packing or the kernel would wait on DRAM latency, and
+    // a model's weights are never in cache.
+    const int64_t next = k0 + kc, calls = (g1 - g0) * panels;
+    Prefetcher prefetch;
+    if (next < w.cols && !stream) {
+      const int64_t next_kc = std::min(kKc, w.cols - next);
+      prefetch = kPrepacked ? Prefetcher(block_panels + next * kNr * kElem, panel_bytes, panels,
+                                         next_kc * kNr * kElem, calls)
+                            : Prefetcher(base + (n0 * w.cols + next) * kElem, w.cols * kElem,
+                                         n1 - n0, next_kc * kElem, calls);
+    }
     int64_t call = 0;
-    for (int64_t m = m0; m < m1; m += kMr) {
-      const int mr = static_cast<int>(std::min<int64_t>(kMr, m1 - m));
-      for (int p = 0; p < panels; ++p) {
+    for (int64_t g = g0; g < g1; ++g) {
+      const int mr = groups.Size(g);
+      const float* xg = xp + k0 * m_pad + g * kc * kMr;
+      float* acc_g = acc + (g - g0) * kMr * kNb;
+      for (int p = 0; p < panels;) {
         prefetch.UpTo(++call);
-        kKernels[mr - 1](xp + (k0 * m_pad + m * kc), packed + p * kKc * kNr, kc, first,
-                         acc + (m - m0) * kNb + p * kNr, kNb);
+        // A block at the end of a matrix may hold fewer panels than a wide kernel takes.
+        const Kernel kernel =
+            p + kernels[mr - 1].panels <= panels ? kernels[mr - 1] : narrow[mr - 1];
+        kernel.fn(xg, panel[p], panel_bytes, kc, first, acc_g + p * kNr, kNb);
+        p += kernel.panels;
       }
     }
   }
-  for (int64_t m = m0; m < m1; ++m) {
-    const float* src = acc + (m - m0) * kNb;
-    float* dst = y + m * y_stride + n0;
-    for (int64_t j = 0; j < n1 - n0; ++j) dst[j] = src[j] + (bias ? bias[n0 + j] : 0.0f);
+  for (int64_t g = g0; g < g1; ++g) {
+    for (int i = 0; i < groups.Size(g); ++i) {
+      const float* src = acc + ((g - g0) * kMr + i) * kNb;
+      float* dst = y + (groups.Start(g) + i) * y_stride + n0;
+      for (int64_t j = 0; j < n1 - n0; ++j) dst[j] = src[j] + (bias ? bias[n0 + j] : 0.0f);
+    }
   }
+}
+
+using BlockFn = void (*)(const float*, const RowGroups&, int64_t, int64_t, const WeightMatrix&,
+                         int64_t, int64_t, const float*, float*, int64_t);
+
+template <WeightLayout L>
+BlockFn BlockFor(DType dtype) {
+  switch (dtype) {
+    case DType::kBF16:
+      return &Block<DType::kBF16, L>;
+    case DType::kF16:
+      return &Block<DType::kF16, L>;
+    case DType::kF32:
+      break;
+  }
+  return &Block<DType::kF32, L>;
+}
+
+BlockFn BlockFor(const WeightMatrix& w) {
+  return w.layout == WeightLayout::kPanels ? BlockFor<WeightLayout::kPanels>(w.dtype)
+                                           : BlockFor<WeightLayout::kRowMajor>(w.dtype);
 }
 
 }  // namespace
 
 void GemmTiled(const float* x, int64_t m, int64_t x_stride, const WeightMatrix& w,
                const float* bias, float* y, int64_t y_stride, ThreadPool& pool) {
-  if (w.cols == 0) {
-    for (int64_t i = 0; i < m; ++i) {
-      for (int64_t j = 0; j < w.rows; ++j) y[i * y_stride + j] = bias ? bias[j] : 0.0f;
+  const GemmOutput out{w, bias, y, y_stride};
+  GemmTiledMulti(x, m, x_stride, {&out, 1}, pool);
+}
+
+void GemmTiledMulti(const float* x, int64_t m, int64_t x_stride,
+                    std::span<const GemmOutput> outputs, ThreadPool& pool) {
+  if (m <= 0 || outputs.empty()) return;
+  const int64_t cols = outputs.front().w.cols;
+  if (cols == 0) {
+    for (const auto& o : outputs) {
+      for (int64_t i = 0; i < m; ++i) {
+        for (int64_t j = 0; j < o.w.rows; ++j) o.y[i * o.y_stride + j] = o.bias ? o.bias[j] : 0.0f;
+      }
     }
     return;
   }
-  // Work items are (weight block, slice of M), taken dynamically so a slowed thread does not
-  // hold the other at the barrier. Splitting N alone packs every weight once; M is
-  // split too only when there are too few blocks to keep every thread busy.
+  // Work items are (weight block of one output, range of row groups), taken dynamically so a
+  // slowed thread does not hold the other at the barrier. Splitting N alone reads every weight
+  // once; M is split too only when there are too few blocks to keep every thread busy.
+  const RowGroups groups(m);
   const int64_t threads = pool.num_threads();
-  const int64_t n_blocks = (w.rows + kNb - 1) / kNb;
+  int64_t n_blocks = 0;
+  for (const auto& o : outputs) n_blocks += (o.w.rows + kNb - 1) / kNb;
   int64_t m_parts = 1;
   if (n_blocks < 2 * threads) {
-    m_parts = std::clamp<int64_t>((2 * threads + n_blocks - 1) / n_blocks, 1, (m + kMr - 1) / kMr);
+    m_parts = std::clamp<int64_t>((2 * threads + n_blocks - 1) / n_blocks, 1, groups.count);
   }
-  const int64_t m_per_part = ((m + m_parts - 1) / m_parts + kMr - 1) / kMr * kMr;
+  const int64_t groups_per_part = (groups.count + m_parts - 1) / m_parts;
   // Owned by the calling thread; workers get the pointer (a thread_local named inside the
   // lambda would be each worker's own, empty buffer).
   thread_local std::vector<float> xp_buffer;
-  const int64_t m_pad = (m + kMr - 1) / kMr * kMr;
-  const int64_t packed_x = m_pad * w.cols;
+  const int64_t packed_x = groups.PaddedRows() * cols;
   if (static_cast<int64_t>(xp_buffer.size()) < packed_x) xp_buffer.resize(packed_x);
   const float* xp = xp_buffer.data();
-  PackX(x, m, x_stride, w.cols, xp_buffer.data(), pool);
-  auto block = w.dtype == DType::kBF16  ? &Block<DType::kBF16>
-               : w.dtype == DType::kF16 ? &Block<DType::kF16>
-                                        : &Block<DType::kF32>;
+  PackX(x, x_stride, cols, groups, xp_buffer.data(), pool);
   pool.ParallelForDynamic(n_blocks * m_parts, 1, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
-      const int64_t nb = t / m_parts, part = t % m_parts;
-      const int64_t r0 = part * m_per_part, r1 = std::min(m, r0 + m_per_part);
-      if (r0 >= r1) continue;
-      const int64_t n0 = nb * kNb;
-      block(xp, m_pad, r0, r1, w, n0, std::min(w.rows, n0 + kNb), bias, y, y_stride);
+      int64_t nb = t / m_parts;
+      const int64_t part = t % m_parts;
+      const int64_t g0 = part * groups_per_part, g1 = std::min(groups.count, g0 + groups_per_part);
+      if (g0 >= g1) continue;
+      for (const auto& o : outputs) {
+        const int64_t blocks = (o.w.rows + kNb - 1) / kNb;
+        if (nb >= blocks) {
+          nb -= blocks;
+          continue;
+        }
+        const int64_t n0 = nb * kNb;
+        BlockFor(o.w)(xp, groups, g0, g1, o.w, n0, std::min(o.w.rows, n0 + kNb), o.bias, o.y,
+                      o.y_stride);
+        break;
+      }
     }
   });
 }

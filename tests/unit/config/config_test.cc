@@ -36,7 +36,7 @@ TEST(ConfigTest, EmptyDocumentGivesDefaults) {
 
 TEST(ConfigTest, ReadsEverySectionAndTheSeedBlockVerbatim) {
   TandemConfig c = Parse(R"(
-model: {path: /models/llama, weight_memory: hugepages, threads: 2}
+model: {path: /models/llama, weight_memory: mmap, threads: 2}
 kv_cache:
   block_size: 32
   dtype: fp16
@@ -54,7 +54,7 @@ kv_cache_optimization:
   min_batch_size: 8
 )");
   EXPECT_EQ(c.model.path, "/models/llama");
-  EXPECT_EQ(c.model.weight_memory, "hugepages");
+  EXPECT_EQ(c.model.weight_memory, "mmap");
   EXPECT_EQ(c.model.threads, 2);
   EXPECT_EQ(c.kv_cache.block_size, 32);
   EXPECT_EQ(c.kv_cache.dtype, "fp16");

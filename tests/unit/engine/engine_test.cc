@@ -129,6 +129,32 @@ TEST_F(EngineTest, BatchedExecutionMatchesEachSequenceAlone) {
   EXPECT_EQ(e->KvStats().used_blocks, 0);
 }
 
+// `model.weight_memory: hugepages` packs the matrices into panels: the same model, read by
+// another kernel family.
+TEST_F(EngineTest, PanelWeightsGiveTheSameResults) {
+  auto packed = model::Model::Load(dir_, pool_, {.memory = model::WeightMemory::kHugePages});
+  ASSERT_TRUE(packed.ok()) << packed.status();
+  ASSERT_EQ((*packed)->weights().layers[0].q_proj.layout, kernels::WeightLayout::kPanels);
+  auto requests = MixedRequests(6, 8);
+  auto e = MakeEngine(Options(), packed->get());
+  auto got = RunAll(*e, requests);
+  ExpectSameAsSolo(got, requests);
+}
+
+// With panel weights every matrix product sums each output in one fixed order, so a sequence's
+// logits do not depend on which others share its batch: bit for bit.
+TEST_F(EngineTest, PanelWeightsMakeBatchingBitExact) {
+  auto packed = model::Model::Load(dir_, pool_, {.memory = model::WeightMemory::kHugePages});
+  ASSERT_TRUE(packed.ok()) << packed.status();
+  auto requests = MixedRequests(6, 8);
+  auto batched = RunAll(*MakeEngine(Options(), packed->get()), requests);
+  for (const auto& r : requests) {
+    auto solo = RunAll(*MakeEngine(Options(), packed->get()), {r})[r.id];
+    EXPECT_EQ(batched[r.id].tokens, solo.tokens) << r.id;
+    EXPECT_EQ(batched[r.id].logits, solo.logits) << r.id;
+  }
+}
+
 TEST_F(EngineTest, ChunkedPrefillMatchesUnchunked) {
   auto requests = MixedRequests(5, 6);
   EngineOptions o = Options();
@@ -387,7 +413,8 @@ class EnginePruningTest : public EngineTest {
     full.back() = 1;
     model::PruningPlan plan{layers, full};
     std::vector<float> logits;
-    EXPECT_TRUE(model_->Forward({&seq, 1}, (*kv)->pool_base(), (*kv)->layout(), logits, &plan).ok());
+    EXPECT_TRUE(
+        model_->Forward({&seq, 1}, (*kv)->pool_base(), (*kv)->layout(), logits, &plan).ok());
     return logits;
   }
 };

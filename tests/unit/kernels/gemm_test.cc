@@ -1,5 +1,6 @@
 #include "common/kernels/cpu/gemm.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -99,6 +100,85 @@ TEST(GemmTest, StreamingPathAtEveryM) { SweepShapes(internal::GemmStreaming, 2);
 
 TEST(GemmTest, TiledPathAtEveryM) { SweepShapes(internal::GemmTiled, 3); }
 
+// Packs row-major weights into panels, in a 32-byte aligned buffer as the loader's arena gives.
+class Packed {
+ public:
+  Packed(const WeightMatrix& w, ThreadPool& pool)
+      : buffer_(PanelBytes(w.dtype, w.rows, w.cols) + 32) {
+    auto* aligned = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(buffer_.data()) + 31) &
+                                               ~uintptr_t{31});
+    matrix_ = PackPanels(w, aligned, pool);
+  }
+  const WeightMatrix& matrix() const { return matrix_; }
+
+ private:
+  std::vector<uint8_t> buffer_;
+  WeightMatrix matrix_;
+};
+
+void GemmOnPanels(const float* x, int64_t m, int64_t x_stride, const WeightMatrix& w,
+                  const float* bias, float* y, int64_t y_stride, ThreadPool& pool) {
+  const Packed packed(w, pool);
+  EXPECT_EQ(packed.matrix().layout, WeightLayout::kPanels);
+  Gemm(x, m, x_stride, packed.matrix(), bias, y, y_stride, pool);
+}
+
+TEST(GemmTest, PanelsMatchReferenceAtEveryM) {
+  SweepShapes(GemmOnPanels, 2);
+  SweepShapes(GemmOnPanels, 3);
+}
+
+// Panel weights run one kernel family whose per-output reduction order is fixed, whatever the
+// number of rows, the row grouping, the thread count or the in-register conversion: a row's
+// result is bit-identical alone or in a batch, and equal to the row-major blocked kernel's.
+TEST(GemmTest, PanelResultsDoNotDependOnBatchSize) {
+  std::mt19937 rng(5);
+  const int64_t n = 200, k = 515, rows = 70;
+  std::vector<float> x = RandomVector(rows * k, rng);
+  for (DType dtype : kDTypes) {
+    SCOPED_TRACE(DTypeName(dtype));
+    std::vector<float> w_f32 = RandomVector(n * k, rng);
+    std::vector<uint8_t> stored(n * k * DTypeSize(dtype));
+    FromFloat(dtype, w_f32.data(), stored.data(), w_f32.size());
+    const WeightMatrix w{stored.data(), dtype, n, k};
+    ThreadPool two(2), three(3);
+    const Packed packed(w, two);
+    std::vector<float> expected(rows * n);
+    internal::GemmTiled(x.data(), rows, k, w, nullptr, expected.data(), n, two);
+    for (int64_t m : {1, 2, 3, 5, 7, 12, 13, 32, 49, 70}) {
+      for (ThreadPool* pool : {&two, &three}) {
+        std::vector<float> y(m * n);
+        Gemm(x.data(), m, k, packed.matrix(), nullptr, y.data(), n, *pool);
+        ASSERT_TRUE(std::equal(y.begin(), y.end(), expected.begin()))
+            << "m=" << m << " threads=" << pool->num_threads();
+      }
+    }
+  }
+}
+
+TEST(GemmTest, ReadRowReadsEitherLayout) {
+  std::mt19937 rng(6);
+  ThreadPool pool(2);
+  const int64_t n = 37, k = 21;
+  for (DType dtype : kDTypes) {
+    std::vector<float> w_f32 = RandomVector(n * k, rng);
+    std::vector<uint8_t> stored(n * k * DTypeSize(dtype));
+    FromFloat(dtype, w_f32.data(), stored.data(), w_f32.size());
+    std::vector<float> rounded(n * k);
+    ToFloat(dtype, stored.data(), rounded.data(), rounded.size());
+    const WeightMatrix w{stored.data(), dtype, n, k};
+    const Packed packed(w, pool);
+    std::vector<float> row(k), packed_row(k);
+    for (int64_t r = 0; r < n; ++r) {
+      ReadRow(w, r, row.data());
+      ReadRow(packed.matrix(), r, packed_row.data());
+      const std::vector<float> want(rounded.begin() + r * k, rounded.begin() + (r + 1) * k);
+      ASSERT_EQ(row, want) << DTypeName(dtype) << " row " << r;
+      ASSERT_EQ(packed_row, want) << DTypeName(dtype) << " row " << r;
+    }
+  }
+}
+
 TEST(GemmTest, MultiEqualsSeparateProducts) {
   ThreadPool pool(2);
   std::mt19937 rng(11);
@@ -113,20 +193,30 @@ TEST(GemmTest, MultiEqualsSeparateProducts) {
     FromFloat(dt, w.data(), weights.back().data(), w.size());
     biases.push_back(RandomVector(n, rng));
   }
-  for (int64_t m : {1, 3, 17}) {
-    std::vector<float> x = RandomVector(m * k, rng);
-    std::vector<std::vector<float>> multi, single;
-    std::vector<GemmOutput> outs;
-    for (size_t i = 0; i < shapes.size(); ++i) {
-      const auto [n, dt] = shapes[i];
-      multi.emplace_back(m * n, -1.0f);
-      single.emplace_back(m * n, -2.0f);
-      WeightMatrix w{weights[i].data(), dt, n, k};
-      outs.push_back({w, i == 1 ? nullptr : biases[i].data(), multi.back().data(), n});
-      Gemm(x.data(), m, k, w, outs.back().bias, single.back().data(), n, pool);
+  std::vector<Packed> packed;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    packed.emplace_back(WeightMatrix{weights[i].data(), shapes[i].second, shapes[i].first, k},
+                        pool);
+  }
+  for (bool panels : {false, true}) {
+    for (int64_t m : {1, 3, 17, 60}) {
+      std::vector<float> x = RandomVector(m * k, rng);
+      std::vector<std::vector<float>> multi, single;
+      std::vector<GemmOutput> outs;
+      for (size_t i = 0; i < shapes.size(); ++i) {
+        const auto [n, dt] = shapes[i];
+        multi.emplace_back(m * n, -1.0f);
+        single.emplace_back(m * n, -2.0f);
+        const WeightMatrix w =
+            panels ? packed[i].matrix() : WeightMatrix{weights[i].data(), dt, n, k};
+        outs.push_back({w, i == 1 ? nullptr : biases[i].data(), multi.back().data(), n});
+        Gemm(x.data(), m, k, w, outs.back().bias, single.back().data(), n, pool);
+      }
+      GemmMulti(x.data(), m, k, outs, pool);
+      for (size_t i = 0; i < shapes.size(); ++i) {
+        EXPECT_EQ(multi[i], single[i]) << "m=" << m << " panels=" << panels;
+      }
     }
-    GemmMulti(x.data(), m, k, outs, pool);
-    for (size_t i = 0; i < shapes.size(); ++i) EXPECT_EQ(multi[i], single[i]) << "m=" << m;
   }
 }
 
@@ -137,6 +227,7 @@ TEST(GemmTest, HonoursRowStrides) {
       CheckGemm({m, 45, 70, 77, 51, dtype, true}, Gemm, pool, 7);
       CheckGemm({m, 45, 70, 77, 51, dtype, false}, internal::GemmTiled, pool, 8);
       CheckGemm({m, 45, 70, 77, 51, dtype, false}, internal::GemmStreaming, pool, 9);
+      CheckGemm({m, 45, 70, 77, 51, dtype, true}, GemmOnPanels, pool, 10);
     }
   }
 }
