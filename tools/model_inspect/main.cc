@@ -69,7 +69,8 @@ constexpr char kUsage[] = R"(usage:
       prints the decoded text
 Common: --threads N (default: TANDEM_NUM_THREADS or all cores);
         --weight-memory mmap|hugepages (default mmap: zero-copy views of the files;
-        hugepages copies the matrices into 2 MiB pages, faster decode, more memory).
+        hugepages copies the matrices into 2 MiB pages packed for the GEMM kernels:
+        faster decode and prefill, batch-invariant results, more memory).
 )";
 
 }  // namespace
