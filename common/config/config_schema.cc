@@ -178,8 +178,10 @@ std::vector<Field> MakeSchema() {
           "compute threads per engine; 0: every core"),
       Int("kv_cache.block_size", TANDEM_CONFIG_REF(kv_cache.block_size), 1, 1024,
           "tokens per KV block (the unit of paging, prefix caching and transfer)"),
-      Str("kv_cache.dtype", TANDEM_CONFIG_REF(kv_cache.dtype), {"auto", "fp32", "fp16", "bf16"},
-          "element type of the KV cache; auto: the model's weight dtype"),
+      Str("kv_cache.dtype", TANDEM_CONFIG_REF(kv_cache.dtype),
+          {"auto", "fp32", "fp16", "bf16", "int8"},
+          "element type of the KV cache; auto: the model's weight dtype; int8: one fp16 scale "
+          "per token and head (about half of fp16's bytes)"),
       Bytes("kv_cache.memory_bytes", TANDEM_CONFIG_REF(kv_cache.memory_bytes), 1 << 20,
             "KV cache memory per engine"),
       Bool("kv_cache.enable_prefix_caching", TANDEM_CONFIG_REF(kv_cache.enable_prefix_caching),

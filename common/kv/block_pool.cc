@@ -29,7 +29,7 @@ absl::Status ValidateKvLayout(const KvLayout& layout) {
     absl::Status s = CheckRange(field, value, max);
     if (!s.ok()) return s;
   }
-  if (layout.dtype != DType::kF32 && layout.dtype != DType::kF16 && layout.dtype != DType::kBF16) {
+  if (static_cast<uint8_t>(layout.dtype) > static_cast<uint8_t>(DType::kI8)) {
     return absl::InvalidArgumentError(
         absl::StrCat("KV layout: unknown dtype ", static_cast<int>(layout.dtype)));
   }

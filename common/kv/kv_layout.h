@@ -12,6 +12,8 @@ namespace tandem::kv {
 // each head as [block_size][head_dim] elements of `dtype`:
 //   block = layer[0] { K[kv_heads][block_size][head_dim], V[kv_heads][block_size][head_dim] },
 //           layer[1] ..., layer[num_layers-1]
+// An int8 head tile is followed by its rows' scales, [block_size] fp16: row r holds
+// round(x / scale_r) with scale_r = max |x| / 127 of that token's head (see kv_rows.h).
 // This is the unit of export/import between prefill and decode workers.
 struct KvLayout {
   int num_layers = 0;
@@ -21,8 +23,13 @@ struct KvLayout {
   DType dtype = DType::kBF16;
 
   size_t ElementBytes() const { return DTypeSize(dtype); }
-  // Bytes of one head's [block_size][head_dim] tile.
-  size_t HeadBytes() const { return static_cast<size_t>(block_size) * head_dim * ElementBytes(); }
+  // Bytes of one token's row of one head, and of its scale (int8 only).
+  size_t RowBytes() const { return static_cast<size_t>(head_dim) * ElementBytes(); }
+  size_t ScaleBytes() const { return dtype == DType::kI8 ? 2 : 0; }
+  // Bytes of one head's [block_size][head_dim] tile, scales included.
+  size_t HeadBytes() const { return static_cast<size_t>(block_size) * (RowBytes() + ScaleBytes()); }
+  // Offset of a head tile's scales from the tile's start.
+  size_t ScalesOffset() const { return static_cast<size_t>(block_size) * RowBytes(); }
   // Bytes of K and V for one layer.
   size_t LayerBytes() const { return 2 * static_cast<size_t>(num_kv_heads) * HeadBytes(); }
   size_t BlockBytes() const { return static_cast<size_t>(num_layers) * LayerBytes(); }
@@ -31,9 +38,10 @@ struct KvLayout {
   size_t VOffset(int layer, int head) const {
     return layer * LayerBytes() + (num_kv_heads + head) * HeadBytes();
   }
-  // KV bytes one token occupies across all layers: 2 x layers x kv_heads x head_dim x elem.
+  // KV bytes one token occupies across all layers: 2 x layers x kv_heads x (head_dim x elem,
+  // plus a 2-byte scale for int8).
   size_t BytesPerToken() const {
-    return 2 * static_cast<size_t>(num_layers) * num_kv_heads * head_dim * ElementBytes();
+    return 2 * static_cast<size_t>(num_layers) * num_kv_heads * (RowBytes() + ScaleBytes());
   }
 
   bool operator==(const KvLayout&) const = default;

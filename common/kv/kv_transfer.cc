@@ -86,7 +86,7 @@ absl::StatusOr<KvDescriptor> ParseHeader(Reader& reader, uint64_t* num_blocks) {
       !reader.U32(&heads) || !reader.U32(&head_dim)) {
     return Truncated("layout");
   }
-  if (dtype > static_cast<uint32_t>(DType::kBF16)) {
+  if (dtype > static_cast<uint32_t>(DType::kI8)) {
     return absl::InvalidArgumentError(absl::StrCat("KV import: unknown dtype ", dtype));
   }
   // Values above INT32_MAX wrap negative here and are rejected by ValidateKvLayout.

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/kv/kv_rows.h"
 
 namespace tandem::model {
 
@@ -33,9 +34,8 @@ absl::Status ScratchKv::Forward(const int32_t* tokens, int64_t n, int64_t start,
 
 void ScratchKv::Read(int layer, bool value, int head, int64_t pos, float* out) const {
   const uint8_t* block = kv_.data() + (pos / layout_.block_size) * layout_.BlockBytes();
-  const size_t offset = value ? layout_.VOffset(layer, head) : layout_.KOffset(layer, head);
-  const size_t row = static_cast<size_t>(layout_.head_dim) * layout_.ElementBytes();
-  ToFloat(layout_.dtype, block + offset + (pos % layout_.block_size) * row, out, layout_.head_dim);
+  kv::ReadKvRow(block, layout_, {layer, head, value, static_cast<int>(pos % layout_.block_size)},
+                out);
 }
 
 void ScratchKv::Zero(const std::vector<uint8_t>& layers, int64_t begin, int64_t end) {

@@ -2,6 +2,7 @@
 
 #include <immintrin.h>
 
+#include <cmath>
 #include <string>
 
 #include "absl/strings/ascii.h"
@@ -17,6 +18,8 @@ std::string_view DTypeName(DType t) {
       return "fp16";
     case DType::kBF16:
       return "bf16";
+    case DType::kI8:
+      return "int8";
   }
   return "unknown";
 }
@@ -28,6 +31,14 @@ absl::StatusOr<DType> ParseDType(std::string_view name) {
   if (n == "bf16" || n == "bfloat16") return DType::kBF16;
   return absl::InvalidArgumentError(
       absl::StrCat("unknown dtype '", std::string(name), "' (expected fp32, fp16 or bf16)"));
+}
+
+absl::StatusOr<DType> ParseKvDType(std::string_view name) {
+  std::string n = absl::AsciiStrToLower(std::string(name));
+  if (n == "int8" || n == "i8") return DType::kI8;
+  if (auto t = ParseDType(name); t.ok()) return t;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown KV dtype '", std::string(name), "' (expected fp32, fp16, bf16 or int8)"));
 }
 
 float F16ToF32(uint16_t h) { return _cvtsh_ss(h); }
@@ -60,6 +71,11 @@ void ToFloat(DType t, const void* src, float* dst, size_t n) {
       for (; i < n; ++i) dst[i] = Bf16ToF32(s[i]);
       return;
     }
+    case DType::kI8: {
+      const auto* s = static_cast<const int8_t*>(src);
+      for (size_t i = 0; i < n; ++i) dst[i] = s[i];
+      return;
+    }
   }
 }
 
@@ -81,6 +97,14 @@ void FromFloat(DType t, const float* src, void* dst, size_t n) {
     case DType::kBF16: {
       auto* d = static_cast<uint16_t*>(dst);
       for (size_t i = 0; i < n; ++i) d[i] = F32ToBf16(src[i]);
+      return;
+    }
+    case DType::kI8: {
+      auto* d = static_cast<int8_t*>(dst);
+      for (size_t i = 0; i < n; ++i) {
+        const float r = std::nearbyint(src[i]);  // NaN compares false: stored as 0
+        d[i] = static_cast<int8_t>(r >= 127.0f ? 127.0f : r <= -127.0f ? -127.0f : r == r ? r : 0);
+      }
       return;
     }
   }

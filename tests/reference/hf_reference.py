@@ -126,6 +126,14 @@ def llama3_adjust(inv_freq, scaling):
     return torch.where(medium, interpolated, out)
 
 
+def int8_rows(x):
+    """x [..., head_dim] as an int8 KV cache holds it: each row (one token of one head) scaled by
+    s = fp16(max |x| / 127), rounded half to even, clamped to +-127, times s."""
+    scale = (x.abs().amax(-1, keepdim=True) / 127).to(torch.float16).to(torch.float64)
+    q = torch.round(x / torch.where(scale > 0, scale, torch.ones_like(scale))).clamp(-127, 127)
+    return q * scale
+
+
 class Reference:
     """Forward pass of a decoder-only HF model from a config dict and float32 weights."""
 
@@ -147,8 +155,9 @@ class Reference:
             self.sliding_window = config.get("sliding_window")
         dtypes = {None: None, "bf16": torch.bfloat16, "fp16": torch.float16}
         self.native = dtypes[native]
-        # Diagnostic: round K (after RoPE) and V as a half-precision KV cache would.
-        self.kv_dtype = dtypes[kv_dtype]
+        # Round K (after RoPE) and V as a KV cache of that dtype stores them: half precision, or
+        # "int8" (Tandem's int8 cache: see int8_rows).
+        self.kv_dtype = "int8" if kv_dtype == "int8" else dtypes[kv_dtype]
         self.w = {k: v.to(torch.float64) for k, v in weights.items()}
         if "lm_head.weight" not in self.w:
             if not config.get("tie_word_embeddings", True):
@@ -208,7 +217,9 @@ class Reference:
         if kv_keep is not None:  # Ablation: rows whose K/V were never written (zero).
             k = k * kv_keep[None, :, None]
             v = v * kv_keep[None, :, None]
-        if self.kv_dtype is not None:
+        if self.kv_dtype == "int8":
+            k, v = int8_rows(k), int8_rows(v)
+        elif self.kv_dtype is not None:
             k = k.to(self.kv_dtype).to(torch.float64)
             v = v.to(self.kv_dtype).to(torch.float64)
         if trace is not None:  # [n, heads, head_dim] after RoPE (and any KV rounding)

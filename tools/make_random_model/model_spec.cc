@@ -32,6 +32,8 @@ std::string_view TorchDtypeName(DType t) {
       return "float16";
     case DType::kBF16:
       return "bfloat16";
+    case DType::kI8:  // KV only; ParseDType never yields it
+      break;
   }
   return "";
 }

@@ -23,6 +23,8 @@ const char* SafetensorsDtype(DType t) {
       return "F16";
     case DType::kBF16:
       return "BF16";
+    case DType::kI8:  // KV only; ParseDType never yields it
+      break;
   }
   return "";
 }

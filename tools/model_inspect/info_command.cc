@@ -63,7 +63,7 @@ absl::Status RunKvCache(const CliArgs& args) {
   std::string dtype_name = args.StringOr("kv-dtype", "auto");
   DType dtype = c.torch_dtype;
   if (dtype_name != "auto") {
-    TANDEM_ASSIGN_OR_RETURN(dtype, ParseDType(dtype_name));
+    TANDEM_ASSIGN_OR_RETURN(dtype, ParseKvDType(dtype_name));
   }
   TANDEM_ASSIGN_OR_RETURN(int64_t context, args.IntOr("context", c.ContextLength()));
   if (context <= 0) return absl::InvalidArgumentError("--context must be positive");
@@ -75,9 +75,17 @@ absl::Status RunKvCache(const CliArgs& args) {
               c.architecture_name.c_str(), c.num_layers, c.num_kv_heads, c.head_dim);
   std::printf("kv dtype: %s (%zu bytes per element)\n", std::string(DTypeName(dtype)).c_str(),
               layout.ElementBytes());
-  std::printf("formula: 2 (K and V) x %d kv heads x %d head dim x %zu bytes = %llu per layer\n",
-              c.num_kv_heads, c.head_dim, layout.ElementBytes(),
-              static_cast<unsigned long long>(per_layer));
+  if (layout.ScaleBytes() > 0) {
+    std::printf(
+        "formula: 2 (K and V) x %d kv heads x (%d head dim x %zu bytes + %zu-byte scale) = %llu "
+        "per layer\n",
+        c.num_kv_heads, c.head_dim, layout.ElementBytes(), layout.ScaleBytes(),
+        static_cast<unsigned long long>(per_layer));
+  } else {
+    std::printf("formula: 2 (K and V) x %d kv heads x %d head dim x %zu bytes = %llu per layer\n",
+                c.num_kv_heads, c.head_dim, layout.ElementBytes(),
+                static_cast<unsigned long long>(per_layer));
+  }
   std::printf("bytes per token per layer: %llu\n", static_cast<unsigned long long>(per_layer));
   std::printf("bytes per token: %llu\n", static_cast<unsigned long long>(per_token));
   double seq_bytes = static_cast<double>(per_token) * static_cast<double>(context);

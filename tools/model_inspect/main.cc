@@ -10,7 +10,7 @@ namespace {
 constexpr char kUsage[] = R"(usage:
   model-inspect info --model DIR
       architecture, parameter count, dtype, context length, KV geometry
-  model-inspect --kv-cache --model DIR [--context N] [--kv-dtype fp32|fp16|bf16] [--memory BYTES]
+  model-inspect --kv-cache --model DIR [--context N] [--kv-dtype fp32|fp16|bf16|int8] [--memory BYTES]
       KV-cache size: bytes per token per layer, bytes per token, bytes for one sequence of
       --context tokens (default: the model's context), tokens that fit in --memory
       (e.g. 80GiB). Needs only config.json.

@@ -38,7 +38,7 @@ absl::StatusOr<std::unique_ptr<ThreadPool>> MakePool(const CliArgs& args) {
 absl::StatusOr<DType> KvDType(const CliArgs& args, const model::ModelConfig& c) {
   std::string name = args.StringOr("kv-dtype", "auto");
   if (name == "auto") return c.torch_dtype;
-  return ParseDType(name);
+  return ParseKvDType(name);
 }
 
 absl::StatusOr<std::unique_ptr<model::Model>> LoadModel(const CliArgs& args, ThreadPool& pool) {

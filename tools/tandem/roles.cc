@@ -39,7 +39,7 @@ constexpr char kRegistry[] = "tandem.v1.Registry";
 
 absl::StatusOr<DType> KvDType(const config::TandemConfig& c, const model::ModelConfig& m) {
   if (c.kv_cache.dtype == "auto") return m.torch_dtype;
-  return ParseDType(c.kv_cache.dtype);
+  return ParseKvDType(c.kv_cache.dtype);
 }
 
 // `prefill`: the engine of a prefill worker, the one role that prunes (POP); decode always runs

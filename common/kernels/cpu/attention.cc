@@ -14,10 +14,12 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
 #include "common/kernels/cpu/attention_tile.h"
+#include "common/kv/kv_rows.h"
 #include "common/util/dtype.h"
 
 namespace tandem::kernels {
@@ -35,17 +37,19 @@ struct WorkItem {
   int64_t cost;  // ~ rows x keys, for largest-first ordering
 };
 
-// Byte offset from the pool base of token position `pos` of `head` (K if `v` is false).
-size_t KvRowOffset(const kv::KvLayout& layout, const int32_t* table, int layer, int head, bool v,
-                   int64_t pos) {
-  const size_t block = static_cast<size_t>(table[pos / layout.block_size]);
-  const size_t slot = static_cast<size_t>(pos % layout.block_size);
-  const size_t head_offset = v ? layout.VOffset(layer, head) : layout.KOffset(layer, head);
-  return block * layout.BlockBytes() + head_offset + slot * layout.head_dim * layout.ElementBytes();
+// Block and row of token position `pos` of `head` (K if `v` is false).
+struct RowAt {
+  size_t block;
+  kv::KvRowRef row;
+};
+RowAt Locate(const kv::KvLayout& layout, const int32_t* table, int layer, int head, bool v,
+             int64_t pos) {
+  return {static_cast<size_t>(table[pos / layout.block_size]),
+          {layer, head, v, static_cast<int>(pos % layout.block_size)}};
 }
 
-// Calls fn(i, run, offset) for each run of positions [p0 + i, p0 + i + run) of `head` (K if `v`
-// is false) that lies contiguously in one block, at byte `offset` from the pool base.
+// Calls fn(i, run, block, row) for each run of positions [p0 + i, p0 + i + run) of `head` (K if
+// `v` is false) that lies contiguously in one block, starting at `row` of block number `block`.
 template <typename Fn>
 void ForEachRun(const kv::KvLayout& layout, const int32_t* table, int layer, int head, bool v,
                 int64_t p0, int n, Fn&& fn) {
@@ -53,8 +57,29 @@ void ForEachRun(const kv::KvLayout& layout, const int32_t* table, int layer, int
     const int64_t pos = p0 + i;
     const int run =
         static_cast<int>(std::min<int64_t>(n - i, layout.block_size - pos % layout.block_size));
-    fn(i, run, KvRowOffset(layout, table, layer, head, v, pos));
+    const RowAt at = Locate(layout, table, layer, head, v, pos);
+    fn(i, run, at.block, at.row);
     i += run;
+  }
+}
+
+// Dequantizes `run` int8 rows of `d` values starting at `q`, row r scaled by scales[r] (fp16),
+// into rows of `dp` floats.
+void DequantizeRows(const int8_t* q, const uint16_t* scales, int run, int d, int dp, float* dst) {
+  for (int r = 0; r < run; ++r) {
+    const __m256 scale = _mm256_set1_ps(F16ToF32(scales[r]));
+    const int8_t* src = q + static_cast<int64_t>(r) * d;
+    float* row = dst + static_cast<int64_t>(r) * dp;
+    int i = 0;
+    for (; i + 8 <= d; i += 8) {
+      int64_t bytes;
+      std::memcpy(&bytes, src + i, sizeof(bytes));
+      const __m256i wide = _mm256_cvtepi8_epi32(_mm_cvtsi64_si128(bytes));
+      _mm256_storeu_ps(row + i, _mm256_mul_ps(_mm256_cvtepi32_ps(wide), scale));
+    }
+    const float s = F16ToF32(scales[r]);
+    for (; i < d; ++i) row[i] = src[i] * s;
+    std::fill(row + d, row + dp, 0.0f);
   }
 }
 
@@ -62,31 +87,49 @@ void ForEachRun(const kv::KvLayout& layout, const int32_t* table, int layer, int
 void GatherChunk(const uint8_t* kv_base, const kv::KvLayout& layout, const int32_t* table,
                  int layer, int head, bool v, int64_t p0, int n, int dp, float* dst) {
   const int d = layout.head_dim;
-  const size_t row_bytes = static_cast<size_t>(d) * layout.ElementBytes();
-  ForEachRun(layout, table, layer, head, v, p0, n, [&](int i, int run, size_t offset) {
-    const uint8_t* src = kv_base + offset;
-    if (dp == d) {  // rows of a block are contiguous: one call per run
-      ToFloat(layout.dtype, src, dst + static_cast<int64_t>(i) * dp, static_cast<size_t>(run) * d);
-      return;
-    }
-    for (int r = 0; r < run; ++r) {
-      float* row = dst + static_cast<int64_t>(i + r) * dp;
-      ToFloat(layout.dtype, src + r * row_bytes, row, d);
-      std::fill(row + d, row + dp, 0.0f);
-    }
-  });
+  const size_t row_bytes = layout.RowBytes();
+  ForEachRun(layout, table, layer, head, v, p0, n,
+             [&](int i, int run, size_t block, const kv::KvRowRef& row) {
+               const uint8_t* base = kv_base + block * layout.BlockBytes();
+               const uint8_t* src = base + kv::KvRowOffset(layout, row);
+               float* out = dst + static_cast<int64_t>(i) * dp;
+               if (layout.dtype == DType::kI8) {
+                 DequantizeRows(reinterpret_cast<const int8_t*>(src),
+                                reinterpret_cast<const uint16_t*>(
+                                    base + kv::KvScaleOffset(layout, row)),
+                                run, d, dp, out);
+                 return;
+               }
+               if (dp == d) {  // rows of a block are contiguous: one call per run
+                 ToFloat(layout.dtype, src, out, static_cast<size_t>(run) * d);
+                 return;
+               }
+               for (int r = 0; r < run; ++r) {
+                 ToFloat(layout.dtype, src + r * row_bytes, out + static_cast<int64_t>(r) * dp, d);
+                 std::fill(out + static_cast<int64_t>(r) * dp + d, out + (r + 1) * int64_t{dp},
+                           0.0f);
+               }
+             });
 }
 
 // Blocks are scattered, so each is a short stream the hardware prefetcher would only catch
 // halfway through; requesting the next chunk into L2 while this one is computed hides that.
 void PrefetchChunk(const uint8_t* kv_base, const kv::KvLayout& layout, const int32_t* table,
                    int layer, int head, int64_t p0, int n) {
-  const size_t row_bytes = static_cast<size_t>(layout.head_dim) * layout.ElementBytes();
+  const size_t row_bytes = layout.RowBytes();
   for (bool v : {false, true}) {
-    ForEachRun(layout, table, layer, head, v, p0, n, [&](int, int run, size_t offset) {
-      const char* src = reinterpret_cast<const char*>(kv_base + offset);
-      for (size_t b = 0; b < run * row_bytes; b += 64) _mm_prefetch(src + b, _MM_HINT_T1);
-    });
+    ForEachRun(layout, table, layer, head, v, p0, n,
+               [&](int, int run, size_t block, const kv::KvRowRef& row) {
+                 const char* base =
+                     reinterpret_cast<const char*>(kv_base + block * layout.BlockBytes());
+                 const char* src = base + kv::KvRowOffset(layout, row);
+                 for (size_t b = 0; b < run * row_bytes; b += 64) {
+                   _mm_prefetch(src + b, _MM_HINT_T1);
+                 }
+                 if (layout.ScaleBytes() > 0) {
+                   _mm_prefetch(base + kv::KvScaleOffset(layout, row), _MM_HINT_T1);
+                 }
+               });
   }
 }
 
@@ -177,10 +220,11 @@ void WriteKv(const float* k, const float* v, int num_tokens, int64_t start_pos,
     const int64_t pos = start_pos + t;
     for (int h = 0; h < layout.num_kv_heads; ++h) {
       const int64_t src = (static_cast<int64_t>(t) * layout.num_kv_heads + h) * d;
-      FromFloat(layout.dtype, k + src,
-                kv_base + KvRowOffset(layout, block_table, layer, h, false, pos), d);
-      FromFloat(layout.dtype, v + src,
-                kv_base + KvRowOffset(layout, block_table, layer, h, true, pos), d);
+      for (bool value : {false, true}) {
+        const RowAt at = Locate(layout, block_table, layer, h, value, pos);
+        kv::WriteKvRow(kv_base + at.block * layout.BlockBytes(), layout, at.row,
+                       (value ? v : k) + src);
+      }
     }
   }
 }

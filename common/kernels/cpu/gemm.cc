@@ -155,6 +155,8 @@ void GemmStreamingMulti(const float* x, int64_t m, int64_t x_stride,
         case DType::kBF16:
           GemvRange<DType::kBF16>(x, m, x_stride, o.w, o.bias, o.y, o.y_stride, n0, n1);
           break;
+        case DType::kI8:  // KV only: the loader refuses weights in any dtype but f32/f16/bf16
+          break;
       }
     }
   });
@@ -253,6 +255,9 @@ void ReadRow(const WeightMatrix& w, int64_t row, float* out) {
         break;
       case DType::kBF16:
         out[k] = Load1<DType::kBF16>(base, i);
+        break;
+      case DType::kI8:  // KV only
+        out[k] = 0;
         break;
     }
   }

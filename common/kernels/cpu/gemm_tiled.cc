@@ -352,6 +352,7 @@ BlockFn BlockFor(DType dtype) {
     case DType::kF16:
       return &Block<DType::kF16, L>;
     case DType::kF32:
+    case DType::kI8:  // KV only: the loader refuses weights in any dtype but f32/f16/bf16
       break;
   }
   return &Block<DType::kF32, L>;

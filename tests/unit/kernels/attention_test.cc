@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <string>
@@ -41,7 +42,22 @@ std::vector<float> RandomVector(size_t n, std::mt19937& rng) {
   return v;
 }
 
-std::vector<float> RoundTrip(DType dtype, const std::vector<float>& x) {
+// The values a cache of `dtype` holds for x (rows of d values). int8, from its definition: each
+// row scaled by s = fp16(max |x| / 127), rounded to the nearest integer, clamped to +-127.
+std::vector<float> RoundTrip(DType dtype, const std::vector<float>& x, int d) {
+  if (dtype == DType::kI8) {
+    std::vector<float> back(x.size());
+    for (size_t r = 0; r < x.size(); r += d) {
+      double max_abs = 0;
+      for (int i = 0; i < d; ++i) max_abs = std::max(max_abs, std::fabs(double{x[r + i]}));
+      const double s = F16ToF32(F32ToF16(static_cast<float>(max_abs / 127)));
+      for (int i = 0; i < d; ++i) {
+        const double q = s == 0 ? 0 : std::clamp(std::nearbyint(x[r + i] / s), -127.0, 127.0);
+        back[r + i] = static_cast<float>(q * s);
+      }
+    }
+    return back;
+  }
   std::vector<uint8_t> stored(x.size() * DTypeSize(dtype));
   FromFloat(dtype, x.data(), stored.data(), x.size());
   std::vector<float> back(x.size());
@@ -114,8 +130,8 @@ void RunAndCheck(const kv::KvLayout& layout, int heads, const std::vector<SeqSpe
             kv_pool.data(), layout, kLayer);
     WriteKv(k.data() + split, v.data() + split, s.spec.num_tokens, s.spec.start_pos,
             s.blocks.data(), kv_pool.data(), layout, kLayer);
-    s.k = RoundTrip(layout.dtype, k);
-    s.v = RoundTrip(layout.dtype, v);
+    s.k = RoundTrip(layout.dtype, k, d);
+    s.v = RoundTrip(layout.dtype, v, d);
   }
   std::vector<AttentionSequence> batch;
   for (SeqData& s : seqs) {
@@ -159,24 +175,28 @@ TEST_P(PagedAttentionTest, MixedBatchMatchesReference) {
 
 INSTANTIATE_TEST_SUITE_P(
     AllKvDtypes, PagedAttentionTest,
-    ::testing::Combine(::testing::Values(DType::kF32, DType::kF16, DType::kBF16),
+    ::testing::Combine(::testing::Values(DType::kF32, DType::kF16, DType::kBF16, DType::kI8),
                        ::testing::Values(16, 5, 1),
                        ::testing::Values(std::pair{8, 2} /*GQA*/, std::pair{4, 1} /*MQA*/,
                                          std::pair{3, 3} /*MHA*/)));
 
 TEST(PagedAttentionHeadDimTest, OddHeadDims) {
   ThreadPool pool(2);
-  for (int head_dim : {32, 48, 80, 128, 20, 3}) {
-    kv::KvLayout layout{kLayers, 2, head_dim, 16, DType::kBF16};
-    RunAndCheck(layout, 8, {{0, 9}, {30, 1}, {17, 20}}, pool, head_dim);
+  for (DType dtype : {DType::kBF16, DType::kI8}) {
+    for (int head_dim : {32, 48, 80, 128, 20, 3}) {
+      kv::KvLayout layout{kLayers, 2, head_dim, 16, dtype};
+      RunAndCheck(layout, 8, {{0, 9}, {30, 1}, {17, 20}}, pool, head_dim);
+    }
   }
 }
 
 TEST(PagedAttentionLongTest, LongChunkedPrefill) {
   // Many key chunks and query tiles, history longer than one chunk.
   ThreadPool pool(2);
-  kv::KvLayout layout{kLayers, 2, 64, 16, DType::kF16};
-  RunAndCheck(layout, 8, {{150, 160}, {300, 1}}, pool, 5);
+  for (DType dtype : {DType::kF16, DType::kI8}) {
+    kv::KvLayout layout{kLayers, 2, 64, 16, dtype};
+    RunAndCheck(layout, 8, {{150, 160}, {300, 1}}, pool, 5);
+  }
 }
 
 TEST(WriteKvTest, PlacesRowsPerLayout) {
@@ -214,6 +234,37 @@ TEST(WriteKvTest, PlacesRowsPerLayout) {
   const int nonzero = static_cast<int>(
       std::count_if(all, all + kv_pool.size() / 4, [](float f) { return f != 0.0f; }));
   EXPECT_EQ(nonzero, written);
+}
+
+// An int8 tile: values then one fp16 scale per row, as kv_layout.h specifies.
+TEST(WriteKvTest, Int8RowsCarryTheirScaleAfterTheTile) {
+  kv::KvLayout layout{1, 1, 4, 2, DType::kI8};
+  ASSERT_EQ(layout.HeadBytes(), 2u * (4 + 2));
+  ASSERT_EQ(layout.BytesPerToken(), 2u * (4 + 2));
+  std::vector<uint8_t> kv_pool(layout.BlockBytes(), 0);
+  const int32_t table[] = {0};
+  const float k[] = {0.5f, -1.27f, 0.0f, 1.0f, 0, 0, 0, 0};
+  const float v[] = {2.54f, 0.0f, -0.02f, 1.0f, 0, 0, 0, 0};
+  WriteKv(k, v, 2, 0, table, kv_pool.data(), layout, 0);
+  auto q = [&](size_t offset) { return static_cast<int8_t>(kv_pool[offset]); };
+  auto scale = [&](size_t offset) {
+    uint16_t bits;
+    std::memcpy(&bits, kv_pool.data() + offset, 2);
+    return F16ToF32(bits);
+  };
+  // K: rows at 0 and 4, scales at 8 and 10. max |k0| = 1.27 -> scale 0.01 (fp16-rounded).
+  EXPECT_NEAR(scale(8), 0.01f, 1e-5f);
+  EXPECT_EQ(q(0), 50);
+  EXPECT_EQ(q(1), -127);
+  EXPECT_EQ(q(2), 0);
+  EXPECT_EQ(q(3), 100);
+  EXPECT_EQ(scale(10), 0.0f);  // an all-zero row
+  EXPECT_EQ(q(4), 0);
+  // V starts at HeadBytes(): max |v0| = 2.54 -> scale 0.02.
+  EXPECT_NEAR(scale(12 + 8), 0.02f, 2e-5f);
+  EXPECT_EQ(q(12 + 0), 127);
+  EXPECT_EQ(q(12 + 2), -1);
+  EXPECT_EQ(q(12 + 3), 50);
 }
 
 }  // namespace

@@ -151,6 +151,7 @@ TEST(KvTransferTest, RejectsDescriptorMismatchNamingTheField) {
   const MismatchCase cases[] = {
       {"model_id", [](KvCacheOptions& o) { o.model_id = "model-b"; }},
       {"dtype", [](KvCacheOptions& o) { o.layout.dtype = DType::kBF16; }},
+      {"dtype", [](KvCacheOptions& o) { o.layout.dtype = DType::kI8; }},
       {"block_size", [](KvCacheOptions& o) { o.layout.block_size = 8; }},
       {"num_layers", [](KvCacheOptions& o) { o.layout.num_layers = 3; }},
       {"num_kv_heads", [](KvCacheOptions& o) { o.layout.num_kv_heads = 1; }},

@@ -1,0 +1,78 @@
+#!/usr/bin/env python3
+"""Greedy agreement and logit drift of a KV cache dtype against another on one model.
+
+Cuts a text into windows of --prompt tokens, generates --steps greedy tokens from each with
+`model-inspect generate --kv-dtype A` and `--kv-dtype B`, and prints the fraction of positions
+where the two continuations agree, and the fraction of windows that agree entirely. It also
+runs `model-inspect forward` over the first --forward tokens with both dtypes and prints the
+largest and mean logit difference relative to the logits' standard deviation, and how often
+the argmax agrees (teacher-forced).
+
+  scripts/kv_dtype_agreement.py --model models/tandem-py-8l --text-file F [--base fp32]
+      [--kv-dtype int8] [--prompt 256] [--steps 64] [--windows 16] [--forward 1024]
+"""
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+
+def run(cmd):
+    return subprocess.run(cmd, check=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          universal_newlines=True).stdout
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--model", required=True)
+    p.add_argument("--text-file", required=True)
+    p.add_argument("--model-inspect", default="build/tools/model_inspect/model-inspect")
+    p.add_argument("--base", default="fp32")
+    p.add_argument("--kv-dtype", default="int8")
+    p.add_argument("--prompt", type=int, default=256)
+    p.add_argument("--steps", type=int, default=64)
+    p.add_argument("--windows", type=int, default=16)
+    p.add_argument("--forward", type=int, default=1024)
+    a = p.parse_args()
+    mi = a.model_inspect
+    ids = [int(t) for t in run([mi, "tokenize", "--model", a.model, "--text-file",
+                                a.text_file]).replace("\n", ",").split(",") if t]
+    span = a.prompt + a.steps
+    if len(ids) < span * a.windows:
+        sys.exit("text too short: %d tokens for %d windows of %d" % (len(ids), a.windows, span))
+    stride = (len(ids) - span) // max(1, a.windows - 1)
+    same = total = whole = 0
+    for w in range(a.windows):
+        prompt = ",".join(map(str, ids[w * stride:w * stride + a.prompt]))
+        outs = []
+        for dt in (a.base, a.kv_dtype):
+            out = run([mi, "generate", "--model", a.model, "--tokens", prompt, "--max-tokens",
+                       str(a.steps), "--ignore-eos", "--kv-dtype", dt])
+            outs.append(out.strip().splitlines()[-1].split(","))
+        agree = sum(x == y for x, y in zip(*outs))
+        same += agree
+        total += a.steps
+        whole += agree == a.steps
+    print("greedy agreement over %d tokens, %d windows of %d-token prompts: %.4f "
+          "(%d/%d windows identical)" % (a.steps, a.windows, a.prompt, same / total, whole,
+                                         a.windows))
+    n = min(a.forward, len(ids))
+    tokens = ",".join(map(str, ids[:n]))
+    with tempfile.TemporaryDirectory() as tmp:
+        logits = []
+        for dt in (a.base, a.kv_dtype):
+            path = os.path.join(tmp, dt + ".f32")
+            run([mi, "forward", "--model", a.model, "--tokens", tokens, "--logits-out", path,
+                 "--kv-dtype", dt])
+            logits.append(np.fromfile(path, dtype="<f4").reshape(n, -1).astype(np.float64))
+    base, other = logits
+    diff = np.abs(base - other) / base.std()
+    print("forward over %d tokens: max |logit diff|/std %.4f, mean %.5f, argmax agreement %.4f"
+          % (n, diff.max(), diff.mean(), (base.argmax(1) == other.argmax(1)).mean()))
+
+
+if __name__ == "__main__":
+    main()
