@@ -37,8 +37,8 @@ absl::StatusOr<DType> ParseKvDType(std::string_view name) {
   std::string n = absl::AsciiStrToLower(std::string(name));
   if (n == "int8" || n == "i8") return DType::kI8;
   if (auto t = ParseDType(name); t.ok()) return t;
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown KV dtype '", std::string(name), "' (expected fp32, fp16, bf16 or int8)"));
+  return absl::InvalidArgumentError(absl::StrCat("unknown KV dtype '", std::string(name),
+                                                 "' (expected fp32, fp16, bf16 or int8)"));
 }
 
 float F16ToF32(uint16_t h) { return _cvtsh_ss(h); }

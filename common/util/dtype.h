@@ -13,9 +13,7 @@ namespace tandem {
 // fp16 scale per row (one token of one head), laid out by kv::KvLayout.
 enum class DType : uint8_t { kF32 = 0, kF16 = 1, kBF16 = 2, kI8 = 3 };
 
-constexpr size_t DTypeSize(DType t) {
-  return t == DType::kF32 ? 4 : t == DType::kI8 ? 1 : 2;
-}
+constexpr size_t DTypeSize(DType t) { return t == DType::kF32 ? 4 : t == DType::kI8 ? 1 : 2; }
 
 // Lower-case name as used on the command line and in configs: "fp32", "fp16", "bf16", "int8".
 std::string_view DTypeName(DType t);

@@ -88,28 +88,27 @@ void GatherChunk(const uint8_t* kv_base, const kv::KvLayout& layout, const int32
                  int layer, int head, bool v, int64_t p0, int n, int dp, float* dst) {
   const int d = layout.head_dim;
   const size_t row_bytes = layout.RowBytes();
-  ForEachRun(layout, table, layer, head, v, p0, n,
-             [&](int i, int run, size_t block, const kv::KvRowRef& row) {
-               const uint8_t* base = kv_base + block * layout.BlockBytes();
-               const uint8_t* src = base + kv::KvRowOffset(layout, row);
-               float* out = dst + static_cast<int64_t>(i) * dp;
-               if (layout.dtype == DType::kI8) {
-                 DequantizeRows(reinterpret_cast<const int8_t*>(src),
-                                reinterpret_cast<const uint16_t*>(
-                                    base + kv::KvScaleOffset(layout, row)),
-                                run, d, dp, out);
-                 return;
-               }
-               if (dp == d) {  // rows of a block are contiguous: one call per run
-                 ToFloat(layout.dtype, src, out, static_cast<size_t>(run) * d);
-                 return;
-               }
-               for (int r = 0; r < run; ++r) {
-                 ToFloat(layout.dtype, src + r * row_bytes, out + static_cast<int64_t>(r) * dp, d);
-                 std::fill(out + static_cast<int64_t>(r) * dp + d, out + (r + 1) * int64_t{dp},
-                           0.0f);
-               }
-             });
+  ForEachRun(
+      layout, table, layer, head, v, p0, n,
+      [&](int i, int run, size_t block, const kv::KvRowRef& row) {
+        const uint8_t* base = kv_base + block * layout.BlockBytes();
+        const uint8_t* src = base + kv::KvRowOffset(layout, row);
+        float* out = dst + static_cast<int64_t>(i) * dp;
+        if (layout.dtype == DType::kI8) {
+          DequantizeRows(reinterpret_cast<const int8_t*>(src),
+                         reinterpret_cast<const uint16_t*>(base + kv::KvScaleOffset(layout, row)),
+                         run, d, dp, out);
+          return;
+        }
+        if (dp == d) {  // rows of a block are contiguous: one call per run
+          ToFloat(layout.dtype, src, out, static_cast<size_t>(run) * d);
+          return;
+        }
+        for (int r = 0; r < run; ++r) {
+          ToFloat(layout.dtype, src + r * row_bytes, out + static_cast<int64_t>(r) * dp, d);
+          std::fill(out + static_cast<int64_t>(r) * dp + d, out + (r + 1) * int64_t{dp}, 0.0f);
+        }
+      });
 }
 
 // Blocks are scattered, so each is a short stream the hardware prefetcher would only catch

@@ -201,15 +201,21 @@ class Prefetcher {
         calls_(calls) {}
 
   void UpTo(int64_t call) {
+    // One division per call; the walk itself only adds (a few M rows make ~20 lines a call).
     for (const int64_t end = lines_ * call / calls_; line_ < end; ++line_) {
-      _mm_prefetch(first_ + (line_ / segment_lines_) * stride_ + (line_ % segment_lines_) * 64,
-                   _MM_HINT_T0);
+      _mm_prefetch(segment_ + in_segment_ * 64, _MM_HINT_T0);
+      if (++in_segment_ == segment_lines_) {
+        in_segment_ = 0;
+        segment_ += stride_;
+      }
     }
   }
 
  private:
   const char* first_ = nullptr;
   int64_t stride_ = 0, segment_lines_ = 1, lines_ = 0, line_ = 0, calls_ = 1;
+  const char* segment_ = first_;
+  int64_t in_segment_ = 0;
 };
 
 // Thread-local so each worker packs into its own L2-resident buffer without allocating.
