@@ -360,6 +360,29 @@ TEST_F(EngineTest, ResumedRequestContinuesTheSameStream) {
   }
 }
 
+// With panel weights a resumed request (migration re-prefills the generated tokens in one
+// prefill pass where they were first computed one decode step at a time) sees the very logits
+// of the uninterrupted run, bit for bit: every kernel treats each row on its own, in one order.
+// (With row-major weights it does not: the GEMV and the blocked GEMM sum in different orders.)
+TEST_F(EngineTest, PanelWeightsMakeResumptionBitExact) {
+  auto packed = model::Model::Load(dir_, pool_, {.memory = model::WeightMemory::kHugePages});
+  ASSERT_TRUE(packed.ok()) << packed.status();
+  const Request whole = Greedy("w", RandomPrompt(21, 9, 128), 12);
+  const Result full = RunAll(*MakeEngine(Options(), packed->get()), {whole})["w"];
+  ASSERT_EQ(full.logits.size(), 12u);
+  for (int done : {1, 5}) {
+    Request resumed = whole;
+    resumed.prompt.insert(resumed.prompt.end(), full.tokens.begin(), full.tokens.begin() + done);
+    resumed.num_generated = done;
+    const Result rest = RunAll(*MakeEngine(Options(), packed->get()), {resumed})["w"];
+    ASSERT_EQ(rest.logits.size(), 12u - done);
+    for (size_t i = 0; i < rest.logits.size(); ++i) {
+      EXPECT_EQ(rest.logits[i], full.logits[done + i])
+          << "resumed after " << done << ", step " << i;
+    }
+  }
+}
+
 TEST_F(EngineTest, RejectsBadResumptions) {
   auto e = MakeEngine(Options());
   auto code = [&](std::vector<int32_t> prompt, int generated, int max_tokens) {
