@@ -229,6 +229,9 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(const std::stri
     TANDEM_ASSIGN_OR_RETURN(w->lm_head, b.Matrix("lm_head.weight", c.vocab_size, c.hidden_size));
   }
   TANDEM_RETURN_IF_ERROR(b.CheckAllUsed());
+  // Every matrix now lives in the arena and every vector was converted: the mappings would
+  // only keep the files' pages charged to the process (twice the model in RSS).
+  if (w->arena_ != nullptr) w->files_.clear();
   return w;
 }
 

@@ -1,5 +1,7 @@
 #include "common/model/model_weights.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 
@@ -99,9 +101,25 @@ TEST(ModelWeightsTest, HugePageCopyHoldsTheSameValuesInPanels) {
   EXPECT_TRUE(same((*mapped)->embed_tokens, (*copied)->embed_tokens));
   EXPECT_TRUE(same((*mapped)->layers[1].v_proj, (*copied)->layers[1].v_proj));
   EXPECT_EQ(reinterpret_cast<uintptr_t>((*copied)->layers[0].q_proj.data) % 64, 0u);
+  // The copy keeps nothing of the files mapped (only `mapped` does). /proc/self/maps shows
+  // canonical paths, and `dir` may hold a doubled slash: match from its last component.
+  const std::string file = dir.substr(dir.rfind('/') + 1) + "/model.safetensors";
+  auto mappings_of = [&](const std::string& path) {
+    std::ifstream maps("/proc/self/maps");
+    int n = 0;
+    for (std::string line; std::getline(maps, line);) n += line.find(path) != std::string::npos;
+    return n;
+  };
   EXPECT_EQ((*mapped)->layers[1].k_bias, (*copied)->layers[1].k_bias);
   EXPECT_TRUE(ParseWeightMemory("hugepages").ok());
   EXPECT_FALSE(ParseWeightMemory("disk").ok());
+  EXPECT_GT(mappings_of(file), 0);
+  mapped->reset();
+  EXPECT_EQ(mappings_of(file), 0);
+  // The copy still computes (its matrices and vectors are its own).
+  std::vector<float> row((*copied)->embed_tokens.cols);
+  kernels::ReadRow((*copied)->embed_tokens, 3, row.data());
+  EXPECT_TRUE(std::all_of(row.begin(), row.end(), [](float x) { return std::isfinite(x); }));
 }
 
 TEST(ModelWeightsTest, MalformedDirectoriesGiveClearErrors) {
