@@ -73,11 +73,11 @@ absl::Status RunKvCache(const CliArgs& args) {
   const uint64_t per_token = layout.BytesPerToken();
   std::printf("model: %s (%s, %d layers, %d kv heads, head dim %d)\n", dir.c_str(),
               c.architecture_name.c_str(), c.num_layers, c.num_kv_heads, c.head_dim);
-  std::printf("kv dtype: %s (%zu bytes per element)\n", std::string(DTypeName(dtype)).c_str(),
-              layout.ElementBytes());
+  std::printf("kv dtype: %s (%zu byte%s per element)\n", std::string(DTypeName(dtype)).c_str(),
+              layout.ElementBytes(), layout.ElementBytes() == 1 ? "" : "s");
   if (layout.ScaleBytes() > 0) {
     std::printf(
-        "formula: 2 (K and V) x %d kv heads x (%d head dim x %zu bytes + %zu-byte scale) = %llu "
+        "formula: 2 (K and V) x %d kv heads x (%d head dim x %zu byte + %zu-byte scale) = %llu "
         "per layer\n",
         c.num_kv_heads, c.head_dim, layout.ElementBytes(), layout.ScaleBytes(),
         static_cast<unsigned long long>(per_layer));
