@@ -22,11 +22,18 @@ struct ModelConfig {
   int threads = 0;                           // compute threads per engine; 0: all cores
 };
 
+struct MixedKvConfig {
+  int sink_tokens = 4;
+  int window_tokens = 64;
+  int64_t fp16_blocks = 0;  // 0: sized from the scheduler limits
+};
+
 struct KvCacheConfig {
   int block_size = 16;
-  std::string dtype = "auto";  // auto (the model's dtype) | fp32 | fp16 | bf16
+  std::string dtype = "auto";  // auto (the model's dtype) | fp32 | fp16 | bf16 | int8 | mixed
   int64_t memory_bytes = int64_t{1} << 30;
   bool enable_prefix_caching = true;
+  MixedKvConfig mixed;
 };
 
 struct SchedulerConfig {

@@ -179,13 +179,24 @@ std::vector<Field> MakeSchema() {
       Int("kv_cache.block_size", TANDEM_CONFIG_REF(kv_cache.block_size), 1, 1024,
           "tokens per KV block (the unit of paging, prefix caching and transfer)"),
       Str("kv_cache.dtype", TANDEM_CONFIG_REF(kv_cache.dtype),
-          {"auto", "fp32", "fp16", "bf16", "int8"},
+          {"auto", "fp32", "fp16", "bf16", "int8", "mixed"},
           "element type of the KV cache; auto: the model's weight dtype; int8: one fp16 scale "
-          "per token and head (about half of fp16's bytes)"),
+          "per token and head (about half of fp16's bytes); mixed: fp16 for the attention-sink "
+          "tokens and the recent window, int8 for the rest (kv_cache.mixed)"),
       Bytes("kv_cache.memory_bytes", TANDEM_CONFIG_REF(kv_cache.memory_bytes), 1 << 20,
             "KV cache memory per engine"),
       Bool("kv_cache.enable_prefix_caching", TANDEM_CONFIG_REF(kv_cache.enable_prefix_caching),
            "reuse cached blocks of identical prompt prefixes"),
+      Int("kv_cache.mixed.sink_tokens", TANDEM_CONFIG_REF(kv_cache.mixed.sink_tokens), 0, kMaxInt,
+          "mixed: the first tokens of every sequence stay fp16 (attention sinks; whole blocks)"),
+      Int("kv_cache.mixed.window_tokens", TANDEM_CONFIG_REF(kv_cache.mixed.window_tokens), 0,
+          kMaxInt,
+          "mixed: the most recent tokens stay fp16; a block that falls wholly behind them is "
+          "requantized to int8"),
+      Int("kv_cache.mixed.fp16_blocks", TANDEM_CONFIG_REF(kv_cache.mixed.fp16_blocks), 0, kMaxInt,
+          "mixed: blocks of kv_cache.memory_bytes kept fp16, the rest int8; 0: room for "
+          "scheduler.max_num_seqs windows plus one step of prefill, at most a quarter of the "
+          "memory"),
       Int("scheduler.max_num_seqs", TANDEM_CONFIG_REF(scheduler.max_num_seqs), 1, 65536,
           "sequences running at once per engine"),
       Int("scheduler.max_num_batched_tokens", TANDEM_CONFIG_REF(scheduler.max_num_batched_tokens),

@@ -33,6 +33,42 @@ Engine::Sequence::Sequence(Request r, int64_t id)
   sampler.Skip(request.num_generated);
 }
 
+namespace {
+
+// Splits a mixed cache's byte budget into wide blocks and int8 blocks (EngineOptions::MixedKv).
+absl::Status SplitMixedBudget(const EngineOptions& o, int64_t budget, kv::KvCacheOptions& kv) {
+  const EngineOptions::MixedKv& m = o.mixed_kv;
+  if (m.sink_tokens < 0 || m.window_tokens < 0 || m.wide_blocks < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("mixed KV cache: sink_tokens (", m.sink_tokens, "), window_tokens (",
+                     m.window_tokens, ") and fp16 blocks (", m.wide_blocks, ") must be >= 0"));
+  }
+  const int64_t bs = o.block_size;
+  kv::KvLayout narrow = kv.layout;
+  narrow.dtype = DType::kI8;
+  const auto wide_bytes = static_cast<int64_t>(kv.layout.BlockBytes());
+  const auto narrow_bytes = static_cast<int64_t>(narrow.BlockBytes());
+  int64_t wide = m.wide_blocks;
+  if (wide == 0) {
+    const int64_t per_seq = (m.sink_tokens + bs - 1) / bs + (m.window_tokens + bs - 1) / bs + 1;
+    const int64_t step = (o.max_num_batched_tokens + bs - 1) / bs;
+    wide = std::min(o.max_num_seqs * per_seq + step, budget / 4 / wide_bytes);
+  }
+  wide = std::min(wide, budget / wide_bytes);
+  kv.num_blocks = wide;
+  kv.mixed = {.narrow_blocks = (budget - wide * wide_bytes) / narrow_bytes,
+              .sink_tokens = m.sink_tokens,
+              .window_tokens = m.window_tokens};
+  if (wide <= 0 || kv.mixed.narrow_blocks <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("mixed KV cache of ", budget, " bytes has no room for both ", wide_bytes,
+                     "-byte fp16 blocks and ", narrow_bytes, "-byte int8 blocks"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(model::Model& model,
                                                        const EngineOptions& options) {
   if (options.block_size <= 0 || options.block_size > 4096) {
@@ -45,14 +81,17 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(model::Model& model,
   }
   kv::KvCacheOptions kv_options;
   kv_options.layout = model.config().KvLayoutFor(options.kv_dtype, options.block_size);
-  kv_options.num_blocks =
-      options.num_blocks > 0
-          ? options.num_blocks
-          : options.kv_cache_bytes / static_cast<int64_t>(kv_options.layout.BlockBytes());
+  const int64_t block_bytes = static_cast<int64_t>(kv_options.layout.BlockBytes());
+  const int64_t budget =
+      options.num_blocks > 0 ? options.num_blocks * block_bytes : options.kv_cache_bytes;
+  kv_options.num_blocks = budget / block_bytes;
+  if (options.mixed_kv.enabled) {
+    TANDEM_RETURN_IF_ERROR(SplitMixedBudget(options, budget, kv_options));
+  }
   if (kv_options.num_blocks <= 0) {
     return absl::InvalidArgumentError(absl::StrCat("kv cache of ", options.kv_cache_bytes,
-                                                   " bytes holds no block of ",
-                                                   kv_options.layout.BlockBytes(), " bytes"));
+                                                   " bytes holds no block of ", block_bytes,
+                                                   " bytes"));
   }
   kv_options.model_id =
       options.model_id.empty() ? model.config().architecture_name : options.model_id;
@@ -101,13 +140,13 @@ absl::Status Engine::AddRequest(Request request) {
   }
   const int64_t prompt_len = static_cast<int64_t>(request.prompt.size()) - request.num_generated;
   if (request.num_generated < 0 || prompt_len < 1 || request.num_generated >= request.max_tokens) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "num_generated (", request.num_generated, ") must leave at least one prompt token and be ",
-        "below max_tokens (", request.max_tokens, ")"));
+    return absl::InvalidArgumentError(absl::StrCat("num_generated (", request.num_generated,
+                                                   ") must leave at least one prompt token and be ",
+                                                   "below max_tokens (", request.max_tokens, ")"));
   }
   if (request.max_tokens > context - prompt_len) {
-    return absl::InvalidArgumentError(absl::StrCat("prompt (", prompt_len, " tokens) + max_tokens (",
-                                                   request.max_tokens,
+    return absl::InvalidArgumentError(absl::StrCat("prompt (", prompt_len,
+                                                   " tokens) + max_tokens (", request.max_tokens,
                                                    ") exceeds the context length of ", context));
   }
   TANDEM_RETURN_IF_ERROR(request.sampling.Validate());
@@ -304,8 +343,7 @@ absl::Status Engine::RunBatch(std::vector<RequestOutput>& outputs) {
                         .logits = samples ? model::LogitsMode::kLast : model::LogitsMode::kNone});
   }
   const model::PruningPlan* plan = PlanPruning();
-  TANDEM_RETURN_IF_ERROR(
-      model_.Forward(forward_, kv_->pool_base(), kv_->layout(), logits_, plan));
+  TANDEM_RETURN_IF_ERROR(model_.Forward(forward_, kv_->arena(), logits_, plan));
   const int64_t vocab = model_.config().vocab_size;
   int64_t row = 0;
   for (size_t i = 0; i < scheduled_.size(); ++i) {

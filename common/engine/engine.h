@@ -29,6 +29,17 @@ struct EngineOptions {
   int chunk_size = 512;               // prompt tokens per sequence per step
   bool enable_prefix_caching = true;
   std::string model_id;  // enters every block hash; defaults to the model path
+  // kv_cache.dtype mixed: blocks of kv_dtype (fp16) for the attention-sink tokens and the recent
+  // window, int8 blocks for the rest (kv::MixedKvOptions). The budget (num_blocks wide blocks'
+  // worth of bytes, or kv_cache_bytes) is split into `wide_blocks` blocks of kv_dtype and int8
+  // blocks for the remainder. wide_blocks 0: room for the windows of max_num_seqs sequences
+  // plus one step of prefill, at most a quarter of the budget.
+  struct MixedKv {
+    bool enabled = false;
+    int sink_tokens = 4;
+    int window_tokens = 64;
+    int64_t wide_blocks = 0;
+  } mixed_kv;
   // Prefill-only layer pruning (POP). A step whose batch holds at least min_batch_size
   // sequences runs its prompt tokens through the pruned layers, except each prompt's last token
   // and the protected positions; generated tokens always run every layer. Pruned KV depends on
@@ -79,7 +90,7 @@ class Engine {
     int64_t kv_id = 0;
     std::vector<int32_t> tokens;  // prompt + generated
     int prompt_len = 0;
-    int num_computed = 0;  // tokens whose KV is in the cache
+    int num_computed = 0;          // tokens whose KV is in the cache
     int cached_prompt_tokens = 0;  // at first admission (preemption re-admits)
     bool admitted = false;
     int completion_tokens = 0;

@@ -15,8 +15,9 @@ using BlockHash = uint64_t;
 uint64_t HashModelId(std::string_view model_id);
 
 // h_i = XXH3_64(tokens of block i as little-endian int32, seed = XXH3_64(model_id_hash, prev)).
-// `prev` is 0 for the first block, or a salt (see HashPrefixBlocks). Stable across processes and machines (little-endian hosts),
-// which is what lets prefill and decode workers agree on block keys.
+// `prev` is 0 for the first block, or a salt (see HashPrefixBlocks). Stable across processes and
+// machines (little-endian hosts), which is what lets prefill and decode workers agree on block
+// keys.
 BlockHash HashBlock(uint64_t model_id_hash, BlockHash prev, std::span<const int32_t> tokens);
 
 // Chained hashes of every FULL block of `tokens` (a trailing partial block is not hashed). The

@@ -2,6 +2,7 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cassert>
 #include <limits>
 #include <tuple>
@@ -42,58 +43,71 @@ absl::Status ValidateKvLayout(const KvLayout& layout) {
 }
 
 absl::StatusOr<std::unique_ptr<BlockPool>> BlockPool::Create(const KvLayout& layout,
-                                                             int64_t num_blocks) {
+                                                             int64_t num_blocks,
+                                                             int64_t num_narrow) {
   absl::Status s = ValidateKvLayout(layout);
   if (!s.ok()) return s;
-  if (num_blocks <= 0 || num_blocks > std::numeric_limits<int32_t>::max()) {
+  const int64_t total = num_blocks + std::max<int64_t>(num_narrow, 0);
+  if (num_blocks < 0 || num_narrow < 0 || total <= 0 ||
+      total > std::numeric_limits<int32_t>::max()) {
+    return absl::InvalidArgumentError(absl::StrCat("KV cache: num_blocks = ", num_blocks, " + ",
+                                                   num_narrow, " must be in [1, 2^31)"));
+  }
+  KvArena arena{.layout = layout, .num_wide = num_blocks, .narrow = layout};
+  arena.narrow.dtype = DType::kI8;
+  const size_t wide_bytes = layout.BlockBytes();
+  const size_t narrow_bytes = arena.narrow.BlockBytes();
+  if (static_cast<size_t>(num_blocks) > kMaxPoolBytes / wide_bytes ||
+      static_cast<size_t>(num_narrow) > kMaxPoolBytes / narrow_bytes ||
+      num_blocks * wide_bytes + num_narrow * narrow_bytes > kMaxPoolBytes) {
     return absl::InvalidArgumentError(
-        absl::StrCat("KV cache: num_blocks = ", num_blocks, " must be in [1, 2^31)"));
+        absl::StrCat("KV cache: ", num_blocks, " blocks of ", wide_bytes, " bytes and ", num_narrow,
+                     " of ", narrow_bytes, " exceed the limit of ", kMaxPoolBytes, " bytes"));
   }
-  const size_t block_bytes = layout.BlockBytes();
-  if (static_cast<size_t>(num_blocks) > kMaxPoolBytes / block_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat("KV cache: ", num_blocks, " blocks of ",
-                                                   block_bytes, " bytes exceed the limit of ",
-                                                   kMaxPoolBytes, " bytes"));
-  }
-  const size_t bytes = static_cast<size_t>(num_blocks) * block_bytes;
+  const size_t bytes = num_blocks * wide_bytes + num_narrow * narrow_bytes;
   // An anonymous mapping is page-aligned (>= 64) and zero-filled lazily by the kernel on first
   // touch, so a large pool costs nothing until used.
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) {
     return absl::ResourceExhaustedError(
-        absl::StrCat("KV cache: cannot map ", bytes, " bytes for ", num_blocks, " blocks"));
+        absl::StrCat("KV cache: cannot map ", bytes, " bytes for ", total, " blocks"));
   }
-  return std::unique_ptr<BlockPool>(
-      new BlockPool(layout, num_blocks, static_cast<uint8_t*>(p), bytes));
+  arena.base = static_cast<uint8_t*>(p);
+  return std::unique_ptr<BlockPool>(new BlockPool(arena, total, bytes));
 }
 
-BlockPool::BlockPool(const KvLayout& layout, int64_t num_blocks, uint8_t* base, size_t mapped_bytes)
-    : layout_(layout),
-      block_bytes_(layout.BlockBytes()),
-      base_(base),
-      mapped_bytes_(mapped_bytes),
-      blocks_(num_blocks) {
-  free_list_.reserve(num_blocks);
+BlockPool::BlockPool(const KvArena& arena, int64_t num_blocks, size_t mapped_bytes)
+    : arena_(arena), mapped_bytes_(mapped_bytes), blocks_(num_blocks) {
   // Reverse order so block 0 is handed out first (deterministic, friendly to tests and debugging).
-  for (int64_t id = num_blocks - 1; id >= 0; --id) free_list_.push_back(static_cast<int32_t>(id));
+  for (int64_t id = num_blocks - 1; id >= 0; --id) {
+    FreeListOf(static_cast<int32_t>(id)).push_back(static_cast<int32_t>(id));
+  }
 }
 
-BlockPool::~BlockPool() { munmap(base_, mapped_bytes_); }
+BlockPool::~BlockPool() { munmap(arena_.base, mapped_bytes_); }
 
-int32_t BlockPool::Allocate(bool* evicted, BlockHash* evicted_hash) {
-  *evicted = false;
-  int32_t id = kNoBlock;
-  if (!free_list_.empty()) {
-    id = free_list_.back();
-    free_list_.pop_back();
-  } else if (lru_head_ != kNoBlock) {
-    id = lru_head_;
-    *evicted_hash = DropCached(id);
+int32_t BlockPool::Take(BlockKind kind, bool* evicted, BlockHash* evicted_hash) {
+  std::vector<int32_t>& free_list = free_lists_[static_cast<int>(kind)];
+  const int32_t oldest = lru_[static_cast<int>(kind)].head;
+  if (free_list.empty() && oldest != kNoBlock) {
+    *evicted_hash = DropCached(oldest);  // pushes it onto the free list
     *evicted = true;
-    free_list_.pop_back();  // DropCached pushed it onto the free list
-  } else {
-    return kNoBlock;
   }
+  if (free_list.empty()) return kNoBlock;
+  const int32_t id = free_list.back();
+  free_list.pop_back();
+  return id;
+}
+
+int32_t BlockPool::Allocate(bool* evicted, BlockHash* evicted_hash, BlockKind kind,
+                            bool only_kind) {
+  *evicted = false;
+  int32_t id = Take(kind, evicted, evicted_hash);
+  if (id == kNoBlock && !only_kind) {
+    id = Take(kind == BlockKind::kWide ? BlockKind::kNarrow : BlockKind::kWide, evicted,
+              evicted_hash);
+  }
+  if (id == kNoBlock) return kNoBlock;
   KvBlock& b = blocks_[id];
   assert(b.ref_count == 0 && !b.indexed);
   b.ref_count = 1;
@@ -119,7 +133,7 @@ void BlockPool::Release(int32_t id) {
   if (b.indexed) {
     LruPushBack(id);
   } else {
-    free_list_.push_back(id);
+    FreeListOf(id).push_back(id);
   }
 }
 
@@ -130,42 +144,50 @@ void BlockPool::SetIndexed(int32_t id, BlockHash hash) {
   b.hash = hash;
 }
 
+void BlockPool::ClearIndexed(int32_t id) {
+  KvBlock& b = blocks_[id];
+  assert(b.ref_count > 0 && b.indexed);
+  b.indexed = false;
+}
+
 BlockHash BlockPool::DropCached(int32_t id) {
   KvBlock& b = blocks_[id];
   assert(b.ref_count == 0 && b.indexed);
   LruUnlink(id);
   b.indexed = false;
-  free_list_.push_back(id);
+  FreeListOf(id).push_back(id);
   return b.hash;
 }
 
 void BlockPool::LruUnlink(int32_t id) {
   KvBlock& b = blocks_[id];
+  Lru& lru = LruOf(id);
   if (b.lru_prev != kNoBlock) {
     blocks_[b.lru_prev].lru_next = b.lru_next;
   } else {
-    lru_head_ = b.lru_next;
+    lru.head = b.lru_next;
   }
   if (b.lru_next != kNoBlock) {
     blocks_[b.lru_next].lru_prev = b.lru_prev;
   } else {
-    lru_tail_ = b.lru_prev;
+    lru.tail = b.lru_prev;
   }
   b.lru_prev = b.lru_next = kNoBlock;
-  --lru_size_;
+  --lru.size;
 }
 
 void BlockPool::LruPushBack(int32_t id) {
   KvBlock& b = blocks_[id];
-  b.lru_prev = lru_tail_;
+  Lru& lru = LruOf(id);
+  b.lru_prev = lru.tail;
   b.lru_next = kNoBlock;
-  if (lru_tail_ != kNoBlock) {
-    blocks_[lru_tail_].lru_next = id;
+  if (lru.tail != kNoBlock) {
+    blocks_[lru.tail].lru_next = id;
   } else {
-    lru_head_ = id;
+    lru.head = id;
   }
-  lru_tail_ = id;
-  ++lru_size_;
+  lru.tail = id;
+  ++lru.size;
 }
 
 }  // namespace tandem::kv

@@ -7,12 +7,44 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "common/kv/kv_rows.h"
 
 namespace tandem::kv {
 
+namespace {
+
+// Blocks [first, end) of a sequence that has `num_computed` tokens written are behind the window
+// and past the sinks: a mixed cache keeps them in int8.
+std::pair<int64_t, int64_t> NarrowRange(const MixedKvOptions& m, int64_t block_size,
+                                        int64_t num_computed) {
+  const int64_t first = (m.sink_tokens + block_size - 1) / block_size;
+  const int64_t end = std::max<int64_t>(num_computed - m.window_tokens, 0) / block_size;
+  return {first, std::max(first, end)};
+}
+
+}  // namespace
+
+MixedKvFootprint MixedFootprint(const KvLayout& wide, const MixedKvOptions& mixed,
+                                int64_t context) {
+  KvLayout narrow = wide;
+  narrow.dtype = DType::kI8;
+  const auto [first, end] = NarrowRange(mixed, wide.block_size, context);
+  MixedKvFootprint f;
+  f.narrow_tokens = (end - first) * wide.block_size;
+  f.wide_tokens = context - f.narrow_tokens;
+  f.bytes = f.wide_tokens * wide.BytesPerToken() + f.narrow_tokens * narrow.BytesPerToken();
+  return f;
+}
+
 absl::StatusOr<std::unique_ptr<KvCacheManager>> KvCacheManager::Create(
     const KvCacheOptions& options) {
-  auto pool = BlockPool::Create(options.layout, options.num_blocks);
+  if (options.mixed.narrow_blocks > 0 &&
+      (options.mixed.sink_tokens < 0 || options.mixed.window_tokens < 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("KV cache: mixed sink_tokens = ", options.mixed.sink_tokens,
+                     " and window_tokens = ", options.mixed.window_tokens, " must be >= 0"));
+  }
+  auto pool = BlockPool::Create(options.layout, options.num_blocks, options.mixed.narrow_blocks);
   if (!pool.ok()) return pool.status();
   return std::unique_ptr<KvCacheManager>(new KvCacheManager(options, std::move(pool).value()));
 }
@@ -22,16 +54,17 @@ KvCacheManager::KvCacheManager(const KvCacheOptions& options, std::unique_ptr<Bl
       model_id_(options.model_id),
       model_hash_(HashModelId(options.model_id)),
       prefix_caching_(options.enable_prefix_caching),
-      base_(pool->base()),
+      mixed_(options.mixed),
+      arena_(pool->arena()),
       pool_(std::move(pool)) {
   index_.reserve(pool_->num_blocks());
 }
 
-int32_t KvCacheManager::AllocateBlock() {
+int32_t KvCacheManager::AllocateBlock(BlockKind kind, bool only_kind) {
   bool evicted = false;
   BlockHash evicted_hash = 0;
-  const int32_t id = pool_->Allocate(&evicted, &evicted_hash);
-  assert(id != kNoBlock);
+  const int32_t id = pool_->Allocate(&evicted, &evicted_hash, kind, only_kind);
+  assert(id != kNoBlock || only_kind);
   if (evicted) {
     [[maybe_unused]] const size_t erased = index_.erase(evicted_hash);
     assert(erased == 1);
@@ -111,12 +144,14 @@ int64_t KvCacheManager::NumAvailableBlocks() const {
 
 void KvCacheManager::CommitTokens(int64_t seq_id, std::span<const int32_t> tokens,
                                   int num_computed) {
-  if (!prefix_caching_) return;
+  if (!prefix_caching_ && !mixed()) return;
   const int64_t bs = layout_.block_size;
   absl::MutexLock lock(&mu_);
   auto it = seqs_.find(seq_id);
   if (it == seqs_.end()) return;
   Sequence& seq = it->second;
+  if (mixed()) NarrowOldBlocks(seq, num_computed);
+  if (!prefix_caching_) return;
   // Only blocks whose KV is written, whose tokens are known and that the table covers.
   const int64_t limit =
       std::min({static_cast<int64_t>(std::max(num_computed, 0)),
@@ -131,6 +166,28 @@ void KvCacheManager::CommitTokens(int64_t seq_id, std::span<const int32_t> token
     if (pool_->block(id).indexed) continue;
     // An identical block already indexed wins; this one stays unindexed (freed on release).
     if (index_.try_emplace(h, id).second) pool_->SetIndexed(id, h);
+  }
+}
+
+void KvCacheManager::NarrowOldBlocks(Sequence& seq, int num_computed) {
+  const auto [first, end] = NarrowRange(mixed_, layout_.block_size, num_computed);
+  const size_t stop = std::min(seq.blocks.size(), static_cast<size_t>(end));
+  for (size_t b = std::max(seq.next_narrow, static_cast<size_t>(first)); b < stop;
+       seq.next_narrow = ++b) {
+    const int32_t wide = seq.blocks[b];
+    if (arena_.IsNarrow(wide) || pool_->block(wide).ref_count > 1) continue;
+    const int32_t narrow = AllocateBlock(BlockKind::kNarrow, /*only_kind=*/true);
+    if (narrow == kNoBlock) return;  // tried again at the next commit
+    ConvertBlock(arena_.Block(wide), layout_, arena_.Block(narrow), arena_.narrow);
+    if (const KvBlock& old = pool_->block(wide); old.indexed) {
+      const BlockHash hash = old.hash;
+      pool_->ClearIndexed(wide);
+      pool_->SetIndexed(narrow, hash);
+      index_[hash] = narrow;
+    }
+    pool_->Release(wide);
+    seq.blocks[b] = narrow;
+    ++narrowed_;
   }
 }
 
@@ -195,6 +252,8 @@ KvCacheStats KvCacheManager::Stats() const {
   s.hits = hits_;
   s.misses = misses_;
   s.evictions = evictions_;
+  s.narrow_blocks = pool_->num_narrow();
+  s.narrowed = narrowed_;
   s.num_sequences = static_cast<int64_t>(seqs_.size());
   return s;
 }
@@ -240,7 +299,11 @@ absl::Status KvCacheManager::CheckBlocksLive(std::span<const int32_t> block_ids)
 }
 
 absl::StatusOr<ImportResult> KvCacheManager::InsertCachedBlocks(
-    std::span<const BlockHash> hashes, std::span<const uint8_t* const> block_data) {
+    std::span<const BlockHash> hashes, std::span<const uint8_t* const> block_data,
+    const std::optional<KvLayout>& data_layout) {
+  const KvLayout& from = data_layout.value_or(layout_);
+  const BlockKind kind =
+      mixed() && from.dtype == DType::kI8 ? BlockKind::kNarrow : BlockKind::kWide;
   if (hashes.size() != block_data.size()) {
     return absl::InvalidArgumentError(
         absl::StrCat("KV cache: ", hashes.size(), " hashes but ", block_data.size(), " blocks"));
@@ -281,8 +344,8 @@ absl::StatusOr<ImportResult> KvCacheManager::InsertCachedBlocks(
   std::vector<int32_t> fresh;
   fresh.reserve(to_insert.size());
   for (size_t i : to_insert) {
-    const int32_t id = AllocateBlock();
-    std::memcpy(pool_->BlockData(id), block_data[i], pool_->block_bytes());
+    const int32_t id = AllocateBlock(kind);
+    ConvertBlock(block_data[i], from, arena_.Block(id), arena_.LayoutOf(id));
     index_.emplace(hashes[i], id);
     pool_->SetIndexed(id, hashes[i]);
     fresh.push_back(id);

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -18,9 +19,29 @@
 
 namespace tandem::kv {
 
+// A mixed-precision cache (kv_cache.dtype mixed): blocks of the layout's dtype (wide) for the
+// tokens attention leans on, int8 blocks for the rest. A block stays wide while it holds an
+// attention-sink token or one of the last `window_tokens` tokens; once a block has fallen behind
+// the window it is requantized into an int8 block (see CommitTokens).
+struct MixedKvOptions {
+  int64_t narrow_blocks = 0;  // int8 blocks after the num_blocks wide ones; 0: a uniform cache
+  int sink_tokens = 4;        // the first tokens of every sequence: always wide
+  int window_tokens = 64;     // the most recent tokens: wide
+};
+
+// One sequence of `context` tokens in a mixed cache, once its blocks behind the window are
+// requantized: how many tokens are held in the wide dtype and how many in int8, and their bytes.
+struct MixedKvFootprint {
+  int64_t wide_tokens = 0;
+  int64_t narrow_tokens = 0;
+  uint64_t bytes = 0;
+};
+MixedKvFootprint MixedFootprint(const KvLayout& wide, const MixedKvOptions& mixed, int64_t context);
+
 struct KvCacheOptions {
   KvLayout layout;
   int64_t num_blocks = 0;
+  MixedKvOptions mixed;
   std::string model_id;  // part of every block hash
   bool enable_prefix_caching = true;
 };
@@ -50,8 +71,11 @@ class KvCacheManager {
   const std::string& model_id() const { return model_id_; }
   uint64_t model_hash() const { return model_hash_; }
   bool prefix_caching_enabled() const { return prefix_caching_; }
-  // Start of block memory: block b lives at pool_base() + b * layout().BlockBytes().
-  uint8_t* pool_base() { return base_; }
+  // Start of block memory: block b lives at pool_base() + b * layout().BlockBytes() (a uniform
+  // cache; arena() says where the blocks of any cache are).
+  uint8_t* pool_base() { return arena_.base; }
+  const KvArena& arena() const { return arena_; }
+  bool mixed() const { return mixed_.narrow_blocks > 0; }
 
   // Registers `seq_id` and maps the longest cached prefix of `prompt` made of full blocks, but
   // never the whole prompt (at most (prompt.size()-1)/block_size blocks), so at least one token is
@@ -75,6 +99,9 @@ class KvCacheManager {
   // Call after the KV of tokens[0, num_computed) is written. Every newly full block gets its
   // chained hash and enters the prefix index, unless that hash is already indexed (then the block
   // stays unindexed and is freed, not cached, on release). `tokens` is the full token list so far.
+  // In a mixed cache, each wide block of the sequence's own (not shared) that is now wholly
+  // behind the window and past the sinks is requantized into a fresh int8 block, which takes its
+  // place in the table and in the prefix index; with no int8 block to be had it stays wide.
   void CommitTokens(int64_t seq_id, std::span<const int32_t> tokens, int num_computed);
 
   // Releases every block of the sequence, last block first, so that within a sequence the tail is
@@ -113,33 +140,41 @@ class KvCacheManager {
   // InvalidArgument if an id is out of range, FailedPrecondition if a block is free (holds no
   // KV anyone could want to export).
   absl::Status CheckBlocksLive(std::span<const int32_t> block_ids) const;
-  // Copies `block_data[i]` (BlockBytes() each) into fresh blocks indexed under `hashes[i]` as
-  // cached (refcount 0, evictable). Hashes already indexed (or repeated) are skipped.
-  // ResourceExhausted (nothing changed) if the new blocks do not fit; FailedPrecondition if
-  // prefix caching is disabled.
-  absl::StatusOr<ImportResult> InsertCachedBlocks(std::span<const BlockHash> hashes,
-                                                  std::span<const uint8_t* const> block_data);
+  // Copies `block_data[i]` (in `data_layout`, the cache's own if omitted; of the same geometry)
+  // into fresh blocks indexed under `hashes[i]` as cached (refcount 0, evictable). A mixed cache
+  // keeps int8 data in int8 blocks where it can, and converts otherwise. Hashes already indexed (or
+  // repeated) are skipped. ResourceExhausted (nothing changed) if the new blocks do not fit;
+  // FailedPrecondition if prefix caching is disabled.
+  absl::StatusOr<ImportResult> InsertCachedBlocks(
+      std::span<const BlockHash> hashes, std::span<const uint8_t* const> block_data,
+      const std::optional<KvLayout>& data_layout = std::nullopt);
 
  private:
   struct Sequence {
     std::vector<int32_t> blocks;
     // Chained hashes of the first hashes.size() (full, committed) blocks.
     std::vector<BlockHash> hashes;
-    BlockHash salt = 0;     // the chain's start
-    int lookup_hits = 0;    // what AddSequence counted, for CancelSequence
+    BlockHash salt = 0;   // the chain's start
+    int lookup_hits = 0;  // what AddSequence counted, for CancelSequence
     int lookup_misses = 0;
+    size_t next_narrow = 0;  // blocks before this one are int8, shared or sinks (mixed cache)
   };
 
   KvCacheManager(const KvCacheOptions& options, std::unique_ptr<BlockPool> pool);
 
-  // Allocates one block, evicting if needed. The caller has checked availability.
-  int32_t AllocateBlock() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Allocates one block, evicting if needed, of `kind` if one can be had, else (unless
+  // `only_kind`) of the other. kNoBlock if none; callers of the default have checked availability.
+  int32_t AllocateBlock(BlockKind kind = BlockKind::kWide, bool only_kind = false)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Mixed cache: requantizes the sequence's wide blocks that fell behind the window.
+  void NarrowOldBlocks(Sequence& seq, int num_computed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const KvLayout layout_;
   const std::string model_id_;
   const uint64_t model_hash_;
   const bool prefix_caching_;
-  uint8_t* const base_;  // immutable copy of pool_->base(), readable without the lock
+  const MixedKvOptions mixed_;
+  const KvArena arena_;  // immutable copy of pool_->arena(), readable without the lock
 
   mutable absl::Mutex mu_;
   const std::unique_ptr<BlockPool> pool_ ABSL_PT_GUARDED_BY(mu_);
@@ -148,6 +183,7 @@ class KvCacheManager {
   int64_t hits_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t misses_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t evictions_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t narrowed_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace tandem::kv

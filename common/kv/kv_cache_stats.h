@@ -22,6 +22,10 @@ struct KvCacheStats {
   // Cached blocks reclaimed by allocation (LRU eviction), since creation. ResetPrefixCache does
   // not count.
   int64_t evictions = 0;
+  // Int8 blocks of a mixed-precision cache (part of total_blocks; 0 for a uniform cache).
+  int64_t narrow_blocks = 0;
+  // Wide blocks requantized into int8 blocks as they fell behind the window, since creation.
+  int64_t narrowed = 0;
   // Sequences currently registered.
   int64_t num_sequences = 0;
 };

@@ -2,6 +2,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 
 #include "common/util/dtype.h"
 
@@ -45,6 +46,25 @@ struct KvLayout {
   }
 
   bool operator==(const KvLayout&) const = default;
+};
+
+// Where a pool's blocks live. A uniform pool holds blocks of `layout` only: block b starts at
+// base + b * layout.BlockBytes(). A mixed-precision pool (kv_cache.dtype mixed) holds `num_wide`
+// blocks of `layout` (fp16), then blocks of `narrow` (the same geometry in int8); a block's id
+// says which it is, so a block table can mix them freely.
+struct KvArena {
+  uint8_t* base = nullptr;
+  KvLayout layout;
+  int64_t num_wide = std::numeric_limits<int64_t>::max();
+  KvLayout narrow;
+
+  bool IsNarrow(int64_t id) const { return id >= num_wide; }
+  const KvLayout& LayoutOf(int64_t id) const { return IsNarrow(id) ? narrow : layout; }
+  uint8_t* Block(int64_t id) const {
+    if (!IsNarrow(id)) return base + static_cast<size_t>(id) * layout.BlockBytes();
+    return base + static_cast<size_t>(num_wide) * layout.BlockBytes() +
+           static_cast<size_t>(id - num_wide) * narrow.BlockBytes();
+  }
 };
 
 }  // namespace tandem::kv

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "common/util/dtype.h"
 
@@ -39,6 +40,25 @@ void WriteKvRow(uint8_t* block, const KvLayout& layout, const KvRowRef& row, con
     q[i] = static_cast<int8_t>(r >= 127.0f ? 127.0f : r <= -127.0f ? -127.0f : r == r ? r : 0);
   }
   std::memcpy(block + KvScaleOffset(layout, row), &bits, sizeof(bits));
+}
+
+void ConvertBlock(const uint8_t* src, const KvLayout& from, uint8_t* dst, const KvLayout& to) {
+  if (from == to) {
+    std::memcpy(dst, src, from.BlockBytes());
+    return;
+  }
+  std::vector<float> row(from.head_dim);
+  for (int layer = 0; layer < from.num_layers; ++layer) {
+    for (int head = 0; head < from.num_kv_heads; ++head) {
+      for (bool value : {false, true}) {
+        for (int slot = 0; slot < from.block_size; ++slot) {
+          const KvRowRef ref{layer, head, value, slot};
+          ReadKvRow(src, from, ref, row.data());
+          WriteKvRow(dst, to, ref, row.data());
+        }
+      }
+    }
+  }
 }
 
 }  // namespace tandem::kv

@@ -24,6 +24,10 @@ void ReadKvRow(const uint8_t* block, const KvLayout& layout, const KvRowRef& row
 // Stores in[0, head_dim) into the row (quantized for int8).
 void WriteKvRow(uint8_t* block, const KvLayout& layout, const KvRowRef& row, const float* in);
 
+// Copies a whole block from one layout to another of the same geometry (a plain copy if the
+// layouts are equal; else every row is converted, quantized or dequantized).
+void ConvertBlock(const uint8_t* src, const KvLayout& from, uint8_t* dst, const KvLayout& to);
+
 // Byte offset of the row's elements from the start of its block.
 inline size_t KvRowOffset(const KvLayout& layout, const KvRowRef& row) {
   const size_t head =

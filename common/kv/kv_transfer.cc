@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/kv/block_pool.h"
+#include "common/kv/kv_rows.h"
 
 namespace tandem::kv {
 namespace {
@@ -86,6 +87,8 @@ absl::StatusOr<KvDescriptor> ParseHeader(Reader& reader, uint64_t* num_blocks) {
       !reader.U32(&heads) || !reader.U32(&head_dim)) {
     return Truncated("layout");
   }
+  desc.mixed = (dtype & kMixedKvFlag) != 0;
+  dtype &= ~kMixedKvFlag;
   if (dtype > static_cast<uint32_t>(DType::kI8)) {
     return absl::InvalidArgumentError(absl::StrCat("KV import: unknown dtype ", dtype));
   }
@@ -129,8 +132,16 @@ absl::Status CompareDescriptor(const KvDescriptor& got, const KvDescriptor& want
   }
   const KvLayout& g = got.layout;
   const KvLayout& w = want.layout;
-  if (g.dtype != w.dtype) {
-    return mismatch("dtype", std::string(DTypeName(g.dtype)), std::string(DTypeName(w.dtype)));
+  auto name = [](const KvDescriptor& d) {
+    return d.mixed ? absl::StrCat("mixed (", std::string(DTypeName(d.layout.dtype)), " + int8)")
+                   : std::string(DTypeName(d.layout.dtype));
+  };
+  // A mixed cache's block is of its wide dtype or int8.
+  const bool dtype_ok = g.dtype == w.dtype || (want.mixed && g.dtype == DType::kI8);
+  if (got.mixed != want.mixed || !dtype_ok) {
+    KvDescriptor sender = got;
+    if (got.mixed && got.layout.dtype == DType::kI8) sender.layout.dtype = want.layout.dtype;
+    return mismatch("KV dtype", name(sender), name(want));
   }
   if (g.block_size != w.block_size) return mismatch("block_size", g.block_size, w.block_size);
   if (g.num_layers != w.num_layers) return mismatch("num_layers", g.num_layers, w.num_layers);
@@ -144,7 +155,8 @@ absl::Status CompareDescriptor(const KvDescriptor& got, const KvDescriptor& want
 }  // namespace
 
 KvDescriptor DescriptorOf(const KvCacheManager& manager) {
-  return KvDescriptor{.model_id = manager.model_id(), .layout = manager.layout()};
+  return KvDescriptor{
+      .model_id = manager.model_id(), .layout = manager.layout(), .mixed = manager.mixed()};
 }
 
 absl::StatusOr<std::string> ExportBlocks(KvCacheManager& manager,
@@ -156,10 +168,12 @@ absl::StatusOr<std::string> ExportBlocks(KvCacheManager& manager,
   }
   absl::Status live = manager.CheckBlocksLive(block_ids);
   if (!live.ok()) return live;
-  const KvDescriptor desc = DescriptorOf(manager);
+  KvDescriptor desc = DescriptorOf(manager);
   if (desc.model_id.size() > kMaxModelIdBytes) {
     return absl::InvalidArgumentError("KV export: model id too long");
   }
+  const KvArena& arena = manager.arena();
+  if (!block_ids.empty()) desc.layout = arena.LayoutOf(block_ids[0]);
   const KvLayout& l = desc.layout;
   const size_t block_bytes = l.BlockBytes();
   std::string out;
@@ -168,18 +182,18 @@ absl::StatusOr<std::string> ExportBlocks(KvCacheManager& manager,
   PutU32(out, kKvTransferVersion);
   PutU32(out, static_cast<uint32_t>(desc.model_id.size()));
   out.append(desc.model_id);
-  for (int v :
-       {static_cast<int>(l.dtype), l.block_size, l.num_layers, l.num_kv_heads, l.head_dim}) {
+  PutU32(out, static_cast<uint32_t>(l.dtype) | (desc.mixed ? kMixedKvFlag : 0));
+  for (int v : {l.block_size, l.num_layers, l.num_kv_heads, l.head_dim}) {
     PutU32(out, static_cast<uint32_t>(v));
   }
   PutU64(out, block_bytes);
   PutU64(out, block_ids.size());
-  const uint8_t* base = manager.pool_base();
   for (size_t i = 0; i < block_ids.size(); ++i) {
     PutU64(out, hashes[i]);
-    out.append(
-        reinterpret_cast<const char*>(base + static_cast<size_t>(block_ids[i]) * block_bytes),
-        block_bytes);
+    const size_t at = out.size();
+    out.resize(at + block_bytes);
+    ConvertBlock(arena.Block(block_ids[i]), arena.LayoutOf(block_ids[i]),
+                 reinterpret_cast<uint8_t*>(out.data() + at), l);
   }
   PutU64(out, XXH3_64bits(out.data(), out.size()));
   return out;
@@ -206,7 +220,7 @@ absl::StatusOr<ImportResult> ImportBlocks(KvCacheManager& manager, std::string_v
     reader.Bytes(block_bytes, &block);
     data[i] = reinterpret_cast<const uint8_t*>(block.data());
   }
-  return manager.InsertCachedBlocks(hashes, data);
+  return manager.InsertCachedBlocks(hashes, data, desc->layout);
 }
 
 }  // namespace tandem::kv

@@ -16,7 +16,10 @@ namespace tandem::kv {
 // data and is checked on import.
 struct KvDescriptor {
   std::string model_id;
-  KvLayout layout;
+  KvLayout layout;  // of the blocks that follow
+  // The sender's cache is mixed-precision: its blocks are each of `layout`'s wide dtype or int8
+  // (the receiver must be a mixed cache of the same wide dtype).
+  bool mixed = false;
 
   bool operator==(const KvDescriptor&) const = default;
 };
@@ -27,15 +30,18 @@ KvDescriptor DescriptorOf(const KvCacheManager& manager);
 //   "TKVB"  u32 version (=1)
 //   u32 model_id_len, model_id bytes
 //   u32 dtype, u32 block_size, u32 num_layers, u32 num_kv_heads, u32 head_dim
+//     (dtype: the DType of the blocks, | kMixedKvFlag if the sender's cache is mixed-precision)
 //   u64 block_bytes (must equal layout.BlockBytes()), u64 num_blocks
 //   num_blocks x { u64 hash, block_bytes bytes }
 //   u64 XXH3-64 of every byte before it
 inline constexpr char kKvTransferMagic[4] = {'T', 'K', 'V', 'B'};
 inline constexpr uint32_t kKvTransferVersion = 1;
 inline constexpr uint32_t kMaxModelIdBytes = 4096;
+inline constexpr uint32_t kMixedKvFlag = 0x100;
 
 // Serialises the given blocks of `manager` (in order) with their chained hashes and the manager's
-// descriptor. InvalidArgument if the spans differ in length or an id is out of range,
+// descriptor. In a mixed cache the blocks travel in the first one's dtype (one block per call
+// keeps each block's own). InvalidArgument if the spans differ in length or an id is out of range,
 // FailedPrecondition if a block is free.
 absl::StatusOr<std::string> ExportBlocks(KvCacheManager& manager,
                                          std::span<const int32_t> block_ids,

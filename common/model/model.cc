@@ -101,8 +101,14 @@ absl::Status Model::Validate(std::span<const ForwardSequence> batch, const kv::K
 absl::Status Model::Forward(std::span<const ForwardSequence> batch, uint8_t* kv_base,
                             const kv::KvLayout& layout, std::vector<float>& logits,
                             const PruningPlan* pruning, ForwardProbe* probe) {
+  return Forward(batch, kv::KvArena{.base = kv_base, .layout = layout}, logits, pruning, probe);
+}
+
+absl::Status Model::Forward(std::span<const ForwardSequence> batch, const kv::KvArena& kv,
+                            std::vector<float>& logits, const PruningPlan* pruning,
+                            ForwardProbe* probe) {
   int64_t total = 0;
-  TANDEM_RETURN_IF_ERROR(Validate(batch, layout, &total));
+  TANDEM_RETURN_IF_ERROR(Validate(batch, kv.layout, &total));
   if (pruning != nullptr &&
       (static_cast<int64_t>(pruning->pruned_layers.size()) != config_.num_layers ||
        static_cast<int64_t>(pruning->full_depth.size()) != total)) {
@@ -147,10 +153,10 @@ absl::Status Model::Forward(std::span<const ForwardSequence> batch, uint8_t* kv_
       probe->hidden[layer].assign(ws_.hidden.data() + first_row * h, ws_.hidden.data() + total * h);
     }
     if (prunes && pruning->pruned_layers[layer] != 0) {
-      PrunedLayer(layer, batch, total, kv_base, layout);
+      PrunedLayer(layer, batch, total, kv);
       continue;
     }
-    AttentionBlock(layer, batch, total, kv_base, layout);
+    AttentionBlock(layer, batch, total, kv);
     MlpBlock(layer, ws_.hidden.data(), total);
   }
   if (record) {
@@ -173,7 +179,7 @@ void Model::Embed(std::span<const ForwardSequence> batch, int64_t total) {
 }
 
 void Model::ProjectKv(int layer, std::span<const ForwardSequence> batch, int64_t rows,
-                      uint8_t* kv_base, const kv::KvLayout& layout, float* queries) {
+                      const kv::KvArena& kv, float* queries) {
   const LayerWeights& w = weights_->layers[layer];
   const auto [h, nh, nkv, hd, qw, kvw, eps] = dims_;
   if (config_.qk_norm) {
@@ -196,13 +202,13 @@ void Model::ProjectKv(int layer, std::span<const ForwardSequence> batch, int64_t
   int64_t t = 0;
   for (const auto& s : batch) {
     kernels::WriteKv(ws_.k.data() + t * kvw, ws_.v.data() + t * kvw, s.num_tokens, s.start_pos,
-                     s.block_table, kv_base, layout, layer);
+                     s.block_table, kv, layer);
     t += s.num_tokens;
   }
 }
 
 void Model::AttentionBlock(int layer, std::span<const ForwardSequence> batch, int64_t total,
-                           uint8_t* kv_base, const kv::KvLayout& layout) {
+                           const kv::KvArena& kv) {
   const LayerWeights& w = weights_->layers[layer];
   const auto [h, nh, nkv, hd, qw, kvw, eps] = dims_;
 
@@ -216,7 +222,7 @@ void Model::AttentionBlock(int layer, std::span<const ForwardSequence> batch, in
   if (config_.qk_norm) {
     kernels::RmsNorm(ws_.q.data(), w.q_norm.data(), eps, total * nh, hd, ws_.q.data());
   }
-  ProjectKv(layer, batch, total, kv_base, layout, ws_.q.data());
+  ProjectKv(layer, batch, total, kv, ws_.q.data());
 
   auto& seqs = ws_.attention;
   seqs.clear();
@@ -229,7 +235,7 @@ void Model::AttentionBlock(int layer, std::span<const ForwardSequence> batch, in
                     .block_table = s.block_table});
     t += s.num_tokens;
   }
-  kernels::PagedAttention(seqs.data(), static_cast<int>(seqs.size()), nh, kv_base, layout, layer,
+  kernels::PagedAttention(seqs.data(), static_cast<int>(seqs.size()), nh, kv, layer,
                           1.0f / std::sqrt(static_cast<float>(hd)), pool_);
   kernels::Gemm(ws_.attn.data(), total, qw, w.o_proj, nullptr, ws_.proj.data(), h, pool_);
   RecordAttention(layer, total, nullptr, total - 1);
@@ -267,7 +273,7 @@ void Model::GateBranch(int layer, int64_t rows) {
 }
 
 void Model::PrunedLayer(int layer, std::span<const ForwardSequence> batch, int64_t total,
-                        uint8_t* kv_base, const kv::KvLayout& layout) {
+                        const kv::KvArena& kv) {
   const LayerWeights& w = weights_->layers[layer];
   const auto [h, nh, nkv, hd, qw, kvw, eps] = dims_;
   const auto& full = ws_.full_rows;
@@ -275,12 +281,12 @@ void Model::PrunedLayer(int layer, std::span<const ForwardSequence> batch, int64
 
   // Every token's K/V, from the hidden state that reaches this layer.
   kernels::RmsNorm(ws_.hidden.data(), w.input_norm.data(), eps, total, h, ws_.normed.data());
-  const kernels::GemmOutput kv[] = {
+  const kernels::GemmOutput kv_outputs[] = {
       {w.k_proj, BiasOrNull(w.k_bias), ws_.k.data(), kvw},
       {w.v_proj, BiasOrNull(w.v_bias), ws_.v.data(), kvw},
   };
-  kernels::GemmMulti(ws_.normed.data(), total, h, kv, pool_);
-  ProjectKv(layer, batch, total, kv_base, layout, nullptr);
+  kernels::GemmMulti(ws_.normed.data(), total, h, kv_outputs, pool_);
+  ProjectKv(layer, batch, total, kv, nullptr);
   if (nf == 0) {
     RecordAttention(layer, total, &full, -1);
     return;
@@ -314,7 +320,7 @@ void Model::PrunedLayer(int layer, std::span<const ForwardSequence> batch, int64
     }
     t = end;
   }
-  kernels::PagedAttention(seqs.data(), static_cast<int>(seqs.size()), nh, kv_base, layout, layer,
+  kernels::PagedAttention(seqs.data(), static_cast<int>(seqs.size()), nh, kv, layer,
                           1.0f / std::sqrt(static_cast<float>(hd)), pool_);
   kernels::Gemm(ws_.attn.data(), nf, qw, w.o_proj, nullptr, ws_.proj.data(), h, pool_);
   RecordAttention(layer, total, &full, full.back() == total - 1 ? nf - 1 : -1);

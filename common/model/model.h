@@ -81,6 +81,10 @@ class Model {
   absl::Status Forward(std::span<const ForwardSequence> batch, uint8_t* kv_base,
                        const kv::KvLayout& layout, std::vector<float>& logits,
                        const PruningPlan* pruning = nullptr, ForwardProbe* probe = nullptr);
+  // The same over any pool of blocks, a mixed-precision one included.
+  absl::Status Forward(std::span<const ForwardSequence> batch, const kv::KvArena& kv,
+                       std::vector<float>& logits, const PruningPlan* pruning = nullptr,
+                       ForwardProbe* probe = nullptr);
 
  private:
   // Scratch activations, grown to the largest batch seen and reused (no per-step allocation).
@@ -99,10 +103,10 @@ class Model {
                         int64_t* total_tokens) const;
   void Embed(std::span<const ForwardSequence> batch, int64_t total);
   void AttentionBlock(int layer, std::span<const ForwardSequence> batch, int64_t total,
-                      uint8_t* kv_base, const kv::KvLayout& layout);
+                      const kv::KvArena& kv);
   // A pruned layer: K/V for every token, attention and MLP for the rows in ws_.full_rows only.
   void PrunedLayer(int layer, std::span<const ForwardSequence> batch, int64_t total,
-                   uint8_t* kv_base, const kv::KvLayout& layout);
+                   const kv::KvArena& kv);
   // With a recording probe: copies ws_.proj (the o_proj output of the batch rows `rows`,
   // compacted; all rows when null) and the query in row `last_query_row` of ws_.q (-1: none).
   void RecordAttention(int layer, int64_t total, const std::vector<int64_t>* rows,
@@ -112,8 +116,8 @@ class Model {
   // Finishes the K of `rows` rows in ws_.k (k_norm, RoPE) and writes K and V (ws_.v) to each
   // sequence's cache slots. `queries` (rows x q_width, q_norm applied), when given, get their
   // RoPE in the same pass.
-  void ProjectKv(int layer, std::span<const ForwardSequence> batch, int64_t rows, uint8_t* kv_base,
-                 const kv::KvLayout& layout, float* queries);
+  void ProjectKv(int layer, std::span<const ForwardSequence> batch, int64_t rows,
+                 const kv::KvArena& kv, float* queries);
   // hidden[0:rows] += MLP(post_attention_norm(hidden[0:rows])).
   void MlpBlock(int layer, float* hidden, int64_t rows);
   void ComputeLogits(std::span<const ForwardSequence> batch, std::vector<float>& logits);

@@ -18,6 +18,9 @@ through the public API by Python's grpcio.
   --case pruning    prefill workers prune (POP), decode workers run the full model on the KV
                     they receive: every stream equals `model-inspect generate` with the same
                     pruning flags, and pruning changes some outputs
+  --case mixed      kv_cache.dtype mixed on every role: blocks behind the window cross the
+                    store as int8 (half the bytes) and the streams agree with
+                    `model-inspect generate --kv-dtype mixed`
   --case api        bad input is INVALID_ARGUMENT with a message (invalid UTF-8 included);
                     GetModelInfo; client cancel frees the blocks; after SIGTERM new requests
                     are UNAVAILABLE while the one in flight completes.
@@ -220,6 +223,43 @@ def case_pruning(c, stub):
             assert abs(cosines[0] - 1) < 1e-4, cosines  # layer 5 sees what full prefill sees
     assert total >= len(reqs) // 5 - len(c.prefills), total
     wait_blocks_free(c)
+
+
+# A mixed-precision KV cache on every role: fp16 for the sink block and the last 32 tokens, int8
+# behind them.
+MIXED_CONFIG = ["--set", "kv_cache.dtype=mixed", "--set", "kv_cache.mixed.window_tokens=32"]
+
+
+def case_mixed(c, stub):
+    """Prefill hands decode each block in its own dtype, through the store. Decode recomputes a
+    prompt's partial last block over int8 blocks where a single engine computed it over fp16
+    ones, so the streams are compared with `model-inspect generate --kv-dtype mixed` by
+    agreement, not equality."""
+    rng = random.Random(5)
+    reqs = [([rng.randrange(VOCAB) for _ in range(rng.randint(120, 300))], rng.randint(20, 40))
+            for _ in range(24)]
+    want = expected(reqs, ["--kv-dtype", "mixed", "--kv-window-tokens", "32"])
+    results = run_concurrently(stub, reqs)
+    same = total = 0
+    for (ids, complete, code, details), (prompt, max_tokens), w in zip(results, reqs, want):
+        assert code == grpc.StatusCode.OK, (code, details)
+        assert complete is not None and complete.usage.completion_tokens == max_tokens
+        same += sum(a == b for a, b in zip(ids, w))
+        total += len(w)
+    print(f"mixed KV: {same}/{total} tokens equal to model-inspect generate --kv-dtype mixed")
+    assert same >= 0.95 * total, (same, total)
+    # Most of each prompt is behind the window: the store holds mostly int8 blocks, which are
+    # about half the size of fp16 ones (16 tokens x 2 x 8 layers x 2 heads x 64 bytes).
+    fp16_block = 16 * 2 * 8 * 2 * 32 * 2
+    wait_blocks_free(c)
+    for s in c.shards:  # its /metrics refresh every 0.5 s
+        cluster.wait_for(lambda: (s.metric("tandem_cache_store_blocks") or 0) > 0, 10,
+                         "the shard to report its blocks")
+    blocks = sum(s.metric("tandem_cache_store_blocks") for s in c.shards)
+    used = sum(s.metric("tandem_cache_store_used_bytes") for s in c.shards)
+    print(f"  store: {blocks:.0f} blocks, {used / blocks:.0f} bytes each "
+          f"(an fp16 block: {fp16_block})")
+    assert used / blocks < 0.75 * fp16_block, (blocks, used)
 
 
 def case_faults(c, stub):
@@ -457,13 +497,14 @@ def main():
         extra_router = ["--set", "balancer.window_seconds=2", "--set", "balancer.min_lookups=20"]
     # Workers join through the registry in the greedy and fault cases, static lists elsewhere.
     c = cluster.Cluster(args.tandem, args.model, store_bytes=store_bytes,
-                        extra=PRUNING_CONFIG if args.case == "pruning" else (),
+                        extra={"pruning": PRUNING_CONFIG, "mixed": MIXED_CONFIG}.get(args.case, ()),
                         router_extra=extra_router, register=args.case in ("greedy", "faults", "hang"))
     c.channel = grpc.insecure_channel(c.router.address)
     stub = pb_grpc.InferenceStub(c.channel)
     try:
         {"greedy": case_greedy, "faults": case_faults, "hang": case_hang,
-         "balancer": case_balancer, "api": case_api, "pruning": case_pruning}[args.case](c, stub)
+         "balancer": case_balancer, "api": case_api, "pruning": case_pruning,
+         "mixed": case_mixed}[args.case](c, stub)
     except BaseException:
         c.stop()
         print(c.logs())

@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/engine/engine.h"
 #include "common/model/model.h"
 #include "common/model/pruning.h"
 #include "common/tokenizer/tokenizer.h"
@@ -23,11 +24,16 @@ absl::Status RunDetokenize(const CliArgs& args);
 absl::Status RunPruneEval(const CliArgs& args);
 absl::Status RunPruningStats(const CliArgs& args);  // --kv-cache --pruning-stats
 absl::Status RunImportance(const CliArgs& args);
+absl::Status RunKvEval(const CliArgs& args);
 
 // Shared flag handling of the commands that run a model.
 absl::StatusOr<std::unique_ptr<ThreadPool>> MakePool(const CliArgs& args);  // --threads
 // --kv-dtype; "auto" means the model's own dtype, as Hugging Face stores KV in it.
+// "mixed" gives the dtype of a mixed cache's wide blocks (fp16).
 absl::StatusOr<DType> KvDType(const CliArgs& args, const model::ModelConfig& c);
+// --kv-dtype mixed with --kv-sink-tokens and --kv-window-tokens (defaults as kv_cache.mixed);
+// not enabled for any other --kv-dtype.
+absl::StatusOr<engine::EngineOptions::MixedKv> MixedKvFromFlags(const CliArgs& args);
 absl::StatusOr<std::unique_ptr<model::Model>> LoadModel(const CliArgs& args, ThreadPool& pool);
 // --prune-start-layer | --prune-ratio, --prune-keep-every, --protect-tokens; false when no
 // pruning is asked for.

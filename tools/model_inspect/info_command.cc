@@ -55,20 +55,57 @@ absl::Status RunInfo(const CliArgs& args) {
   return absl::OkStatus();
 }
 
+namespace {
+
+// --kv-cache --kv-dtype mixed: the average at the given context, against fp16.
+absl::Status PrintMixedKvCache(const std::string& dir, const model::ModelConfig& c,
+                               const kv::KvLayout& wide, const engine::EngineOptions::MixedKv& m,
+                               int64_t context, int64_t memory) {
+  kv::KvLayout narrow = wide;
+  narrow.dtype = DType::kI8;
+  const kv::MixedKvFootprint f = kv::MixedFootprint(
+      wide, {.sink_tokens = m.sink_tokens, .window_tokens = m.window_tokens}, context);
+  const double per_token = static_cast<double>(f.bytes) / static_cast<double>(context);
+  std::printf("model: %s (%s, %d layers, %d kv heads, head dim %d)\n", dir.c_str(),
+              c.architecture_name.c_str(), c.num_layers, c.num_kv_heads, c.head_dim);
+  std::printf(
+      "kv dtype: mixed (fp16 for the first %d sink tokens and the last %d, int8 with an fp16 "
+      "scale per token and head for the rest, in whole blocks of %d)\n",
+      m.sink_tokens, m.window_tokens, wide.block_size);
+  std::printf("bytes per token: fp16 %zu, int8 %zu\n", wide.BytesPerToken(),
+              narrow.BytesPerToken());
+  std::printf("at %lld tokens: %lld fp16 + %lld int8\n", static_cast<long long>(context),
+              static_cast<long long>(f.wide_tokens), static_cast<long long>(f.narrow_tokens));
+  std::printf("bytes per token: %.1f (average at %lld tokens)\n", per_token,
+              static_cast<long long>(context));
+  std::printf("saving against fp16: %.1f%%\n",
+              100.0 * (1.0 - per_token / static_cast<double>(wide.BytesPerToken())));
+  std::printf("bytes for one sequence of %lld tokens: %llu (%s)\n", static_cast<long long>(context),
+              static_cast<unsigned long long>(f.bytes),
+              HumanBytes(static_cast<double>(f.bytes)).c_str());
+  if (memory > 0) {
+    std::printf("tokens that fit in %lld bytes (%s) at that average: %.0f\n",
+                static_cast<long long>(memory), HumanBytes(static_cast<double>(memory)).c_str(),
+                static_cast<double>(memory) / per_token);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status RunKvCache(const CliArgs& args) {
   TANDEM_RETURN_IF_ERROR(
-      args.CheckKnown({"model", "kv-cache", "context", "kv-dtype", "memory", "threads"}));
+      args.CheckKnown({"model", "kv-cache", "context", "kv-dtype", "kv-sink-tokens",
+                       "kv-window-tokens", "memory", "threads"}));
   TANDEM_ASSIGN_OR_RETURN(std::string dir, args.String("model"));
   TANDEM_ASSIGN_OR_RETURN(model::ModelConfig c, model::ModelConfig::FromDirectory(dir));
-  std::string dtype_name = args.StringOr("kv-dtype", "auto");
-  DType dtype = c.torch_dtype;
-  if (dtype_name != "auto") {
-    TANDEM_ASSIGN_OR_RETURN(dtype, ParseKvDType(dtype_name));
-  }
+  TANDEM_ASSIGN_OR_RETURN(DType dtype, KvDType(args, c));
+  TANDEM_ASSIGN_OR_RETURN(engine::EngineOptions::MixedKv mixed, MixedKvFromFlags(args));
   TANDEM_ASSIGN_OR_RETURN(int64_t context, args.IntOr("context", c.ContextLength()));
   if (context <= 0) return absl::InvalidArgumentError("--context must be positive");
   TANDEM_ASSIGN_OR_RETURN(int64_t memory, args.BytesOr("memory", 0));
   kv::KvLayout layout = c.KvLayoutFor(dtype, 16);
+  if (mixed.enabled) return PrintMixedKvCache(dir, c, layout, mixed, context, memory);
   const uint64_t per_layer = layout.BytesPerToken() / c.num_layers;
   const uint64_t per_token = layout.BytesPerToken();
   std::printf("model: %s (%s, %d layers, %d kv heads, head dim %d)\n", dir.c_str(),

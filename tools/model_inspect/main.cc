@@ -10,10 +10,13 @@ namespace {
 constexpr char kUsage[] = R"(usage:
   model-inspect info --model DIR
       architecture, parameter count, dtype, context length, KV geometry
-  model-inspect --kv-cache --model DIR [--context N] [--kv-dtype fp32|fp16|bf16|int8] [--memory BYTES]
+  model-inspect --kv-cache --model DIR [--context N] [--memory BYTES]
+                [--kv-dtype fp32|fp16|bf16|int8|mixed [--kv-sink-tokens 4] [--kv-window-tokens 64]]
       KV-cache size: bytes per token per layer, bytes per token, bytes for one sequence of
       --context tokens (default: the model's context), tokens that fit in --memory
-      (e.g. 80GiB). Needs only config.json.
+      (e.g. 80GiB). Needs only config.json. mixed keeps the first --kv-sink-tokens and the
+      last --kv-window-tokens in fp16 (whole blocks of 16) and the rest in int8; its bytes
+      per token are the average over a sequence of --context tokens.
   model-inspect --kv-cache --pruning-stats --model DIR --config FILE --prompt-file F
                 [--attention-csv OUT.csv] [--attention-png OUT.png] [--kv-dtype auto|...]
       prefills F (encoded with BOS) twice, with every layer and pruned as FILE's
@@ -36,7 +39,8 @@ constexpr char kUsage[] = R"(usage:
       that range runs at full depth.
   model-inspect generate --model DIR (--tokens 1,2,3 | --prompt TEXT) --max-tokens N
                 [--temperature T] [--top-p P] [--top-k K] [--seed S] [--ignore-eos]
-                [--kv-dtype auto|...] [prune flags as for forward]
+                [--kv-dtype auto|...|mixed [--kv-sink-tokens S] [--kv-window-tokens W]]
+                [prune flags as for forward]
       prints the generated ids comma-separated on one line (timings go to stderr); with
       --prompt (encoded with BOS as the model's config says) also the decoded text. The
       prune flags prune the prompt's prefill; decode always runs every layer.
@@ -62,6 +66,15 @@ constexpr char kUsage[] = R"(usage:
       mean cross-entropy, the mean over windows of F cut as for prune-eval. Prints both per
       layer and recommends the longest run of last layers whose prefill importance sums to at
       most --budget of the total.
+  model-inspect kv-eval --model DIR --text-file F --kv-dtype int8|mixed [--base fp16]
+                [--kv-sink-tokens 4] [--kv-window-tokens 64] [--prompt-tokens 256]
+                [--continuation-tokens 64] [--windows 8]
+      what a compressed KV cache costs against a --base one, on windows of F cut as for
+      prune-eval. Each prompt is prefilled into both caches; the base cache's greedy tokens
+      are fed to both (teacher-forced: per decode step, the cosine similarity of each layer's
+      attention output (o_proj) and the argmax and logit agreement), and the evaluated cache
+      also generates on its own (free-running greedy agreement with the base, position by
+      position, over --continuation-tokens tokens).
   model-inspect tokenize --model DIR --text-file F
       for each line of F (without its newline) prints its ids comma-separated, one line each,
       no special tokens added. Needs only tokenizer.json (+ tokenizer_config.json).
@@ -76,8 +89,9 @@ Common: --threads N (default: TANDEM_NUM_THREADS or all cores);
 }  // namespace
 
 int main(int argc, char** argv) {
-  auto args =
-      tandem::CliArgs::Parse(argc, argv, {"kv-cache", "pruning-stats", "ignore-eos", "skip-special-tokens", "json", "help"});
+  auto args = tandem::CliArgs::Parse(
+      argc, argv,
+      {"kv-cache", "pruning-stats", "ignore-eos", "skip-special-tokens", "json", "help"});
   if (!args.ok()) {
     std::fprintf(stderr, "model-inspect: %s\n%s", std::string(args.status().message()).c_str(),
                  kUsage);
@@ -106,6 +120,8 @@ int main(int argc, char** argv) {
     status = tandem::tools::RunImportance(*args);
   } else if (command == "prune-eval") {
     status = tandem::tools::RunPruneEval(*args);
+  } else if (command == "kv-eval") {
+    status = tandem::tools::RunKvEval(*args);
   } else if (command == "generate") {
     status = tandem::tools::RunGenerate(*args);
   } else {

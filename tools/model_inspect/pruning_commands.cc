@@ -29,6 +29,7 @@
 #include "common/util/status_macros.h"
 #include "tools/model_inspect/commands.h"
 #include "tools/model_inspect/png.h"
+#include "tools/model_inspect/text_windows.h"
 
 namespace tandem::tools {
 namespace {
@@ -57,12 +58,6 @@ std::string_view VariantName(Variant v) {
   return "?";
 }
 
-struct Window {
-  std::vector<int32_t> prompt;        // BOS (when the model has one) and the window's first tokens
-  std::vector<int32_t> continuation;  // the tokens that follow in the text
-  int64_t continuation_bytes = 0;     // UTF-8 bytes of the continuation's text
-};
-
 // One window under one variant.
 struct WindowResult {
   std::vector<double> first_log_probs;  // log-softmax of the first-token logits
@@ -90,10 +85,6 @@ std::vector<double> LogSoftmax(const float* logits, int64_t n) {
   std::vector<double> out(n);
   for (int64_t i = 0; i < n; ++i) out[i] = logits[i] - log_z;
   return out;
-}
-
-int32_t Argmax(const float* logits, int64_t n) {
-  return static_cast<int32_t>(std::max_element(logits, logits + n) - logits);
 }
 
 // KL(p || q) in nats from log-probabilities.
@@ -241,55 +232,6 @@ absl::Status WriteAttentionPng(const std::string& path, const model::ModelConfig
     }
   }
   return WritePng(path, static_cast<int>(width), static_cast<int>(height), rgb);
-}
-
-constexpr int64_t kMaxWindowTokens = int64_t{1} << 20;
-
-// --prompt-tokens, --continuation-tokens and --windows (8), with the command's defaults.
-struct WindowFlags {
-  int64_t prompt_tokens = 0, continuation_tokens = 0, windows = 0;
-};
-absl::StatusOr<WindowFlags> ParseWindowFlags(const CliArgs& args, int64_t prompt_tokens,
-                                             int64_t continuation_tokens) {
-  WindowFlags f;
-  TANDEM_ASSIGN_OR_RETURN(f.prompt_tokens, args.IntOr("prompt-tokens", prompt_tokens));
-  TANDEM_ASSIGN_OR_RETURN(f.continuation_tokens,
-                          args.IntOr("continuation-tokens", continuation_tokens));
-  TANDEM_ASSIGN_OR_RETURN(f.windows, args.IntOr("windows", 8));
-  if (f.prompt_tokens < 2 || f.prompt_tokens > kMaxWindowTokens || f.continuation_tokens < 1 ||
-      f.continuation_tokens > kMaxWindowTokens || f.windows < 1 || f.windows > kMaxWindowTokens) {
-    return absl::InvalidArgumentError(
-        "--prompt-tokens must be >= 2, --continuation-tokens and --windows >= 1");
-  }
-  return f;
-}
-
-// Consecutive, non-overlapping windows of the text's tokens.
-absl::StatusOr<std::vector<Window>> CutWindows(const tokenizer::Tokenizer& tok,
-                                               const std::string& text, int prompt_tokens,
-                                               int continuation_tokens, int max_windows) {
-  TANDEM_ASSIGN_OR_RETURN(std::vector<int32_t> ids, tok.Encode(text, /*add_special=*/false));
-  const int bos = tok.bos_id() >= 0 ? 1 : 0;
-  const size_t stride = static_cast<size_t>(prompt_tokens - bos + continuation_tokens);
-  std::vector<Window> windows;
-  for (size_t start = 0;
-       start + stride <= ids.size() && static_cast<int>(windows.size()) < max_windows;
-       start += stride) {
-    Window w;
-    if (bos) w.prompt.push_back(tok.bos_id());
-    const auto mid = ids.begin() + start + (prompt_tokens - bos);
-    w.prompt.insert(w.prompt.end(), ids.begin() + start, mid);
-    w.continuation.assign(mid, mid + continuation_tokens);
-    TANDEM_ASSIGN_OR_RETURN(std::string bytes,
-                            tok.DecodeBytes(w.continuation, /*skip_special_tokens=*/false));
-    w.continuation_bytes = static_cast<int64_t>(bytes.size());
-    windows.push_back(std::move(w));
-  }
-  if (windows.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the text has ", ids.size(), " tokens, fewer than one window of ", stride));
-  }
-  return windows;
 }
 
 std::string LayerList(const std::vector<uint8_t>& pruned) {

@@ -38,7 +38,26 @@ absl::StatusOr<std::unique_ptr<ThreadPool>> MakePool(const CliArgs& args) {
 absl::StatusOr<DType> KvDType(const CliArgs& args, const model::ModelConfig& c) {
   std::string name = args.StringOr("kv-dtype", "auto");
   if (name == "auto") return c.torch_dtype;
+  if (name == "mixed") return DType::kF16;
   return ParseKvDType(name);
+}
+
+absl::StatusOr<engine::EngineOptions::MixedKv> MixedKvFromFlags(const CliArgs& args) {
+  engine::EngineOptions::MixedKv m;
+  m.enabled = args.StringOr("kv-dtype", "auto") == "mixed";
+  if (!m.enabled && (args.Has("kv-sink-tokens") || args.Has("kv-window-tokens"))) {
+    return absl::InvalidArgumentError(
+        "--kv-sink-tokens and --kv-window-tokens need --kv-dtype mixed");
+  }
+  TANDEM_ASSIGN_OR_RETURN(int64_t sink, args.IntOr("kv-sink-tokens", m.sink_tokens));
+  TANDEM_ASSIGN_OR_RETURN(int64_t window, args.IntOr("kv-window-tokens", m.window_tokens));
+  constexpr int64_t kMax = int64_t{1} << 30;
+  if (sink < 0 || sink > kMax || window < 0 || window > kMax) {
+    return absl::InvalidArgumentError("--kv-sink-tokens and --kv-window-tokens must be >= 0");
+  }
+  m.sink_tokens = static_cast<int>(sink);
+  m.window_tokens = static_cast<int>(window);
+  return m;
 }
 
 absl::StatusOr<std::unique_ptr<model::Model>> LoadModel(const CliArgs& args, ThreadPool& pool) {
@@ -93,6 +112,10 @@ absl::Status RunForward(const CliArgs& args) {
   TANDEM_ASSIGN_OR_RETURN(auto model, LoadModel(args, *pool));
   const auto& c = model->config();
   TANDEM_ASSIGN_OR_RETURN(DType kv_dtype, KvDType(args, c));
+  if (args.StringOr("kv-dtype", "auto") == "mixed") {
+    return absl::InvalidArgumentError(
+        "--kv-dtype mixed needs generate: one forward pass keeps every token in fp16");
+  }
   kv::KvCacheOptions kv_options;
   kv_options.layout = c.KvLayoutFor(kv_dtype, 16);
   kv_options.num_blocks = (static_cast<int64_t>(tokens.size()) + 15) / 16;
@@ -127,10 +150,10 @@ absl::Status RunForward(const CliArgs& args) {
 }
 
 absl::Status RunGenerate(const CliArgs& args) {
-  TANDEM_RETURN_IF_ERROR(
-      args.CheckKnown({"model", "tokens", "prompt", "max-tokens", "temperature", "top-p", "top-k",
-                       "seed", "ignore-eos", "kv-dtype", "threads", "weight-memory",
-                       "prune-start-layer", "prune-ratio", "prune-keep-every", "protect-tokens"}));
+  TANDEM_RETURN_IF_ERROR(args.CheckKnown(
+      {"model", "tokens", "prompt", "max-tokens", "temperature", "top-p", "top-k", "seed",
+       "ignore-eos", "kv-dtype", "kv-sink-tokens", "kv-window-tokens", "threads", "weight-memory",
+       "prune-start-layer", "prune-ratio", "prune-keep-every", "protect-tokens"}));
   TANDEM_ASSIGN_OR_RETURN(std::string dir, args.String("model"));
   TANDEM_ASSIGN_OR_RETURN(PromptTokens prompt, ResolvePrompt(args));
   const std::vector<int32_t>& tokens = prompt.ids;
@@ -153,8 +176,13 @@ absl::Status RunGenerate(const CliArgs& args) {
   engine::EngineOptions options;
   TANDEM_ASSIGN_OR_RETURN(options.kv_dtype, KvDType(args, model->config()));
   options.model_id = dir;
+  TANDEM_ASSIGN_OR_RETURN(options.mixed_kv, MixedKvFromFlags(args));
   int64_t needed = static_cast<int64_t>(tokens.size()) + std::max<int64_t>(max_tokens, 0);
   options.num_blocks = std::max<int64_t>(1, (needed + options.block_size - 1) / options.block_size);
+  if (options.mixed_kv.enabled) {  // memory is no object here: fp16 blocks for the whole run
+    options.mixed_kv.wide_blocks = options.num_blocks;
+    options.num_blocks *= 2;
+  }
   // A pruned prefill (POP) of the one prompt; decode runs the full model.
   TANDEM_ASSIGN_OR_RETURN(
       options.pruning.enabled,

@@ -37,8 +37,10 @@ constexpr char kDecode[] = "tandem.v1.DecodeWorker";
 constexpr char kCacheStore[] = "tandem.v1.CacheStore";
 constexpr char kRegistry[] = "tandem.v1.Registry";
 
+// The KV cache's dtype; a mixed cache's wide blocks are fp16.
 absl::StatusOr<DType> KvDType(const config::TandemConfig& c, const model::ModelConfig& m) {
   if (c.kv_cache.dtype == "auto") return m.torch_dtype;
+  if (c.kv_cache.dtype == "mixed") return DType::kF16;
   return ParseKvDType(c.kv_cache.dtype);
 }
 
@@ -54,6 +56,10 @@ absl::StatusOr<engine::EngineOptions> EngineOptionsFor(const config::TandemConfi
   o.max_num_batched_tokens = c.scheduler.max_num_batched_tokens;
   o.chunk_size = c.scheduler.chunk_size;
   o.enable_prefix_caching = c.kv_cache.enable_prefix_caching;
+  o.mixed_kv = {.enabled = c.kv_cache.dtype == "mixed",
+                .sink_tokens = c.kv_cache.mixed.sink_tokens,
+                .window_tokens = c.kv_cache.mixed.window_tokens,
+                .wide_blocks = c.kv_cache.mixed.fp16_blocks};
   o.model_id = ModelId(c);
   const auto& pop = c.kv_cache_optimization;
   o.pruning.enabled = prefill && pop.enabled;
@@ -344,7 +350,7 @@ class RouterRole final : public ServedRole {
     o.model_name = ModelId(c);
     o.architecture = m.architecture_name;
     TANDEM_ASSIGN_OR_RETURN(DType kv_dtype, KvDType(c, m));
-    o.kv_dtype = std::string(DTypeName(kv_dtype));
+    o.kv_dtype = c.kv_cache.dtype == "mixed" ? "mixed" : std::string(DTypeName(kv_dtype));
     o.model_id = ModelId(c);
     o.limits = {.context_length = m.max_position_embeddings,
                 .vocab_size = static_cast<int32_t>(m.vocab_size)};

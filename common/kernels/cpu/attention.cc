@@ -83,15 +83,16 @@ void DequantizeRows(const int8_t* q, const uint16_t* scales, int run, int d, int
   }
 }
 
-// Converts K (or V) of positions [p0, p0 + n) to f32 rows of `dp` floats, zero-padded.
-void GatherChunk(const uint8_t* kv_base, const kv::KvLayout& layout, const int32_t* table,
-                 int layer, int head, bool v, int64_t p0, int n, int dp, float* dst) {
-  const int d = layout.head_dim;
-  const size_t row_bytes = layout.RowBytes();
+// Converts K (or V) of positions [p0, p0 + n) to f32 rows of `dp` floats, zero-padded. Each
+// block is read in its own layout (a mixed pool holds fp16 and int8 blocks).
+void GatherChunk(const kv::KvArena& arena, const int32_t* table, int layer, int head, bool v,
+                 int64_t p0, int n, int dp, float* dst) {
+  const int d = arena.layout.head_dim;
   ForEachRun(
-      layout, table, layer, head, v, p0, n,
+      arena.layout, table, layer, head, v, p0, n,
       [&](int i, int run, size_t block, const kv::KvRowRef& row) {
-        const uint8_t* base = kv_base + block * layout.BlockBytes();
+        const kv::KvLayout& layout = arena.LayoutOf(static_cast<int64_t>(block));
+        const uint8_t* base = arena.Block(static_cast<int64_t>(block));
         const uint8_t* src = base + kv::KvRowOffset(layout, row);
         float* out = dst + static_cast<int64_t>(i) * dp;
         if (layout.dtype == DType::kI8) {
@@ -104,6 +105,7 @@ void GatherChunk(const uint8_t* kv_base, const kv::KvLayout& layout, const int32
           ToFloat(layout.dtype, src, out, static_cast<size_t>(run) * d);
           return;
         }
+        const size_t row_bytes = layout.RowBytes();
         for (int r = 0; r < run; ++r) {
           ToFloat(layout.dtype, src + r * row_bytes, out + static_cast<int64_t>(r) * dp, d);
           std::fill(out + static_cast<int64_t>(r) * dp + d, out + (r + 1) * int64_t{dp}, 0.0f);
@@ -113,16 +115,16 @@ void GatherChunk(const uint8_t* kv_base, const kv::KvLayout& layout, const int32
 
 // Blocks are scattered, so each is a short stream the hardware prefetcher would only catch
 // halfway through; requesting the next chunk into L2 while this one is computed hides that.
-void PrefetchChunk(const uint8_t* kv_base, const kv::KvLayout& layout, const int32_t* table,
-                   int layer, int head, int64_t p0, int n) {
-  const size_t row_bytes = layout.RowBytes();
+void PrefetchChunk(const kv::KvArena& arena, const int32_t* table, int layer, int head, int64_t p0,
+                   int n) {
   for (bool v : {false, true}) {
-    ForEachRun(layout, table, layer, head, v, p0, n,
+    ForEachRun(arena.layout, table, layer, head, v, p0, n,
                [&](int, int run, size_t block, const kv::KvRowRef& row) {
+                 const kv::KvLayout& layout = arena.LayoutOf(static_cast<int64_t>(block));
                  const char* base =
-                     reinterpret_cast<const char*>(kv_base + block * layout.BlockBytes());
+                     reinterpret_cast<const char*>(arena.Block(static_cast<int64_t>(block)));
                  const char* src = base + kv::KvRowOffset(layout, row);
-                 for (size_t b = 0; b < run * row_bytes; b += 64) {
+                 for (size_t b = 0; b < run * layout.RowBytes(); b += 64) {
                    _mm_prefetch(src + b, _MM_HINT_T1);
                  }
                  if (layout.ScaleBytes() > 0) {
@@ -133,7 +135,8 @@ void PrefetchChunk(const uint8_t* kv_base, const kv::KvLayout& layout, const int
 }
 
 void RunItem(const WorkItem& item, const AttentionSequence& seq, int num_heads,
-             const uint8_t* kv_base, const kv::KvLayout& layout, int layer, float scale) {
+             const kv::KvArena& arena, int layer, float scale) {
+  const kv::KvLayout& layout = arena.layout;
   const int group = num_heads / layout.num_kv_heads;
   const int d = layout.head_dim;
   const int dp = (d + 7) & ~7;
@@ -156,13 +159,11 @@ void RunItem(const WorkItem& item, const AttentionSequence& seq, int num_heads,
     const int n = static_cast<int>(std::min<int64_t>(internal::kKeyChunk, end_pos - c0));
     const int64_t next = c0 + internal::kKeyChunk;
     if (next < end_pos) {
-      PrefetchChunk(kv_base, layout, seq.block_table, layer, item.kv_head, next,
+      PrefetchChunk(arena, seq.block_table, layer, item.kv_head, next,
                     static_cast<int>(std::min<int64_t>(internal::kKeyChunk, end_pos - next)));
     }
-    GatherChunk(kv_base, layout, seq.block_table, layer, item.kv_head, false, c0, n, dp,
-                scratch.k.data());
-    GatherChunk(kv_base, layout, seq.block_table, layer, item.kv_head, true, c0, n, dp,
-                scratch.v.data());
+    GatherChunk(arena, seq.block_table, layer, item.kv_head, false, c0, n, dp, scratch.k.data());
+    GatherChunk(arena, seq.block_table, layer, item.kv_head, true, c0, n, dp, scratch.v.data());
     internal::AttendChunk(scratch, rows, dp, c0, n);
   }
   for (int r = 0; r < rows; ++r) {
@@ -196,10 +197,18 @@ std::vector<WorkItem> MakeItems(const AttentionSequence* seqs, int num_seqs, int
 void PagedAttention(const AttentionSequence* seqs, int num_seqs, int num_heads,
                     const uint8_t* kv_base, const kv::KvLayout& layout, int layer, float scale,
                     ThreadPool& pool) {
+  PagedAttention(seqs, num_seqs, num_heads,
+                 kv::KvArena{.base = const_cast<uint8_t*>(kv_base), .layout = layout}, layer, scale,
+                 pool);
+}
+
+void PagedAttention(const AttentionSequence* seqs, int num_seqs, int num_heads,
+                    const kv::KvArena& arena, int layer, float scale, ThreadPool& pool) {
+  const kv::KvLayout& layout = arena.layout;
   const int group = num_heads / layout.num_kv_heads;
   const std::vector<WorkItem> items = MakeItems(seqs, num_seqs, layout.num_kv_heads, group);
   auto run = [&](const WorkItem& item) {
-    RunItem(item, seqs[item.seq], num_heads, kv_base, layout, layer, scale);
+    RunItem(item, seqs[item.seq], num_heads, arena, layer, scale);
   };
   if (items.size() <= 1 || pool.num_threads() == 1) {
     for (const WorkItem& item : items) run(item);
@@ -214,6 +223,13 @@ void PagedAttention(const AttentionSequence* seqs, int num_seqs, int num_heads,
 
 void WriteKv(const float* k, const float* v, int num_tokens, int64_t start_pos,
              const int32_t* block_table, uint8_t* kv_base, const kv::KvLayout& layout, int layer) {
+  WriteKv(k, v, num_tokens, start_pos, block_table, kv::KvArena{.base = kv_base, .layout = layout},
+          layer);
+}
+
+void WriteKv(const float* k, const float* v, int num_tokens, int64_t start_pos,
+             const int32_t* block_table, const kv::KvArena& arena, int layer) {
+  const kv::KvLayout& layout = arena.layout;
   const int d = layout.head_dim;
   for (int t = 0; t < num_tokens; ++t) {
     const int64_t pos = start_pos + t;
@@ -221,8 +237,8 @@ void WriteKv(const float* k, const float* v, int num_tokens, int64_t start_pos,
       const int64_t src = (static_cast<int64_t>(t) * layout.num_kv_heads + h) * d;
       for (bool value : {false, true}) {
         const RowAt at = Locate(layout, block_table, layer, h, value, pos);
-        kv::WriteKvRow(kv_base + at.block * layout.BlockBytes(), layout, at.row,
-                       (value ? v : k) + src);
+        const auto block = static_cast<int64_t>(at.block);
+        kv::WriteKvRow(arena.Block(block), arena.LayoutOf(block), at.row, (value ? v : k) + src);
       }
     }
   }

@@ -25,11 +25,16 @@ struct AttentionSequence {
 void PagedAttention(const AttentionSequence* seqs, int num_seqs, int num_heads,
                     const uint8_t* kv_base, const kv::KvLayout& layout, int layer, float scale,
                     ThreadPool& pool);
+// The same over any pool, a mixed-precision one included: each block is read in its own layout.
+void PagedAttention(const AttentionSequence* seqs, int num_seqs, int num_heads,
+                    const kv::KvArena& arena, int layer, float scale, ThreadPool& pool);
 
 // Writes K and V of `num_tokens` tokens ([num_tokens, num_kv_heads, head_dim] f32 each) at
 // positions start_pos.. into their slots in the blocks of `block_table`, converting to
 // layout.dtype.
 void WriteKv(const float* k, const float* v, int num_tokens, int64_t start_pos,
              const int32_t* block_table, uint8_t* kv_base, const kv::KvLayout& layout, int layer);
+void WriteKv(const float* k, const float* v, int num_tokens, int64_t start_pos,
+             const int32_t* block_table, const kv::KvArena& arena, int layer);
 
 }  // namespace tandem::kernels

@@ -184,6 +184,57 @@ TEST_F(EngineTest, Int8KvCacheStaysCloseToFloat) {
   }
 }
 
+// kv_cache.dtype mixed: blocks behind the window are requantized to int8. With a window longer
+// than any sequence it is exactly the fp16 cache; with a short one it drifts, within int8's
+// bounds, and the requantized blocks are counted.
+TEST_F(EngineTest, MixedKvCacheIsFp16InTheWindowAndInt8Behind) {
+  auto requests = MixedRequests(6, 8);  // contexts up to 54 tokens
+  EngineOptions fp16 = Options();
+  fp16.kv_dtype = DType::kF16;
+  auto want = RunAll(*MakeEngine(fp16), requests);
+
+  EngineOptions wide_window = fp16;
+  wide_window.mixed_kv = {.enabled = true, .sink_tokens = 4, .window_tokens = 64};
+  auto e = MakeEngine(wide_window);
+  auto same = RunAll(*e, requests);
+  for (const auto& r : requests) EXPECT_EQ(same[r.id].logits, want[r.id].logits) << r.id;
+  EXPECT_EQ(e->KvStats().narrowed, 0);
+  EXPECT_GT(e->KvStats().narrow_blocks, 0);
+
+  EngineOptions mixed = fp16;
+  mixed.mixed_kv = {.enabled = true, .sink_tokens = 4, .window_tokens = 16};
+  auto m = MakeEngine(mixed);
+  auto got = RunAll(*m, requests);
+  EXPECT_GT(m->KvStats().narrowed, 0);
+  double worst = 0;
+  for (const auto& r : requests) {
+    ASSERT_EQ(got[r.id].logits.size(), want[r.id].logits.size());
+    for (size_t i = 0; i < want[r.id].logits.size(); ++i) {
+      worst = std::max(worst, MaxRelDiff(want[r.id].logits[i], got[r.id].logits[i]));
+    }
+  }
+  EXPECT_GT(worst, 0.0);  // some blocks really are int8
+  EXPECT_LE(worst, 0.5);  // int8 everywhere gives 0.24 on these random weights
+  std::printf("mixed KV (window 16): max |logit diff| / std against fp16 = %.4f\n", worst);
+
+  // The budget is split: fp16 blocks for the windows, int8 blocks for the rest.
+  EngineOptions budget = fp16;
+  budget.num_blocks = 0;
+  budget.kv_cache_bytes = 64 << 20;
+  budget.mixed_kv = {.enabled = true, .sink_tokens = 4, .window_tokens = 16, .wide_blocks = 10};
+  const kv::KvLayout layout = model_->config().KvLayoutFor(DType::kF16, 16);
+  kv::KvLayout narrow = layout;
+  narrow.dtype = DType::kI8;
+  const auto s = MakeEngine(budget)->KvStats();
+  EXPECT_EQ(s.total_blocks - s.narrow_blocks, 10);
+  EXPECT_EQ(s.narrow_blocks, ((64 << 20) - 10 * layout.BlockBytes()) / narrow.BlockBytes());
+  // By default: room for max_num_seqs windows (1 sink block + 1 window block + 1) and one step.
+  budget.mixed_kv.wide_blocks = 0;
+  const auto d = MakeEngine(budget)->KvStats();
+  EXPECT_EQ(d.total_blocks - d.narrow_blocks,
+            budget.max_num_seqs * 3 + budget.max_num_batched_tokens / 16);
+}
+
 TEST_F(EngineTest, ChunkedPrefillMatchesUnchunked) {
   auto requests = MixedRequests(5, 6);
   EngineOptions o = Options();

@@ -90,13 +90,31 @@ std::vector<double> Reference(const SeqData& s, const kv::KvLayout& layout, int 
   return out;
 }
 
+// The values the cache holds for K or V rows [positions][kv_heads][head_dim]: each position
+// rounded as its block's layout stores it.
+std::vector<float> RoundTripRows(const kv::KvArena& arena, const std::vector<int32_t>& blocks,
+                                 const std::vector<float>& x) {
+  const kv::KvLayout& layout = arena.layout;
+  const size_t row = static_cast<size_t>(layout.num_kv_heads) * layout.head_dim;
+  std::vector<float> out;
+  for (size_t p = 0; p * row < x.size(); ++p) {
+    const std::vector<float> rows(x.begin() + p * row, x.begin() + (p + 1) * row);
+    const DType dtype = arena.LayoutOf(blocks[p / layout.block_size]).dtype;
+    const std::vector<float> back = RoundTrip(dtype, rows, layout.head_dim);
+    out.insert(out.end(), back.begin(), back.end());
+  }
+  return out;
+}
+
 // Builds a pool, writes every sequence's cache with WriteKv (history and new tokens in separate
-// calls, as chunked prefill does), runs PagedAttention and compares with the reference.
+// calls, as chunked prefill does), runs PagedAttention and compares with the reference. With
+// `mixed`, the first half of the pool's blocks are of `layout` and the rest int8 (a
+// mixed-precision cache), and every table mixes both.
 void RunAndCheck(const kv::KvLayout& layout, int heads, const std::vector<SeqSpec>& specs,
-                 ThreadPool& pool, uint32_t seed) {
+                 ThreadPool& pool, uint32_t seed, bool mixed = false) {
   SCOPED_TRACE(::testing::Message()
-               << "dtype=" << DTypeName(layout.dtype) << " block=" << layout.block_size
-               << " head_dim=" << layout.head_dim << " heads=" << heads
+               << "dtype=" << DTypeName(layout.dtype) << (mixed ? "+int8" : "") << " block="
+               << layout.block_size << " head_dim=" << layout.head_dim << " heads=" << heads
                << " kv_heads=" << layout.num_kv_heads << " threads=" << pool.num_threads());
   std::mt19937 rng(seed);
   const int d = layout.head_dim;
@@ -110,7 +128,14 @@ void RunAndCheck(const kv::KvLayout& layout, int heads, const std::vector<SeqSpe
   std::vector<int32_t> ids(total_blocks + 3);
   std::iota(ids.begin(), ids.end(), 0);
   std::shuffle(ids.begin(), ids.end(), rng);
+  kv::KvArena arena{.layout = layout};
   std::vector<uint8_t> kv_pool(ids.size() * layout.BlockBytes(), 0xff);  // NaN-ish garbage
+  arena.base = kv_pool.data();
+  if (mixed) {
+    arena.num_wide = static_cast<int64_t>(ids.size() / 2);
+    arena.narrow = layout;
+    arena.narrow.dtype = DType::kI8;
+  }
 
   std::vector<SeqData> seqs(specs.size());
   size_t next_id = 0;
@@ -126,12 +151,19 @@ void RunAndCheck(const kv::KvLayout& layout, int heads, const std::vector<SeqSpe
     s.q = RandomVector(static_cast<size_t>(s.spec.num_tokens) * heads * d, rng);
     s.out.assign(s.q.size(), -7.0f);
     const int64_t split = s.spec.start_pos * kvh * d;
-    WriteKv(k.data(), v.data(), static_cast<int>(s.spec.start_pos), 0, s.blocks.data(),
-            kv_pool.data(), layout, kLayer);
-    WriteKv(k.data() + split, v.data() + split, s.spec.num_tokens, s.spec.start_pos,
-            s.blocks.data(), kv_pool.data(), layout, kLayer);
-    s.k = RoundTrip(layout.dtype, k, d);
-    s.v = RoundTrip(layout.dtype, v, d);
+    if (mixed) {
+      WriteKv(k.data(), v.data(), static_cast<int>(s.spec.start_pos), 0, s.blocks.data(), arena,
+              kLayer);
+      WriteKv(k.data() + split, v.data() + split, s.spec.num_tokens, s.spec.start_pos,
+              s.blocks.data(), arena, kLayer);
+    } else {
+      WriteKv(k.data(), v.data(), static_cast<int>(s.spec.start_pos), 0, s.blocks.data(),
+              kv_pool.data(), layout, kLayer);
+      WriteKv(k.data() + split, v.data() + split, s.spec.num_tokens, s.spec.start_pos,
+              s.blocks.data(), kv_pool.data(), layout, kLayer);
+    }
+    s.k = RoundTripRows(arena, s.blocks, k);
+    s.v = RoundTripRows(arena, s.blocks, v);
   }
   std::vector<AttentionSequence> batch;
   for (SeqData& s : seqs) {
@@ -139,8 +171,12 @@ void RunAndCheck(const kv::KvLayout& layout, int heads, const std::vector<SeqSpe
         {s.q.data(), s.out.data(), s.spec.num_tokens, s.spec.start_pos, s.blocks.data()});
   }
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-  PagedAttention(batch.data(), static_cast<int>(batch.size()), heads, kv_pool.data(), layout,
-                 kLayer, scale, pool);
+  if (mixed) {
+    PagedAttention(batch.data(), static_cast<int>(batch.size()), heads, arena, kLayer, scale, pool);
+  } else {
+    PagedAttention(batch.data(), static_cast<int>(batch.size()), heads, kv_pool.data(), layout,
+                   kLayer, scale, pool);
+  }
 
   for (size_t i = 0; i < seqs.size(); ++i) {
     const SeqData& s = seqs[i];
@@ -179,6 +215,21 @@ INSTANTIATE_TEST_SUITE_P(
                        ::testing::Values(16, 5, 1),
                        ::testing::Values(std::pair{8, 2} /*GQA*/, std::pair{4, 1} /*MQA*/,
                                          std::pair{3, 3} /*MHA*/)));
+
+// A mixed-precision cache: every table holds fp16 (or bf16) and int8 blocks, each read in its
+// own layout.
+TEST(PagedAttentionMixedTest, TablesMixingFp16AndInt8BlocksMatchReference) {
+  ThreadPool pool(2);
+  for (DType wide : {DType::kF16, DType::kBF16}) {
+    for (int block_size : {16, 5}) {
+      for (int head_dim : {64, 20}) {
+        kv::KvLayout layout{kLayers, 2, head_dim, block_size, wide};
+        RunAndCheck(layout, 8, kMixedBatch, pool, 11, /*mixed=*/true);
+        RunAndCheck(layout, 8, {{150, 160}, {300, 1}}, pool, 12, /*mixed=*/true);
+      }
+    }
+  }
+}
 
 TEST(PagedAttentionHeadDimTest, OddHeadDims) {
   ThreadPool pool(2);

@@ -34,7 +34,7 @@ TEST(BlockPoolTest, MemoryIsAlignedAndZero) {
   auto pool = BlockPool::Create(SmallLayout(), 8);
   ASSERT_TRUE(pool.ok()) << pool.status();
   EXPECT_EQ(reinterpret_cast<uintptr_t>((*pool)->base()) % 64, 0u);
-  EXPECT_EQ((*pool)->block_bytes(), 512u);
+  EXPECT_EQ((*pool)->BlockBytes(0), 512u);
   for (size_t i = 0; i < 8 * 512; ++i) ASSERT_EQ((*pool)->base()[i], 0);
   EXPECT_EQ((*pool)->BlockData(3), (*pool)->base() + 3 * 512);
 }

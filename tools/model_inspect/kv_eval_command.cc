@@ -1,0 +1,199 @@
+// model-inspect kv-eval: what a compressed KV cache (int8, or mixed fp16 + int8) costs against
+// an fp16 one, on a text. Each window's prompt is prefilled into both caches, then
+//  - teacher-forced: both decode the fp16 cache's greedy continuation token by token, and each
+//    step's attention output (o_proj) per layer and its logits are compared;
+//  - free-running: the evaluated cache generates its own greedy tokens, which are compared with
+//    the fp16 cache's, position by position.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/kv/kv_cache_manager.h"
+#include "common/model/model.h"
+#include "common/model/pruning_check.h"
+#include "common/util/file_util.h"
+#include "common/util/status_macros.h"
+#include "tools/model_inspect/commands.h"
+#include "tools/model_inspect/text_windows.h"
+
+namespace tandem::tools {
+namespace {
+
+// One sequence in its own cache, stepped token by token.
+class CacheRun {
+ public:
+  static absl::StatusOr<CacheRun> Create(model::Model& model, DType dtype,
+                                         const engine::EngineOptions::MixedKv& mixed,
+                                         int64_t capacity) {
+    kv::KvCacheOptions o;
+    o.layout = model.config().KvLayoutFor(dtype, 16);
+    o.num_blocks = (capacity + 15) / 16;
+    if (mixed.enabled) {
+      o.mixed = {.narrow_blocks = o.num_blocks,
+                 .sink_tokens = mixed.sink_tokens,
+                 .window_tokens = mixed.window_tokens};
+    }
+    o.model_id = "kv-eval";
+    o.enable_prefix_caching = false;
+    TANDEM_ASSIGN_OR_RETURN(auto kv, kv::KvCacheManager::Create(o));
+    return CacheRun(model, std::move(kv));
+  }
+
+  // Runs `tokens` (the prompt, or one generated token) and leaves the last row's logits.
+  absl::Status Step(std::span<const int32_t> tokens, model::ForwardProbe* probe) {
+    if (tokens_.empty()) TANDEM_RETURN_IF_ERROR(kv_->AddSequence(1, tokens).status());
+    const int64_t start = static_cast<int64_t>(tokens_.size());
+    tokens_.insert(tokens_.end(), tokens.begin(), tokens.end());
+    TANDEM_RETURN_IF_ERROR(kv_->Reserve(1, static_cast<int>(tokens_.size())));
+    const model::ForwardSequence seq{.tokens = tokens.data(),
+                                     .num_tokens = static_cast<int>(tokens.size()),
+                                     .start_pos = start,
+                                     .block_table = kv_->BlockTableData(1),
+                                     .logits = model::LogitsMode::kLast};
+    TANDEM_RETURN_IF_ERROR(model_->Forward({&seq, 1}, kv_->arena(), logits_, nullptr, probe));
+    kv_->CommitTokens(1, tokens_, static_cast<int>(tokens_.size()));
+    return absl::OkStatus();
+  }
+
+  const std::vector<float>& logits() const { return logits_; }
+  int32_t Greedy() const { return Argmax(logits_.data(), static_cast<int64_t>(logits_.size())); }
+
+ private:
+  CacheRun(model::Model& model, std::unique_ptr<kv::KvCacheManager> kv)
+      : model_(&model), kv_(std::move(kv)) {}
+
+  model::Model* model_;
+  std::unique_ptr<kv::KvCacheManager> kv_;
+  std::vector<int32_t> tokens_;
+  std::vector<float> logits_;
+};
+
+// max |a - b| / std(a).
+double RelativeMaxDiff(const std::vector<float>& a, const std::vector<float>& b) {
+  double mean = 0, var = 0, diff = 0;
+  for (float x : a) mean += x;
+  mean /= static_cast<double>(a.size());
+  for (float x : a) var += (x - mean) * (x - mean);
+  for (size_t i = 0; i < a.size(); ++i) diff = std::max(diff, std::fabs(double{a[i]} - b[i]));
+  return diff / std::sqrt(var / static_cast<double>(a.size()));
+}
+
+struct Totals {
+  int64_t greedy_same = 0, greedy_total = 0, windows_identical = 0;
+  int64_t argmax_same = 0, steps = 0;
+  double max_logit_diff = 0;
+  std::vector<double> cosine_sum, cosine_min;
+  int64_t cosine_n = 0;
+};
+
+// One window: the base cache's greedy stream, the evaluated cache teacher-forced on it and
+// free-running.
+absl::Status EvalWindow(model::Model& model, DType base, DType eval,
+                        const engine::EngineOptions::MixedKv& mixed, const Window& w, int64_t steps,
+                        Totals& t) {
+  const int64_t capacity = static_cast<int64_t>(w.prompt.size()) + steps;
+  TANDEM_ASSIGN_OR_RETURN(CacheRun ref, CacheRun::Create(model, base, {}, capacity));
+  TANDEM_ASSIGN_OR_RETURN(CacheRun forced, CacheRun::Create(model, eval, mixed, capacity));
+  TANDEM_ASSIGN_OR_RETURN(CacheRun free, CacheRun::Create(model, eval, mixed, capacity));
+  TANDEM_RETURN_IF_ERROR(ref.Step(w.prompt, nullptr));
+  TANDEM_RETURN_IF_ERROR(forced.Step(w.prompt, nullptr));
+  TANDEM_RETURN_IF_ERROR(free.Step(w.prompt, nullptr));
+  int32_t want = ref.Greedy(), got = free.Greedy();
+  int64_t same = want == got;
+  model::ForwardProbe probe_ref, probe_eval;
+  probe_ref.record = probe_eval.record = model::ForwardProbe::Record::kLastRow;
+  for (int64_t i = 1; i < steps; ++i) {
+    TANDEM_RETURN_IF_ERROR(ref.Step({&want, 1}, &probe_ref));
+    TANDEM_RETURN_IF_ERROR(forced.Step({&want, 1}, &probe_eval));
+    TANDEM_RETURN_IF_ERROR(free.Step({&got, 1}, nullptr));
+    want = ref.Greedy();
+    got = free.Greedy();
+    same += want == got;
+    t.argmax_same += forced.Greedy() == want;
+    ++t.steps;
+    t.max_logit_diff = std::max(t.max_logit_diff, RelativeMaxDiff(ref.logits(), forced.logits()));
+    const size_t layers = probe_ref.attention.size();
+    t.cosine_sum.resize(layers, 0.0);
+    t.cosine_min.resize(layers, 1.0);
+    for (size_t l = 0; l < layers; ++l) {
+      const double c =
+          model::CosineSimilarity(probe_ref.attention[l].data(), probe_eval.attention[l].data(),
+                                  static_cast<int64_t>(probe_ref.attention[l].size()));
+      t.cosine_sum[l] += c;
+      t.cosine_min[l] = std::min(t.cosine_min[l], c);
+    }
+    ++t.cosine_n;
+  }
+  t.greedy_same += same;
+  t.greedy_total += steps;
+  t.windows_identical += same == steps;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status RunKvEval(const CliArgs& args) {
+  TANDEM_RETURN_IF_ERROR(args.CheckKnown(
+      {"model", "text-file", "prompt-tokens", "continuation-tokens", "windows", "kv-dtype", "base",
+       "kv-sink-tokens", "kv-window-tokens", "threads", "weight-memory"}));
+  TANDEM_ASSIGN_OR_RETURN(std::string path, args.String("text-file"));
+  TANDEM_ASSIGN_OR_RETURN(WindowFlags flags, ParseWindowFlags(args, 256, 64));
+  TANDEM_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
+  TANDEM_ASSIGN_OR_RETURN(std::string dir, args.String("model"));
+  TANDEM_ASSIGN_OR_RETURN(auto tok, tokenizer::Tokenizer::Load(dir));
+  TANDEM_ASSIGN_OR_RETURN(auto pool, MakePool(args));
+  TANDEM_ASSIGN_OR_RETURN(auto model, LoadModel(args, *pool));
+  const auto& c = model->config();
+  if (flags.prompt_tokens + flags.continuation_tokens > c.max_position_embeddings) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--prompt-tokens plus --continuation-tokens must fit the model's context (",
+                     c.max_position_embeddings, ")"));
+  }
+  TANDEM_ASSIGN_OR_RETURN(const std::string eval_name, args.String("kv-dtype"));
+  const std::string base_name = args.StringOr("base", "fp16");
+  if (base_name == "mixed") {
+    return absl::InvalidArgumentError("--base must be a plain dtype (fp32, fp16, bf16, int8)");
+  }
+  TANDEM_ASSIGN_OR_RETURN(DType base, ParseKvDType(base_name));
+  TANDEM_ASSIGN_OR_RETURN(DType eval, KvDType(args, c));
+  TANDEM_ASSIGN_OR_RETURN(engine::EngineOptions::MixedKv mixed, MixedKvFromFlags(args));
+  TANDEM_ASSIGN_OR_RETURN(
+      std::vector<Window> windows,
+      CutWindows(*tok, text, static_cast<int>(flags.prompt_tokens),
+                 static_cast<int>(flags.continuation_tokens), static_cast<int>(flags.windows)));
+  Totals t;
+  for (const Window& w : windows) {
+    TANDEM_RETURN_IF_ERROR(EvalWindow(*model, base, eval, mixed, w, flags.continuation_tokens, t));
+  }
+  std::string what = eval_name;
+  if (mixed.enabled) {
+    what = absl::StrCat("mixed (sink ", mixed.sink_tokens, ", window ", mixed.window_tokens, ")");
+  }
+  std::printf("kv-eval: %s, %zu windows of %lld prompt + %lld generated tokens; %s against %s\n",
+              dir.c_str(), windows.size(), static_cast<long long>(flags.prompt_tokens),
+              static_cast<long long>(flags.continuation_tokens), what.c_str(), base_name.c_str());
+  std::printf("greedy agreement (free-running): %.4f (%lld/%zu windows identical)\n",
+              static_cast<double>(t.greedy_same) / static_cast<double>(t.greedy_total),
+              static_cast<long long>(t.windows_identical), windows.size());
+  if (t.steps == 0) return absl::OkStatus();
+  std::printf(
+      "teacher-forced, %lld decode steps: argmax agreement %.4f, max |logit diff|/std "
+      "%.4f\n",
+      static_cast<long long>(t.steps),
+      static_cast<double>(t.argmax_same) / static_cast<double>(t.steps), t.max_logit_diff);
+  double mean = 0, worst = 1;
+  for (size_t l = 0; l < t.cosine_sum.size(); ++l) {
+    const double m = t.cosine_sum[l] / static_cast<double>(t.cosine_n);
+    std::printf("layer %zu: attention-output cosine mean %.6f, min %.6f\n", l, m, t.cosine_min[l]);
+    mean += m / static_cast<double>(t.cosine_sum.size());
+    worst = std::min(worst, t.cosine_min[l]);
+  }
+  std::printf("attention-output cosine over all layers: mean %.6f, min %.6f\n", mean, worst);
+  return absl::OkStatus();
+}
+
+}  // namespace tandem::tools
