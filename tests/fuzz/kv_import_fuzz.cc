@@ -10,22 +10,23 @@
 
 namespace {
 
-tandem::kv::KvCacheManager& Cache() {
-  static auto* cache = [] {
+// An fp16 cache, and a mixed-precision one (fp16 and int8 blocks) of the same geometry.
+tandem::kv::KvCacheManager& Cache(bool mixed) {
+  auto make = [](bool mixed) {
     tandem::kv::KvCacheOptions o;
     o.layout = {.num_layers = 2, .num_kv_heads = 2, .head_dim = 8, .block_size = 4,
                 .dtype = tandem::DType::kF16};
     o.num_blocks = 8;
+    if (mixed) o.mixed = {.narrow_blocks = 4, .sink_tokens = 4, .window_tokens = 4};
     o.model_id = "fuzz-model";
     return tandem::kv::KvCacheManager::Create(o).value().release();
-  }();
-  return *cache;
+  };
+  static auto* plain = make(false);
+  static auto* mixed_cache = make(true);
+  return mixed ? *mixed_cache : *plain;
 }
 
-}  // namespace
-
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  tandem::kv::KvCacheManager& cache = Cache();
+void ImportInto(tandem::kv::KvCacheManager& cache, const uint8_t* data, size_t size) {
   const tandem::kv::KvCacheStats before = cache.Stats();
   auto result = cache.Stats().total_blocks > 0
                     ? tandem::kv::ImportBlocks(
@@ -41,5 +42,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   // Keep the cache from filling up so later inputs still exercise the import path.
   if (result.ok()) cache.ResetPrefixCache();
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  ImportInto(Cache(false), data, size);
+  ImportInto(Cache(true), data, size);
   return 0;
 }
