@@ -5,9 +5,10 @@
 //                [--decode-steps 32] [--repeats 3] [--threads N] [--weight-memory mmap|hugepages]
 //                [--prune-ratios 0.25,0.333,0.5]
 //
-// --prune-ratios adds prefill-only pruning (POP) rows: each prompt length prefilled with the last
-// R of the layers pruned (only the last token at full depth, as POP measures) against the same
-// prompt unpruned, interleaved within each repeat; speed-up is the ratio of the medians.
+// --prune-ratios adds prefill-only pruning (POP) rows: each prompt length prefilled by an engine
+// step, as on a prefill worker, with the last R of the layers pruned (only the last token at full
+// depth, as POP measures) against the same prompt unpruned, interleaved within each repeat;
+// speed-up is the ratio of the medians.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -145,30 +146,28 @@ absl::StatusOr<double> TimeDecode(model::Model& m, int batch, int steps) {
   return tokens / std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-// Seconds for one Model::Forward over a `len`-token prompt (last-token logits), pruned from
-// `start_layer` on (num_layers: unpruned).
+// Seconds for the engine step that prefills one `len`-token prompt and samples its first token,
+// as a prefill worker runs it, with the layers from `start_layer` on pruned (POP: every prompt
+// token but the last skips them; num_layers: unpruned).
 absl::StatusOr<double> TimePrunedPrefill(model::Model& m, int len, int start_layer) {
-  const auto& c = m.config();
-  kv::KvCacheOptions o;
-  o.layout = c.KvLayoutFor(c.torch_dtype, 16);
+  engine::EngineOptions o;
+  o.kv_dtype = m.config().torch_dtype;
   o.num_blocks = len / 16 + 2;
-  o.model_id = "engine-bench";
+  o.max_num_batched_tokens = o.chunk_size = len;
   o.enable_prefix_caching = false;
-  TANDEM_ASSIGN_OR_RETURN(auto kv, kv::KvCacheManager::Create(o));
-  const engine::Request r = MakeRequest("pop", len, 1, c.vocab_size);
-  TANDEM_RETURN_IF_ERROR(kv->AddSequence(1, r.prompt).status());
-  TANDEM_RETURN_IF_ERROR(kv->Reserve(1, len));
-  model::ForwardSequence seq{r.prompt.data(), len, 0, kv->BlockTableData(1),
-                             model::LogitsMode::kLast};
-  const std::vector<uint8_t> layers =
-      model::PrunedLayers({.start_layer = start_layer}, c.num_layers);
-  std::vector<uint8_t> full(len, 0);
-  full.back() = 1;
-  const model::PruningPlan plan{layers, full};
-  std::vector<float> logits;
+  o.model_id = "engine-bench";
+  o.pruning = {.enabled = start_layer < m.config().num_layers,
+               .settings = {.start_layer = start_layer},
+               .min_batch_size = 1};
+  TANDEM_ASSIGN_OR_RETURN(auto e, engine::Engine::Create(m, o));
+  TANDEM_RETURN_IF_ERROR(e->AddRequest(MakeRequest("pop", len, 1, m.config().vocab_size)));
   auto t0 = Clock::now();
-  TANDEM_RETURN_IF_ERROR(m.Forward({&seq, 1}, kv->pool_base(), kv->layout(), logits, &plan));
-  return std::chrono::duration<double>(Clock::now() - t0).count();
+  TANDEM_ASSIGN_OR_RETURN(auto outs, e->Step());
+  const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (outs.size() != 1 || outs[0].new_tokens.size() != 1) {
+    return absl::InternalError("the prefill step did not produce the first token");
+  }
+  return seconds;
 }
 
 absl::Status RunPruning(model::Model& m, std::span<const int32_t> lens,

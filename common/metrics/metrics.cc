@@ -64,6 +64,11 @@ Metrics::Metrics()
                     .Name("tandem_kv_cache_usage_ratio")
                     .Help("Fraction of KV cache blocks in use (0-1)")
                     .Register(*registry_)),
+      kv_requantized_(BuildCounter()
+                          .Name("tandem_kv_cache_requantized_blocks_total")
+                          .Help("Mixed-precision KV cache: fp16 blocks requantized to int8 as "
+                                "they fell behind the window")
+                          .Register(*registry_)),
       kv_lookups_(BuildCounter()
                       .Name("tandem_kv_lookups_total")
                       .Help("KV block lookups by result (hit: found locally or in the store)")
@@ -203,6 +208,7 @@ RoleMetrics Metrics::ForRole(const std::string& role) {
   m.kv_transfer_time = &kv_transfer_.Add(l, ShortBuckets());
   m.kv_transfer_bytes = &kv_transfer_bytes_.Add(l);
   m.kv_cache_usage = &kv_usage_.Add(l);
+  m.kv_requantized_blocks = &kv_requantized_.Add(l);
   m.kv_lookup_hits = &kv_lookups_.Add(with("result", "hit"));
   m.kv_lookup_misses = &kv_lookups_.Add(with("result", "miss"));
   m.requests_running = &running_.Add(l);

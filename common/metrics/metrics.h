@@ -27,6 +27,8 @@ struct RoleMetrics {
   prometheus::Histogram* kv_transfer_time = nullptr;
   prometheus::Counter* kv_transfer_bytes = nullptr;
   prometheus::Gauge* kv_cache_usage = nullptr;  // 0-1
+  // kv_cache.dtype mixed: fp16 blocks requantized to int8 as they fell behind the window.
+  prometheus::Counter* kv_requantized_blocks = nullptr;
   prometheus::Counter* kv_lookup_hits = nullptr;
   prometheus::Counter* kv_lookup_misses = nullptr;
   prometheus::Gauge* requests_running = nullptr;
@@ -99,6 +101,7 @@ class Metrics {
   prometheus::Family<prometheus::Histogram>& kv_transfer_;
   prometheus::Family<prometheus::Counter>& kv_transfer_bytes_;
   prometheus::Family<prometheus::Gauge>& kv_usage_;
+  prometheus::Family<prometheus::Counter>& kv_requantized_;
   prometheus::Family<prometheus::Counter>& kv_lookups_;
   prometheus::Family<prometheus::Gauge>& running_;
   prometheus::Family<prometheus::Gauge>& waiting_;

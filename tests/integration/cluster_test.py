@@ -260,6 +260,14 @@ def case_mixed(c, stub):
     print(f"  store: {blocks:.0f} blocks, {used / blocks:.0f} bytes each "
           f"(an fp16 block: {fp16_block})")
     assert used / blocks < 0.75 * fp16_block, (blocks, used)
+    # Both roles requantize: prefill before it exports, decode as its sequences grow.
+    def requantized(workers):
+        return sum(w.metric("tandem_kv_cache_requantized_blocks_total", {"role": w.role}) or 0
+                   for w in workers)
+    for role, workers in (("prefill", c.prefills), ("decode", c.decodes)):
+        cluster.wait_for(lambda: requantized(workers) > 0, 10,
+                         f"the {role} workers to report requantized blocks")
+        print(f"  {role}: {requantized(workers):.0f} blocks requantized to int8")
 
 
 def case_faults(c, stub):

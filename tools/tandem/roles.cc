@@ -255,7 +255,7 @@ class WorkerRole final : public ServedRole {
 
  private:
   void Report() {
-    int64_t hits = 0, misses = 0, bytes = 0;
+    int64_t hits = 0, misses = 0, bytes = 0, requantized = 0;
     do {
       metrics_.kv_transfer_bytes->Increment(static_cast<double>(service_->kv_bytes() - bytes));
       bytes = service_->kv_bytes();
@@ -265,6 +265,8 @@ class WorkerRole final : public ServedRole {
       if (s.kv.total_blocks > 0) {
         metrics_.kv_cache_usage->Set(static_cast<double>(s.kv.used_blocks) / s.kv.total_blocks);
       }
+      metrics_.kv_requantized_blocks->Increment(static_cast<double>(s.kv.narrowed - requantized));
+      requantized = s.kv.narrowed;
       if constexpr (std::is_same_v<Service, decode::DecodeService>) {
         metrics_.kv_lookup_hits->Increment(static_cast<double>(service_->kv_hits() - hits));
         metrics_.kv_lookup_misses->Increment(static_cast<double>(service_->kv_misses() - misses));

@@ -61,6 +61,43 @@ TEST_F(KvHandoffTest, DecodeOnAnotherEngineContinuesExactly) {
   EXPECT_EQ(ImportPromptBlocks(*decode, hashes, blobs).hits, 2);
 }
 
+// kv_cache.dtype mixed on both sides: prefill exports its int8 blocks (behind the window) and
+// fp16 ones as they are, and decode requantizes the fp16 ones as its sequence grows past them.
+TEST_F(KvHandoffTest, MixedCachesHandOverEachBlockInItsOwnDtype) {
+  EngineOptions o;
+  o.kv_dtype = DType::kF16;
+  o.num_blocks = 64;
+  o.mixed_kv = {.enabled = true, .sink_tokens = 4, .window_tokens = 16};
+  auto make = [&] { return std::move(Engine::Create(*model_, o)).value(); };
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 100; ++i) prompt.push_back((i * 37 + 11) % 128);  // 6 full blocks + 4
+
+  auto prefill = make();
+  const std::vector<int32_t> first = Run(*prefill, Make(prompt, 1)).first;
+  ASSERT_EQ(first.size(), 1u);
+  EXPECT_EQ(prefill->KvStats().narrowed, 4);  // blocks 1..4, behind 100 - 16 = 84
+  auto exported = ExportPromptBlocks(*prefill, prompt);
+  ASSERT_TRUE(exported.ok()) << exported.status();
+  ASSERT_EQ(exported->size(), 6u);
+
+  auto decode = make();
+  std::vector<kv::BlockHash> hashes = PromptBlockHashes(*decode, prompt);
+  std::vector<std::optional<std::string>> blobs;
+  for (const ExportedBlock& b : *exported) blobs.push_back(b.bytes);
+  EXPECT_EQ(ImportPromptBlocks(*decode, hashes, blobs).hits, 6);
+  // Int8 blocks travel at int8 size.
+  EXPECT_LT((*exported)[1].bytes.size(), (*exported)[0].bytes.size() * 6 / 10);
+
+  std::vector<int32_t> resumed = prompt;
+  resumed.push_back(first[0]);
+  const auto [rest, cached] = Run(*decode, Make(resumed, 40, 1));
+  EXPECT_EQ(cached, 96);
+  EXPECT_EQ(rest.size(), 39u);
+  // 139 tokens computed (the last one sampled is not fed back): blocks 5 and 6, imported in
+  // fp16, fall behind 139 - 16 = 123; block 7 ends at 128.
+  EXPECT_EQ(decode->KvStats().narrowed, 2);
+}
+
 TEST_F(KvHandoffTest, MissingOrForeignBlocksAreMissesAndStillDecodeCorrectly) {
   auto whole = MakeEngine(DType::kF16);
   const std::vector<int32_t> expected = Run(*whole, Make(prompt_, 6)).first;
