@@ -14,7 +14,10 @@ namespace {
 tandem::kv::KvCacheManager& Cache(bool mixed) {
   auto make = [](bool mixed) {
     tandem::kv::KvCacheOptions o;
-    o.layout = {.num_layers = 2, .num_kv_heads = 2, .head_dim = 8, .block_size = 4,
+    o.layout = {.num_layers = 2,
+                .num_kv_heads = 2,
+                .head_dim = 8,
+                .block_size = 4,
                 .dtype = tandem::DType::kF16};
     o.num_blocks = 8;
     if (mixed) o.mixed = {.narrow_blocks = 4, .sink_tokens = 4, .window_tokens = 4};
@@ -36,8 +39,8 @@ void ImportInto(tandem::kv::KvCacheManager& cache, const uint8_t* data, size_t s
   if (after.free_blocks + after.used_blocks + after.cached_blocks != after.total_blocks) {
     __builtin_trap();
   }
-  if (!result.ok() && (after.used_blocks != before.used_blocks ||
-                       after.cached_blocks != before.cached_blocks)) {
+  if (!result.ok() &&
+      (after.used_blocks != before.used_blocks || after.cached_blocks != before.cached_blocks)) {
     __builtin_trap();
   }
   // Keep the cache from filling up so later inputs still exercise the import path.

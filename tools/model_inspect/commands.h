@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -39,6 +40,17 @@ absl::StatusOr<std::unique_ptr<model::Model>> LoadModel(const CliArgs& args, Thr
 // pruning is asked for.
 absl::StatusOr<bool> PruningFromFlags(const CliArgs& args, int num_layers,
                                       model::PruningSettings* settings);
+
+// What an evaluation over a text file loads: the text, the model of --model (on a pool of
+// --threads, in --weight-memory) and its tokenizer.
+struct TextEvalInputs {
+  std::string text;
+  std::string dir;
+  std::unique_ptr<tokenizer::Tokenizer> tokenizer;
+  std::unique_ptr<ThreadPool> pool;  // before the model, which runs on it
+  std::unique_ptr<model::Model> model;
+};
+absl::StatusOr<TextEvalInputs> LoadTextEval(const CliArgs& args, const std::string& text_path);
 
 // A generate prompt from --tokens, or from --prompt encoded with the model's tokenizer (BOS
 // as its config says); the tokenizer is kept to decode the output.

@@ -142,11 +142,11 @@ absl::Status RunKvEval(const CliArgs& args) {
        "kv-sink-tokens", "kv-window-tokens", "threads", "weight-memory"}));
   TANDEM_ASSIGN_OR_RETURN(std::string path, args.String("text-file"));
   TANDEM_ASSIGN_OR_RETURN(WindowFlags flags, ParseWindowFlags(args, 256, 64));
-  TANDEM_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
-  TANDEM_ASSIGN_OR_RETURN(std::string dir, args.String("model"));
-  TANDEM_ASSIGN_OR_RETURN(auto tok, tokenizer::Tokenizer::Load(dir));
-  TANDEM_ASSIGN_OR_RETURN(auto pool, MakePool(args));
-  TANDEM_ASSIGN_OR_RETURN(auto model, LoadModel(args, *pool));
+  TANDEM_ASSIGN_OR_RETURN(TextEvalInputs in, LoadTextEval(args, path));
+  const std::string& text = in.text;
+  const std::string& dir = in.dir;
+  auto& tok = in.tokenizer;
+  auto& model = in.model;
   const auto& c = model->config();
   if (flags.prompt_tokens + flags.continuation_tokens > c.max_position_embeddings) {
     return absl::InvalidArgumentError(

@@ -258,11 +258,10 @@ absl::Status RunPruneEval(const CliArgs& args) {
   if (greedy_tokens < 1 || greedy_tokens > kMaxWindowTokens) {
     return absl::InvalidArgumentError("--greedy-tokens must be >= 1");
   }
-  TANDEM_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
-  TANDEM_ASSIGN_OR_RETURN(std::string dir, args.String("model"));
-  TANDEM_ASSIGN_OR_RETURN(auto tok, tokenizer::Tokenizer::Load(dir));
-  TANDEM_ASSIGN_OR_RETURN(auto pool, MakePool(args));
-  TANDEM_ASSIGN_OR_RETURN(auto model, LoadModel(args, *pool));
+  TANDEM_ASSIGN_OR_RETURN(TextEvalInputs in, LoadTextEval(args, path));
+  const std::string& text = in.text;
+  auto& tok = in.tokenizer;
+  auto& model = in.model;
   const auto& c = model->config();
   if (prompt_tokens + std::max(continuation_tokens, greedy_tokens) > c.max_position_embeddings) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -503,11 +502,10 @@ absl::Status RunImportance(const CliArgs& args) {
   if (!(epsilon > 0 && epsilon <= 0.5) || !(budget >= 0 && budget < 1)) {
     return absl::InvalidArgumentError("--epsilon must be in (0, 0.5] and --budget in [0, 1)");
   }
-  TANDEM_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
-  TANDEM_ASSIGN_OR_RETURN(std::string dir, args.String("model"));
-  TANDEM_ASSIGN_OR_RETURN(auto tok, tokenizer::Tokenizer::Load(dir));
-  TANDEM_ASSIGN_OR_RETURN(auto pool, MakePool(args));
-  TANDEM_ASSIGN_OR_RETURN(auto model, LoadModel(args, *pool));
+  TANDEM_ASSIGN_OR_RETURN(TextEvalInputs in, LoadTextEval(args, path));
+  const std::string& text = in.text;
+  auto& tok = in.tokenizer;
+  auto& model = in.model;
   const auto& c = model->config();
   if (prompt_tokens + continuation_tokens > c.max_position_embeddings) {
     return absl::InvalidArgumentError(

@@ -68,6 +68,16 @@ absl::StatusOr<std::unique_ptr<model::Model>> LoadModel(const CliArgs& args, Thr
   return model::Model::Load(dir, pool, options);
 }
 
+absl::StatusOr<TextEvalInputs> LoadTextEval(const CliArgs& args, const std::string& text_path) {
+  TextEvalInputs in;
+  TANDEM_ASSIGN_OR_RETURN(in.text, ReadFileToString(text_path));
+  TANDEM_ASSIGN_OR_RETURN(in.dir, args.String("model"));
+  TANDEM_ASSIGN_OR_RETURN(in.tokenizer, tokenizer::Tokenizer::Load(in.dir));
+  TANDEM_ASSIGN_OR_RETURN(in.pool, MakePool(args));
+  TANDEM_ASSIGN_OR_RETURN(in.model, LoadModel(args, *in.pool));
+  return in;
+}
+
 absl::StatusOr<bool> PruningFromFlags(const CliArgs& args, int num_layers,
                                       model::PruningSettings* settings) {
   if (!args.Has("prune-start-layer") && !args.Has("prune-ratio")) {

@@ -61,23 +61,30 @@ std::vector<float> RowValues(int layer, int head, bool value, int64_t pos, int d
   return row;
 }
 
-// Writes every row of positions [begin, end) of sequence `seq` through the arena.
-void WriteRows(KvCacheManager& m, int64_t seq, int64_t begin, int64_t end) {
-  const KvArena& arena = m.arena();
+// Calls fn(block id, row, expected values) for every K and V row of positions [begin, end) of
+// sequence `seq`.
+template <typename Fn>
+void ForEachRow(KvCacheManager& m, int64_t seq, int64_t begin, int64_t end, Fn&& fn) {
   const std::vector<int32_t> table = m.BlockTable(seq);
-  const KvLayout& l = arena.layout;
+  const KvLayout& l = m.arena().layout;
   for (int64_t pos = begin; pos < end; ++pos) {
-    const int32_t id = table[pos / kBs];
     for (int layer = 0; layer < l.num_layers; ++layer) {
       for (int head = 0; head < l.num_kv_heads; ++head) {
         for (bool value : {false, true}) {
-          const std::vector<float> row = RowValues(layer, head, value, pos, l.head_dim);
-          WriteKvRow(arena.Block(id), arena.LayoutOf(id),
-                     {layer, head, value, static_cast<int>(pos % kBs)}, row.data());
+          fn(table[pos / kBs], KvRowRef{layer, head, value, static_cast<int>(pos % kBs)},
+             RowValues(layer, head, value, pos, l.head_dim));
         }
       }
     }
   }
+}
+
+// Writes every row of positions [begin, end) of sequence `seq` through the arena.
+void WriteRows(KvCacheManager& m, int64_t seq, int64_t begin, int64_t end) {
+  const KvArena& arena = m.arena();
+  ForEachRow(m, seq, begin, end, [&](int32_t id, const KvRowRef& ref, std::vector<float> row) {
+    WriteKvRow(arena.Block(id), arena.LayoutOf(id), ref, row.data());
+  });
 }
 
 // Largest |read - written| over every row of positions [0, n) of `seq`, relative to the row's
@@ -88,29 +95,18 @@ struct RowErrors {
 };
 RowErrors ReadBackErrors(KvCacheManager& m, int64_t seq, int64_t n) {
   const KvArena& arena = m.arena();
-  const std::vector<int32_t> table = m.BlockTable(seq);
-  const KvLayout& l = arena.layout;
   RowErrors e;
-  std::vector<float> got(l.head_dim);
-  for (int64_t pos = 0; pos < n; ++pos) {
-    const int32_t id = table[pos / kBs];
-    for (int layer = 0; layer < l.num_layers; ++layer) {
-      for (int head = 0; head < l.num_kv_heads; ++head) {
-        for (bool value : {false, true}) {
-          const std::vector<float> want = RowValues(layer, head, value, pos, l.head_dim);
-          ReadKvRow(arena.Block(id), arena.LayoutOf(id),
-                    {layer, head, value, static_cast<int>(pos % kBs)}, got.data());
-          double max_abs = 0, err = 0;
-          for (int i = 0; i < l.head_dim; ++i) {
-            max_abs = std::max(max_abs, std::fabs(double{want[i]}));
-            err = std::max(err, std::fabs(double{got[i]} - want[i]));
-          }
-          double& slot = arena.IsNarrow(id) ? e.narrow : e.wide;
-          slot = std::max(slot, err / max_abs);
-        }
-      }
+  std::vector<float> got(arena.layout.head_dim);
+  ForEachRow(m, seq, 0, n, [&](int32_t id, const KvRowRef& ref, std::vector<float> want) {
+    ReadKvRow(arena.Block(id), arena.LayoutOf(id), ref, got.data());
+    double max_abs = 0, err = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      max_abs = std::max(max_abs, std::fabs(double{want[i]}));
+      err = std::max(err, std::fabs(double{got[i]} - want[i]));
     }
-  }
+    double& slot = arena.IsNarrow(id) ? e.narrow : e.wide;
+    slot = std::max(slot, err / max_abs);
+  });
   return e;
 }
 
