@@ -28,12 +28,18 @@ struct MixedKvConfig {
   int64_t fp16_blocks = 0;  // 0: sized from the scheduler limits
 };
 
+struct KvEvictionConfig {
+  int budget_tokens = 0;  // 0: off
+  int sink_tokens = 4;
+};
+
 struct KvCacheConfig {
   int block_size = 16;
   std::string dtype = "auto";  // auto (the model's dtype) | fp32 | fp16 | bf16 | int8 | mixed
   int64_t memory_bytes = int64_t{1} << 30;
   bool enable_prefix_caching = true;
   MixedKvConfig mixed;
+  KvEvictionConfig eviction;
 };
 
 struct SchedulerConfig {

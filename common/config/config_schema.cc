@@ -197,6 +197,14 @@ std::vector<Field> MakeSchema() {
           "mixed: blocks of kv_cache.memory_bytes kept fp16, the rest int8; 0: room for "
           "scheduler.max_num_seqs windows plus one step of prefill, at most a quarter of the "
           "memory"),
+      Int("kv_cache.eviction.budget_tokens", TANDEM_CONFIG_REF(kv_cache.eviction.budget_tokens), 0,
+          kMaxInt,
+          "sliding window over long sequences: once a sequence's cache holds more than this, its "
+          "oldest whole blocks after the sink tokens are evicted, so new tokens attend to the "
+          "sinks and the last ~budget_tokens (positions keep their numbers); 0: off"),
+      Int("kv_cache.eviction.sink_tokens", TANDEM_CONFIG_REF(kv_cache.eviction.sink_tokens), 0,
+          kMaxInt,
+          "eviction: the first tokens of every sequence are never evicted (attention sinks)"),
       Int("scheduler.max_num_seqs", TANDEM_CONFIG_REF(scheduler.max_num_seqs), 1, 65536,
           "sequences running at once per engine"),
       Int("scheduler.max_num_batched_tokens", TANDEM_CONFIG_REF(scheduler.max_num_batched_tokens),

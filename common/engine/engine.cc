@@ -79,6 +79,11 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(model::Model& model,
     return absl::InvalidArgumentError(
         "max_num_seqs, max_num_batched_tokens and chunk_size must be positive");
   }
+  if (options.kv_eviction.budget_tokens < 0 || options.kv_eviction.sink_tokens < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("KV eviction: budget_tokens (", options.kv_eviction.budget_tokens,
+                     ") and sink_tokens (", options.kv_eviction.sink_tokens, ") must be >= 0"));
+  }
   kv::KvCacheOptions kv_options;
   kv_options.layout = model.config().KvLayoutFor(options.kv_dtype, options.block_size);
   const int64_t block_bytes = static_cast<int64_t>(kv_options.layout.BlockBytes());
@@ -225,8 +230,21 @@ void Engine::Preempt(std::list<SeqPtr>::iterator it) {
   Sequence& seq = **it;
   kv_->FreeSequence(seq.kv_id);
   seq.num_computed = 0;
+  seq.evicted_to = 0;
   waiting_.push_front(std::move(*it));
   running_.erase(it);
+}
+
+void Engine::Evict(Sequence& seq) {
+  const int bs = options_.block_size;
+  const int sinks = (options_.kv_eviction.sink_tokens + bs - 1) / bs;
+  const int keep = std::max(1, options_.kv_eviction.budget_tokens / bs - sinks);
+  // Only full blocks go, so the block being filled always stays.
+  const int evict_to = std::min(seq.num_computed / bs, kv_->NumBlocks(seq.kv_id) - keep);
+  const int from = std::max(sinks, seq.evicted_to);
+  if (evict_to <= from) return;
+  kv_->EvictBlocks(seq.kv_id, from, evict_to);
+  seq.evicted_to = evict_to;
 }
 
 bool Engine::ReserveOrPreempt(Sequence& seq, int num_tokens, std::vector<RequestOutput>& outputs) {
@@ -350,6 +368,7 @@ absl::Status Engine::RunBatch(std::vector<RequestOutput>& outputs) {
     Sequence& seq = *scheduled_[i].seq;
     seq.num_computed += scheduled_[i].num_tokens;
     kv_->CommitTokens(seq.kv_id, seq.tokens, seq.num_computed);
+    if (options_.kv_eviction.budget_tokens > 0) Evict(seq);
     if (forward_[i].logits == model::LogitsMode::kNone) continue;
     std::span<const float> row_logits(logits_.data() + row * vocab, vocab);
     ++row;

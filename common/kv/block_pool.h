@@ -26,8 +26,6 @@ inline constexpr size_t kMaxPoolBytes = size_t{1} << 40;   // 1 TiB per pool
 // otherwise.
 absl::Status ValidateKvLayout(const KvLayout& layout);
 
-inline constexpr int32_t kNoBlock = -1;
-
 // Metadata of one block; the bytes live in the BlockPool. A block is in exactly one state:
 //   free:   ref_count == 0, !indexed, on the free list;
 //   used:   ref_count > 0 (indexed or not), on no list;

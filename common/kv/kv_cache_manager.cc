@@ -151,7 +151,7 @@ void KvCacheManager::CommitTokens(int64_t seq_id, std::span<const int32_t> token
   if (it == seqs_.end()) return;
   Sequence& seq = it->second;
   if (mixed()) NarrowOldBlocks(seq, num_computed);
-  if (!prefix_caching_) return;
+  if (!prefix_caching_ || seq.evicted) return;
   // Only blocks whose KV is written, whose tokens are known and that the table covers.
   const int64_t limit =
       std::min({static_cast<int64_t>(std::max(num_computed, 0)),
@@ -163,7 +163,7 @@ void KvCacheManager::CommitTokens(int64_t seq_id, std::span<const int32_t> token
     seq.hashes.push_back(h);
     prev = h;
     const int32_t id = seq.blocks[i];
-    if (pool_->block(id).indexed) continue;
+    if (id == kNoBlock || pool_->block(id).indexed) continue;
     // An identical block already indexed wins; this one stays unindexed (freed on release).
     if (index_.try_emplace(h, id).second) pool_->SetIndexed(id, h);
   }
@@ -175,7 +175,7 @@ void KvCacheManager::NarrowOldBlocks(Sequence& seq, int num_computed) {
   for (size_t b = std::max(seq.next_narrow, static_cast<size_t>(first)); b < stop;
        seq.next_narrow = ++b) {
     const int32_t wide = seq.blocks[b];
-    if (arena_.IsNarrow(wide) || pool_->block(wide).ref_count > 1) continue;
+    if (wide == kNoBlock || arena_.IsNarrow(wide) || pool_->block(wide).ref_count > 1) continue;
     const int32_t narrow = AllocateBlock(BlockKind::kNarrow, /*only_kind=*/true);
     if (narrow == kNoBlock) return;  // tried again at the next commit
     ConvertBlock(arena_.Block(wide), layout_, arena_.Block(narrow), arena_.narrow);
@@ -196,8 +196,28 @@ void KvCacheManager::FreeSequence(int64_t seq_id) {
   auto it = seqs_.find(seq_id);
   if (it == seqs_.end()) return;
   const std::vector<int32_t>& blocks = it->second.blocks;
-  for (auto b = blocks.rbegin(); b != blocks.rend(); ++b) pool_->Release(*b);
+  for (auto b = blocks.rbegin(); b != blocks.rend(); ++b) {
+    if (*b != kNoBlock) pool_->Release(*b);
+  }
   seqs_.erase(it);
+}
+
+int KvCacheManager::EvictBlocks(int64_t seq_id, int first, int last) {
+  absl::MutexLock lock(&mu_);
+  auto it = seqs_.find(seq_id);
+  if (it == seqs_.end()) return 0;
+  std::vector<int32_t>& blocks = it->second.blocks;
+  int evicted = 0;
+  const int end = std::min(last, static_cast<int>(blocks.size()));
+  for (int b = std::max(first, 0); b < end; ++b) {
+    if (blocks[b] == kNoBlock) continue;
+    pool_->Release(blocks[b]);
+    blocks[b] = kNoBlock;
+    ++evicted;
+  }
+  it->second.evicted |= evicted > 0;
+  window_evicted_ += evicted;
+  return evicted;
 }
 
 void KvCacheManager::CancelSequence(int64_t seq_id) {
@@ -254,6 +274,7 @@ KvCacheStats KvCacheManager::Stats() const {
   s.evictions = evictions_;
   s.narrow_blocks = pool_->num_narrow();
   s.narrowed = narrowed_;
+  s.window_evicted = window_evicted_;
   s.num_sequences = static_cast<int64_t>(seqs_.size());
   return s;
 }

@@ -104,6 +104,12 @@ class KvCacheManager {
   // place in the table and in the prefix index; with no int8 block to be had it stays wide.
   void CommitTokens(int64_t seq_id, std::span<const int32_t> tokens, int num_computed);
 
+  // Drops blocks [first, last) of the sequence's table (a sliding or elastic window): each live
+  // one is released and its entry becomes kNoBlock, which attention skips; the positions keep
+  // their numbers. Returns how many were live. The range is clamped to the table. Blocks the
+  // sequence fills afterwards stay out of the prefix index (their KV saw a partial context).
+  int EvictBlocks(int64_t seq_id, int first, int last);
+
   // Releases every block of the sequence, last block first, so that within a sequence the tail is
   // evicted before the head. Unknown ids are ignored.
   void FreeSequence(int64_t seq_id);
@@ -158,6 +164,9 @@ class KvCacheManager {
     int lookup_hits = 0;  // what AddSequence counted, for CancelSequence
     int lookup_misses = 0;
     size_t next_narrow = 0;  // blocks before this one are int8, shared or sinks (mixed cache)
+    // Set by EvictBlocks: the KV of later tokens was computed without the evicted ones, so no
+    // later block may enter the prefix index.
+    bool evicted = false;
   };
 
   KvCacheManager(const KvCacheOptions& options, std::unique_ptr<BlockPool> pool);
@@ -184,6 +193,7 @@ class KvCacheManager {
   int64_t misses_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t evictions_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t narrowed_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t window_evicted_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace tandem::kv

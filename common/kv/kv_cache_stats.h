@@ -26,6 +26,8 @@ struct KvCacheStats {
   int64_t narrow_blocks = 0;
   // Wide blocks requantized into int8 blocks as they fell behind the window, since creation.
   int64_t narrowed = 0;
+  // Blocks dropped from sequences by a sliding or elastic window (EvictBlocks), since creation.
+  int64_t window_evicted = 0;
   // Sequences currently registered.
   int64_t num_sequences = 0;
 };

@@ -8,6 +8,9 @@
 
 namespace tandem::kv {
 
+// No block: a free slot, or a block-table entry whose block a window evicted.
+inline constexpr int32_t kNoBlock = -1;
+
 // Geometry of one paged KV block. A block holds `block_size` consecutive token positions of one
 // sequence for every layer; within a block, per layer, all K heads come first, then all V heads,
 // each head as [block_size][head_dim] elements of `dtype`:

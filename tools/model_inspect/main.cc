@@ -40,10 +40,12 @@ constexpr char kUsage[] = R"(usage:
   model-inspect generate --model DIR (--tokens 1,2,3 | --prompt TEXT) --max-tokens N
                 [--temperature T] [--top-p P] [--top-k K] [--seed S] [--ignore-eos]
                 [--kv-dtype auto|...|mixed [--kv-sink-tokens S] [--kv-window-tokens W]]
-                [prune flags as for forward]
+                [--evict-budget-tokens B [--evict-sink-tokens 4]] [prune flags as for forward]
       prints the generated ids comma-separated on one line (timings go to stderr); with
       --prompt (encoded with BOS as the model's config says) also the decoded text. The
-      prune flags prune the prompt's prefill; decode always runs every layer.
+      prune flags prune the prompt's prefill; decode always runs every layer. --evict-budget-tokens
+      evicts the oldest blocks past the sink tokens once the cache holds more than B tokens
+      (kv_cache.eviction).
   model-inspect prune-eval --model DIR --text-file F (--prune-start-layer L | --prune-ratio R)
                 [--prune-keep-every K] [--protect-tokens N] [--prompt-tokens 512]
                 [--continuation-tokens 128] [--greedy-tokens 32] [--windows 8] [--json]

@@ -162,8 +162,9 @@ absl::Status RunForward(const CliArgs& args) {
 absl::Status RunGenerate(const CliArgs& args) {
   TANDEM_RETURN_IF_ERROR(args.CheckKnown(
       {"model", "tokens", "prompt", "max-tokens", "temperature", "top-p", "top-k", "seed",
-       "ignore-eos", "kv-dtype", "kv-sink-tokens", "kv-window-tokens", "threads", "weight-memory",
-       "prune-start-layer", "prune-ratio", "prune-keep-every", "protect-tokens"}));
+       "ignore-eos", "kv-dtype", "kv-sink-tokens", "kv-window-tokens", "evict-budget-tokens",
+       "evict-sink-tokens", "threads", "weight-memory", "prune-start-layer", "prune-ratio",
+       "prune-keep-every", "protect-tokens"}));
   TANDEM_ASSIGN_OR_RETURN(std::string dir, args.String("model"));
   TANDEM_ASSIGN_OR_RETURN(PromptTokens prompt, ResolvePrompt(args));
   const std::vector<int32_t>& tokens = prompt.ids;
@@ -187,6 +188,11 @@ absl::Status RunGenerate(const CliArgs& args) {
   TANDEM_ASSIGN_OR_RETURN(options.kv_dtype, KvDType(args, model->config()));
   options.model_id = dir;
   TANDEM_ASSIGN_OR_RETURN(options.mixed_kv, MixedKvFromFlags(args));
+  TANDEM_ASSIGN_OR_RETURN(int64_t evict_budget, args.IntOr("evict-budget-tokens", 0));
+  TANDEM_ASSIGN_OR_RETURN(int64_t evict_sinks, args.IntOr("evict-sink-tokens", 4));
+  options.kv_eviction = {
+      .budget_tokens = static_cast<int>(std::clamp<int64_t>(evict_budget, -1, 1 << 30)),
+      .sink_tokens = static_cast<int>(std::clamp<int64_t>(evict_sinks, -1, 1 << 30))};
   int64_t needed = static_cast<int64_t>(tokens.size()) + std::max<int64_t>(max_tokens, 0);
   options.num_blocks = std::max<int64_t>(1, (needed + options.block_size - 1) / options.block_size);
   if (options.mixed_kv.enabled) {  // memory is no object here: fp16 blocks for the whole run

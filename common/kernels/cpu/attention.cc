@@ -155,16 +155,30 @@ void RunItem(const WorkItem& item, const AttentionSequence& seq, int num_heads,
     scratch.row_pos[r] = seq.start_pos + t;
   }
   const int64_t end_pos = seq.start_pos + item.t1;  // one past the last key any row needs
-  for (int64_t c0 = 0; c0 < end_pos; c0 += internal::kKeyChunk) {
-    const int n = static_cast<int>(std::min<int64_t>(internal::kKeyChunk, end_pos - c0));
-    const int64_t next = c0 + internal::kKeyChunk;
-    if (next < end_pos) {
-      PrefetchChunk(arena, seq.block_table, layer, item.kv_head, next,
-                    static_cast<int>(std::min<int64_t>(internal::kKeyChunk, end_pos - next)));
+  const int64_t bs = layout.block_size;
+  const int32_t* table = seq.block_table;
+  // Keys come in runs of live blocks: a sliding or elastic window may have evicted some
+  // (kNoBlock). Chunks keep their true positions, for the causal mask.
+  for (int64_t run0 = 0; run0 < end_pos;) {
+    if (table[run0 / bs] == kv::kNoBlock) {
+      run0 = (run0 / bs + 1) * bs;
+      continue;
     }
-    GatherChunk(arena, seq.block_table, layer, item.kv_head, false, c0, n, dp, scratch.k.data());
-    GatherChunk(arena, seq.block_table, layer, item.kv_head, true, c0, n, dp, scratch.v.data());
-    internal::AttendChunk(scratch, rows, dp, c0, n);
+    int64_t run1 = (run0 / bs + 1) * bs;
+    while (run1 < end_pos && table[run1 / bs] != kv::kNoBlock) run1 += bs;
+    run1 = std::min(run1, end_pos);
+    for (int64_t c0 = run0; c0 < run1; c0 += internal::kKeyChunk) {
+      const int n = static_cast<int>(std::min<int64_t>(internal::kKeyChunk, run1 - c0));
+      const int64_t next = c0 + internal::kKeyChunk;
+      if (next < run1) {
+        PrefetchChunk(arena, table, layer, item.kv_head, next,
+                      static_cast<int>(std::min<int64_t>(internal::kKeyChunk, run1 - next)));
+      }
+      GatherChunk(arena, table, layer, item.kv_head, false, c0, n, dp, scratch.k.data());
+      GatherChunk(arena, table, layer, item.kv_head, true, c0, n, dp, scratch.v.data());
+      internal::AttendChunk(scratch, rows, dp, c0, n);
+    }
+    run0 = run1;
   }
   for (int r = 0; r < rows; ++r) {
     const int t = item.t0 + r / group;

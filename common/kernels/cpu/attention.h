@@ -13,7 +13,9 @@ struct AttentionSequence {
   float* out = nullptr;      // [num_tokens, num_heads, head_dim]
   int num_tokens = 0;        // new tokens, at positions start_pos .. start_pos+num_tokens-1
   int64_t start_pos = 0;     // position of the first new token in the sequence
-  const int32_t* block_table = nullptr;  // block ids covering positions 0..start_pos+num_tokens-1
+  // Block ids covering positions 0..start_pos+num_tokens-1; kv::kNoBlock marks a block a window
+  // evicted, whose positions are not attended to.
+  const int32_t* block_table = nullptr;
 };
 
 // Causal paged attention for one layer over a batch of sequences (prefill chunks and decode

@@ -235,6 +235,46 @@ TEST_F(EngineTest, MixedKvCacheIsFp16InTheWindowAndInt8Behind) {
             budget.max_num_seqs * 3 + budget.max_num_batched_tokens / 16);
 }
 
+// kv_cache.eviction: a long sequence keeps its sink block and its last ~budget tokens; the rest
+// is evicted after each step, so its cache stops growing while generation goes on.
+TEST_F(EngineTest, EvictionKeepsSinksAndTheLastBudgetTokens) {
+  const Request r = Greedy("long", RandomPrompt(40, 9, 128), 200);
+  EngineOptions base = Options();
+  auto want = RunAll(*MakeEngine(base), {r});
+
+  EngineOptions roomy = base;
+  roomy.kv_eviction = {.budget_tokens = 512, .sink_tokens = 4};  // never reached
+  EXPECT_EQ(RunAll(*MakeEngine(roomy), {r})["long"].logits, want["long"].logits);
+
+  EngineOptions tight = base;
+  tight.kv_eviction = {.budget_tokens = 64, .sink_tokens = 4};  // 1 sink block + 3 recent
+  auto e = MakeEngine(tight);
+  ASSERT_TRUE(e->AddRequest(r).ok());
+  std::vector<std::vector<float>> logits;
+  int64_t most_used = 0;
+  while (e->HasUnfinished()) {
+    auto outs = e->Step();
+    ASSERT_TRUE(outs.ok()) << outs.status();
+    for (auto& o : *outs) {
+      if (!o.logits.empty()) logits.push_back(o.logits);
+      EXPECT_TRUE(o.error.ok()) << o.error;
+    }
+    most_used = std::max(most_used, e->KvStats().used_blocks);
+  }
+  // 240 tokens would take 15 blocks; the window holds the sink block, 3 recent ones and the one
+  // being filled.
+  EXPECT_LE(most_used, 5);
+  EXPECT_GE(e->KvStats().window_evicted, 10);
+  ASSERT_EQ(logits.size(), want["long"].logits.size());
+  // Until the cache first exceeds the budget the outputs are the full cache's; after, they differ.
+  EXPECT_EQ(logits[0], want["long"].logits[0]);
+  EXPECT_GT(MaxRelDiff(want["long"].logits.back(), logits.back()), 1e-3);
+
+  EngineOptions bad = base;
+  bad.kv_eviction.budget_tokens = -1;
+  EXPECT_EQ(Engine::Create(*model_, bad).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST_F(EngineTest, ChunkedPrefillMatchesUnchunked) {
   auto requests = MixedRequests(5, 6);
   EngineOptions o = Options();

@@ -33,6 +33,7 @@ struct SeqData {
   std::vector<float> k, v;  // [positions][kv_heads][head_dim], already rounded to the dtype
   std::vector<float> q;     // [num_tokens][heads][head_dim]
   std::vector<float> out;
+  std::vector<bool> evicted;  // per block: dropped by a window (kNoBlock in the table)
 };
 
 std::vector<float> RandomVector(size_t n, std::mt19937& rng) {
@@ -72,8 +73,10 @@ std::vector<double> Reference(const SeqData& s, const kv::KvLayout& layout, int 
   const int kvh = h / (heads / layout.num_kv_heads);
   const int64_t pos = s.spec.start_pos + t;
   const float* q = s.q.data() + (static_cast<int64_t>(t) * heads + h) * d;
-  std::vector<double> scores(pos + 1);
+  auto live = [&](int64_t p) { return s.evicted.empty() || !s.evicted[p / layout.block_size]; };
+  std::vector<double> scores(pos + 1, -1e300);
   for (int64_t p = 0; p <= pos; ++p) {
+    if (!live(p)) continue;
     const float* k = s.k.data() + (p * layout.num_kv_heads + kvh) * d;
     double dot = 0;
     for (int i = 0; i < d; ++i) dot += static_cast<double>(q[i]) * k[i];
@@ -81,7 +84,7 @@ std::vector<double> Reference(const SeqData& s, const kv::KvLayout& layout, int 
   }
   const double mx = *std::max_element(scores.begin(), scores.end());
   double total = 0;
-  for (double& sc : scores) total += (sc = std::exp(sc - mx));
+  for (int64_t p = 0; p <= pos; ++p) total += (scores[p] = live(p) ? std::exp(scores[p] - mx) : 0);
   std::vector<double> out(d, 0.0);
   for (int64_t p = 0; p <= pos; ++p) {
     const float* v = s.v.data() + (p * layout.num_kv_heads + kvh) * d;
@@ -109,9 +112,10 @@ std::vector<float> RoundTripRows(const kv::KvArena& arena, const std::vector<int
 // Builds a pool, writes every sequence's cache with WriteKv (history and new tokens in separate
 // calls, as chunked prefill does), runs PagedAttention and compares with the reference. With
 // `mixed`, the first half of the pool's blocks are of `layout` and the rest int8 (a
-// mixed-precision cache), and every table mixes both.
+// mixed-precision cache), and every table mixes both. With `evict`, every third block wholly
+// before a sequence's new tokens becomes kNoBlock (a window dropped it) and must not be attended.
 void RunAndCheck(const kv::KvLayout& layout, int heads, const std::vector<SeqSpec>& specs,
-                 ThreadPool& pool, uint32_t seed, bool mixed = false) {
+                 ThreadPool& pool, uint32_t seed, bool mixed = false, bool evict = false) {
   SCOPED_TRACE(::testing::Message()
                << "dtype=" << DTypeName(layout.dtype) << (mixed ? "+int8" : "") << " block="
                << layout.block_size << " head_dim=" << layout.head_dim << " heads=" << heads
@@ -164,6 +168,14 @@ void RunAndCheck(const kv::KvLayout& layout, int heads, const std::vector<SeqSpe
     }
     s.k = RoundTripRows(arena, s.blocks, k);
     s.v = RoundTripRows(arena, s.blocks, v);
+    if (evict) {
+      s.evicted.assign(s.blocks.size(), false);
+      for (size_t b = 1; (b + 1) * layout.block_size <= static_cast<size_t>(s.spec.start_pos);
+           b += 3) {
+        s.evicted[b] = true;
+        s.blocks[b] = kv::kNoBlock;
+      }
+    }
   }
   std::vector<AttentionSequence> batch;
   for (SeqData& s : seqs) {
@@ -229,6 +241,20 @@ TEST(PagedAttentionMixedTest, TablesMixingFp16AndInt8BlocksMatchReference) {
       }
     }
   }
+}
+
+// Tables with holes (blocks a sliding or elastic window evicted): attention skips them and keeps
+// every other key at its position.
+TEST(PagedAttentionEvictedTest, EvictedBlocksAreSkipped) {
+  ThreadPool pool(2);
+  for (DType dtype : {DType::kF32, DType::kF16, DType::kI8}) {
+    for (int block_size : {16, 5}) {
+      kv::KvLayout layout{kLayers, 2, 64, block_size, dtype};
+      RunAndCheck(layout, 8, {{150, 60}, {300, 1}, {45, 13}, {0, 20}}, pool, 21, false, true);
+    }
+  }
+  kv::KvLayout layout{kLayers, 2, 64, 16, DType::kF16};
+  RunAndCheck(layout, 8, {{200, 30}, {400, 1}}, pool, 22, /*mixed=*/true, /*evict=*/true);
 }
 
 TEST(PagedAttentionHeadDimTest, OddHeadDims) {

@@ -383,5 +383,32 @@ TEST(KvCacheManagerTest, BlockTableDataMatchesCopy) {
   EXPECT_EQ(m->BlockTableData(1), data);
 }
 
+TEST(KvCacheManagerTest, EvictedBlocksLeaveHolesAndStayOutOfTheIndex) {
+  auto m = Make(16);
+  std::vector<int32_t> tokens(40);
+  for (int i = 0; i < 40; ++i) tokens[i] = 100 + i;
+  ASSERT_TRUE(m->AddSequence(1, tokens).ok());
+  ASSERT_TRUE(m->Reserve(1, 24).ok());
+  m->CommitTokens(1, tokens, 24);  // blocks 0..5 (4 tokens each), indexed as they fill
+  const int indexed_before = static_cast<int>(m->IndexedHashes().size());
+  const std::vector<int32_t> before = m->BlockTable(1);
+  EXPECT_EQ(m->EvictBlocks(1, 1, 3), 2);
+  EXPECT_EQ(m->EvictBlocks(1, 1, 3), 0);    // already gone
+  EXPECT_EQ(m->EvictBlocks(1, 5, 100), 1);  // clamped to the table
+  const std::vector<int32_t> after = m->BlockTable(1);
+  EXPECT_EQ(after[0], before[0]);
+  EXPECT_EQ(after[1], kNoBlock);
+  EXPECT_EQ(after[2], kNoBlock);
+  EXPECT_EQ(m->Stats().window_evicted, 3);
+  // Indexed blocks that were evicted stay reusable as cache; new blocks are not indexed.
+  ASSERT_TRUE(m->Reserve(1, 40).ok());
+  m->CommitTokens(1, tokens, 40);
+  EXPECT_EQ(static_cast<int>(m->IndexedHashes().size()), indexed_before);
+  m->FreeSequence(1);
+  const KvCacheStats s = m->Stats();
+  EXPECT_EQ(s.used_blocks, 0);
+  EXPECT_EQ(s.free_blocks + s.cached_blocks, s.total_blocks);
+}
+
 }  // namespace
 }  // namespace tandem::kv
