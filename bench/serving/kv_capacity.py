@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """How many sequences run at once at the same KV budget, per KV dtype, measured with `tandem bench`.
 
-For each --dtypes entry, starts one decode worker (router.mode=colocated: it runs whole requests)
+For each --dtypes entry (a KV dtype, optionally with more settings: `fp16:kv_cache.eviction.
+budget_tokens=512`), starts one decode worker (router.mode=colocated: it runs whole requests)
 with kv_cache.memory_bytes = --memory, and a router; sends --num-requests requests all at once
 (prompt --input-len, --output-len generated tokens each); while they run, reads the worker's
 /metrics every 0.1 s. Sequences beyond what the cache holds wait (or are preempted), so the
@@ -59,12 +60,13 @@ def gauge(url, name):
     return float(m.group(1)) if m else 0.0
 
 
-def measure(dtype):
+def measure(entry):
     procs = []
+    dtype, *settings = entry.split(":")
     worker = ["--set", f"kv_cache.dtype={dtype}", "--set", f"kv_cache.memory_bytes={args.memory}",
               "--set", f"scheduler.max_num_seqs={args.max_num_seqs}",
               "--set", f"kv_cache.mixed.window_tokens={args.window_tokens}"]
-    for kv in args.extra:
+    for kv in args.extra + settings:
         worker += ["--set", kv]
     try:
         decode, metrics = start("decode", worker, procs)
@@ -80,7 +82,7 @@ def measure(dtype):
                 time.sleep(0.1)
         poller = threading.Thread(target=poll)
         poller.start()
-        out = os.path.join(logs, f"{dtype}.json")
+        out = os.path.join(logs, f"{len(os.listdir(logs))}.json")
         t0 = time.monotonic()
         subprocess.run([tandem, "bench", "--addr", router, "--num-requests",
                         str(args.num_requests), "--request-rate", "inf", "--seed", "1",
@@ -108,9 +110,11 @@ base = next(iter(results.values()))
 print(f"KV budget {args.memory}, {args.num_requests} requests at once of {args.input_len} prompt "
       f"+ {args.output_len} generated tokens, max_num_seqs {args.max_num_seqs}, "
       f"mixed window {args.window_tokens}")
-print(f"{'dtype':<6} {'max running':>11} {'mean running (cache full)':>26} {'ratio':>6} "
-      f"{'seconds':>8} {'tok/s':>7}")
+print(f"{'dtype':<44} {'max running':>11} {'ratio':>6} {'mean running (cache full)':>26} "
+      f"{'ratio':>6} {'seconds':>8} {'tok/s':>7} {'ratio':>6}")
 for d, r in results.items():
     ratio = r["mean_running_while_waiting"] / max(base["mean_running_while_waiting"], 1e-9)
-    print(f"{d:<6} {r['max_running']:>11.0f} {r['mean_running_while_waiting']:>26.1f} "
-          f"{ratio:>6.2f} {r['seconds']:>8.1f} {r['output_throughput']:>7.0f}")
+    print(f"{d:<44} {r['max_running']:>11.0f} {r['max_running'] / base['max_running']:>6.2f} "
+          f"{r['mean_running_while_waiting']:>26.1f} {ratio:>6.2f} {r['seconds']:>8.1f} "
+          f"{r['output_throughput']:>7.0f} "
+          f"{r['output_throughput'] / base['output_throughput']:>6.2f}")

@@ -29,8 +29,11 @@ struct MixedKvConfig {
 };
 
 struct KvEvictionConfig {
-  int budget_tokens = 0;  // 0: off
+  std::string policy = "sliding";  // sliding | semantic
+  int budget_tokens = 0;           // 0: off
   int sink_tokens = 4;
+  double shift_threshold = 1.5;
+  int chunk_tokens = 64;
 };
 
 struct KvCacheConfig {

@@ -197,14 +197,27 @@ std::vector<Field> MakeSchema() {
           "mixed: blocks of kv_cache.memory_bytes kept fp16, the rest int8; 0: room for "
           "scheduler.max_num_seqs windows plus one step of prefill, at most a quarter of the "
           "memory"),
+      Str("kv_cache.eviction.policy", TANDEM_CONFIG_REF(kv_cache.eviction.policy),
+          {"sliding", "semantic"},
+          "sliding: evict the oldest blocks past the sinks, as many as the budget needs; "
+          "semantic (the elastic window): evict up to the next topic shift, where the mean keys "
+          "of consecutive chunks differ unusually (shift_threshold), keeping at least half the "
+          "budget; sliding where there is none"),
       Int("kv_cache.eviction.budget_tokens", TANDEM_CONFIG_REF(kv_cache.eviction.budget_tokens), 0,
           kMaxInt,
-          "sliding window over long sequences: once a sequence's cache holds more than this, its "
+          "eviction over long sequences: once a sequence's cache holds more than this, its "
           "oldest whole blocks after the sink tokens are evicted, so new tokens attend to the "
           "sinks and the last ~budget_tokens (positions keep their numbers); 0: off"),
       Int("kv_cache.eviction.sink_tokens", TANDEM_CONFIG_REF(kv_cache.eviction.sink_tokens), 0,
           kMaxInt,
           "eviction: the first tokens of every sequence are never evicted (attention sinks)"),
+      Real("kv_cache.eviction.shift_threshold",
+           TANDEM_CONFIG_REF(kv_cache.eviction.shift_threshold), 0, 10,
+           "semantic: a chunk starts a new segment (a topic shift) where the cosine distance "
+           "between its mean key and the previous chunk's (middle layer) exceeds the sequence's "
+           "running mean of those distances by this many standard deviations"),
+      Int("kv_cache.eviction.chunk_tokens", TANDEM_CONFIG_REF(kv_cache.eviction.chunk_tokens), 1,
+          kMaxInt, "semantic: tokens per chunk whose mean key is compared (whole blocks)"),
       Int("scheduler.max_num_seqs", TANDEM_CONFIG_REF(scheduler.max_num_seqs), 1, 65536,
           "sequences running at once per engine"),
       Int("scheduler.max_num_batched_tokens", TANDEM_CONFIG_REF(scheduler.max_num_batched_tokens),

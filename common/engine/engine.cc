@@ -25,8 +25,8 @@ std::string_view FinishReasonName(FinishReason reason) {
   return "unknown";
 }
 
-Engine::Sequence::Sequence(Request r, int64_t id)
-    : request(std::move(r)), kv_id(id), sampler(request.sampling) {
+Engine::Sequence::Sequence(Request r, int64_t id, const kv::EvictionPolicy& eviction)
+    : request(std::move(r)), kv_id(id), sampler(request.sampling), eviction(eviction) {
   tokens = request.prompt;
   prompt_len = static_cast<int>(tokens.size()) - request.num_generated;
   completion_tokens = request.num_generated;
@@ -79,10 +79,13 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(model::Model& model,
     return absl::InvalidArgumentError(
         "max_num_seqs, max_num_batched_tokens and chunk_size must be positive");
   }
-  if (options.kv_eviction.budget_tokens < 0 || options.kv_eviction.sink_tokens < 0) {
+  const kv::EvictionPolicy& ev = options.kv_eviction;
+  if (ev.budget_tokens < 0 || ev.sink_tokens < 0 || ev.chunk_tokens <= 0 ||
+      !(ev.shift_threshold >= 0 && ev.shift_threshold <= 10)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("KV eviction: budget_tokens (", options.kv_eviction.budget_tokens,
-                     ") and sink_tokens (", options.kv_eviction.sink_tokens, ") must be >= 0"));
+        absl::StrCat("KV eviction: budget_tokens (", ev.budget_tokens, ") and sink_tokens (",
+                     ev.sink_tokens, ") must be >= 0, chunk_tokens (", ev.chunk_tokens,
+                     ") > 0, shift_threshold (", ev.shift_threshold, ") in [0, 10]"));
   }
   kv::KvCacheOptions kv_options;
   kv_options.layout = model.config().KvLayoutFor(options.kv_dtype, options.block_size);
@@ -165,7 +168,7 @@ absl::Status Engine::AddRequest(Request request) {
   if (by_id_.contains(request.id)) {
     return absl::AlreadyExistsError(absl::StrCat("request id \"", request.id, "\" is in use"));
   }
-  auto seq = std::make_unique<Sequence>(std::move(request), next_kv_id_++);
+  auto seq = std::make_unique<Sequence>(std::move(request), next_kv_id_++, options_.kv_eviction);
   if (options_.pruning.enabled) {
     const auto& settings = options_.pruning.settings;
     if (seq->request.cache_salt == 0) seq->request.cache_salt = CacheSalt(seq->request.prompt);
@@ -230,21 +233,9 @@ void Engine::Preempt(std::list<SeqPtr>::iterator it) {
   Sequence& seq = **it;
   kv_->FreeSequence(seq.kv_id);
   seq.num_computed = 0;
-  seq.evicted_to = 0;
+  seq.eviction = kv::SequenceEviction(options_.kv_eviction);
   waiting_.push_front(std::move(*it));
   running_.erase(it);
-}
-
-void Engine::Evict(Sequence& seq) {
-  const int bs = options_.block_size;
-  const int sinks = (options_.kv_eviction.sink_tokens + bs - 1) / bs;
-  const int keep = std::max(1, options_.kv_eviction.budget_tokens / bs - sinks);
-  // Only full blocks go, so the block being filled always stays.
-  const int evict_to = std::min(seq.num_computed / bs, kv_->NumBlocks(seq.kv_id) - keep);
-  const int from = std::max(sinks, seq.evicted_to);
-  if (evict_to <= from) return;
-  kv_->EvictBlocks(seq.kv_id, from, evict_to);
-  seq.evicted_to = evict_to;
 }
 
 bool Engine::ReserveOrPreempt(Sequence& seq, int num_tokens, std::vector<RequestOutput>& outputs) {
@@ -368,7 +359,7 @@ absl::Status Engine::RunBatch(std::vector<RequestOutput>& outputs) {
     Sequence& seq = *scheduled_[i].seq;
     seq.num_computed += scheduled_[i].num_tokens;
     kv_->CommitTokens(seq.kv_id, seq.tokens, seq.num_computed);
-    if (options_.kv_eviction.budget_tokens > 0) Evict(seq);
+    seq.eviction.Apply(*kv_, seq.kv_id, seq.num_computed);
     if (forward_[i].logits == model::LogitsMode::kNone) continue;
     std::span<const float> row_logits(logits_.data() + row * vocab, vocab);
     ++row;

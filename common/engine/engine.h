@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "common/engine/request.h"
 #include "common/kv/kv_cache_manager.h"
+#include "common/kv/kv_eviction.h"
 #include "common/model/model.h"
 #include "common/model/pruning.h"
 #include "common/model/sampler.h"
@@ -40,15 +41,12 @@ struct EngineOptions {
     int window_tokens = 64;
     int64_t wide_blocks = 0;
   } mixed_kv;
-  // A sliding window over long sequences (StreamingLLM-style attention sinks plus the recent
-  // tokens): once a sequence's cache holds more than budget_tokens, its oldest whole blocks after
-  // the first sink_tokens are evicted after each step, so each new token attends to the sinks
-  // and the last ~budget_tokens. Positions keep their numbers (RoPE is unchanged); the context
-  // length is still the model's. 0: off.
-  struct KvEviction {
-    int budget_tokens = 0;
-    int sink_tokens = 4;
-  } kv_eviction;
+  // Eviction over long sequences (kv_cache.eviction, kv::EvictionPolicy): once a sequence's cache
+  // holds more than budget_tokens, its oldest whole blocks after the first sink_tokens are
+  // evicted after each step (sliding), or up to the next topic shift (semantic), so each new
+  // token attends to the sinks and the recent tokens. Positions keep their numbers (RoPE is
+  // unchanged); the context length is still the model's. budget_tokens 0: off.
+  kv::EvictionPolicy kv_eviction;
   // Prefill-only layer pruning (POP). A step whose batch holds at least min_batch_size
   // sequences runs its prompt tokens through the pruned layers, except each prompt's last token
   // and the protected positions; generated tokens always run every layer. Pruned KV depends on
@@ -107,8 +105,8 @@ class Engine {
     double queue_seconds = 0;  // added -> first admission
     model::Sampler sampler;
     std::vector<uint8_t> protected_positions;  // per prompt position, when pruning protects
-    int evicted_to = 0;  // kv_eviction: blocks before this one (past the sinks) are evicted
-    Sequence(Request r, int64_t id);
+    kv::SequenceEviction eviction;             // kv_eviction's state
+    Sequence(Request r, int64_t id, const kv::EvictionPolicy& eviction);
   };
   using SeqPtr = std::unique_ptr<Sequence>;
   struct Scheduled {
@@ -122,8 +120,6 @@ class Engine {
   void AdmitWaiting(int& budget);
   bool ReserveOrPreempt(Sequence& seq, int num_tokens, std::vector<RequestOutput>& outputs);
   void Preempt(std::list<SeqPtr>::iterator it);
-  // kv_eviction: evicts the sequence's blocks that fell out of the budget.
-  void Evict(Sequence& seq);
   void Finish(Sequence& seq, FinishReason reason, RequestOutput& out);
   RequestOutput MakeOutput(const Sequence& seq) const;
   absl::Status RunBatch(std::vector<RequestOutput>& outputs);

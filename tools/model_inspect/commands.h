@@ -41,6 +41,10 @@ absl::StatusOr<std::unique_ptr<model::Model>> LoadModel(const CliArgs& args, Thr
 absl::StatusOr<bool> PruningFromFlags(const CliArgs& args, int num_layers,
                                       model::PruningSettings* settings);
 
+// --evict-budget-tokens (0: off), --evict-sink-tokens, --evict-policy sliding|semantic,
+// --evict-shift-threshold: kv_cache.eviction's settings.
+absl::StatusOr<kv::EvictionPolicy> EvictionFromFlags(const CliArgs& args);
+
 // What an evaluation over a text file loads: the text, the model of --model (on a pool of
 // --threads, in --weight-memory) and its tokenizer.
 struct TextEvalInputs {

@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/kv/kv_cache_manager.h"
+#include "common/kv/kv_eviction.h"
 #include "common/model/model.h"
 #include "common/model/pruning_check.h"
 #include "common/util/file_util.h"
@@ -23,24 +24,30 @@
 namespace tandem::tools {
 namespace {
 
+// How a run's cache is set up: its dtype, mixed precision and eviction.
+struct CacheSpec {
+  DType dtype = DType::kF16;
+  engine::EngineOptions::MixedKv mixed;
+  kv::EvictionPolicy eviction;
+};
+
 // One sequence in its own cache, stepped token by token.
 class CacheRun {
  public:
-  static absl::StatusOr<CacheRun> Create(model::Model& model, DType dtype,
-                                         const engine::EngineOptions::MixedKv& mixed,
+  static absl::StatusOr<CacheRun> Create(model::Model& model, const CacheSpec& spec,
                                          int64_t capacity) {
     kv::KvCacheOptions o;
-    o.layout = model.config().KvLayoutFor(dtype, 16);
+    o.layout = model.config().KvLayoutFor(spec.dtype, 16);
     o.num_blocks = (capacity + 15) / 16;
-    if (mixed.enabled) {
+    if (spec.mixed.enabled) {
       o.mixed = {.narrow_blocks = o.num_blocks,
-                 .sink_tokens = mixed.sink_tokens,
-                 .window_tokens = mixed.window_tokens};
+                 .sink_tokens = spec.mixed.sink_tokens,
+                 .window_tokens = spec.mixed.window_tokens};
     }
     o.model_id = "kv-eval";
     o.enable_prefix_caching = false;
     TANDEM_ASSIGN_OR_RETURN(auto kv, kv::KvCacheManager::Create(o));
-    return CacheRun(model, std::move(kv));
+    return CacheRun(model, std::move(kv), spec.eviction);
   }
 
   // Runs `tokens` (the prompt, or one generated token) and leaves the last row's logits.
@@ -56,18 +63,29 @@ class CacheRun {
                                      .logits = model::LogitsMode::kLast};
     TANDEM_RETURN_IF_ERROR(model_->Forward({&seq, 1}, kv_->arena(), logits_, nullptr, probe));
     kv_->CommitTokens(1, tokens_, static_cast<int>(tokens_.size()));
+    eviction_.Apply(*kv_, 1, static_cast<int>(tokens_.size()));
     return absl::OkStatus();
+  }
+
+  // -log2 of the probability the last row's logits give `token`.
+  double Bits(int32_t token) const {
+    const float max = *std::max_element(logits_.begin(), logits_.end());
+    double sum = 0;
+    for (float x : logits_) sum += std::exp(double{x} - max);
+    return (std::log(sum) - (double{logits_[token]} - max)) / std::log(2.0);
   }
 
   const std::vector<float>& logits() const { return logits_; }
   int32_t Greedy() const { return Argmax(logits_.data(), static_cast<int64_t>(logits_.size())); }
 
  private:
-  CacheRun(model::Model& model, std::unique_ptr<kv::KvCacheManager> kv)
-      : model_(&model), kv_(std::move(kv)) {}
+  CacheRun(model::Model& model, std::unique_ptr<kv::KvCacheManager> kv,
+           const kv::EvictionPolicy& eviction)
+      : model_(&model), kv_(std::move(kv)), eviction_(eviction) {}
 
   model::Model* model_;
   std::unique_ptr<kv::KvCacheManager> kv_;
+  kv::SequenceEviction eviction_;
   std::vector<int32_t> tokens_;
   std::vector<float> logits_;
 };
@@ -88,17 +106,36 @@ struct Totals {
   double max_logit_diff = 0;
   std::vector<double> cosine_sum, cosine_min;
   int64_t cosine_n = 0;
+  double base_bits = 0, eval_bits = 0;  // of the text's continuation, teacher-forced
+  int64_t continuation_bytes = 0;
 };
+
+// Bits of the text's own continuation of the window under a cache: the prompt prefilled, then
+// each true token fed in turn.
+absl::StatusOr<double> ContinuationBits(model::Model& model, const CacheSpec& spec,
+                                        const Window& w) {
+  TANDEM_ASSIGN_OR_RETURN(
+      CacheRun run,
+      CacheRun::Create(model, spec, static_cast<int64_t>(w.prompt.size() + w.continuation.size())));
+  TANDEM_RETURN_IF_ERROR(run.Step(w.prompt, nullptr));
+  double bits = 0;
+  for (size_t i = 0; i < w.continuation.size(); ++i) {
+    bits += run.Bits(w.continuation[i]);
+    if (i + 1 < w.continuation.size()) {
+      TANDEM_RETURN_IF_ERROR(run.Step({&w.continuation[i], 1}, nullptr));
+    }
+  }
+  return bits;
+}
 
 // One window: the base cache's greedy stream, the evaluated cache teacher-forced on it and
 // free-running.
-absl::Status EvalWindow(model::Model& model, DType base, DType eval,
-                        const engine::EngineOptions::MixedKv& mixed, const Window& w, int64_t steps,
-                        Totals& t) {
+absl::Status EvalWindow(model::Model& model, const CacheSpec& base, const CacheSpec& eval,
+                        const Window& w, int64_t steps, Totals& t) {
   const int64_t capacity = static_cast<int64_t>(w.prompt.size()) + steps;
-  TANDEM_ASSIGN_OR_RETURN(CacheRun ref, CacheRun::Create(model, base, {}, capacity));
-  TANDEM_ASSIGN_OR_RETURN(CacheRun forced, CacheRun::Create(model, eval, mixed, capacity));
-  TANDEM_ASSIGN_OR_RETURN(CacheRun free, CacheRun::Create(model, eval, mixed, capacity));
+  TANDEM_ASSIGN_OR_RETURN(CacheRun ref, CacheRun::Create(model, base, capacity));
+  TANDEM_ASSIGN_OR_RETURN(CacheRun forced, CacheRun::Create(model, eval, capacity));
+  TANDEM_ASSIGN_OR_RETURN(CacheRun free, CacheRun::Create(model, eval, capacity));
   TANDEM_RETURN_IF_ERROR(ref.Step(w.prompt, nullptr));
   TANDEM_RETURN_IF_ERROR(forced.Step(w.prompt, nullptr));
   TANDEM_RETURN_IF_ERROR(free.Step(w.prompt, nullptr));
@@ -131,6 +168,11 @@ absl::Status EvalWindow(model::Model& model, DType base, DType eval,
   t.greedy_same += same;
   t.greedy_total += steps;
   t.windows_identical += same == steps;
+  TANDEM_ASSIGN_OR_RETURN(const double base_bits, ContinuationBits(model, base, w));
+  TANDEM_ASSIGN_OR_RETURN(const double eval_bits, ContinuationBits(model, eval, w));
+  t.base_bits += base_bits;
+  t.eval_bits += eval_bits;
+  t.continuation_bytes += w.continuation_bytes;
   return absl::OkStatus();
 }
 
@@ -139,7 +181,8 @@ absl::Status EvalWindow(model::Model& model, DType base, DType eval,
 absl::Status RunKvEval(const CliArgs& args) {
   TANDEM_RETURN_IF_ERROR(args.CheckKnown(
       {"model", "text-file", "prompt-tokens", "continuation-tokens", "windows", "kv-dtype", "base",
-       "kv-sink-tokens", "kv-window-tokens", "threads", "weight-memory"}));
+       "kv-sink-tokens", "kv-window-tokens", "evict-budget-tokens", "evict-sink-tokens",
+       "evict-policy", "evict-shift-threshold", "threads", "weight-memory"}));
   TANDEM_ASSIGN_OR_RETURN(std::string path, args.String("text-file"));
   TANDEM_ASSIGN_OR_RETURN(WindowFlags flags, ParseWindowFlags(args, 256, 64));
   TANDEM_ASSIGN_OR_RETURN(TextEvalInputs in, LoadTextEval(args, path));
@@ -153,25 +196,36 @@ absl::Status RunKvEval(const CliArgs& args) {
         absl::StrCat("--prompt-tokens plus --continuation-tokens must fit the model's context (",
                      c.max_position_embeddings, ")"));
   }
-  TANDEM_ASSIGN_OR_RETURN(const std::string eval_name, args.String("kv-dtype"));
   const std::string base_name = args.StringOr("base", "fp16");
+  const std::string eval_name = args.StringOr("kv-dtype", base_name);
   if (base_name == "mixed") {
     return absl::InvalidArgumentError("--base must be a plain dtype (fp32, fp16, bf16, int8)");
   }
-  TANDEM_ASSIGN_OR_RETURN(DType base, ParseKvDType(base_name));
-  TANDEM_ASSIGN_OR_RETURN(DType eval, KvDType(args, c));
-  TANDEM_ASSIGN_OR_RETURN(engine::EngineOptions::MixedKv mixed, MixedKvFromFlags(args));
+  CacheSpec base, eval;
+  TANDEM_ASSIGN_OR_RETURN(base.dtype, ParseKvDType(base_name));
+  eval.dtype = base.dtype;
+  if (args.Has("kv-dtype")) {
+    TANDEM_ASSIGN_OR_RETURN(eval.dtype, KvDType(args, c));
+  }
+  TANDEM_ASSIGN_OR_RETURN(eval.mixed, MixedKvFromFlags(args));
+  TANDEM_ASSIGN_OR_RETURN(eval.eviction, EvictionFromFlags(args));
+  const engine::EngineOptions::MixedKv& mixed = eval.mixed;
   TANDEM_ASSIGN_OR_RETURN(
       std::vector<Window> windows,
       CutWindows(*tok, text, static_cast<int>(flags.prompt_tokens),
                  static_cast<int>(flags.continuation_tokens), static_cast<int>(flags.windows)));
   Totals t;
   for (const Window& w : windows) {
-    TANDEM_RETURN_IF_ERROR(EvalWindow(*model, base, eval, mixed, w, flags.continuation_tokens, t));
+    TANDEM_RETURN_IF_ERROR(EvalWindow(*model, base, eval, w, flags.continuation_tokens, t));
   }
   std::string what = eval_name;
   if (mixed.enabled) {
     what = absl::StrCat("mixed (sink ", mixed.sink_tokens, ", window ", mixed.window_tokens, ")");
+  }
+  if (const kv::EvictionPolicy& ev = eval.eviction; ev.budget_tokens > 0) {
+    absl::StrAppend(&what, ", ", ev.semantic ? "semantic" : "sliding", " eviction (budget ",
+                    ev.budget_tokens, ", sink ", ev.sink_tokens,
+                    ev.semantic ? absl::StrCat(", shift ", ev.shift_threshold) : "", ")");
   }
   std::printf("kv-eval: %s, %zu windows of %lld prompt + %lld generated tokens; %s against %s\n",
               dir.c_str(), windows.size(), static_cast<long long>(flags.prompt_tokens),
@@ -179,6 +233,12 @@ absl::Status RunKvEval(const CliArgs& args) {
   std::printf("greedy agreement (free-running): %.4f (%lld/%zu windows identical)\n",
               static_cast<double>(t.greedy_same) / static_cast<double>(t.greedy_total),
               static_cast<long long>(t.windows_identical), windows.size());
+  const double bytes = static_cast<double>(std::max<int64_t>(t.continuation_bytes, 1));
+  std::printf(
+      "bits per byte of the text's continuation (teacher-forced): %s %.4f, evaluated "
+      "%.4f (%+.2f%%)\n",
+      base_name.c_str(), t.base_bits / bytes, t.eval_bits / bytes,
+      100.0 * (t.eval_bits / std::max(t.base_bits, 1e-9) - 1.0));
   if (t.steps == 0) return absl::OkStatus();
   std::printf(
       "teacher-forced, %lld decode steps: argmax agreement %.4f, max |logit diff|/std "

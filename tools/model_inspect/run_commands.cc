@@ -68,6 +68,27 @@ absl::StatusOr<std::unique_ptr<model::Model>> LoadModel(const CliArgs& args, Thr
   return model::Model::Load(dir, pool, options);
 }
 
+absl::StatusOr<kv::EvictionPolicy> EvictionFromFlags(const CliArgs& args) {
+  kv::EvictionPolicy p;
+  TANDEM_ASSIGN_OR_RETURN(int64_t budget, args.IntOr("evict-budget-tokens", 0));
+  TANDEM_ASSIGN_OR_RETURN(int64_t sinks, args.IntOr("evict-sink-tokens", p.sink_tokens));
+  TANDEM_ASSIGN_OR_RETURN(p.shift_threshold,
+                          args.DoubleOr("evict-shift-threshold", p.shift_threshold));
+  const std::string policy = args.StringOr("evict-policy", "sliding");
+  constexpr int64_t kMax = int64_t{1} << 30;
+  if (budget < 0 || budget > kMax || sinks < 0 || sinks > kMax ||
+      (policy != "sliding" && policy != "semantic") ||
+      !(p.shift_threshold >= 0 && p.shift_threshold <= 10)) {
+    return absl::InvalidArgumentError(
+        "--evict-budget-tokens and --evict-sink-tokens must be >= 0, --evict-policy sliding or "
+        "semantic, --evict-shift-threshold in [0, 10]");
+  }
+  p.budget_tokens = static_cast<int>(budget);
+  p.sink_tokens = static_cast<int>(sinks);
+  p.semantic = policy == "semantic";
+  return p;
+}
+
 absl::StatusOr<TextEvalInputs> LoadTextEval(const CliArgs& args, const std::string& text_path) {
   TextEvalInputs in;
   TANDEM_ASSIGN_OR_RETURN(in.text, ReadFileToString(text_path));
@@ -160,11 +181,28 @@ absl::Status RunForward(const CliArgs& args) {
 }
 
 absl::Status RunGenerate(const CliArgs& args) {
-  TANDEM_RETURN_IF_ERROR(args.CheckKnown(
-      {"model", "tokens", "prompt", "max-tokens", "temperature", "top-p", "top-k", "seed",
-       "ignore-eos", "kv-dtype", "kv-sink-tokens", "kv-window-tokens", "evict-budget-tokens",
-       "evict-sink-tokens", "threads", "weight-memory", "prune-start-layer", "prune-ratio",
-       "prune-keep-every", "protect-tokens"}));
+  TANDEM_RETURN_IF_ERROR(args.CheckKnown({"model",
+                                          "tokens",
+                                          "prompt",
+                                          "max-tokens",
+                                          "temperature",
+                                          "top-p",
+                                          "top-k",
+                                          "seed",
+                                          "ignore-eos",
+                                          "kv-dtype",
+                                          "kv-sink-tokens",
+                                          "kv-window-tokens",
+                                          "evict-budget-tokens",
+                                          "evict-sink-tokens",
+                                          "evict-policy",
+                                          "evict-shift-threshold",
+                                          "threads",
+                                          "weight-memory",
+                                          "prune-start-layer",
+                                          "prune-ratio",
+                                          "prune-keep-every",
+                                          "protect-tokens"}));
   TANDEM_ASSIGN_OR_RETURN(std::string dir, args.String("model"));
   TANDEM_ASSIGN_OR_RETURN(PromptTokens prompt, ResolvePrompt(args));
   const std::vector<int32_t>& tokens = prompt.ids;
@@ -188,11 +226,7 @@ absl::Status RunGenerate(const CliArgs& args) {
   TANDEM_ASSIGN_OR_RETURN(options.kv_dtype, KvDType(args, model->config()));
   options.model_id = dir;
   TANDEM_ASSIGN_OR_RETURN(options.mixed_kv, MixedKvFromFlags(args));
-  TANDEM_ASSIGN_OR_RETURN(int64_t evict_budget, args.IntOr("evict-budget-tokens", 0));
-  TANDEM_ASSIGN_OR_RETURN(int64_t evict_sinks, args.IntOr("evict-sink-tokens", 4));
-  options.kv_eviction = {
-      .budget_tokens = static_cast<int>(std::clamp<int64_t>(evict_budget, -1, 1 << 30)),
-      .sink_tokens = static_cast<int>(std::clamp<int64_t>(evict_sinks, -1, 1 << 30))};
+  TANDEM_ASSIGN_OR_RETURN(options.kv_eviction, EvictionFromFlags(args));
   int64_t needed = static_cast<int64_t>(tokens.size()) + std::max<int64_t>(max_tokens, 0);
   options.num_blocks = std::max<int64_t>(1, (needed + options.block_size - 1) / options.block_size);
   if (options.mixed_kv.enabled) {  // memory is no object here: fp16 blocks for the whole run

@@ -61,7 +61,10 @@ absl::StatusOr<engine::EngineOptions> EngineOptionsFor(const config::TandemConfi
                 .window_tokens = c.kv_cache.mixed.window_tokens,
                 .wide_blocks = c.kv_cache.mixed.fp16_blocks};
   o.kv_eviction = {.budget_tokens = c.kv_cache.eviction.budget_tokens,
-                   .sink_tokens = c.kv_cache.eviction.sink_tokens};
+                   .sink_tokens = c.kv_cache.eviction.sink_tokens,
+                   .semantic = c.kv_cache.eviction.policy == "semantic",
+                   .shift_threshold = c.kv_cache.eviction.shift_threshold,
+                   .chunk_tokens = c.kv_cache.eviction.chunk_tokens};
   o.model_id = ModelId(c);
   const auto& pop = c.kv_cache_optimization;
   o.pruning.enabled = prefill && pop.enabled;

@@ -246,29 +246,35 @@ TEST_F(EngineTest, EvictionKeepsSinksAndTheLastBudgetTokens) {
   roomy.kv_eviction = {.budget_tokens = 512, .sink_tokens = 4};  // never reached
   EXPECT_EQ(RunAll(*MakeEngine(roomy), {r})["long"].logits, want["long"].logits);
 
-  EngineOptions tight = base;
-  tight.kv_eviction = {.budget_tokens = 64, .sink_tokens = 4};  // 1 sink block + 3 recent
-  auto e = MakeEngine(tight);
-  ASSERT_TRUE(e->AddRequest(r).ok());
-  std::vector<std::vector<float>> logits;
-  int64_t most_used = 0;
-  while (e->HasUnfinished()) {
-    auto outs = e->Step();
-    ASSERT_TRUE(outs.ok()) << outs.status();
-    for (auto& o : *outs) {
-      if (!o.logits.empty()) logits.push_back(o.logits);
-      EXPECT_TRUE(o.error.ok()) << o.error;
+  for (bool semantic : {false, true}) {
+    SCOPED_TRACE(semantic ? "semantic" : "sliding");
+    EngineOptions tight = base;
+    // 1 sink block + 3 recent; semantic: cut at a topic shift where one stands out
+    tight.kv_eviction = {
+        .budget_tokens = 64, .sink_tokens = 4, .semantic = semantic, .chunk_tokens = 16};
+    auto e = MakeEngine(tight);
+    ASSERT_TRUE(e->AddRequest(r).ok());
+    std::vector<std::vector<float>> logits;
+    int64_t most_used = 0;
+    while (e->HasUnfinished()) {
+      auto outs = e->Step();
+      ASSERT_TRUE(outs.ok()) << outs.status();
+      for (auto& o : *outs) {
+        if (!o.logits.empty()) logits.push_back(o.logits);
+        EXPECT_TRUE(o.error.ok()) << o.error;
+      }
+      most_used = std::max(most_used, e->KvStats().used_blocks);
     }
-    most_used = std::max(most_used, e->KvStats().used_blocks);
+    // 240 tokens would take 15 blocks; the window holds the sink block, 3 recent ones and the
+    // one being filled.
+    EXPECT_LE(most_used, 5);
+    EXPECT_GE(e->KvStats().window_evicted, 10);
+    ASSERT_EQ(logits.size(), want["long"].logits.size());
+    // Until the cache first exceeds the budget the outputs are the full cache's; after, they
+    // differ.
+    EXPECT_EQ(logits[0], want["long"].logits[0]);
+    EXPECT_GT(MaxRelDiff(want["long"].logits.back(), logits.back()), 1e-3);
   }
-  // 240 tokens would take 15 blocks; the window holds the sink block, 3 recent ones and the one
-  // being filled.
-  EXPECT_LE(most_used, 5);
-  EXPECT_GE(e->KvStats().window_evicted, 10);
-  ASSERT_EQ(logits.size(), want["long"].logits.size());
-  // Until the cache first exceeds the budget the outputs are the full cache's; after, they differ.
-  EXPECT_EQ(logits[0], want["long"].logits[0]);
-  EXPECT_GT(MaxRelDiff(want["long"].logits.back(), logits.back()), 1e-3);
 
   EngineOptions bad = base;
   bad.kv_eviction.budget_tokens = -1;
