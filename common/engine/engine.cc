@@ -158,8 +158,14 @@ absl::Status Engine::AddRequest(Request request) {
                                                    ") exceeds the context length of ", context));
   }
   TANDEM_RETURN_IF_ERROR(request.sampling.Validate());
-  int64_t blocks_needed =
-      (prompt_len + request.max_tokens + options_.block_size - 1) / options_.block_size;
+  const int64_t bs = options_.block_size;
+  int64_t blocks_needed = (prompt_len + request.max_tokens + bs - 1) / bs;
+  if (const kv::EvictionPolicy& ev = options_.kv_eviction; ev.budget_tokens > 0) {
+    // An evicting sequence never holds more than its sinks, its budget and one prefill chunk.
+    blocks_needed =
+        std::min<int64_t>(blocks_needed, (ev.sink_tokens + bs - 1) / bs +
+                                             (ev.budget_tokens + options_.chunk_size) / bs + 2);
+  }
   if (blocks_needed > kv_->Stats().total_blocks) {
     return absl::ResourceExhaustedError(absl::StrCat("request needs ", blocks_needed,
                                                      " KV blocks; the cache holds ",

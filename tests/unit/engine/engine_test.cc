@@ -276,6 +276,17 @@ TEST_F(EngineTest, EvictionKeepsSinksAndTheLastBudgetTokens) {
     EXPECT_GT(MaxRelDiff(want["long"].logits.back(), logits.back()), 1e-3);
   }
 
+  // A cache too small for the whole sequence admits it when eviction bounds what it holds.
+  EngineOptions small = base;
+  small.num_blocks = 10;
+  small.chunk_size = small.max_num_batched_tokens = 16;
+  EXPECT_EQ(MakeEngine(small)->AddRequest(r).code(), absl::StatusCode::kResourceExhausted);
+  small.kv_eviction = {.budget_tokens = 64, .sink_tokens = 4};
+  auto bounded = MakeEngine(small);
+  auto got = RunAll(*bounded, {r});
+  EXPECT_EQ(got["long"].tokens.size(), 200u);
+  EXPECT_EQ(got["long"].finish, FinishReason::kLength);
+
   EngineOptions bad = base;
   bad.kv_eviction.budget_tokens = -1;
   EXPECT_EQ(Engine::Create(*model_, bad).status().code(), absl::StatusCode::kInvalidArgument);
