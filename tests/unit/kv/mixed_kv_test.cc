@@ -110,6 +110,16 @@ RowErrors ReadBackErrors(KvCacheManager& m, int64_t seq, int64_t n) {
   return e;
 }
 
+// Registers `prompt` as sequence 1, writes its rows and commits them (requantizing what falls
+// behind the window).
+void PrefillWithRows(KvCacheManager& m, const std::vector<int32_t>& prompt) {
+  const int n = static_cast<int>(prompt.size());
+  ASSERT_TRUE(m.AddSequence(1, prompt).ok());
+  ASSERT_TRUE(m.Reserve(1, n).ok());
+  WriteRows(m, 1, 0, n);
+  m.CommitTokens(1, prompt, n);
+}
+
 // Kinds of a sequence's blocks, 'w' or 'n' each.
 std::string Kinds(const KvCacheManager& m, int64_t seq) {
   std::string s;
@@ -272,10 +282,7 @@ TEST(MixedKvCacheTest, WithoutAnInt8BlockABlockWaitsAndSharedBlocksStayFp16) {
 TEST(MixedKvCacheTest, TransferKeepsEachBlocksDtypeAndRefusesOtherCaches) {
   auto a = Make(MixedOptions(16, 16));
   const std::vector<int32_t> prompt = Prompt(30);
-  ASSERT_TRUE(a->AddSequence(1, prompt).ok());
-  ASSERT_TRUE(a->Reserve(1, 30).ok());
-  WriteRows(*a, 1, 0, 30);
-  a->CommitTokens(1, prompt, 30);
+  PrefillWithRows(*a, prompt);
   ASSERT_EQ(Kinds(*a, 1), "wnnnnwww");
   const auto hashes = HashPrefixBlocks(a->model_hash(), prompt, kBs);
   const std::vector<int32_t> table = a->BlockTable(1);
@@ -323,10 +330,7 @@ TEST(MixedKvCacheTest, TransferKeepsEachBlocksDtypeAndRefusesOtherCaches) {
 TEST(MixedKvCacheTest, ImportedInt8BlocksFallBackToFp16BlocksConverted) {
   auto a = Make(MixedOptions(16, 16));
   const std::vector<int32_t> prompt = Prompt(30);
-  ASSERT_TRUE(a->AddSequence(1, prompt).ok());
-  ASSERT_TRUE(a->Reserve(1, 30).ok());
-  WriteRows(*a, 1, 0, 30);
-  a->CommitTokens(1, prompt, 30);
+  PrefillWithRows(*a, prompt);
   const auto hashes = HashPrefixBlocks(a->model_hash(), prompt, kBs);
   const std::vector<int32_t> table = a->BlockTable(1);
   ASSERT_TRUE(a->arena().IsNarrow(table[1]));
