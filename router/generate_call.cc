@@ -101,8 +101,7 @@ struct CallState::Attempt {
   Clock::time_point start = Clock::now();
 };
 
-CallState::CallState(RouterService& router,
-                     grpc::ServerWriteReactor<grpc::ByteBuffer>* reactor,
+CallState::CallState(RouterService& router, grpc::ServerWriteReactor<grpc::ByteBuffer>* reactor,
                      std::chrono::system_clock::time_point deadline)
     : router_(router), stream_(reactor), deadline_(deadline), arrival_(Clock::now()) {}
 
@@ -193,11 +192,10 @@ void CallState::RunPrefill(bool high_priority) {
     router_.prefill_pool_.Begin(worker, attempt->request.token_ids_size(), hashes_);
   }
   auto self = shared_from_this();
-  worker->prefill->async()->Prefill(
-      &attempt->context, &attempt->request, &attempt->response,
-      [self, worker, attempt](grpc::Status status) {
-        self->OnPrefillDone(worker, attempt, status);
-      });
+  worker->prefill->async()->Prefill(&attempt->context, &attempt->request, &attempt->response,
+                                    [self, worker, attempt](grpc::Status status) {
+                                      self->OnPrefillDone(worker, attempt, status);
+                                    });
 }
 
 void CallState::OnPrefillDone(Worker* worker, std::shared_ptr<Attempt> attempt,
@@ -312,8 +310,8 @@ bool CallState::Retry(WorkerPool& pool, Worker* worker, const grpc::Status& stat
   const bool decode = &pool == &router_.decode_pool_;
   if (attempts_ >= router_.options_.max_attempts) {
     Log(LogLevel::kError, "router",
-        absl::StrCat("request ", id_, ": ", decode ? "decode" : "prefill", " on ",
-                     worker->address, " failed (", status.error_message(), "); out of attempts"));
+        absl::StrCat("request ", id_, ": ", decode ? "decode" : "prefill", " on ", worker->address,
+                     " failed (", status.error_message(), "); out of attempts"));
     return false;
   }
   Log(LogLevel::kWarning, "router",
@@ -325,9 +323,8 @@ bool CallState::Retry(WorkerPool& pool, Worker* worker, const grpc::Status& stat
   (decode ? failed_decode_ : failed_prefill_).push_back(worker);
   phase_ = Phase::kWaiting;
   auto self = shared_from_this();
-  deferred_.push_back([self, high_priority] {
-    self->router_.SchedulePrefill(self, 0, high_priority);
-  });
+  deferred_.push_back(
+      [self, high_priority] { self->router_.SchedulePrefill(self, 0, high_priority); });
   return true;
 }
 
@@ -394,6 +391,9 @@ void CallState::Complete(FinishReason reason) {
   }
   Send(response);
   Observe(router_.metrics_.e2e_request_latency, Seconds(now - arrival_));
+  if (first_token_at_.has_value()) {
+    Observe(router_.metrics_.decode_time, Seconds(now - *first_token_at_));
+  }
   Observe(router_.metrics_.request_queue_time, queue_seconds_);
   const metrics::RoleMetrics& m = router_.metrics_;
   Add(reason == tandem::v1::FINISH_REASON_STOP     ? m.finished_stop

@@ -7,9 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-scripts/install-deps.sh
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
-ninja -C build tandem model-inspect
+scripts/build.sh build -- tandem model-inspect
 
 model=models/tandem-py-8l
 tandem=build/tools/tandem/tandem

@@ -1,24 +1,32 @@
 #!/usr/bin/env bash
 # Installs every Debian package Tandem needs to build, test and benchmark.
 # Idempotent: packages already present are skipped without touching the network.
+# With TANDEM_DEPS=build (the container images' build stage) only what building needs.
 set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build ccache pkg-config git
-  clang libclang-rt-14-dev            # libFuzzer targets, sanitizers
   libabsl-dev nlohmann-json3-dev libxxhash-dev
   libpcre2-dev libutf8proc-dev        # tokenizer: pre-tokenizer regexes, NFC/NFKC
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler  # services
   libyaml-cpp-dev prometheus-cpp-dev  # configuration, /metrics
   zlib1g-dev                          # model-inspect: PNG attention maps
   libgtest-dev libgmock-dev libbenchmark-dev
-  python3 python3-numpy python3-torch libopenblas0-pthread  # test-time numerical reference
-  python3-grpcio python3-grpc-tools   # integration tests: a gRPC client Tandem did not write
-  curl                                # demo: shows /metrics
 )
-# Node.js and npm run the tokenizer conformance oracle (npm packages, test time). Machines that
-# ship their own Node.js keep it; otherwise Debian's.
-command -v npm >/dev/null 2>&1 || packages+=(nodejs npm)
+if [ "${TANDEM_DEPS:-all}" != build ]; then
+  packages+=(
+    clang libclang-rt-14-dev            # libFuzzer targets, sanitizers
+    python3 python3-numpy python3-torch libopenblas0-pthread  # test-time numerical reference
+    python3-grpcio python3-grpc-tools   # integration tests: a gRPC client Tandem did not write
+    curl                                # demo: shows /metrics
+    prometheus python3-yaml             # deploy tests: promtool, a real Prometheus scraping
+  )
+  # Node.js and npm run the tokenizer conformance oracle and the Kubernetes schema validation
+  # (npm packages, test time); kubectl renders the kustomize overlays. Machines that ship their
+  # own keep them; otherwise Debian's.
+  command -v npm >/dev/null 2>&1 || packages+=(nodejs npm)
+  command -v kubectl >/dev/null 2>&1 || packages+=(kubernetes-client)
+fi
 
 missing=()
 for p in "${packages[@]}"; do

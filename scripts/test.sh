@@ -13,11 +13,8 @@ quick=0
 jobs=$(nproc)
 fuzz_seconds=${TANDEM_FUZZ_SECONDS:-30}
 
-scripts/install-deps.sh
-
 echo "== release build"
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
-ninja -C build
+scripts/build.sh build
 echo "== release tests"
 ctest --test-dir build -j "$jobs" --output-on-failure --timeout 900
 

@@ -30,8 +30,10 @@ Histogram::BucketBoundaries ShortBuckets() {
 
 }  // namespace
 
-Metrics::Metrics()
+Metrics::Metrics(std::string process_role)
     : registry_(std::make_shared<prometheus::Registry>()),
+      process_(process_role.empty() ? nullptr
+                                    : std::make_shared<ProcessCollector>(std::move(process_role))),
       ttft_(BuildHistogram()
                 .Name("tandem_time_to_first_token_seconds")
                 .Help("Time from request arrival to its first token")
@@ -52,6 +54,10 @@ Metrics::Metrics()
                    .Name("tandem_prefill_time_seconds")
                    .Help("Time spent computing a prompt's KV cache")
                    .Register(*registry_)),
+      decode_(BuildHistogram()
+                  .Name("tandem_decode_time_seconds")
+                  .Help("Time from a request's first token to its last")
+                  .Register(*registry_)),
       kv_transfer_(BuildHistogram()
                        .Name("tandem_kv_transfer_seconds")
                        .Help("Time to move a request's KV blocks between workers and the store")
@@ -205,6 +211,7 @@ RoleMetrics Metrics::ForRole(const std::string& role) {
   m.e2e_request_latency = &e2e_.Add(l, LatencyBuckets());
   m.request_queue_time = &queue_.Add(l, LatencyBuckets());
   m.prefill_time = &prefill_.Add(l, LatencyBuckets());
+  m.decode_time = &decode_.Add(l, LatencyBuckets());
   m.kv_transfer_time = &kv_transfer_.Add(l, ShortBuckets());
   m.kv_transfer_bytes = &kv_transfer_bytes_.Add(l);
   m.kv_cache_usage = &kv_usage_.Add(l);
@@ -229,12 +236,28 @@ prometheus::Gauge* Metrics::PruningCosine(const std::string& role, int layer) {
   return &pruning_cosine_.Add({{"role", role}, {"layer", std::to_string(layer)}});
 }
 
+std::vector<std::shared_ptr<prometheus::Collectable>> Metrics::collectables() const {
+  std::vector<std::shared_ptr<prometheus::Collectable>> out = {registry_};
+  if (process_ != nullptr) out.push_back(process_);
+  return out;
+}
+
 std::string Metrics::Serialize() const {
-  return prometheus::TextSerializer().Serialize(registry_->Collect());
+  std::vector<prometheus::MetricFamily> families;
+  for (const auto& source : collectables()) {
+    std::vector<prometheus::MetricFamily> more = source->Collect();
+    families.insert(families.end(), more.begin(), more.end());
+  }
+  return prometheus::TextSerializer().Serialize(families);
+}
+
+absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(const std::string& listen,
+                                                                    const Metrics& metrics) {
+  return Start(listen, metrics.collectables());
 }
 
 absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
-    const std::string& listen, std::shared_ptr<prometheus::Registry> registry) {
+    const std::string& listen, std::vector<std::shared_ptr<prometheus::Collectable>> sources) {
   std::unique_ptr<prometheus::Exposer> exposer;
   try {
     exposer = std::make_unique<prometheus::Exposer>(listen);
@@ -242,7 +265,7 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
     return absl::UnavailableError(
         absl::StrCat("metrics: cannot listen on ", listen, ": ", e.what()));
   }
-  exposer->RegisterCollectable(registry);
+  for (const auto& source : sources) exposer->RegisterCollectable(source);
   const std::vector<int> ports = exposer->GetListeningPorts();
   if (ports.empty()) return absl::UnavailableError("metrics: no listening port");
   return std::unique_ptr<MetricsServer>(new MetricsServer(std::move(exposer), ports.front()));

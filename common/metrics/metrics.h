@@ -14,6 +14,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "common/metrics/process_metrics.h"
 
 namespace tandem::metrics {
 
@@ -24,6 +25,7 @@ struct RoleMetrics {
   prometheus::Histogram* e2e_request_latency = nullptr;
   prometheus::Histogram* request_queue_time = nullptr;
   prometheus::Histogram* prefill_time = nullptr;
+  prometheus::Histogram* decode_time = nullptr;  // router: first token to last, per request
   prometheus::Histogram* kv_transfer_time = nullptr;
   prometheus::Counter* kv_transfer_bytes = nullptr;
   prometheus::Gauge* kv_cache_usage = nullptr;  // 0-1
@@ -75,7 +77,8 @@ struct StoreMetrics {
 
 class Metrics {
  public:
-  Metrics();
+  // `process_role` labels the process_* metrics (ProcessCollector); empty leaves them out.
+  explicit Metrics(std::string process_role = "");
   Metrics(const Metrics&) = delete;
   Metrics& operator=(const Metrics&) = delete;
 
@@ -87,17 +90,21 @@ class Metrics {
   // pruned layer.
   prometheus::Gauge* PruningCosine(const std::string& role, int layer);
   const std::shared_ptr<prometheus::Registry>& registry() const { return registry_; }
+  // Everything /metrics serves: the registry, and the process metrics if any.
+  std::vector<std::shared_ptr<prometheus::Collectable>> collectables() const;
 
-  // The registry in Prometheus' text exposition format (what /metrics serves).
+  // What /metrics serves, in Prometheus' text exposition format.
   std::string Serialize() const;
 
  private:
   std::shared_ptr<prometheus::Registry> registry_;
+  std::shared_ptr<ProcessCollector> process_;
   prometheus::Family<prometheus::Histogram>& ttft_;
   prometheus::Family<prometheus::Histogram>& itl_;
   prometheus::Family<prometheus::Histogram>& e2e_;
   prometheus::Family<prometheus::Histogram>& queue_;
   prometheus::Family<prometheus::Histogram>& prefill_;
+  prometheus::Family<prometheus::Histogram>& decode_;
   prometheus::Family<prometheus::Histogram>& kv_transfer_;
   prometheus::Family<prometheus::Counter>& kv_transfer_bytes_;
   prometheus::Family<prometheus::Gauge>& kv_usage_;
@@ -122,11 +129,13 @@ class Metrics {
   prometheus::Family<prometheus::Counter>& store_corrupt_;
 };
 
-// Serves a registry on http://<listen>/metrics. "host:0" picks a free port.
+// Serves metrics on http://<listen>/metrics. "host:0" picks a free port.
 class MetricsServer {
  public:
+  static absl::StatusOr<std::unique_ptr<MetricsServer>> Start(const std::string& listen,
+                                                              const Metrics& metrics);
   static absl::StatusOr<std::unique_ptr<MetricsServer>> Start(
-      const std::string& listen, std::shared_ptr<prometheus::Registry> registry);
+      const std::string& listen, std::vector<std::shared_ptr<prometheus::Collectable>> sources);
   int port() const { return port_; }
 
  private:

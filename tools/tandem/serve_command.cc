@@ -36,10 +36,10 @@ int WaitForSignal(const sigset_t& set) {
   return sig;
 }
 
-absl::StatusOr<std::unique_ptr<metrics::MetricsServer>> StartMetrics(
-    const config::TandemConfig& c, metrics::Metrics& metrics) {
+absl::StatusOr<std::unique_ptr<metrics::MetricsServer>> StartMetrics(const config::TandemConfig& c,
+                                                                     metrics::Metrics& metrics) {
   if (c.metrics.listen.empty()) return nullptr;
-  return metrics::MetricsServer::Start(c.metrics.listen, metrics.registry());
+  return metrics::MetricsServer::Start(c.metrics.listen, metrics);
 }
 
 std::string MetricsUrl(const config::TandemConfig& c, const metrics::MetricsServer* server) {
@@ -68,7 +68,7 @@ absl::Status RunServe(const CliArgs& args) {
   TANDEM_ASSIGN_OR_RETURN(config::TandemConfig c, EffectiveConfig(args));
   if (args.Has("listen")) c.router.listen = *args.String("listen");
   const sigset_t signals = BlockStopSignals();
-  metrics::Metrics metrics;
+  metrics::Metrics metrics("serve");
   TANDEM_ASSIGN_OR_RETURN(auto metrics_server, StartMetrics(c, metrics));
 
   // Compute threads are split between the engines unless model.threads says otherwise.
@@ -104,8 +104,8 @@ absl::Status RunServe(const CliArgs& args) {
       "tandem serve: model %s (%s); router on %s; metrics %s; %d prefill, %d decode worker(s) "
       "with %d thread(s) each, %d store shard(s)\n",
       ModelId(c).c_str(), c.model.path.c_str(), router->address().c_str(),
-      MetricsUrl(c, metrics_server.get()).c_str(), c.serve.prefill_workers,
-      c.serve.decode_workers, threads, c.serve.cache_store_shards);
+      MetricsUrl(c, metrics_server.get()).c_str(), c.serve.prefill_workers, c.serve.decode_workers,
+      threads, c.serve.cache_store_shards);
   std::fflush(stdout);
 
   const int sig = WaitForSignal(signals);
@@ -129,7 +129,7 @@ absl::Status RunRole(const std::string& role, const CliArgs& args) {
     if (role == "cache-store") c.cache_store.listen = listen;
   }
   const sigset_t signals = BlockStopSignals();
-  metrics::Metrics metrics;
+  metrics::Metrics metrics(role == "cache-store" ? "cache_store" : role);
   TANDEM_ASSIGN_OR_RETURN(auto metrics_server, StartMetrics(c, metrics));
   std::unique_ptr<Role> started;
   if (role == "router") {

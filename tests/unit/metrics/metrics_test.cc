@@ -3,15 +3,20 @@
 #include <arpa/inet.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <ctime>
+#include <fstream>
 #include <string>
 
 namespace tandem::metrics {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // A plain HTTP/1.0 GET over a loopback socket, as a scraper does it.
 std::string HttpGet(int port, const std::string& path) {
@@ -46,7 +51,7 @@ TEST(MetricsTest, EveryDesignMetricIsExportedWithItsLabels) {
   for (const char* name :
        {"tandem_time_to_first_token_seconds", "tandem_inter_token_latency_seconds",
         "tandem_e2e_request_latency_seconds", "tandem_request_queue_time_seconds",
-        "tandem_prefill_time_seconds", "tandem_kv_transfer_seconds",
+        "tandem_prefill_time_seconds", "tandem_decode_time_seconds", "tandem_kv_transfer_seconds",
         "tandem_kv_transfer_bytes_total", "tandem_kv_cache_usage_ratio", "tandem_kv_lookups_total",
         "tandem_decode_kv_hit_ratio", "tandem_balancer_reschedules_total",
         "tandem_requests_running", "tandem_requests_waiting", "tandem_prompt_tokens_total",
@@ -69,17 +74,19 @@ TEST(MetricsTest, StoreShardsAreLabelledByAddress) {
   b.aborted->Increment();
   const std::string text = m.Serialize();
   EXPECT_THAT(text, HasSubstr("tandem_cache_store_used_bytes{shard=\"10.0.0.1:7000\"} 4096"));
-  EXPECT_THAT(text, HasSubstr(
-                        "tandem_cache_store_lookups_total{result=\"hit\",shard=\"10.0.0.1:7000\"} 3"));
-  EXPECT_THAT(text, HasSubstr(
-                        "tandem_cache_store_puts_total{outcome=\"aborted\",shard=\"10.0.0.2:7000\"} 1"));
+  EXPECT_THAT(
+      text,
+      HasSubstr("tandem_cache_store_lookups_total{result=\"hit\",shard=\"10.0.0.1:7000\"} 3"));
+  EXPECT_THAT(
+      text,
+      HasSubstr("tandem_cache_store_puts_total{outcome=\"aborted\",shard=\"10.0.0.2:7000\"} 1"));
   EXPECT_THAT(text, HasSubstr("tandem_cache_store_evictions_total{shard=\"10.0.0.2:7000\"} 0"));
 }
 
 TEST(MetricsTest, ServedOverHttp) {
   Metrics m;
   m.ForRole("router").prompt_tokens->Increment(42);
-  auto server = MetricsServer::Start("127.0.0.1:0", m.registry());
+  auto server = MetricsServer::Start("127.0.0.1:0", m);
   ASSERT_TRUE(server.ok()) << server.status();
   ASSERT_GT((*server)->port(), 0);
   const std::string body = HttpGet((*server)->port(), "/metrics");
@@ -87,9 +94,53 @@ TEST(MetricsTest, ServedOverHttp) {
   EXPECT_THAT(body, HasSubstr("tandem_prompt_tokens_total{role=\"router\"} 42"));
 }
 
+// The value of `name{role="serve"}` in an exposition, or -1.
+double Sample(const std::string& text, const std::string& name) {
+  const std::string key = name + "{role=\"serve\"} ";
+  const size_t at = text.find("\n" + key);
+  return at == std::string::npos ? -1 : std::stod(text.substr(at + 1 + key.size()));
+}
+
+// /proc/self/status's VmRSS, bytes: a second reading of resident memory.
+double StatusRssBytes() {
+  std::ifstream in("/proc/self/status");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stod(line.substr(6)) * 1024;
+  }
+  return -1;
+}
+
+TEST(MetricsTest, ProcessMetricsFollowTheProcess) {
+  Metrics m("serve");
+  // Burn some CPU so the counter has something to show.
+  volatile double sink = 0;
+  for (int i = 0; i < 20'000'000; ++i) sink = sink + i * 1e-9;
+  const double rss_before = StatusRssBytes();
+  const std::string text = m.Serialize();
+  const double rss_after = StatusRssBytes();
+  EXPECT_THAT(text, HasSubstr("# TYPE process_cpu_seconds_total counter"));
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  const double cpu = usage.ru_utime.tv_sec + usage.ru_utime.tv_usec * 1e-6 + usage.ru_stime.tv_sec +
+                     usage.ru_stime.tv_usec * 1e-6;
+  EXPECT_GT(Sample(text, "process_cpu_seconds_total"), 0);
+  EXPECT_NEAR(Sample(text, "process_cpu_seconds_total"), cpu, 0.05);
+  // Resident memory moves by a few pages between readings: bracket the sample.
+  const double slack = 256 * 1024;
+  EXPECT_GE(Sample(text, "process_resident_memory_bytes"), std::min(rss_before, rss_after) - slack);
+  EXPECT_LE(Sample(text, "process_resident_memory_bytes"), std::max(rss_before, rss_after) + slack);
+  EXPECT_GT(Sample(text, "process_virtual_memory_bytes"), rss_after);
+  EXPECT_GE(Sample(text, "process_open_fds"), 3);  // stdin, stdout, stderr
+  const double now = static_cast<double>(std::time(nullptr));
+  EXPECT_GT(Sample(text, "process_start_time_seconds"), now - 3600);
+  EXPECT_LE(Sample(text, "process_start_time_seconds"), now + 1);
+  // Without a role there are no process metrics.
+  EXPECT_THAT(Metrics().Serialize(), Not(HasSubstr("process_cpu_seconds_total")));
+}
+
 TEST(MetricsTest, BadListenAddressIsAnError) {
   Metrics m;
-  EXPECT_FALSE(MetricsServer::Start("not an address", m.registry()).ok());
+  EXPECT_FALSE(MetricsServer::Start("not an address", m).ok());
 }
 
 }  // namespace
