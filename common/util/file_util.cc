@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -34,18 +35,30 @@ absl::StatusOr<std::string> ReadFileToString(const std::string& path, size_t max
     ::close(fd);
     return ErrnoError("cannot stat", path);
   }
-  if (!S_ISREG(st.st_mode)) {
+  if (S_ISDIR(st.st_mode)) {
     ::close(fd);
-    return absl::InvalidArgumentError(absl::StrCat(path, " is not a regular file"));
+    return absl::InvalidArgumentError(absl::StrCat(path, " is a directory, not a file"));
   }
-  if (static_cast<size_t>(st.st_size) > max_bytes) {
+  // A regular file is read to its size; a pipe (`--config <(...)`) or device until its end.
+  const bool regular = S_ISREG(st.st_mode);
+  if (regular && static_cast<size_t>(st.st_size) > max_bytes) {
     ::close(fd);
     return absl::InvalidArgumentError(
         absl::StrCat(path, " is ", st.st_size, " bytes, more than the limit of ", max_bytes));
   }
-  std::string out(static_cast<size_t>(st.st_size), '\0');
+  std::string out(regular ? static_cast<size_t>(st.st_size) : std::min<size_t>(max_bytes, 1 << 16),
+                  '\0');
   size_t done = 0;
-  while (done < out.size()) {
+  while (true) {
+    if (done == out.size()) {
+      if (regular) break;
+      if (out.size() > max_bytes) {
+        ::close(fd);
+        return absl::InvalidArgumentError(
+            absl::StrCat(path, " holds more than the limit of ", max_bytes, " bytes"));
+      }
+      out.resize(std::min(out.size() * 2, max_bytes + 1));
+    }
     ssize_t n = ::read(fd, out.data() + done, out.size() - done);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;

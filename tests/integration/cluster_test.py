@@ -21,6 +21,9 @@ through the public API by Python's grpcio.
   --case mixed      kv_cache.dtype mixed on every role: blocks behind the window cross the
                     store as int8 (half the bytes) and the streams agree with
                     `model-inspect generate --kv-dtype mixed`
+  --case loading    while a role loads its model (config.json a named pipe the test fills
+                    later), its port answers grpc.health.v1 NOT_SERVING, overall and for its
+                    service; once loaded, SERVING on the same port; `tandem serve` likewise.
   --case api        bad input is INVALID_ARGUMENT with a message (invalid UTF-8 included);
                     GetModelInfo; client cancel frees the blocks; after SIGTERM new requests
                     are UNAVAILABLE while the one in flight completes.
@@ -493,9 +496,68 @@ def case_serve():
     print("PASS")
 
 
+def case_loading():
+    """Readiness while the model loads: a health-only server holds the role's port."""
+    import os
+    import re
+    import socket
+    import subprocess
+    import tempfile
+    work = tempfile.mkdtemp(prefix="tandem_loading_")
+    for name in os.listdir(args.model):
+        if name != "config.json":
+            os.symlink(os.path.join(os.path.abspath(args.model), name), os.path.join(work, name))
+    config = os.path.join(work, "config.json")
+    with open(os.path.join(args.model, "config.json")) as f:
+        config_text = f.read()
+    for role, service in (("prefill", "tandem.v1.PrefillWorker"), ("decode", "tandem.v1.DecodeWorker"),
+                          ("serve", "tandem.v1.Inference")):
+        os.mkfifo(config)  # opening it blocks the role's model load until the test writes
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        proc = subprocess.Popen([args.tandem, role, "--model", work, "--listen",
+                                 f"127.0.0.1:{port}", "--metrics-listen", ""],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            line = proc.stderr.readline()
+            assert re.search(rf"loading; health NOT_SERVING on 127.0.0.1:{port}", line), line
+            channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+            for name in ("", service):
+                got = cluster.health_status(channel, name)
+                assert got == "NOT_SERVING", (role, name, got)
+            time.sleep(0.5)  # still loading: the pipe has not been written
+            assert cluster.health_status(channel, service) == "NOT_SERVING"
+            # Unblock the reader waiting on the pipe, and leave a regular file in its place
+            # for the reads after it (`serve` loads the model once per engine).
+            with open(config, "w") as f:
+                with open(config + ".tmp", "w") as regular:
+                    regular.write(config_text)
+                os.rename(config + ".tmp", config)
+                f.write(config_text)
+            line = proc.stdout.readline()
+            assert f"127.0.0.1:{port}" in line, line + proc.stderr.read()
+
+            def serving():
+                try:
+                    return all(cluster.health_status(channel, n) == "SERVING" for n in ("", service))
+                except grpc.RpcError:
+                    return False  # reconnecting from the loading server to the role's own
+
+            cluster.wait_for(serving, 10, f"{role} to turn SERVING on port {port}")
+            print(f"{role}: NOT_SERVING while loading, SERVING on 127.0.0.1:{port} once loaded")
+        finally:
+            proc.send_signal(15)
+            assert proc.wait(timeout=60) == 0, proc.stderr.read()
+            os.unlink(config)
+    print("PASS")
+
+
 def main():
     if args.case == "serve":
         return case_serve()
+    if args.case == "loading":
+        return case_loading()
     extra_router = []
     store_bytes = None
     if args.case == "hang":

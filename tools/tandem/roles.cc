@@ -409,6 +409,13 @@ std::string ModelId(const config::TandemConfig& config) {
   return p.filename().string();
 }
 
+std::vector<std::string> HealthNames(const std::string& role) {
+  if (role == "router") return {kInference, kRegistry};
+  if (role == "prefill") return {kPrefill};
+  if (role == "decode") return {kDecode};
+  return {kCacheStore};
+}
+
 absl::StatusOr<std::unique_ptr<Role>> StartCacheStore(const config::TandemConfig& config,
                                                       metrics::Metrics& metrics) {
   auto role = std::make_unique<CacheStoreRole>();

@@ -8,6 +8,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "common/config/config.h"
@@ -27,6 +28,10 @@ class Role {
 // The id every block hash of this model is seeded with: the served name, so that every role of
 // one deployment agrees on it.
 std::string ModelId(const config::TandemConfig& config);
+
+// The grpc.health.v1 service names a role serves ("router", "prefill", "decode",
+// "cache-store").
+std::vector<std::string> HealthNames(const std::string& role);
 
 // `metrics` must outlive the role. `threads` overrides model.threads (0: keep it).
 absl::StatusOr<std::unique_ptr<Role>> StartCacheStore(const config::TandemConfig& config,

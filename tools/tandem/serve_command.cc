@@ -3,6 +3,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <thread>
 #include <vector>
@@ -10,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/metrics/metrics.h"
+#include "common/rpc/server.h"
 #include "common/util/status_macros.h"
 #include "tools/tandem/commands.h"
 #include "tools/tandem/roles.h"
@@ -42,6 +44,25 @@ absl::StatusOr<std::unique_ptr<metrics::MetricsServer>> StartMetrics(const confi
   return metrics::MetricsServer::Start(c.metrics.listen, metrics);
 }
 
+// A server with only grpc.health.v1 on `listen`, answering NOT_SERVING for `names` while the
+// role behind it loads (a model can take minutes): probes see "not ready" rather than a refused
+// connection. `listen` becomes the address it bound (port 0 resolved), which the role's own
+// server then binds too (gRPC sets SO_REUSEPORT); StopLoadingServer hands the port over.
+absl::StatusOr<rpc::StartedServer> StartLoadingServer(const std::string& what, std::string& listen,
+                                                      const std::vector<std::string>& names) {
+  TANDEM_ASSIGN_OR_RETURN(rpc::StartedServer loading, rpc::StartServer(listen, {}, names));
+  listen = loading.address;
+  std::fprintf(stderr, "tandem %s: loading; health NOT_SERVING on %s\n", what.c_str(),
+               listen.c_str());
+  return loading;
+}
+
+void StopLoadingServer(rpc::StartedServer& loading) {
+  loading.server->Shutdown(std::chrono::system_clock::now());
+  loading.server->Wait();
+  loading.server.reset();
+}
+
 std::string MetricsUrl(const config::TandemConfig& c, const metrics::MetricsServer* server) {
   if (server == nullptr) return "off";
   const std::string host = c.metrics.listen.substr(0, c.metrics.listen.rfind(':'));
@@ -70,6 +91,8 @@ absl::Status RunServe(const CliArgs& args) {
   const sigset_t signals = BlockStopSignals();
   metrics::Metrics metrics("serve");
   TANDEM_ASSIGN_OR_RETURN(auto metrics_server, StartMetrics(c, metrics));
+  TANDEM_ASSIGN_OR_RETURN(rpc::StartedServer loading,
+                          StartLoadingServer("serve", c.router.listen, HealthNames("router")));
 
   // Compute threads are split between the engines unless model.threads says otherwise.
   const int engines = c.serve.prefill_workers + c.serve.decode_workers;
@@ -100,6 +123,7 @@ absl::Status RunServe(const CliArgs& args) {
     decodes.push_back(std::move(role));
   }
   TANDEM_ASSIGN_OR_RETURN(router, StartRouter(inner, metrics));
+  StopLoadingServer(loading);
   std::printf(
       "tandem serve: model %s (%s); router on %s; metrics %s; %d prefill, %d decode worker(s) "
       "with %d thread(s) each, %d store shard(s)\n",
@@ -131,6 +155,12 @@ absl::Status RunRole(const std::string& role, const CliArgs& args) {
   const sigset_t signals = BlockStopSignals();
   metrics::Metrics metrics(role == "cache-store" ? "cache_store" : role);
   TANDEM_ASSIGN_OR_RETURN(auto metrics_server, StartMetrics(c, metrics));
+  std::string& listen = role == "router"    ? c.router.listen
+                        : role == "prefill" ? c.prefill.listen
+                        : role == "decode"  ? c.decode.listen
+                                            : c.cache_store.listen;
+  TANDEM_ASSIGN_OR_RETURN(rpc::StartedServer loading,
+                          StartLoadingServer(role, listen, HealthNames(role)));
   std::unique_ptr<Role> started;
   if (role == "router") {
     TANDEM_ASSIGN_OR_RETURN(started, StartRouter(c, metrics));
@@ -141,6 +171,7 @@ absl::Status RunRole(const std::string& role, const CliArgs& args) {
   } else {
     TANDEM_ASSIGN_OR_RETURN(started, StartCacheStore(c, metrics));
   }
+  StopLoadingServer(loading);
   std::printf("tandem %s: serving on %s; metrics %s\n", role.c_str(), started->address().c_str(),
               MetricsUrl(c, metrics_server.get()).c_str());
   std::fflush(stdout);
