@@ -3,8 +3,10 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <thread>
 #include <vector>
 
@@ -44,24 +46,53 @@ absl::StatusOr<std::unique_ptr<metrics::MetricsServer>> StartMetrics(const confi
   return metrics::MetricsServer::Start(c.metrics.listen, metrics);
 }
 
-// A server with only grpc.health.v1 on `listen`, answering NOT_SERVING for `names` while the
-// role behind it loads (a model can take minutes): probes see "not ready" rather than a refused
-// connection. `listen` becomes the address it bound (port 0 resolved), which the role's own
-// server then binds too (gRPC sets SO_REUSEPORT); StopLoadingServer hands the port over.
-absl::StatusOr<rpc::StartedServer> StartLoadingServer(const std::string& what, std::string& listen,
-                                                      const std::vector<std::string>& names) {
-  TANDEM_ASSIGN_OR_RETURN(rpc::StartedServer loading, rpc::StartServer(listen, {}, names));
-  listen = loading.address;
-  std::fprintf(stderr, "tandem %s: loading; health NOT_SERVING on %s\n", what.c_str(),
-               listen.c_str());
-  return loading;
-}
+// What a role shows while it loads (a model can take minutes): a server with only
+// grpc.health.v1 on its port, answering NOT_SERVING for its names, so probes see "not ready"
+// rather than a refused connection; and SIGINT/SIGTERM stop the process at once, since there
+// is nothing to drain yet. Done() hands both over: the role's own server already binds the same
+// port (gRPC sets SO_REUSEPORT), and WaitForSignal takes the signals.
+class Loading {
+ public:
+  // `listen` becomes the address the health server bound (port 0 resolved).
+  static absl::StatusOr<std::unique_ptr<Loading>> Start(const std::string& what,
+                                                        std::string& listen,
+                                                        const std::vector<std::string>& names,
+                                                        const sigset_t& signals) {
+    TANDEM_ASSIGN_OR_RETURN(rpc::StartedServer server, rpc::StartServer(listen, {}, names));
+    listen = server.address;
+    std::fprintf(stderr, "tandem %s: loading; health NOT_SERVING on %s\n", what.c_str(),
+                 listen.c_str());
+    return std::unique_ptr<Loading>(new Loading(what, std::move(server), signals));
+  }
+  ~Loading() { Done(); }
 
-void StopLoadingServer(rpc::StartedServer& loading) {
-  loading.server->Shutdown(std::chrono::system_clock::now());
-  loading.server->Wait();
-  loading.server.reset();
-}
+  void Done() {
+    if (server_.server == nullptr) return;
+    done_.store(true);
+    watcher_.join();
+    server_.server->Shutdown(std::chrono::system_clock::now());
+    server_.server->Wait();
+    server_.server.reset();
+  }
+
+ private:
+  Loading(std::string what, rpc::StartedServer server, const sigset_t& signals)
+      : server_(std::move(server)), watcher_([this, what = std::move(what), signals] {
+          const timespec tick = {0, 100'000'000};
+          while (!done_.load()) {
+            const int sig = sigtimedwait(&signals, nullptr, &tick);
+            if (sig > 0) {
+              std::fprintf(stderr, "tandem %s: signal %d while loading, stopping\n", what.c_str(),
+                           sig);
+              std::_Exit(0);
+            }
+          }
+        }) {}
+
+  rpc::StartedServer server_;
+  std::atomic<bool> done_{false};
+  std::thread watcher_;
+};
 
 std::string MetricsUrl(const config::TandemConfig& c, const metrics::MetricsServer* server) {
   if (server == nullptr) return "off";
@@ -91,8 +122,8 @@ absl::Status RunServe(const CliArgs& args) {
   const sigset_t signals = BlockStopSignals();
   metrics::Metrics metrics("serve");
   TANDEM_ASSIGN_OR_RETURN(auto metrics_server, StartMetrics(c, metrics));
-  TANDEM_ASSIGN_OR_RETURN(rpc::StartedServer loading,
-                          StartLoadingServer("serve", c.router.listen, HealthNames("router")));
+  TANDEM_ASSIGN_OR_RETURN(auto loading,
+                          Loading::Start("serve", c.router.listen, HealthNames("router"), signals));
 
   // Compute threads are split between the engines unless model.threads says otherwise.
   const int engines = c.serve.prefill_workers + c.serve.decode_workers;
@@ -123,7 +154,7 @@ absl::Status RunServe(const CliArgs& args) {
     decodes.push_back(std::move(role));
   }
   TANDEM_ASSIGN_OR_RETURN(router, StartRouter(inner, metrics));
-  StopLoadingServer(loading);
+  loading->Done();
   std::printf(
       "tandem serve: model %s (%s); router on %s; metrics %s; %d prefill, %d decode worker(s) "
       "with %d thread(s) each, %d store shard(s)\n",
@@ -159,8 +190,7 @@ absl::Status RunRole(const std::string& role, const CliArgs& args) {
                         : role == "prefill" ? c.prefill.listen
                         : role == "decode"  ? c.decode.listen
                                             : c.cache_store.listen;
-  TANDEM_ASSIGN_OR_RETURN(rpc::StartedServer loading,
-                          StartLoadingServer(role, listen, HealthNames(role)));
+  TANDEM_ASSIGN_OR_RETURN(auto loading, Loading::Start(role, listen, HealthNames(role), signals));
   std::unique_ptr<Role> started;
   if (role == "router") {
     TANDEM_ASSIGN_OR_RETURN(started, StartRouter(c, metrics));
@@ -171,7 +201,7 @@ absl::Status RunRole(const std::string& role, const CliArgs& args) {
   } else {
     TANDEM_ASSIGN_OR_RETURN(started, StartCacheStore(c, metrics));
   }
-  StopLoadingServer(loading);
+  loading->Done();
   std::printf("tandem %s: serving on %s; metrics %s\n", role.c_str(), started->address().c_str(),
               MetricsUrl(c, metrics_server.get()).c_str());
   std::fflush(stdout);
