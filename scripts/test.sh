@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds Tandem and runs every test suite CI runs:
 #   1. release build: unit, reference (torch parity), conformance (tokenizer ids vs the npm
-#      @lenml/tokenizers oracle; needs node and the npm registry) and integration tests
+#      @lenml/tokenizers oracle; needs node and the npm registry), integration and deploy tests
+#      (Dockerfile lint, kustomize overlays against the Kubernetes schemas, promtool, a real
+#      Prometheus scraping `tandem serve`)
 #   2. ASan+UBSan build: unit tests
 #   3. libFuzzer build (clang): each fuzz target for TANDEM_FUZZ_SECONDS (default 30)
 # Usage: scripts/test.sh [--quick]   (--quick skips the sanitizer and fuzz passes)
