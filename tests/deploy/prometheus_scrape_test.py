@@ -178,7 +178,6 @@ scrape_configs:
         print(bench.stdout[-1500:])
         if bench.returncode != 0:
             raise RuntimeError(f"tandem bench failed:\n{bench.stdout}\n{bench.stderr}")
-        time.sleep(3)  # a few more scrapes and rule evaluations
 
         def query(expr):
             url = f"{api}/query?" + urllib.parse.urlencode({"query": expr})
@@ -188,39 +187,51 @@ scrape_configs:
                 return None, e.read().decode(errors="replace")
             return body["data"]["result"], None
 
-        # Every dashboard query.
         variables = dashboard_variables(dashboard)
         panels = dashboard_queries(dashboard)
-        for title, expr in panels:
-            q = substitute(expr, variables)
-            result, error = query(q)
-            if error or not result:
-                failures.append(f"dashboard panel '{title}': {q} -> {error or 'no data'}")
 
-        # Every rule Prometheus loaded: healthy, and with data.
-        groups = http_json(f"{api}/rules")["data"]["groups"]
-        alert_rules = [r for g in groups for r in g["rules"] if r["type"] == "alerting"]
-        records = [r for g in groups for r in g["rules"] if r["type"] == "recording"]
-        if not alert_rules:
-            failures.append(f"prometheus loaded no alert rules from {alerts}")
-        for r in alert_rules + records:
-            if r.get("health") != "ok":
-                failures.append(f"rule {r['name']}: health {r.get('health')}: {r.get('lastError')}")
-        for r in alert_rules:
-            data_query = r.get("annotations", {}).get("tandem_query")
-            if not data_query:
-                failures.append(f"alert {r['name']} has no tandem_query annotation")
-                continue
-            result, error = query(data_query)
-            if error or not result:
-                failures.append(f"alert {r['name']}: {data_query} -> {error or 'no data'}")
-        for r in records:
-            result, error = query(r["name"])
-            if error or not result:
-                failures.append(f"recording rule {r['name']}: {error or 'no data'}")
+        def check():
+            """Failures of every dashboard query and rule, with the rule counts."""
+            found = []
+            for title, expr in panels:
+                q = substitute(expr, variables)
+                result, error = query(q)
+                if error or not result:
+                    found.append(f"dashboard panel '{title}': {q} -> {error or 'no data'}")
+            # Every rule Prometheus loaded: healthy, and with data.
+            groups = http_json(f"{api}/rules")["data"]["groups"]
+            alert_rules = [r for g in groups for r in g["rules"] if r["type"] == "alerting"]
+            records = [r for g in groups for r in g["rules"] if r["type"] == "recording"]
+            if not alert_rules:
+                found.append(f"prometheus loaded no alert rules from {alerts}")
+            for r in alert_rules + records:
+                if r.get("health") != "ok":
+                    found.append(f"rule {r['name']}: health {r.get('health')}: "
+                                 f"{r.get('lastError')}")
+            for r in alert_rules:
+                data_query = r.get("annotations", {}).get("tandem_query")
+                if not data_query:
+                    found.append(f"alert {r['name']} has no tandem_query annotation")
+                    continue
+                result, error = query(data_query)
+                if error or not result:
+                    found.append(f"alert {r['name']}: {data_query} -> {error or 'no data'}")
+            for r in records:
+                result, error = query(r["name"])
+                if error or not result:
+                    found.append(f"recording rule {r['name']}: {error or 'no data'}")
+            return found, len(alert_rules), len(records)
 
-        print(f"prometheus scrape: {len(panels)} dashboard queries, {len(alert_rules)} alerts, "
-              f"{len(records)} recording rules checked, {len(failures)} failure(s)")
+        # Rules evaluate every second after the scrapes that saw the load: poll until every
+        # query has data, for at most 30 s (well inside the dashboards' 1 m rate windows).
+        deadline = time.time() + 30
+        while True:
+            failures, num_alerts, num_records = check()
+            if not failures or time.time() > deadline:
+                break
+            time.sleep(1)
+        print(f"prometheus scrape: {len(panels)} dashboard queries, {num_alerts} alerts, "
+              f"{num_records} recording rules checked, {len(failures)} failure(s)")
     finally:
         for p, _ in reversed(procs):
             if p.poll() is None:

@@ -565,7 +565,6 @@ def case_loading():
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert "loading; health NOT_SERVING" in proc.stderr.readline()
-        time.sleep(0.3)
         start = time.monotonic()
         proc.send_signal(15)
         code = proc.wait(timeout=10)
