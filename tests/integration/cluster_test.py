@@ -25,6 +25,7 @@ through the public API by Python's grpcio.
                     later), its port answers grpc.health.v1 NOT_SERVING, overall and for its
                     service; once loaded, SERVING on the same port; `tandem serve` likewise.
                     SIGTERM while loading stops the process at once.
+  --case shard_label  a store shard listening on 0.0.0.0 labels its metrics host:port.
   --case api        bad input is INVALID_ARGUMENT with a message (invalid UTF-8 included);
                     GetModelInfo; client cancel frees the blocks; after SIGTERM new requests
                     are UNAVAILABLE while the one in flight completes.
@@ -579,7 +580,32 @@ def case_loading():
     print("PASS")
 
 
+def case_shard_label():
+    """A store shard on a wildcard address labels its metrics with the host name and port."""
+    import re
+    import socket
+    import subprocess
+    import urllib.request
+    proc = subprocess.Popen([args.tandem, "cache-store", "--listen", "0.0.0.0:0",
+                             "--metrics-listen", "127.0.0.1:0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        m = re.search(r"serving on 0\.0\.0\.0:(\d+); metrics (\S+)", line)
+        assert m, line + proc.stderr.read()
+        text = urllib.request.urlopen(m.group(2), timeout=10).read().decode()
+        want = f'tandem_cache_store_capacity_bytes{{shard="{socket.gethostname()}:{m.group(1)}"}}'
+        assert want in text, (want, [l for l in text.splitlines() if "capacity" in l])
+        print(want)
+    finally:
+        proc.send_signal(15)
+        assert proc.wait(timeout=60) == 0, proc.stderr.read()
+    print("PASS")
+
+
 def main():
+    if args.case == "shard_label":
+        return case_shard_label()
     if args.case == "serve":
         return case_serve()
     if args.case == "loading":

@@ -1,5 +1,7 @@
 #include "tools/tandem/roles.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <filesystem>
@@ -137,6 +139,18 @@ class ServedRole : public Role {
   std::vector<std::string> names_;
 };
 
+// A shard's `shard` metric label: its address, with a wildcard host (0.0.0.0, [::]) replaced by
+// the host name, so shards of a StatefulSet, all listening on 0.0.0.0:7000, stay apart
+// (tandem-cache-store-0:7000, tandem-cache-store-1:7000, ...).
+std::string ShardLabel(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  const std::string host = address.substr(0, colon);
+  if (host != "0.0.0.0" && host != "[::]" && host != "::") return address;
+  char name[256] = {};
+  if (gethostname(name, sizeof(name) - 1) != 0 || name[0] == '\0') return address;
+  return absl::StrCat(name, address.substr(colon));
+}
+
 class CacheStoreRole final : public ServedRole {
  public:
   ~CacheStoreRole() override {
@@ -153,7 +167,7 @@ class CacheStoreRole final : public ServedRole {
     TANDEM_ASSIGN_OR_RETURN(
         auto server, rpc::StartServer(c.cache_store.listen, {service_.get()}, {kCacheStore}));
     Serve(std::move(server), {kCacheStore});
-    metrics_ = metrics.ForShard(address());
+    metrics_ = metrics.ForShard(ShardLabel(address()));
     reporter_ = std::thread([this] { Report(); });
     return absl::OkStatus();
   }
