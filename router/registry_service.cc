@@ -34,10 +34,9 @@ grpc::ServerUnaryReactor* RegistryService::Register(grpc::CallbackServerContext*
     reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                                  "address must be host:port, got \"" + request->address() + "\""));
   } else if (request->model_id() != model_id) {
-    reactor->Finish(grpc::Status(
-        grpc::StatusCode::FAILED_PRECONDITION,
-        absl::StrCat("this router serves model \"", model_id, "\", the worker has \"",
-                     request->model_id(), "\"")));
+    reactor->Finish(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                                 absl::StrCat("this router serves model \"", model_id,
+                                              "\", the worker has \"", request->model_id(), "\"")));
   } else {
     response->set_worker_id(pool->Register(request->address()));
     response->set_heartbeat_interval_seconds(interval_.count());
@@ -72,10 +71,16 @@ void RegistryService::ExpireLoop() {
   }
 }
 
+// Also refreshes the balancer's recommended prefill:decode ratio, which follows the pools and
+// the hit rate (an autoscaler reads it; see deploy/k8s).
 void RegistryService::PublishPoolSizes() {
+  const int prefill = router_.prefill_pool().available();
+  const int decode = router_.decode_pool().available();
+  router_.balancer().PublishRecommendedRatio(prefill, decode, Clock::now());
   if (metrics_ == nullptr) return;
-  metrics_->balancer().prefill_workers->Set(router_.prefill_pool().available());
-  metrics_->balancer().decode_workers->Set(router_.decode_pool().available());
+  metrics::BalancerMetrics& m = metrics_->balancer(router_.options().colocated);
+  if (m.prefill_workers != nullptr) m.prefill_workers->Set(prefill);
+  m.decode_workers->Set(decode);
 }
 
 }  // namespace tandem::router

@@ -15,7 +15,8 @@ RouterService::RouterService(const RouterOptions& options, const tokenizer::Toke
       metrics_(metrics != nullptr ? metrics->ForRole("router") : metrics::RoleMetrics{}),
       prefill_pool_("prefill", options.pool),
       decode_pool_("decode", options.pool),
-      balancer_(options.balancer, metrics != nullptr ? &metrics->balancer() : nullptr),
+      balancer_(options.balancer,
+                metrics != nullptr ? &metrics->balancer(options.colocated) : nullptr),
       model_hash_(kv::HashModelId(options.model_id)) {}
 
 RouterService::Load RouterService::GetLoad() const {
@@ -31,10 +32,10 @@ absl::Status RouterService::Admit(int64_t tokens) {
         waiting_, " requests are already waiting (router.max_queued_requests); retry later"));
   }
   if (waiting_tokens_ + tokens > options_.max_queued_tokens) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat(waiting_tokens_, " prompt tokens are already waiting; ", tokens,
-                     " more would pass router.max_queued_tokens (", options_.max_queued_tokens,
-                     "); retry later"));
+    return absl::ResourceExhaustedError(absl::StrCat(waiting_tokens_,
+                                                     " prompt tokens are already waiting; ", tokens,
+                                                     " more would pass router.max_queued_tokens (",
+                                                     options_.max_queued_tokens, "); retry later"));
   }
   ++waiting_;
   waiting_tokens_ += tokens;

@@ -145,35 +145,40 @@ Metrics::Metrics(std::string process_role)
       store_corrupt_(BuildCounter()
                          .Name("tandem_cache_store_corrupt_blocks_total")
                          .Help("Blocks found changed after they were written, and dropped")
-                         .Register(*registry_)) {
-  balancer_.decode_kv_hit_ratio =
-      &BuildGauge()
-           .Name("tandem_decode_kv_hit_ratio")
-           .Help("Decode-side KV block hit rate over the balancer window (0-1)")
-           .Register(*registry_)
-           .Add({});
-  balancer_.state = &BuildGauge()
-                         .Name("tandem_balancer_state")
-                         .Help("1 while the balancer is engaged (hit rate below threshold)")
-                         .Register(*registry_)
-                         .Add({});
-  balancer_.reschedules = &BuildCounter()
-                               .Name("tandem_balancer_reschedules_total")
-                               .Help("Requests re-prefilled because their KV blocks missed")
-                               .Register(*registry_)
-                               .Add({});
-  balancer_.recommended_prefill_to_decode_ratio =
-      &BuildGauge()
-           .Name("tandem_balancer_recommended_prefill_decode_ratio")
-           .Help("Prefill:decode replica ratio the balancer recommends to autoscalers")
-           .Register(*registry_)
-           .Add({});
-  auto& workers = BuildGauge()
-                      .Name("tandem_workers")
-                      .Help("Workers the router has in rotation, by pool")
-                      .Register(*registry_);
-  balancer_.prefill_workers = &workers.Add({{"pool", "prefill"}});
-  balancer_.decode_workers = &workers.Add({{"pool", "decode"}});
+                         .Register(*registry_)) {}
+
+BalancerMetrics& Metrics::balancer(bool colocated) {
+  std::call_once(balancer_once_, [&] {
+    balancer_.decode_kv_hit_ratio =
+        &BuildGauge()
+             .Name("tandem_decode_kv_hit_ratio")
+             .Help("Decode-side KV block hit rate over the balancer window (0-1)")
+             .Register(*registry_)
+             .Add({});
+    balancer_.state = &BuildGauge()
+                           .Name("tandem_balancer_state")
+                           .Help("1 while the balancer is engaged (hit rate below threshold)")
+                           .Register(*registry_)
+                           .Add({});
+    balancer_.reschedules = &BuildCounter()
+                                 .Name("tandem_balancer_reschedules_total")
+                                 .Help("Requests re-prefilled because their KV blocks missed")
+                                 .Register(*registry_)
+                                 .Add({});
+    balancer_.recommended_prefill_to_decode_ratio =
+        &BuildGauge()
+             .Name("tandem_balancer_recommended_prefill_decode_ratio")
+             .Help("Prefill:decode replica ratio the balancer recommends to autoscalers")
+             .Register(*registry_)
+             .Add({});
+    auto& workers = BuildGauge()
+                        .Name("tandem_workers")
+                        .Help("Workers the router has in rotation, by pool")
+                        .Register(*registry_);
+    if (!colocated) balancer_.prefill_workers = &workers.Add({{"pool", "prefill"}});
+    balancer_.decode_workers = &workers.Add({{"pool", "decode"}});
+  });
+  return balancer_;
 }
 
 StoreMetrics Metrics::ForShard(const std::string& address) {

@@ -11,6 +11,7 @@
 #include <prometheus/registry.h>
 
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -51,7 +52,8 @@ struct RoleMetrics {
 
 // Balancer state and the worker pools it balances, exported by the router.
 struct BalancerMetrics {
-  prometheus::Gauge* prefill_workers = nullptr;  // tandem_workers{pool}: in rotation
+  prometheus::Gauge* prefill_workers = nullptr;  // tandem_workers{pool}: in rotation; null if
+                                                 // colocated
   prometheus::Gauge* decode_workers = nullptr;
   prometheus::Gauge* decode_kv_hit_ratio = nullptr;  // over the balancer's window
   prometheus::Gauge* state = nullptr;                // 0 normal, 1 engaged
@@ -84,7 +86,10 @@ class Metrics {
 
   // Handles for `role`; repeated calls for one role return the same metrics.
   RoleMetrics ForRole(const std::string& role);
-  BalancerMetrics& balancer() { return balancer_; }
+  // The router's balancer and worker-pool metrics, registered by the first call, so processes
+  // without a router export none of them. A colocated router has no prefill pool, hence no
+  // tandem_workers{pool="prefill"} (its prefill_workers is null); the first call decides.
+  BalancerMetrics& balancer(bool colocated = false);
   StoreMetrics ForShard(const std::string& address);
   // tandem_pruning_attention_cosine{role, layer}: the last stability check's similarity in a
   // pruned layer.
@@ -119,6 +124,7 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>& pruning_cosine_;
   prometheus::Family<prometheus::Counter>& stability_checks_;
   BalancerMetrics balancer_;
+  std::once_flag balancer_once_;
   prometheus::Family<prometheus::Gauge>& store_capacity_;
   prometheus::Family<prometheus::Gauge>& store_used_;
   prometheus::Family<prometheus::Gauge>& store_blocks_;

@@ -65,6 +65,18 @@ TEST(MetricsTest, EveryDesignMetricIsExportedWithItsLabels) {
   EXPECT_THAT(text, HasSubstr("tandem_balancer_reschedules_total 1"));
 }
 
+TEST(MetricsTest, OnlyARouterExportsBalancerAndPoolMetrics) {
+  Metrics worker;
+  worker.ForRole("decode").requests_running->Set(1);
+  EXPECT_THAT(worker.Serialize(), Not(HasSubstr("tandem_workers")));
+  EXPECT_THAT(worker.Serialize(), Not(HasSubstr("tandem_balancer_state")));
+  Metrics colocated;
+  colocated.balancer(/*colocated=*/true).decode_workers->Set(3);
+  EXPECT_EQ(colocated.balancer().prefill_workers, nullptr);  // the first call decided
+  EXPECT_THAT(colocated.Serialize(), HasSubstr("tandem_workers{pool=\"decode\"} 3"));
+  EXPECT_THAT(colocated.Serialize(), Not(HasSubstr("pool=\"prefill\"")));
+}
+
 TEST(MetricsTest, StoreShardsAreLabelledByAddress) {
   Metrics m;
   StoreMetrics a = m.ForShard("10.0.0.1:7000");

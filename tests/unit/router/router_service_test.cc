@@ -10,6 +10,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
+#include <optional>
 #include <thread>
 
 #include "absl/synchronization/mutex.h"
@@ -17,6 +19,7 @@
 #include "cache_store/cache_store_service.h"
 #include "decode_worker/decode_service.h"
 #include "prefill_worker/prefill_service.h"
+#include "router/registry_service.h"
 #include "tests/unit/testing/serving.h"
 
 namespace tandem::router {
@@ -56,6 +59,12 @@ class StuckPrefill final : public tandem::v1::PrefillWorker::CallbackService {
   absl::Mutex mu_;
   std::vector<grpc::ServerUnaryReactor*> reactors_;
 };
+
+// The value of an unlabelled sample in a /metrics exposition (NaN if absent).
+double SampleValue(const std::string& text, const std::string& name) {
+  const size_t at = text.find("\n" + name + " ");
+  return at == std::string::npos ? std::nan("") : std::stod(text.substr(at + name.size() + 2));
+}
 
 class RouterServiceTest : public testing::TinyModelTest {
  protected:
@@ -220,19 +229,24 @@ TEST_F(RouterServiceTest, ConcurrentStreamsEqualOneEngine) {
     EXPECT_GT(c.timings().time_to_first_token(), 0);
   }
   EXPECT_TRUE(WaitFor([&] { return AllBlocksFree(); }, std::chrono::seconds(5)));
-  EXPECT_NE(metrics_.Serialize().find("tandem_time_to_first_token_seconds_count{role=\"router\"} 12"),
-            std::string::npos);
+  EXPECT_NE(
+      metrics_.Serialize().find("tandem_time_to_first_token_seconds_count{role=\"router\"} 12"),
+      std::string::npos);
+  // Balancer idle: the recommended ratio is the pools' own, 2:2, as the registry publishes it.
+  RegistryService registry(*router_, std::chrono::seconds(1), &metrics_);
+  EXPECT_EQ(SampleValue(metrics_.Serialize(), "tandem_balancer_recommended_prefill_decode_ratio"),
+            1.0);
 }
 
 TEST_F(RouterServiceTest, BadInputIsInvalidArgument) {
   StartCluster();
   std::vector<GenerateRequest> bad(5);
-  bad[0].mutable_sampling()->set_max_tokens(4);                     // no prompt
-  bad[1] = Request({1, 2, 3}, 0);                                    // max_tokens 0
-  bad[2] = Request({1, 200}, 4);                                     // outside the vocabulary
+  bad[0].mutable_sampling()->set_max_tokens(4);  // no prompt
+  bad[1] = Request({1, 2, 3}, 0);                // max_tokens 0
+  bad[2] = Request({1, 200}, 4);                 // outside the vocabulary
   bad[3] = Request({1, 2}, 4);
   bad[3].mutable_sampling()->set_temperature(-1);
-  bad[4] = Request(Prompt(600, 1), 4);                               // longer than the context
+  bad[4] = Request(Prompt(600, 1), 4);  // longer than the context
   for (const auto& r : bad) {
     const Result res = Generate(r);
     EXPECT_EQ(res.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
@@ -342,6 +356,18 @@ TEST_F(RouterServiceTest, MissesWhileEngagedAreReprefilled) {
   EXPECT_TRUE(router_->balancer().engaged(Clock::now()));
   EXPECT_GE(router_->balancer().reschedules(), 1);
   EXPECT_NE(metrics_.Serialize().find("tandem_balancer_state 1"), std::string::npos);
+
+  // The registry publishes the pools and the ratio autoscalers follow: prefill:decode (2:2),
+  // scaled by hit rate / threshold while the balancer is engaged.
+  RegistryService registry(*router_, std::chrono::seconds(1), &metrics_);
+  const std::optional<double> rate = router_->balancer().HitRate(Clock::now());
+  ASSERT_TRUE(rate.has_value());
+  const std::string text = metrics_.Serialize();
+  EXPECT_NE(text.find("tandem_workers{pool=\"prefill\"} 2"), std::string::npos) << text;
+  EXPECT_NE(text.find("tandem_workers{pool=\"decode\"} 2"), std::string::npos) << text;
+  EXPECT_NEAR(SampleValue(text, "tandem_balancer_recommended_prefill_decode_ratio"),
+              *rate / options.balancer.hit_rate_threshold, 1e-9);
+  EXPECT_LT(*rate, options.balancer.hit_rate_threshold);
 }
 
 }  // namespace
@@ -366,6 +392,12 @@ TEST_F(RouterServiceTest, ColocatedModeRunsWholeRequestsOnDecodeWorkers) {
     EXPECT_EQ(results[i].tokens, Expected(Prompt(10 + 20 * i, i), 12)) << i;
   }
   EXPECT_EQ(block_store_->Stats().puts, 0);  // nothing went through the store
+  // No prefill pool, so no tandem_workers{pool="prefill"} for an alert to find at 0.
+  RegistryService registry(*router_, std::chrono::seconds(1), &metrics_);
+  const std::string text = metrics_.Serialize();
+  EXPECT_EQ(text.find("tandem_workers{pool=\"prefill\"}"), std::string::npos) << text;
+  EXPECT_NE(text.find("tandem_workers{pool=\"decode\"} 2"), std::string::npos) << text;
+  EXPECT_EQ(SampleValue(text, "tandem_balancer_recommended_prefill_decode_ratio"), 0.0);
 }
 
 }  // namespace
