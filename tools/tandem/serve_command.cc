@@ -176,20 +176,14 @@ absl::Status RunServe(const CliArgs& args) {
 absl::Status RunRole(const std::string& role, const CliArgs& args) {
   TANDEM_RETURN_IF_ERROR(args.CheckKnown({"config", "set", "model", "listen", "metrics-listen"}));
   TANDEM_ASSIGN_OR_RETURN(config::TandemConfig c, EffectiveConfig(args));
-  if (args.Has("listen")) {
-    const std::string listen = *args.String("listen");
-    if (role == "router") c.router.listen = listen;
-    if (role == "prefill") c.prefill.listen = listen;
-    if (role == "decode") c.decode.listen = listen;
-    if (role == "cache-store") c.cache_store.listen = listen;
-  }
-  const sigset_t signals = BlockStopSignals();
-  metrics::Metrics metrics(role == "cache-store" ? "cache_store" : role);
-  TANDEM_ASSIGN_OR_RETURN(auto metrics_server, StartMetrics(c, metrics));
   std::string& listen = role == "router"    ? c.router.listen
                         : role == "prefill" ? c.prefill.listen
                         : role == "decode"  ? c.decode.listen
                                             : c.cache_store.listen;
+  if (args.Has("listen")) listen = *args.String("listen");
+  const sigset_t signals = BlockStopSignals();
+  metrics::Metrics metrics(role == "cache-store" ? "cache_store" : role);
+  TANDEM_ASSIGN_OR_RETURN(auto metrics_server, StartMetrics(c, metrics));
   TANDEM_ASSIGN_OR_RETURN(auto loading, Loading::Start(role, listen, HealthNames(role), signals));
   std::unique_ptr<Role> started;
   if (role == "router") {
