@@ -163,7 +163,8 @@ std::vector<Field> MakeSchema() {
   constexpr int64_t kMaxInt = std::numeric_limits<int32_t>::max();
   const std::string listen_doc = "host:port to serve gRPC on; port 0 picks a free port";
   const std::string advertise_doc =
-      "host:port the router reaches this worker at (e.g. the pod IP); empty: the bound listen "
+      "address the router reaches this worker at: host:port, or a host alone (a name, IPv4 or "
+      "bare IPv6 literal such as a pod IP) that takes the listen port; empty: the bound listen "
       "address";
   return {
       Str("model.path", TANDEM_CONFIG_REF(model.path), {},

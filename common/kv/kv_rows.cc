@@ -35,10 +35,7 @@ void WriteKvRow(uint8_t* block, const KvLayout& layout, const KvRowRef& row, con
   const float scale = F16ToF32(bits);
   const float inv = scale > 0 && std::isfinite(scale) ? 1.0f / scale : 0.0f;
   auto* q = reinterpret_cast<int8_t*>(dst);
-  for (int i = 0; i < layout.head_dim; ++i) {
-    const float r = std::nearbyint(in[i] * inv);
-    q[i] = static_cast<int8_t>(r >= 127.0f ? 127.0f : r <= -127.0f ? -127.0f : r == r ? r : 0);
-  }
+  for (int i = 0; i < layout.head_dim; ++i) q[i] = RoundToI8(in[i] * inv);
   std::memcpy(block + KvScaleOffset(layout, row), &bits, sizeof(bits));
 }
 

@@ -1,7 +1,9 @@
 #include "common/rpc/server.h"
 
+#include <arpa/inet.h>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <netinet/in.h>
 
 #include <mutex>
 
@@ -19,8 +21,8 @@ absl::StatusOr<StartedServer> StartServer(const std::string& listen,
   });
   const size_t colon = listen.rfind(':');
   if (colon == std::string::npos) {
-    return absl::InvalidArgumentError(absl::StrCat("listen address \"", listen,
-                                                   "\" is not host:port"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("listen address \"", listen, "\" is not host:port"));
   }
   grpc::ServerBuilder builder;
   // Peers probe idle connections with HTTP/2 pings to find hung processes (a stopped process's
@@ -41,12 +43,22 @@ absl::StatusOr<StartedServer> StartServer(const std::string& listen,
   return started;
 }
 
-void SetServing(grpc::Server& server, const std::vector<std::string>& service_names,
-                bool serving) {
+void SetServing(grpc::Server& server, const std::vector<std::string>& service_names, bool serving) {
   grpc::HealthCheckServiceInterface* health = server.GetHealthCheckService();
   if (health == nullptr) return;
   health->SetServingStatus(serving);
   for (const std::string& name : service_names) health->SetServingStatus(name, serving);
+}
+
+std::string AdvertisedAddress(std::string_view advertise, std::string_view bound) {
+  if (advertise.empty()) return std::string(bound);
+  const std::string host(advertise);
+  const size_t colon = bound.rfind(':');
+  const std::string port(colon == std::string_view::npos ? "" : bound.substr(colon));
+  in6_addr v6;
+  if (inet_pton(AF_INET6, host.c_str(), &v6) == 1) return absl::StrCat("[", host, "]", port);
+  if (host.find(':') == std::string::npos) return host + port;
+  return host;
 }
 
 }  // namespace tandem::rpc

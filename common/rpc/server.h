@@ -7,6 +7,7 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -25,7 +26,12 @@ absl::StatusOr<StartedServer> StartServer(const std::string& listen,
                                           const std::vector<std::string>& service_names);
 
 // Sets the health of the server ("") and of every name in `service_names`.
-void SetServing(grpc::Server& server, const std::vector<std::string>& service_names,
-                bool serving);
+void SetServing(grpc::Server& server, const std::vector<std::string>& service_names, bool serving);
+
+// The address a worker registers with the router. `advertise` may be empty (the bound address),
+// a host without a port (a name, an IPv4 address or a bare IPv6 literal such as a Kubernetes pod
+// IP: the bound port is added, an IPv6 literal gets brackets), or host:port as it is. A bare IPv6
+// literal always counts as a host, so give an IPv6 address with a port in brackets.
+std::string AdvertisedAddress(std::string_view advertise, std::string_view bound);
 
 }  // namespace tandem::rpc

@@ -101,10 +101,7 @@ void FromFloat(DType t, const float* src, void* dst, size_t n) {
     }
     case DType::kI8: {
       auto* d = static_cast<int8_t*>(dst);
-      for (size_t i = 0; i < n; ++i) {
-        const float r = std::nearbyint(src[i]);  // NaN compares false: stored as 0
-        d[i] = static_cast<int8_t>(r >= 127.0f ? 127.0f : r <= -127.0f ? -127.0f : r == r ? r : 0);
-      }
+      for (size_t i = 0; i < n; ++i) d[i] = RoundToI8(src[i]);
       return;
     }
   }

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -39,6 +40,12 @@ inline uint16_t F32ToBf16(float f) {
   if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40);
   bits += 0x7fffu + ((bits >> 16) & 1u);
   return static_cast<uint16_t>(bits >> 16);
+}
+
+// x rounded to the nearest integer (ties to even) and saturated to [-127, 127]; NaN gives 0.
+inline int8_t RoundToI8(float x) {
+  const float r = std::nearbyint(x);
+  return static_cast<int8_t>(r >= 127.0f ? 127.0f : r <= -127.0f ? -127.0f : r == r ? r : 0);
 }
 
 // IEEE binary16 conversions (scalar; kernels use F16C).

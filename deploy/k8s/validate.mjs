@@ -269,7 +269,7 @@ function checkPolicy(name, objects, errors) {
     if (component === "prefill" || component === "decode") {
       const sets = args.filter((_, i) => args[i - 1] === "--set");
       if (!sets.includes(`${component}.router=tandem-router:8000`)) err(w, `needs --set ${component}.router=tandem-router:8000`);
-      if (!sets.includes(`${component}.advertise=$(POD_IP):${want.port}`)) err(w, `needs --set ${component}.advertise=$(POD_IP):${want.port}`);
+      if (!sets.includes(`${component}.advertise=$(POD_IP)`)) err(w, `needs --set ${component}.advertise=$(POD_IP) (the listen port is added)`);
       if (!(c.env || []).some((e) => e.name === "POD_IP" && e.valueFrom?.fieldRef?.fieldPath === "status.podIP")) {
         err(w, "needs env POD_IP from status.podIP");
       }

@@ -137,9 +137,11 @@ class Cluster:
     """store shards, prefill and decode workers and a router, each its own process."""
 
     def __init__(self, tandem, model, shards=2, prefill=2, decode=2, store_bytes=None,
-                 extra=(), router_extra=(), register=False):
+                 extra=(), router_extra=(), register=False, advertise=None):
         """With `register`, the router starts first and the workers join it through the
-        registry (heartbeats every 0.2 s); otherwise the router gets static worker lists."""
+        registry (heartbeats every 0.2 s), advertising `advertise` if given (a host alone, as a
+        pod IP on Kubernetes: the worker adds its port); otherwise the router gets static
+        worker lists."""
         self.log_dir = tempfile.mkdtemp(prefix="tandem_cluster_")
         common = ["--model", model, "--set", "model.threads=1"] + list(extra)
         self.all = []
@@ -153,6 +155,9 @@ class Cluster:
                     "--set", "router.heartbeat_interval_seconds=0.2"])
                 worker += ["--set", f"prefill.router={self.router.address}",
                            "--set", f"decode.router={self.router.address}"]
+                if advertise:
+                    worker += ["--set", f"prefill.advertise={advertise}",
+                               "--set", f"decode.advertise={advertise}"]
             self.prefills = [self._start(tandem, "prefill", worker) for _ in range(prefill)]
             self.decodes = [self._start(tandem, "decode", worker) for _ in range(decode)]
             if register:

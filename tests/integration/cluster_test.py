@@ -617,10 +617,12 @@ def main():
     if args.case == "balancer":
         store_bytes = "1MiB"
         extra_router = ["--set", "balancer.window_seconds=2", "--set", "balancer.min_lookups=20"]
-    # Workers join through the registry in the greedy and fault cases, static lists elsewhere.
+    # Workers join through the registry in the greedy and fault cases, static lists elsewhere;
+    # in the greedy case they advertise their host alone, as on Kubernetes, and add the port.
     c = cluster.Cluster(args.tandem, args.model, store_bytes=store_bytes,
                         extra={"pruning": PRUNING_CONFIG, "mixed": MIXED_CONFIG}.get(args.case, ()),
-                        router_extra=extra_router, register=args.case in ("greedy", "faults", "hang"))
+                        router_extra=extra_router, register=args.case in ("greedy", "faults", "hang"),
+                        advertise="127.0.0.1" if args.case == "greedy" else None)
     c.channel = grpc.insecure_channel(c.router.address)
     stub = pb_grpc.InferenceStub(c.channel)
     try:

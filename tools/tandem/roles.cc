@@ -263,7 +263,7 @@ class WorkerRole final : public ServedRole {
       tandem::v1::RegisterRequest r;
       r.set_role(std::is_same_v<Service, decode::DecodeService> ? tandem::v1::WORKER_ROLE_DECODE
                                                                 : tandem::v1::WORKER_ROLE_PREFILL);
-      r.set_address(wc.advertise.empty() ? address() : wc.advertise);
+      r.set_address(rpc::AdvertisedAddress(wc.advertise, address()));
       r.set_model_id(ModelId(c));
       registration_ = std::make_unique<rpc::WorkerRegistration>(
           wc.router, std::move(r),
