@@ -172,10 +172,17 @@ void KvCacheManager::CommitTokens(int64_t seq_id, std::span<const int32_t> token
 void KvCacheManager::NarrowOldBlocks(Sequence& seq, int num_computed) {
   const auto [first, end] = NarrowRange(mixed_, layout_.block_size, num_computed);
   const size_t stop = std::min(seq.blocks.size(), static_cast<size_t>(end));
-  for (size_t b = std::max(seq.next_narrow, static_cast<size_t>(first)); b < stop;
-       seq.next_narrow = ++b) {
+  // A block shared with another sequence stays fp16 for now and holds next_narrow back, so it is
+  // converted at a later commit once the other sequences have let go of it.
+  bool settled = true;  // every block from next_narrow to b is int8 or evicted
+  for (size_t b = std::max(seq.next_narrow, static_cast<size_t>(first)); b < stop; ++b) {
+    if (settled) seq.next_narrow = b;
     const int32_t wide = seq.blocks[b];
-    if (wide == kNoBlock || arena_.IsNarrow(wide) || pool_->block(wide).ref_count > 1) continue;
+    if (wide == kNoBlock || arena_.IsNarrow(wide)) continue;
+    if (pool_->block(wide).ref_count > 1) {
+      settled = false;
+      continue;
+    }
     const int32_t narrow = AllocateBlock(BlockKind::kNarrow, /*only_kind=*/true);
     if (narrow == kNoBlock) return;  // tried again at the next commit
     ConvertBlock(arena_.Block(wide), layout_, arena_.Block(narrow), arena_.narrow);
@@ -189,6 +196,7 @@ void KvCacheManager::NarrowOldBlocks(Sequence& seq, int num_computed) {
     seq.blocks[b] = narrow;
     ++narrowed_;
   }
+  if (settled) seq.next_narrow = std::max(seq.next_narrow, stop);
 }
 
 void KvCacheManager::FreeSequence(int64_t seq_id) {

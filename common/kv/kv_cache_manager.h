@@ -163,7 +163,7 @@ class KvCacheManager {
     BlockHash salt = 0;   // the chain's start
     int lookup_hits = 0;  // what AddSequence counted, for CancelSequence
     int lookup_misses = 0;
-    size_t next_narrow = 0;  // blocks before this one are int8, shared or sinks (mixed cache)
+    size_t next_narrow = 0;  // blocks before this one are int8, evicted or sinks (mixed cache)
     // Set by EvictBlocks: the KV of later tokens was computed without the evicted ones, so no
     // later block may enter the prefix index.
     bool evicted = false;

@@ -279,6 +279,34 @@ TEST(MixedKvCacheTest, WithoutAnInt8BlockABlockWaitsAndSharedBlocksStayFp16) {
   EXPECT_EQ(m->Stats().narrowed, 4);
 }
 
+TEST(MixedKvCacheTest, ASharedBlockBecomesInt8OnceTheOtherSequenceLeaves) {
+  auto m = Make(MixedOptions(/*wide=*/16, /*narrow=*/8, /*sink=*/0, /*window=*/8));
+  const std::vector<int32_t> prompt = Prompt(12);
+  PrefillWithRows(*m, prompt);  // behind 12 - 8 = 4: block 0
+  EXPECT_EQ(Kinds(*m, 1), "nww");
+
+  std::vector<int32_t> longer = prompt;
+  longer.push_back(7);
+  ASSERT_TRUE(m->AddSequence(2, longer).ok());  // maps blocks 0..2 of sequence 1
+  EXPECT_EQ(m->BlockTable(2)[1], m->BlockTable(1)[1]);
+
+  std::vector<int32_t> tokens = prompt;
+  for (int t = 0; t < 8; ++t) tokens.push_back(100 + t);
+  ASSERT_TRUE(m->Reserve(1, 20).ok());
+  WriteRows(*m, 1, 12, 20);
+  m->CommitTokens(1, tokens, 20);  // blocks 1, 2 are behind now, but sequence 2 shares them
+  EXPECT_EQ(Kinds(*m, 1), "nwwww");
+
+  m->FreeSequence(2);
+  tokens.push_back(108);
+  ASSERT_TRUE(m->Reserve(1, 21).ok());
+  WriteRows(*m, 1, 20, 21);
+  m->CommitTokens(1, tokens, 21);
+  EXPECT_EQ(Kinds(*m, 1), "nnnwww");
+  EXPECT_EQ(m->Stats().narrowed, 3);
+  EXPECT_LT(ReadBackErrors(*m, 1, 21).narrow, 0.5 / 127 + 1e-3);
+}
+
 TEST(MixedKvCacheTest, TransferKeepsEachBlocksDtypeAndRefusesOtherCaches) {
   auto a = Make(MixedOptions(16, 16));
   const std::vector<int32_t> prompt = Prompt(30);
