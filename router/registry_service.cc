@@ -37,6 +37,8 @@ grpc::ServerUnaryReactor* RegistryService::Register(grpc::CallbackServerContext*
     reactor->Finish(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                                  absl::StrCat("this router serves model \"", model_id,
                                               "\", the worker has \"", request->model_id(), "\"")));
+  } else if (std::string mismatch = KvMismatch(request->layout()); !mismatch.empty()) {
+    reactor->Finish(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, mismatch));
   } else {
     response->set_worker_id(pool->Register(request->address()));
     response->set_heartbeat_interval_seconds(interval_.count());
@@ -46,6 +48,23 @@ grpc::ServerUnaryReactor* RegistryService::Register(grpc::CallbackServerContext*
     reactor->Finish(grpc::Status::OK);
   }
   return reactor;
+}
+
+std::string RegistryService::KvMismatch(const tandem::v1::KvLayout& worker) const {
+  const tandem::v1::KvLayout& want = router_.options().kv_layout;
+  if (want.dtype().empty() || worker.dtype().empty()) return "";
+  if (worker.dtype() == want.dtype() && worker.block_size() == want.block_size() &&
+      worker.num_layers() == want.num_layers() && worker.num_kv_heads() == want.num_kv_heads() &&
+      worker.head_dim() == want.head_dim()) {
+    return "";
+  }
+  auto describe = [](const tandem::v1::KvLayout& l) {
+    return absl::StrCat(l.dtype(), " blocks of ", l.block_size(), " tokens (", l.num_layers(),
+                        " layers x ", l.num_kv_heads(), " KV heads x ", l.head_dim(), ")");
+  };
+  return absl::StrCat("KV cache mismatch: this router's workers hold ", describe(want),
+                      ", the worker holds ", describe(worker),
+                      "; give every role the same kv_cache.dtype and kv_cache.block_size");
 }
 
 grpc::ServerUnaryReactor* RegistryService::Heartbeat(grpc::CallbackServerContext* context,

@@ -1,6 +1,9 @@
 // The router's worker registry (workers.proto, Registry): prefill and decode workers register
-// with their address and model, then heartbeat their load and resident prefix blocks. A worker
-// silent for three heartbeat intervals leaves rotation until it registers again.
+// with their address, model and KV layout, then heartbeat their load and resident prefix blocks.
+// A worker of another model, or whose KV cache differs from the router's configured one (dtype,
+// block size, geometry), is refused with FAILED_PRECONDITION, so prefill and decode can never
+// disagree about the blocks they hand over. A worker silent for three heartbeat intervals leaves
+// rotation until it registers again.
 //
 // Threads: gRPC callbacks, plus one thread that expires silent workers.
 #pragma once
@@ -30,6 +33,8 @@ class RegistryService final : public tandem::v1::Registry::CallbackService {
                                       tandem::v1::HeartbeatResponse* response) override;
 
  private:
+  // Why a worker with KV layout `worker` cannot join ("" if it can).
+  std::string KvMismatch(const tandem::v1::KvLayout& worker) const;
   void ExpireLoop();
   void PublishPoolSizes();
 

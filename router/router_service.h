@@ -29,6 +29,7 @@
 #include "router/request_validation.h"
 #include "router/worker_pool.h"
 #include "tandem/v1/inference.grpc.pb.h"
+#include "tandem/v1/kv.pb.h"
 
 namespace tandem::router {
 
@@ -43,6 +44,9 @@ struct RouterOptions {
   std::vector<int32_t> eos_token_ids;
   int block_size = 16;
   int64_t kv_bytes_per_block = 0;
+  // The KV cache every worker must hold (dtype "mixed" for a mixed-precision cache): the registry
+  // refuses a worker that reports another. An empty dtype checks nothing.
+  tandem::v1::KvLayout kv_layout;
   int max_queued_requests = 1024;
   int64_t max_queued_tokens = 1 << 20;
   std::chrono::duration<double> default_deadline = std::chrono::seconds(600);

@@ -158,6 +158,7 @@ class Cluster:
                 if advertise:
                     worker += ["--set", f"prefill.advertise={advertise}",
                                "--set", f"decode.advertise={advertise}"]
+            self.worker_args = worker
             self.prefills = [self._start(tandem, "prefill", worker) for _ in range(prefill)]
             self.decodes = [self._start(tandem, "decode", worker) for _ in range(decode)]
             if register:

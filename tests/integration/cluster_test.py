@@ -168,6 +168,17 @@ def case_greedy(c, stub):
         n = w.metric("tandem_kv_transfer_seconds_count", {"role": w.role})
         print(f"  {w.role} {w.address}: {n:.0f} KV transfers timed")
         assert n > 0, (w.role, n)
+    # A decode worker whose KV cache differs from the cluster's (int8) is refused when it
+    # registers, with both layouts named in its log, and never enters rotation.
+    odd = c._start(args.tandem, "decode", c.worker_args + ["--set", "kv_cache.dtype=int8"])
+
+    def odd_log():
+        with open(odd.log.name) as f:
+            return f.read()
+    cluster.wait_for(lambda: "KV cache mismatch" in odd_log(), 30, "the int8 worker's refusal")
+    assert "the worker holds int8 blocks of 16 tokens" in odd_log(), odd_log()
+    assert c.router.metric("tandem_workers", {"pool": "decode"}) == 2
+    odd.stop()
 
 
 # Prefill-only pruning on the prefill workers: the last 3 of the bundled model's 8 layers, the

@@ -46,6 +46,21 @@ absl::StatusOr<DType> KvDType(const config::TandemConfig& c, const model::ModelC
   return ParseKvDType(c.kv_cache.dtype);
 }
 
+// The KV cache a worker of config `c` holds, as it registers with the router and as the router
+// expects it: dtype "mixed" for a mixed-precision cache, else the block dtype.
+absl::StatusOr<tandem::v1::KvLayout> KvLayoutMessage(const config::TandemConfig& c,
+                                                     const model::ModelConfig& m) {
+  TANDEM_ASSIGN_OR_RETURN(DType dtype, KvDType(c, m));
+  const kv::KvLayout layout = m.KvLayoutFor(dtype, c.kv_cache.block_size);
+  tandem::v1::KvLayout msg;
+  msg.set_num_layers(layout.num_layers);
+  msg.set_num_kv_heads(layout.num_kv_heads);
+  msg.set_head_dim(layout.head_dim);
+  msg.set_block_size(layout.block_size);
+  msg.set_dtype(c.kv_cache.dtype == "mixed" ? "mixed" : std::string(DTypeName(dtype)));
+  return msg;
+}
+
 // `prefill`: the engine of a prefill worker, the one role that prunes (POP); decode always runs
 // the full model.
 absl::StatusOr<engine::EngineOptions> EngineOptionsFor(const config::TandemConfig& c,
@@ -265,6 +280,7 @@ class WorkerRole final : public ServedRole {
                                                                 : tandem::v1::WORKER_ROLE_PREFILL);
       r.set_address(rpc::AdvertisedAddress(wc.advertise, address()));
       r.set_model_id(ModelId(c));
+      TANDEM_ASSIGN_OR_RETURN(*r.mutable_layout(), KvLayoutMessage(c, model_->config()));
       registration_ = std::make_unique<rpc::WorkerRegistration>(
           wc.router, std::move(r),
           [this](tandem::v1::WorkerLoad* load, bool full) { FillLoad(load, full); });
@@ -371,7 +387,8 @@ class RouterRole final : public ServedRole {
     o.model_name = ModelId(c);
     o.architecture = m.architecture_name;
     TANDEM_ASSIGN_OR_RETURN(DType kv_dtype, KvDType(c, m));
-    o.kv_dtype = c.kv_cache.dtype == "mixed" ? "mixed" : std::string(DTypeName(kv_dtype));
+    TANDEM_ASSIGN_OR_RETURN(o.kv_layout, KvLayoutMessage(c, m));
+    o.kv_dtype = o.kv_layout.dtype();
     o.model_id = ModelId(c);
     o.limits = {.context_length = m.max_position_embeddings,
                 .vocab_size = static_cast<int32_t>(m.vocab_size)};

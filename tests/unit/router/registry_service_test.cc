@@ -1,0 +1,112 @@
+// The router's registry over real gRPC on loopback: who may join. A worker joins only as prefill
+// or decode, at a host:port, serving the router's model with the router's KV layout; anything
+// else is refused with a status that names both sides.
+#include "router/registry_service.h"
+
+#include <gmock/gmock.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "router/router_service.h"
+#include "tests/unit/testing/serving.h"
+
+namespace tandem::router {
+namespace {
+
+using tandem::v1::RegisterRequest;
+using ::testing::HasSubstr;
+
+tandem::v1::KvLayout Layout(const std::string& dtype, int block_size) {
+  tandem::v1::KvLayout l;
+  l.set_num_layers(8);
+  l.set_num_kv_heads(2);
+  l.set_head_dim(32);
+  l.set_block_size(block_size);
+  l.set_dtype(dtype);
+  return l;
+}
+
+class RegistryServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    RouterOptions o;
+    o.model_id = "tandem-py-8l";
+    o.kv_layout = Layout("mixed", 16);
+    router_ = std::make_unique<RouterService>(o, nullptr, nullptr);
+    registry_ = std::make_unique<RegistryService>(*router_, std::chrono::seconds(1), nullptr);
+    std::string address;
+    server_ = testing::ServeOnLoopback(registry_.get(), &address);
+    stub_ = tandem::v1::Registry::NewStub(
+        grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  }
+  void TearDown() override { server_->Shutdown(std::chrono::system_clock::now()); }
+
+  static RegisterRequest Request(tandem::v1::WorkerRole role, const std::string& address) {
+    RegisterRequest r;
+    r.set_role(role);
+    r.set_address(address);
+    r.set_model_id("tandem-py-8l");
+    *r.mutable_layout() = Layout("mixed", 16);
+    return r;
+  }
+
+  grpc::Status Register(const RegisterRequest& request) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    tandem::v1::RegisterResponse response;
+    return stub_->Register(&context, request, &response);
+  }
+
+  std::unique_ptr<RouterService> router_;
+  std::unique_ptr<RegistryService> registry_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<tandem::v1::Registry::Stub> stub_;
+};
+
+TEST_F(RegistryServiceTest, AWorkerOfTheRoutersModelAndKvLayoutJoinsItsPool) {
+  EXPECT_TRUE(Register(Request(tandem::v1::WORKER_ROLE_PREFILL, "10.0.0.7:7100")).ok());
+  EXPECT_TRUE(Register(Request(tandem::v1::WORKER_ROLE_DECODE, "10.0.0.8:7200")).ok());
+  EXPECT_EQ(router_->prefill_pool().size(), 1);
+  EXPECT_EQ(router_->decode_pool().size(), 1);
+}
+
+TEST_F(RegistryServiceTest, AnotherKvDtypeOrBlockSizeIsRefusedNamingBoth) {
+  RegisterRequest fp16 = Request(tandem::v1::WORKER_ROLE_DECODE, "10.0.0.8:7200");
+  *fp16.mutable_layout() = Layout("fp16", 16);
+  const grpc::Status s = Register(fp16);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(s.error_message(), HasSubstr("KV cache mismatch"));
+  EXPECT_THAT(s.error_message(), HasSubstr("router's workers hold mixed blocks of 16 tokens"));
+  EXPECT_THAT(s.error_message(), HasSubstr("the worker holds fp16 blocks of 16 tokens"));
+
+  RegisterRequest blocks32 = Request(tandem::v1::WORKER_ROLE_PREFILL, "10.0.0.7:7100");
+  blocks32.mutable_layout()->set_block_size(32);
+  EXPECT_EQ(Register(blocks32).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+
+  RegisterRequest heads = Request(tandem::v1::WORKER_ROLE_PREFILL, "10.0.0.7:7100");
+  heads.mutable_layout()->set_num_kv_heads(4);
+  EXPECT_EQ(Register(heads).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(router_->prefill_pool().size() + router_->decode_pool().size(), 0);
+}
+
+TEST_F(RegistryServiceTest, AnotherModelARoleThatCannotJoinOrNoPortIsRefused) {
+  RegisterRequest other = Request(tandem::v1::WORKER_ROLE_PREFILL, "10.0.0.7:7100");
+  other.set_model_id("llama");
+  const grpc::Status s = Register(other);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(s.error_message(), HasSubstr("\"tandem-py-8l\""));
+  EXPECT_THAT(s.error_message(), HasSubstr("\"llama\""));
+
+  EXPECT_EQ(Register(Request(tandem::v1::WORKER_ROLE_UNSPECIFIED, "10.0.0.7:7100")).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(Register(Request(tandem::v1::WORKER_ROLE_DECODE, "10.0.0.8")).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(router_->prefill_pool().size() + router_->decode_pool().size(), 0);
+}
+
+}  // namespace
+}  // namespace tandem::router
