@@ -20,11 +20,13 @@ std::chrono::system_clock::time_point In(double seconds) {
 }  // namespace
 
 WorkerRegistration::WorkerRegistration(const std::string& router_address,
-                                       tandem::v1::RegisterRequest request, LoadFn load)
+                                       tandem::v1::RegisterRequest request, LoadFn load,
+                                       AcceptedFn accepted)
     : stub_(tandem::v1::Registry::NewStub(
           grpc::CreateChannel(router_address, grpc::InsecureChannelCredentials()))),
       request_(std::move(request)),
-      load_(std::move(load)) {
+      load_(std::move(load)),
+      accepted_(std::move(accepted)) {
   thread_ = std::thread([this] { Run(); });
 }
 
@@ -44,8 +46,10 @@ std::string WorkerRegistration::Register(double* interval_seconds) {
       *interval_seconds = std::max(0.01, response.heartbeat_interval_seconds());
       Log(LogLevel::kInfo, "registration",
           absl::StrCat(request_.address(), " registered as ", response.worker_id()));
+      if (accepted_) accepted_(true);
       return response.worker_id();
     }
+    if (s.error_code() == grpc::StatusCode::FAILED_PRECONDITION && accepted_) accepted_(false);
     Log(LogLevel::kWarning, "registration",
         absl::StrCat(request_.address(), ": register failed (", s.error_message(), "); retrying"));
     stop_.WaitForNotificationWithTimeout(absl::Seconds(backoff));

@@ -19,9 +19,13 @@ class WorkerRegistration {
   // block hashes are a full snapshot (set full_block_snapshot); otherwise the change since the
   // last call.
   using LoadFn = std::function<void(tandem::v1::WorkerLoad* load, bool full)>;
+  // Told the router's answer to each registration it decides (called on the registration
+  // thread): true when it accepted the worker, false when it refused it (FAILED_PRECONDITION:
+  // another model or KV layout). Unreachable routers are not reported.
+  using AcceptedFn = std::function<void(bool accepted)>;
 
   WorkerRegistration(const std::string& router_address, tandem::v1::RegisterRequest request,
-                     LoadFn load);
+                     LoadFn load, AcceptedFn accepted = nullptr);
   ~WorkerRegistration();
   WorkerRegistration(const WorkerRegistration&) = delete;
   WorkerRegistration& operator=(const WorkerRegistration&) = delete;
@@ -34,6 +38,7 @@ class WorkerRegistration {
   std::unique_ptr<tandem::v1::Registry::Stub> stub_;
   const tandem::v1::RegisterRequest request_;
   const LoadFn load_;
+  const AcceptedFn accepted_;
   absl::Notification stop_;
   std::thread thread_;
 };

@@ -47,6 +47,13 @@ void SetServing(grpc::Server& server, const std::vector<std::string>& service_na
   grpc::HealthCheckServiceInterface* health = server.GetHealthCheckService();
   if (health == nullptr) return;
   health->SetServingStatus(serving);
+  SetServicesServing(server, service_names, serving);
+}
+
+void SetServicesServing(grpc::Server& server, const std::vector<std::string>& service_names,
+                        bool serving) {
+  grpc::HealthCheckServiceInterface* health = server.GetHealthCheckService();
+  if (health == nullptr) return;
   for (const std::string& name : service_names) health->SetServingStatus(name, serving);
 }
 

@@ -27,6 +27,9 @@ absl::StatusOr<StartedServer> StartServer(const std::string& listen,
 
 // Sets the health of the server ("") and of every name in `service_names`.
 void SetServing(grpc::Server& server, const std::vector<std::string>& service_names, bool serving);
+// Sets the health of every name in `service_names` only, leaving the server's own ("").
+void SetServicesServing(grpc::Server& server, const std::vector<std::string>& service_names,
+                        bool serving);
 
 // The address a worker registers with the router. `advertise` may be empty (the bound address),
 // a host without a port (a name, an IPv4 address or a bare IPv6 literal such as a Kubernetes pod

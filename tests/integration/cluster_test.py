@@ -178,6 +178,10 @@ def case_greedy(c, stub):
     cluster.wait_for(lambda: "KV cache mismatch" in odd_log(), 30, "the int8 worker's refusal")
     assert "the worker holds int8 blocks of 16 tokens" in odd_log(), odd_log()
     assert c.router.metric("tandem_workers", {"pool": "decode"}) == 2
+    # Not ready (its service NOT_SERVING, as a readiness probe sees it), yet alive ("").
+    with grpc.insecure_channel(odd.address) as channel:
+        assert cluster.health_status(channel, "tandem.v1.DecodeWorker") == "NOT_SERVING"
+        assert cluster.health_status(channel) == "SERVING"
     odd.stop()
 
 

@@ -11,6 +11,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "cache_store/block_store.h"
 #include "cache_store/cache_store_service.h"
@@ -133,9 +134,20 @@ std::function<void(const std::vector<model::LayerSimilarity>&)> StabilityReporte
 class ServedRole : public Role {
  public:
   const std::string& address() const override { return server_.address; }
-  void Drain() override { rpc::SetServing(*server_.server, names_, false); }
+  void Drain() override {
+    absl::MutexLock lock(&health_mu_);
+    draining_ = true;
+    rpc::SetServing(*server_.server, names_, false);
+  }
 
  protected:
+  // Readiness: the health of the role's service names, not the process's own (""), so a
+  // Kubernetes readiness probe on the service fails while its liveness probe passes. No effect
+  // once draining.
+  void SetReady(bool ready) {
+    absl::MutexLock lock(&health_mu_);
+    if (!draining_) rpc::SetServicesServing(*server_.server, names_, ready);
+  }
   void Serve(rpc::StartedServer server, std::vector<std::string> names) {
     server_ = std::move(server);
     names_ = std::move(names);
@@ -152,6 +164,10 @@ class ServedRole : public Role {
 
   rpc::StartedServer server_;
   std::vector<std::string> names_;
+
+ private:
+  absl::Mutex health_mu_;
+  bool draining_ ABSL_GUARDED_BY(health_mu_) = false;
 };
 
 // A shard's `shard` metric label: its address, with a wildcard host (0.0.0.0, [::]) replaced by
@@ -281,9 +297,12 @@ class WorkerRole final : public ServedRole {
       r.set_address(rpc::AdvertisedAddress(wc.advertise, address()));
       r.set_model_id(ModelId(c));
       TANDEM_ASSIGN_OR_RETURN(*r.mutable_layout(), KvLayoutMessage(c, model_->config()));
+      // A worker the router refuses (another model or KV layout) is not ready until it is
+      // accepted, so the refusal shows in its readiness probe as well as its log.
       registration_ = std::make_unique<rpc::WorkerRegistration>(
           wc.router, std::move(r),
-          [this](tandem::v1::WorkerLoad* load, bool full) { FillLoad(load, full); });
+          [this](tandem::v1::WorkerLoad* load, bool full) { FillLoad(load, full); },
+          [this](bool accepted) { SetReady(accepted); });
     }
     return absl::OkStatus();
   }

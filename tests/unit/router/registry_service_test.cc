@@ -11,6 +11,8 @@
 #include <memory>
 #include <string>
 
+#include "absl/synchronization/notification.h"
+#include "common/rpc/registration.h"
 #include "router/router_service.h"
 #include "tests/unit/testing/serving.h"
 
@@ -38,10 +40,9 @@ class RegistryServiceTest : public ::testing::Test {
     o.kv_layout = Layout("mixed", 16);
     router_ = std::make_unique<RouterService>(o, nullptr, nullptr);
     registry_ = std::make_unique<RegistryService>(*router_, std::chrono::seconds(1), nullptr);
-    std::string address;
-    server_ = testing::ServeOnLoopback(registry_.get(), &address);
+    server_ = testing::ServeOnLoopback(registry_.get(), &address_);
     stub_ = tandem::v1::Registry::NewStub(
-        grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+        grpc::CreateChannel(address_, grpc::InsecureChannelCredentials()));
   }
   void TearDown() override { server_->Shutdown(std::chrono::system_clock::now()); }
 
@@ -63,6 +64,7 @@ class RegistryServiceTest : public ::testing::Test {
 
   std::unique_ptr<RouterService> router_;
   std::unique_ptr<RegistryService> registry_;
+  std::string address_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<tandem::v1::Registry::Stub> stub_;
 };
@@ -106,6 +108,27 @@ TEST_F(RegistryServiceTest, AnotherModelARoleThatCannotJoinOrNoPortIsRefused) {
   EXPECT_EQ(Register(Request(tandem::v1::WORKER_ROLE_DECODE, "10.0.0.8")).error_code(),
             grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(router_->prefill_pool().size() + router_->decode_pool().size(), 0);
+}
+
+// A worker's own side (rpc::WorkerRegistration): it hears the router's decision, which the
+// worker turns into its readiness.
+TEST_F(RegistryServiceTest, AWorkerRegistrationHearsWhetherItWasAccepted) {
+  for (const char* dtype : {"mixed", "int8"}) {
+    RegisterRequest r = Request(tandem::v1::WORKER_ROLE_DECODE, "10.0.0.8:7200");
+    r.mutable_layout()->set_dtype(dtype);
+    absl::Notification decided;
+    bool accepted = false;
+    rpc::WorkerRegistration registration(
+        address_, r, [](tandem::v1::WorkerLoad*, bool) {},
+        [&](bool a) {
+          if (decided.HasBeenNotified()) return;
+          accepted = a;
+          decided.Notify();
+        });
+    ASSERT_TRUE(decided.WaitForNotificationWithTimeout(absl::Seconds(10))) << dtype;
+    EXPECT_EQ(accepted, std::string(dtype) == "mixed") << dtype;
+  }
+  EXPECT_EQ(router_->decode_pool().size(), 1);
 }
 
 }  // namespace
