@@ -1,6 +1,6 @@
 #include "cache_store/arena_allocator.h"
 
-#include <cassert>
+#include "common/util/check.h"
 
 namespace tandem::cache_store {
 
@@ -22,7 +22,7 @@ void ArenaAllocator::RemoveFree(std::map<int64_t, int64_t>::iterator it) {
 }
 
 std::optional<int64_t> ArenaAllocator::Allocate(int64_t size) {
-  assert(size > 0);
+  TANDEM_CHECK(size > 0, "allocating nothing");
   const int64_t need = Rounded(size);
   auto best = by_length_.lower_bound({need, 0});
   if (best == by_length_.end()) return std::nullopt;
@@ -35,9 +35,9 @@ std::optional<int64_t> ArenaAllocator::Allocate(int64_t size) {
 void ArenaAllocator::Free(int64_t offset, int64_t size) {
   int64_t start = offset;
   int64_t length = Rounded(size);
-  assert(start >= 0 && start + length <= size_);
+  TANDEM_CHECK(start >= 0 && start + length <= size_, "freeing outside the arena");
   auto next = by_offset_.lower_bound(start);
-  assert(next == by_offset_.end() || next->first >= start + length);  // not already free
+  TANDEM_CHECK(next == by_offset_.end() || next->first >= start + length, "freeing free space");
   if (next != by_offset_.end() && next->first == start + length) {
     length += next->second;
     auto after = std::next(next);
@@ -46,7 +46,7 @@ void ArenaAllocator::Free(int64_t offset, int64_t size) {
   }
   if (next != by_offset_.begin()) {
     auto prev = std::prev(next);
-    assert(prev->first + prev->second <= start);
+    TANDEM_CHECK(prev->first + prev->second <= start, "freeing free space");
     if (prev->first + prev->second == start) {
       start = prev->first;
       length += prev->second;

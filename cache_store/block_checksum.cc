@@ -6,8 +6,9 @@
 #include <xxhash.h>
 
 #include <algorithm>
-#include <cassert>
 #include <cstring>
+
+#include "common/util/check.h"
 
 namespace tandem::cache_store {
 namespace {
@@ -26,7 +27,7 @@ uint64_t BlockChecksum64(std::span<const uint8_t> bytes) {
 }
 
 uint64_t CopyWithChecksum64(std::span<uint8_t> dst, std::span<const uint8_t> src) {
-  assert(dst.size() == src.size());
+  TANDEM_CHECK(dst.size() == src.size(), "copying between spans of different sizes");
   XXH3_state_t state;
   XXH3_64bits_reset(&state);
   for (size_t off = 0; off < src.size(); off += kFusedChunkBytes) {

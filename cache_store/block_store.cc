@@ -1,11 +1,11 @@
 #include "cache_store/block_store.h"
 
-#include <cassert>
 #include <cstring>
 #include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/util/check.h"
 #include "common/util/log.h"
 
 namespace tandem::cache_store {
@@ -107,7 +107,7 @@ absl::StatusOr<std::unique_ptr<BlockStore>> BlockStore::Create(const BlockStoreO
 BlockStore::~BlockStore() {
   absl::MutexLock lock(&mu_);
   for (auto& [hash, entry] : entries_) {
-    assert(entry.pins == 0 && entry.committed && "BlockRef or PendingPut outlived its store");
+    TANDEM_CHECK(entry.pins == 0 && entry.committed, "a BlockRef or PendingPut outlived its store");
     memory_->Free(entry.data, entry.size);
   }
 }
@@ -162,7 +162,7 @@ void BlockStore::Publish(uint64_t hash, std::optional<uint32_t> checksum32,
                          std::optional<uint64_t> checksum64) {
   absl::MutexLock lock(&mu_);
   auto it = entries_.find(hash);
-  assert(it != entries_.end() && !it->second.committed);
+  TANDEM_CHECK(it != entries_.end() && !it->second.committed, "publishing a block not pending");
   Entry& entry = it->second;
   entry.checksum32 = checksum32;
   entry.checksum64 = checksum64;
@@ -175,7 +175,7 @@ void BlockStore::Publish(uint64_t hash, std::optional<uint32_t> checksum32,
 void BlockStore::Drop(uint64_t hash) {
   absl::MutexLock lock(&mu_);
   auto it = entries_.find(hash);
-  assert(it != entries_.end() && !it->second.committed);
+  TANDEM_CHECK(it != entries_.end() && !it->second.committed, "dropping a block not pending");
   used_bytes_ -= it->second.size;
   memory_->Free(it->second.data, it->second.size);
   entries_.erase(it);
@@ -248,7 +248,7 @@ void BlockStore::Discard(uint64_t hash) {
 void BlockStore::Unpin(uint64_t hash) {
   absl::MutexLock lock(&mu_);
   auto it = entries_.find(hash);
-  assert(it != entries_.end() && it->second.pins > 0);
+  TANDEM_CHECK(it != entries_.end() && it->second.pins > 0, "unpinning a block not pinned");
   Entry& entry = it->second;
   if (--entry.pins == 0) {
     entry.lru = lru_.insert(lru_.end(), hash);  // released: most recently used

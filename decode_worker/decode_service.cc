@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
 #include "common/engine/kv_handoff.h"
 #include "common/rpc/server_stream.h"
 #include "common/rpc/status.h"
@@ -79,10 +80,9 @@ class DecodeCall final : public grpc::ServerWriteReactor<DecodeResponse> {
                                  request.kv().block_hashes().end());
     DecodeService* service = &service_;
     const bool fail_on_miss = request.fail_on_miss();
-    service_.fetches_.Submit([service, stream = stream_, r = std::move(r),
-                              hashes = std::move(hashes), fail_on_miss]() mutable {
-      Admit(*service, stream, std::move(r), hashes, fail_on_miss);
-    });
+    service_.fetches_.Submit(
+        [service, stream = stream_, r = std::move(r), hashes = std::move(hashes),
+         fail_on_miss]() mutable { Admit(*service, stream, std::move(r), hashes, fail_on_miss); });
   }
 
   // On a fetch thread: brings the blocks in (resident ones are skipped), then hands the
@@ -91,13 +91,25 @@ class DecodeCall final : public grpc::ServerWriteReactor<DecodeResponse> {
                     const std::vector<uint64_t>& hashes, bool fail_on_miss) {
     if (stream->cancelled) return;
     const Clock::time_point start = Clock::now();
-    size_t resident = 0;
-    absl::Notification checked;
-    service.loop_.Post([&](engine::Engine& e) {
-      resident = e.kv_cache().FindCachedPrefix(hashes).size();
-      checked.Notify();
+    // Shared with the task, which may outlive this wait when the loop is slow to answer.
+    struct Probe {
+      absl::Notification done;
+      size_t resident = 0;
+    };
+    auto probe = std::make_shared<Probe>();
+    service.loop_.Post([probe, hashes](engine::Engine& e) {
+      probe->resident = e.kv_cache().FindCachedPrefix(hashes).size();
+      probe->done.Notify();
     });
-    checked.WaitForNotification();
+    if (!probe->done.WaitForNotificationWithTimeout(absl::FromChrono(service.engine_timeout_))) {
+      stream->End(
+          grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                       absl::StrCat("the decode engine did not answer within ",
+                                    absl::FormatDuration(absl::FromChrono(service.engine_timeout_)),
+                                    " (overloaded or stuck); try another worker")));
+      return;
+    }
+    const size_t resident = probe->resident;
     std::vector<std::optional<std::string>> blobs(hashes.size());
     if (resident < hashes.size()) {
       auto fetched = service.store_.Get(std::span(hashes).subspan(resident));
@@ -107,16 +119,16 @@ class DecodeCall final : public grpc::ServerWriteReactor<DecodeResponse> {
       }
     }
     if (fail_on_miss && RefuseMisses(service, *stream, blobs, resident)) return;
-    service.loop_.Post([&service, stream, hashes, blobs = std::move(blobs),
-                        start](engine::Engine& e) {
-      const engine::ImportStats s = engine::ImportPromptBlocks(e, hashes, blobs);
-      stream->hits = s.hits;
-      stream->misses = s.misses;
-      stream->transfer_seconds = std::chrono::duration<double>(Clock::now() - start).count();
-      if (service.on_transfer_) service.on_transfer_(stream->transfer_seconds);
-      service.kv_hits_ += s.hits;
-      service.kv_misses_ += s.misses;
-    });
+    service.loop_.Post(
+        [&service, stream, hashes, blobs = std::move(blobs), start](engine::Engine& e) {
+          const engine::ImportStats s = engine::ImportPromptBlocks(e, hashes, blobs);
+          stream->hits = s.hits;
+          stream->misses = s.misses;
+          stream->transfer_seconds = std::chrono::duration<double>(Clock::now() - start).count();
+          if (service.on_transfer_) service.on_transfer_(stream->transfer_seconds);
+          service.kv_hits_ += s.hits;
+          service.kv_misses_ += s.misses;
+        });
     engine::EngineLoop* loop = &service.loop_;
     loop->Submit(std::move(r), [stream, loop](const engine::RequestOutput& out, engine::Engine&) {
       if (stream->cancelled && out.finish == engine::FinishReason::kNone) {
@@ -155,9 +167,9 @@ class DecodeCall final : public grpc::ServerWriteReactor<DecodeResponse> {
     msg.set_kv_hits(static_cast<int>(usable));
     msg.set_kv_misses(misses);
     stream.Push(std::move(msg));
-    stream.End(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                            absl::StrCat(misses, " of ", blobs.size(),
-                                         " KV blocks missed in the cache store")));
+    stream.End(grpc::Status(
+        grpc::StatusCode::FAILED_PRECONDITION,
+        absl::StrCat(misses, " of ", blobs.size(), " KV blocks missed in the cache store")));
     return true;
   }
 
@@ -170,6 +182,7 @@ DecodeService::DecodeService(engine::EngineLoop& loop, store::StorePool& store,
     : loop_(loop),
       store_(store),
       fetches_(options.fetch_threads),
+      engine_timeout_(options.engine_timeout),
       on_transfer_(options.on_transfer) {}
 
 grpc::ServerWriteReactor<DecodeResponse>* DecodeService::Decode(

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 
@@ -21,6 +22,10 @@ namespace tandem::decode {
 
 struct DecodeServiceOptions {
   int fetch_threads = 2;
+  // How long a fetch thread waits for the engine loop to answer (which blocks are resident)
+  // before it gives the request up with UNAVAILABLE, so a wedged or overloaded loop fails
+  // requests (the router retries elsewhere) instead of holding fetch threads forever.
+  std::chrono::milliseconds engine_timeout{30000};
   // Called with the seconds each request took to bring its blocks in (the role's
   // tandem_kv_transfer_seconds); may be empty.
   std::function<void(double)> on_transfer;
@@ -44,6 +49,7 @@ class DecodeService final : public tandem::v1::DecodeWorker::CallbackService {
   engine::EngineLoop& loop_;
   store::StorePool& store_;
   WorkQueue fetches_;
+  const std::chrono::milliseconds engine_timeout_;
   const std::function<void(double)> on_transfer_;
   std::atomic<int64_t> kv_hits_{0};
   std::atomic<int64_t> kv_misses_{0};

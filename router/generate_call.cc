@@ -7,6 +7,8 @@
 #include "common/kv/block_hash.h"
 #include "common/rpc/status.h"
 #include "common/util/log.h"
+#include "common/util/status_macros.h"
+#include "router/request_validation.h"
 
 namespace tandem::router {
 namespace {
@@ -101,44 +103,67 @@ struct CallState::Attempt {
   Clock::time_point start = Clock::now();
 };
 
-CallState::CallState(RouterService& router, grpc::ServerWriteReactor<grpc::ByteBuffer>* reactor,
-                     std::chrono::system_clock::time_point deadline)
-    : router_(router), stream_(reactor), deadline_(deadline), arrival_(Clock::now()) {}
+absl::StatusOr<AdmittedRequest> AdmitRequest(const CallEnvironment& env,
+                                             const grpc::ByteBuffer& raw) {
+  TANDEM_ASSIGN_OR_RETURN(tandem::v1::GenerateRequest request, ParseGenerateRequest(raw));
+  TANDEM_RETURN_IF_ERROR(ValidateSampling(request.sampling()));
+  AdmittedRequest admitted;
+  TANDEM_ASSIGN_OR_RETURN(admitted.prompt,
+                          PromptTokens(request, env.tokenizer, env.options.limits));
+  if (env.shutting_down) return absl::UnavailableError("the router is shutting down");
+  TANDEM_RETURN_IF_ERROR(env.queue.Admit(static_cast<int64_t>(admitted.prompt.size())));
+  const uint64_t serial = env.next_serial.fetch_add(1);
+  admitted.id = request.request_id().empty() ? absl::StrCat("req-", serial) : request.request_id();
+  admitted.hashes = kv::HashPrefixBlocks(env.model_hash, admitted.prompt, env.options.block_size);
+  admitted.sampling = std::move(*request.mutable_sampling());
+  return admitted;
+}
 
-void CallState::Start(const grpc::ByteBuffer& raw) {
-  absl::StatusOr<tandem::v1::GenerateRequest> parsed = ParseGenerateRequest(raw);
-  if (!parsed.ok()) {
-    Lock lock(this);
-    phase_ = Phase::kDone;
-    stream_.End(rpc::ToGrpcStatus(parsed.status()));
-    return;
-  }
-  const tandem::v1::GenerateRequest& request = *parsed;
-  id_ = request.request_id().empty() ? absl::StrCat("req-", router_.next_id_.fetch_add(1))
-                                     : request.request_id();
-  absl::Status valid = ValidateSampling(request.sampling());
-  absl::StatusOr<std::vector<int32_t>> prompt =
-      valid.ok() ? PromptTokens(request, router_.tokenizer_, router_.options_.limits) : valid;
-  if (prompt.ok()) valid = router_.Admit(static_cast<int64_t>(prompt->size()));
-  if (!prompt.ok() || !valid.ok()) {
-    Lock lock(this);
-    phase_ = Phase::kDone;
-    stream_.End(rpc::ToGrpcStatus(prompt.ok() ? valid : prompt.status()));
-    return;
-  }
-  prompt_ = std::move(*prompt);
-  sampling_ = request.sampling();
-  hashes_ = kv::HashPrefixBlocks(router_.model_hash_, prompt_, router_.options_.block_size);
-  std::vector<std::string> stop(sampling_.stop().begin(), sampling_.stop().end());
-  int64_t bytes = 0;
+CallState::CallState(const CallEnvironment& env,
+                     grpc::ServerWriteReactor<grpc::ByteBuffer>* reactor,
+                     std::chrono::system_clock::time_point deadline, AdmittedRequest request)
+    : env_(env),
+      stream_(reactor),
+      deadline_(deadline),
+      arrival_(Clock::now()),
+      key_(env.next_serial.fetch_add(1)),
+      id_(std::move(request.id)),
+      prompt_(std::move(request.prompt)),
+      hashes_(std::move(request.hashes)),
+      sampling_(std::move(request.sampling)) {}
+
+void CallState::Start() {
   {
     Lock lock(this);
-    output_.emplace(router_.tokenizer_, std::move(stop));
-    bytes = static_cast<int64_t>(hashes_.size()) * router_.options_.kv_bytes_per_block;
-    ahead_bytes_ = bytes;
+    output_.emplace(env_.tokenizer,
+                    std::vector<std::string>(sampling_.stop().begin(), sampling_.stop().end()));
   }
-  Add(router_.metrics_.prompt_tokens, static_cast<double>(prompt_.size()));
-  router_.SchedulePrefill(shared_from_this(), bytes, /*high_priority=*/false);
+  Add(env_.metrics.prompt_tokens, static_cast<double>(prompt_.size()));
+  SchedulePrefill(static_cast<int64_t>(hashes_.size()) * env_.options.kv_bytes_per_block,
+                  /*high_priority=*/false);
+}
+
+void CallState::SchedulePrefill(int64_t bytes, bool high_priority) {
+  PrefillPacer::Runnable run;
+  auto self = shared_from_this();
+  env_.pacer.Schedule(
+      key_, bytes, high_priority, env_.BalancerEngaged(),
+      [self, high_priority] { self->RunPrefill(high_priority); }, &run);
+  bool ended = false;
+  {
+    Lock lock(this);
+    ended = phase_ == Phase::kDone;
+  }
+  // The call ended (cancelled, say) while it was being scheduled, and its release may have come
+  // first: release again so the entry cannot outlive it.
+  if (ended) ReleasePacing();
+  for (auto& start : run) start();
+}
+
+void CallState::ReleasePacing() {
+  PrefillPacer::Runnable run;
+  env_.pacer.Release(key_, env_.BalancerEngaged(), &run);
+  for (auto& start : run) start();
 }
 
 std::unique_ptr<grpc::ClientContext> CallState::NewContext() const {
@@ -154,12 +179,12 @@ std::vector<int32_t> CallState::AllTokens() const {
 }
 
 bool CallState::IsEos(int32_t token) const {
-  const auto& eos = router_.options_.eos_token_ids;
+  const auto& eos = env_.options.eos_token_ids;
   return std::find(eos.begin(), eos.end(), token) != eos.end();
 }
 
 void CallState::RunPrefill(bool high_priority) {
-  if (router_.options_.colocated) {
+  if (env_.options.colocated) {
     {
       Lock lock(this);
       if (phase_ == Phase::kDone) return;
@@ -174,7 +199,7 @@ void CallState::RunPrefill(bool high_priority) {
   {
     Lock lock(this);
     if (phase_ == Phase::kDone) return;
-    worker = router_.prefill_pool_.PickPrefill(hashes_, failed_prefill_);
+    worker = env_.prefill_pool.PickPrefill(hashes_, failed_prefill_);
     if (worker == nullptr) {
       Fail(grpc::Status(grpc::StatusCode::UNAVAILABLE, "no prefill worker is available"));
       return;
@@ -189,7 +214,7 @@ void CallState::RunPrefill(bool high_priority) {
     *attempt->request.mutable_sampling() = sampling_;
     attempt->request.set_high_priority(high_priority);
     call_ = std::shared_ptr<grpc::ClientContext>(attempt, &attempt->context);
-    router_.prefill_pool_.Begin(worker, attempt->request.token_ids_size(), hashes_);
+    env_.prefill_pool.Begin(worker, attempt->request.token_ids_size(), hashes_);
   }
   auto self = shared_from_this();
   worker->prefill->async()->Prefill(&attempt->context, &attempt->request, &attempt->response,
@@ -200,14 +225,14 @@ void CallState::RunPrefill(bool high_priority) {
 
 void CallState::OnPrefillDone(Worker* worker, std::shared_ptr<Attempt> attempt,
                               const grpc::Status& status) {
-  router_.prefill_pool_.End(worker, attempt->request.token_ids_size());
+  env_.prefill_pool.End(worker, attempt->request.token_ids_size());
   tandem::v1::KvHandle kv;
   {
     Lock lock(this);
     if (phase_ == Phase::kDone) return;
     call_.reset();
     if (!status.ok()) {
-      if (!IsWorkerFailure(status) || !Retry(router_.prefill_pool_, worker, status, false)) {
+      if (!IsWorkerFailure(status) || !Retry(env_.prefill_pool, worker, status, false)) {
         Fail(WithContext("prefill on " + worker->address, status));
       }
       return;
@@ -216,7 +241,7 @@ void CallState::OnPrefillDone(Worker* worker, std::shared_ptr<Attempt> attempt,
     if (cached_prompt_tokens_ < 0) cached_prompt_tokens_ = r.cached_prompt_tokens();
     queue_seconds_ += r.queue_seconds();
     prefill_seconds_ += r.prefill_seconds();
-    Observe(router_.metrics_.prefill_time, r.prefill_seconds());
+    Observe(env_.metrics.prefill_time, r.prefill_seconds());
     const FinishReason finish = !sampling_.ignore_eos() && IsEos(r.first_token())
                                     ? tandem::v1::FINISH_REASON_STOP
                                     : tandem::v1::FINISH_REASON_UNSPECIFIED;
@@ -233,7 +258,7 @@ void CallState::StartDecode(const tandem::v1::KvHandle& kv) {
   {
     Lock lock(this);
     if (phase_ == Phase::kDone) return;
-    worker = router_.decode_pool_.PickDecode(hashes_, failed_decode_);
+    worker = env_.decode_pool.PickDecode(hashes_, failed_decode_);
     if (worker == nullptr) {
       Fail(grpc::Status(grpc::StatusCode::UNAVAILABLE, "no decode worker is available"));
       return;
@@ -245,9 +270,9 @@ void CallState::StartDecode(const tandem::v1::KvHandle& kv) {
     request.set_completion_tokens(static_cast<int>(generated_.size()));
     *request.mutable_sampling() = sampling_;
     *request.mutable_kv() = kv;
-    request.set_fail_on_miss(!rescheduled_ && router_.balancer_.engaged(Clock::now()));
+    request.set_fail_on_miss(!rescheduled_ && env_.BalancerEngaged());
     call_ = context;
-    router_.decode_pool_.Begin(worker, request.token_ids_size(), hashes_);
+    env_.decode_pool.Begin(worker, request.token_ids_size(), hashes_);
   }
   new DecodeReader(shared_from_this(), worker, std::move(context), std::move(request));
 }
@@ -257,16 +282,16 @@ bool CallState::OnDecodeMessage(const tandem::v1::DecodeResponse& message) {
   if (phase_ == Phase::kDone) return false;
   if (first_decode_message_) {
     first_decode_message_ = false;
-    router_.balancer_.RecordLookups(message.kv_hits(), message.kv_misses(), Clock::now());
+    env_.balancer.RecordLookups(message.kv_hits(), message.kv_misses(), env_.clock.Now());
     transfer_seconds_ += message.kv_transfer_seconds();
-    Observe(router_.metrics_.kv_transfer_time, message.kv_transfer_seconds());
-    if (ahead_bytes_ > 0) {
-      router_.PrefillAdmitted(ahead_bytes_);
-      ahead_bytes_ = 0;
-    }
+    Observe(env_.metrics.kv_transfer_time, message.kv_transfer_seconds());
+    // Decode has taken the KV up: it no longer counts as prefilled ahead.
+    deferred_.push_back([self = shared_from_this()] { self->ReleasePacing(); });
     if (!running_) {
       running_ = true;
-      router_.StartRunning(static_cast<int64_t>(prompt_.size()));
+      deferred_.push_back([this, self = shared_from_this()] {
+        env_.queue.StartRunning(static_cast<int64_t>(prompt_.size()));
+      });
     }
   }
   std::vector<int32_t> tokens(message.token_ids().begin(), message.token_ids().end());
@@ -279,7 +304,7 @@ bool CallState::OnDecodeMessage(const tandem::v1::DecodeResponse& message) {
 }
 
 void CallState::OnDecodeDone(Worker* worker, const grpc::Status& status) {
-  router_.decode_pool_.End(worker, 0);
+  env_.decode_pool.End(worker, 0);
   bool reprefill = false;
   {
     Lock lock(this);
@@ -293,22 +318,22 @@ void CallState::OnDecodeDone(Worker* worker, const grpc::Status& status) {
     if (status.error_code() == grpc::StatusCode::FAILED_PRECONDITION && !rescheduled_) {
       // Blocks missed while the balancer is engaged: re-prefill at high priority.
       rescheduled_ = true;
-      router_.balancer_.RecordReschedule();
+      env_.balancer.RecordReschedule();
       phase_ = Phase::kWaiting;
       reprefill = true;
     } else if (!IsWorkerFailure(status) ||
-               !Retry(router_.decode_pool_, worker, status, /*high_priority=*/true)) {
+               !Retry(env_.decode_pool, worker, status, /*high_priority=*/true)) {
       Fail(WithContext("decode on " + worker->address, status));
       return;
     }
   }
-  if (reprefill) router_.SchedulePrefill(shared_from_this(), 0, /*high_priority=*/true);
+  if (reprefill) SchedulePrefill(0, /*high_priority=*/true);
 }
 
 bool CallState::Retry(WorkerPool& pool, Worker* worker, const grpc::Status& status,
                       bool high_priority) {
-  const bool decode = &pool == &router_.decode_pool_;
-  if (attempts_ >= router_.options_.max_attempts) {
+  const bool decode = &pool == &env_.decode_pool;
+  if (attempts_ >= env_.options.max_attempts) {
     Log(LogLevel::kError, "router",
         absl::StrCat("request ", id_, ": ", decode ? "decode" : "prefill", " on ", worker->address,
                      " failed (", status.error_message(), "); out of attempts"));
@@ -323,8 +348,7 @@ bool CallState::Retry(WorkerPool& pool, Worker* worker, const grpc::Status& stat
   (decode ? failed_decode_ : failed_prefill_).push_back(worker);
   phase_ = Phase::kWaiting;
   auto self = shared_from_this();
-  deferred_.push_back(
-      [self, high_priority] { self->router_.SchedulePrefill(self, 0, high_priority); });
+  deferred_.push_back([self, high_priority] { self->SchedulePrefill(0, high_priority); });
   return true;
 }
 
@@ -339,15 +363,15 @@ bool CallState::Emit(const std::vector<int32_t>& tokens, FinishReason finish) {
   if (n > 0) {
     if (!first_token_at_.has_value()) {
       first_token_at_ = now;
-      Observe(router_.metrics_.time_to_first_token, Seconds(now - arrival_));
-      if (n > 1) Observe(router_.metrics_.inter_token_latency, 0);
+      Observe(env_.metrics.time_to_first_token, Seconds(now - arrival_));
+      if (n > 1) Observe(env_.metrics.inter_token_latency, 0);
     } else {
       for (int i = 0; i < n; ++i) {
-        Observe(router_.metrics_.inter_token_latency, Seconds(now - last_token_at_) / n);
+        Observe(env_.metrics.inter_token_latency, Seconds(now - last_token_at_) / n);
       }
     }
     last_token_at_ = now;
-    Add(router_.metrics_.generation_tokens, n);
+    Add(env_.metrics.generation_tokens, n);
   }
   generated_.insert(generated_.end(), delta->token_ids.begin(), delta->token_ids.end());
   const bool at_limit = static_cast<int>(generated_.size()) >= sampling_.max_tokens();
@@ -390,18 +414,17 @@ void CallState::Complete(FinishReason reason) {
     t->set_decode(Seconds(now - *first_token_at_));
   }
   Send(response);
-  Observe(router_.metrics_.e2e_request_latency, Seconds(now - arrival_));
+  Observe(env_.metrics.e2e_request_latency, Seconds(now - arrival_));
   if (first_token_at_.has_value()) {
-    Observe(router_.metrics_.decode_time, Seconds(now - *first_token_at_));
+    Observe(env_.metrics.decode_time, Seconds(now - *first_token_at_));
   }
-  Observe(router_.metrics_.request_queue_time, queue_seconds_);
-  const metrics::RoleMetrics& m = router_.metrics_;
+  Observe(env_.metrics.request_queue_time, queue_seconds_);
+  const metrics::RoleMetrics& m = env_.metrics;
   Add(reason == tandem::v1::FINISH_REASON_STOP     ? m.finished_stop
       : reason == tandem::v1::FINISH_REASON_LENGTH ? m.finished_length
                                                    : m.finished_abort,
       1);
-  LeaveRouter();  // before the client can see the end
-  stream_.End(grpc::Status::OK);
+  LeaveRouter(grpc::Status::OK);
 }
 
 void CallState::Send(const GenerateResponse& response) {
@@ -414,26 +437,28 @@ void CallState::Send(const GenerateResponse& response) {
 
 void CallState::Fail(const grpc::Status& status) {
   if (phase_ == Phase::kDone) return;
-  Add(status.error_code() == grpc::StatusCode::CANCELLED ? router_.metrics_.finished_abort
-                                                         : router_.metrics_.finished_error,
+  Add(status.error_code() == grpc::StatusCode::CANCELLED ? env_.metrics.finished_abort
+                                                         : env_.metrics.finished_error,
       1);
-  LeaveRouter();  // before the client can see the end
-  stream_.End(status);
+  LeaveRouter(status);
 }
 
-void CallState::LeaveRouter() {
+void CallState::LeaveRouter(grpc::Status status) {
   phase_ = Phase::kDone;
-  if (ahead_bytes_ > 0) {
-    router_.PrefillAdmitted(ahead_bytes_);
-    ahead_bytes_ = 0;
-  }
-  router_.Leave(running_, static_cast<int64_t>(prompt_.size()));
   // A stop string, a client cancel or a deadline ends the request while a worker call may
   // still run: cancel it.
-  if (call_ != nullptr) {
-    deferred_.push_back([call = std::move(call_)] { call->TryCancel(); });
-    call_.reset();
-  }
+  std::shared_ptr<grpc::ClientContext> call = std::move(call_);
+  call_.reset();
+  // After unlocking, in order: the request's accounting (the pacer may hand back other calls'
+  // prefills, which must not start under this call's lock), the worker call's cancel, and only
+  // then the end of the stream, so a client that sees the end sees the router's counts settled.
+  deferred_.push_back([this, self = shared_from_this(), running = running_, call = std::move(call),
+                       status = std::move(status)] {
+    ReleasePacing();
+    env_.queue.Leave(running, static_cast<int64_t>(prompt_.size()));
+    if (call != nullptr) call->TryCancel();
+    stream_.End(status);
+  });
 }
 
 void CallState::Cancel() {
@@ -444,14 +469,19 @@ void CallState::Cancel() {
                : grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the client"));
 }
 
-GenerateCall::GenerateCall(RouterService& router, grpc::CallbackServerContext* context,
+GenerateCall::GenerateCall(const CallEnvironment& env, grpc::CallbackServerContext* context,
                            const grpc::ByteBuffer& request) {
+  absl::StatusOr<AdmittedRequest> admitted = AdmitRequest(env, request);
+  if (!admitted.ok()) {
+    Finish(rpc::ToGrpcStatus(admitted.status()));
+    return;
+  }
   const auto now = std::chrono::system_clock::now();
   auto deadline = now + std::chrono::duration_cast<std::chrono::system_clock::duration>(
-                            router.options().default_deadline);
+                            env.options.default_deadline);
   deadline = std::min(deadline, context->deadline());
-  state_ = std::make_shared<CallState>(router, this, deadline);
-  state_->Start(request);
+  state_ = std::make_shared<CallState>(env, this, deadline, std::move(*admitted));
+  state_->Start();
 }
 
 }  // namespace tandem::router

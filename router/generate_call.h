@@ -4,8 +4,13 @@
 // CallState runs the request path: prefill on a worker the pool picks, then decode, retrying a
 // failed prefill elsewhere and migrating off a decode worker that fails mid-stream (prompt +
 // tokens so far are re-prefilled). Client cancel and deadlines cancel the worker call in
-// flight. Every method may run on any gRPC thread; `mu_` guards the state, and no gRPC call
-// is made while holding it.
+// flight.
+//
+// Threads: every method may run on any gRPC thread. `mu_` guards the mutable state; what is
+// const was fixed before the call was shared. Nothing that calls out (an RPC, the pacer, which
+// may start other calls' prefills, the request queue) runs under `mu_`: code holding it queues
+// such work in `deferred_`, and Lock runs it after unlocking. Under `mu_` a call uses only the
+// leaf parts of CallEnvironment (pools, balancer, metrics).
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -19,26 +24,38 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "common/rpc/server_stream.h"
+#include "router/call_environment.h"
 #include "router/output_assembler.h"
-#include "router/router_service.h"
 #include "tandem/v1/inference.grpc.pb.h"
 #include "tandem/v1/workers.grpc.pb.h"
 
 namespace tandem::router {
 
+// A request that passed validation and admission (it is counted as waiting).
+struct AdmittedRequest {
+  std::string id;
+  std::vector<int32_t> prompt;
+  std::vector<uint64_t> hashes;  // chained block hashes of the prompt
+  tandem::v1::SamplingParams sampling;
+};
+
+// Parses, validates and admits a Generate request: INVALID_ARGUMENT for bad fields,
+// RESOURCE_EXHAUSTED past the queue limits, UNAVAILABLE while the router shuts down.
+absl::StatusOr<AdmittedRequest> AdmitRequest(const CallEnvironment& env,
+                                             const grpc::ByteBuffer& raw);
+
 class CallState : public std::enable_shared_from_this<CallState> {
  public:
-  CallState(RouterService& router, grpc::ServerWriteReactor<grpc::ByteBuffer>* reactor,
-            std::chrono::system_clock::time_point deadline);
+  CallState(const CallEnvironment& env, grpc::ServerWriteReactor<grpc::ByteBuffer>* reactor,
+            std::chrono::system_clock::time_point deadline, AdmittedRequest request);
 
-  // Parses, validates, admits and schedules the request (or ends the stream with the error).
-  void Start(const grpc::ByteBuffer& request);
-  // Called by the router once pacing lets the prefill run.
-  void RunPrefill(bool high_priority);
+  // Schedules the prefill (through the pacer).
+  void Start() ABSL_LOCKS_EXCLUDED(mu_);
   // The client went away or the deadline passed.
-  void Cancel();
+  void Cancel() ABSL_LOCKS_EXCLUDED(mu_);
 
   rpc::ServerStream<grpc::ByteBuffer>& stream() { return stream_; }
 
@@ -52,8 +69,14 @@ class CallState : public std::enable_shared_from_this<CallState> {
   class Lock;
   enum class Phase { kWaiting, kPrefill, kDecode, kDone };
 
-  void OnPrefillDone(Worker* worker, std::shared_ptr<Attempt> attempt, const grpc::Status& status);
-  void StartDecode(const tandem::v1::KvHandle& kv);
+  // Asks the pacer to run the prefill of `bytes` more KV bytes; runs whatever it lets through.
+  void SchedulePrefill(int64_t bytes, bool high_priority) ABSL_LOCKS_EXCLUDED(mu_);
+  // Ends this call's pacer entry (decode took its KV up, or the call ended).
+  void ReleasePacing() ABSL_LOCKS_EXCLUDED(mu_);
+  void RunPrefill(bool high_priority) ABSL_LOCKS_EXCLUDED(mu_);
+  void OnPrefillDone(Worker* worker, std::shared_ptr<Attempt> attempt, const grpc::Status& status)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void StartDecode(const tandem::v1::KvHandle& kv) ABSL_LOCKS_EXCLUDED(mu_);
   // Retries the request from prefill after `worker` failed with `status`; false when out of
   // attempts (the caller ends the stream).
   bool Retry(WorkerPool& pool, Worker* worker, const grpc::Status& status, bool high_priority)
@@ -65,18 +88,25 @@ class CallState : public std::enable_shared_from_this<CallState> {
   void Complete(tandem::v1::FinishReason reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends with an error status; safe to call once the phase is kDone (no-op).
   void Fail(const grpc::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void LeaveRouter() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends the request with `status`: the router's accounting, then the stream's end, both run
+  // once mu_ is released.
+  void LeaveRouter(grpc::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::unique_ptr<grpc::ClientContext> NewContext() const;
   std::vector<int32_t> AllTokens() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool IsEos(int32_t token) const;
 
-  RouterService& router_;
   // Responses go out serialized: Generate is a raw method (see RouterService).
   void Send(const tandem::v1::GenerateResponse& response);
 
+  const CallEnvironment& env_;
   rpc::ServerStream<grpc::ByteBuffer> stream_;
   const std::chrono::system_clock::time_point deadline_;
   const Clock::time_point arrival_;
+  const uint64_t key_;  // the pacer's key for this call
+  const std::string id_;
+  const std::vector<int32_t> prompt_;
+  const std::vector<uint64_t> hashes_;  // chained block hashes of the prompt
+  const tandem::v1::SamplingParams sampling_;
 
   absl::Mutex mu_;
   // Work that must not run under mu_ (it calls into gRPC or back into this object), queued by
@@ -84,17 +114,12 @@ class CallState : public std::enable_shared_from_this<CallState> {
   std::vector<std::function<void()>> deferred_ ABSL_GUARDED_BY(mu_);
   Phase phase_ ABSL_GUARDED_BY(mu_) = Phase::kWaiting;
   bool running_ ABSL_GUARDED_BY(mu_) = false;  // counted as running by the router
-  std::string id_;
-  std::vector<int32_t> prompt_;
-  std::vector<uint64_t> hashes_;  // chained block hashes of the prompt
-  tandem::v1::SamplingParams sampling_;
   std::optional<OutputAssembler> output_ ABSL_GUARDED_BY(mu_);
   std::vector<int32_t> generated_ ABSL_GUARDED_BY(mu_);
   int attempts_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<Worker*> failed_prefill_ ABSL_GUARDED_BY(mu_);
   std::vector<Worker*> failed_decode_ ABSL_GUARDED_BY(mu_);
   bool rescheduled_ ABSL_GUARDED_BY(mu_) = false;  // re-prefilled once after misses
-  int64_t ahead_bytes_ ABSL_GUARDED_BY(mu_) = 0;    // counted by the router's pacing
   bool first_decode_message_ ABSL_GUARDED_BY(mu_) = true;
   // The worker call in flight, cancelled with the request.
   std::shared_ptr<grpc::ClientContext> call_ ABSL_GUARDED_BY(mu_);
@@ -110,14 +135,16 @@ class CallState : public std::enable_shared_from_this<CallState> {
 // The server reactor of one Generate call.
 class GenerateCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
-  GenerateCall(RouterService& router, grpc::CallbackServerContext* context,
+  GenerateCall(const CallEnvironment& env, grpc::CallbackServerContext* context,
                const grpc::ByteBuffer& request);
   void OnWriteDone(bool ok) override { state_->stream().WriteDone(ok); }
-  void OnCancel() override { state_->Cancel(); }
+  void OnCancel() override {
+    if (state_ != nullptr) state_->Cancel();
+  }
   void OnDone() override { delete this; }
 
  private:
-  std::shared_ptr<CallState> state_;
+  std::shared_ptr<CallState> state_;  // null when the request was refused
 };
 
 }  // namespace tandem::router

@@ -87,6 +87,7 @@ void RegistryService::ExpireLoop() {
       }
     }
     PublishPoolSizes();
+    router_.PollPacing();
   }
 }
 
@@ -95,7 +96,7 @@ void RegistryService::ExpireLoop() {
 void RegistryService::PublishPoolSizes() {
   const int prefill = router_.prefill_pool().available();
   const int decode = router_.decode_pool().available();
-  router_.balancer().PublishRecommendedRatio(prefill, decode, Clock::now());
+  router_.balancer().PublishRecommendedRatio(prefill, decode, router_.clock().Now());
   if (metrics_ == nullptr) return;
   metrics::BalancerMetrics& m = metrics_->balancer(router_.options().colocated);
   if (m.prefill_workers != nullptr) m.prefill_workers->Set(prefill);

@@ -2,7 +2,6 @@
 
 #include <utility>
 
-#include "absl/strings/str_cat.h"
 #include "common/kv/block_hash.h"
 #include "router/generate_call.h"
 
@@ -17,92 +16,37 @@ RouterService::RouterService(const RouterOptions& options, const tokenizer::Toke
       decode_pool_("decode", options.pool),
       balancer_(options.balancer,
                 metrics != nullptr ? &metrics->balancer(options.colocated) : nullptr),
-      model_hash_(kv::HashModelId(options.model_id)) {}
+      pacer_(options.max_prefill_ahead_bytes),
+      queue_({.max_queued_requests = options.max_queued_requests,
+              .max_queued_tokens = options.max_queued_tokens},
+             metrics_.requests_waiting, metrics_.requests_running),
+      env_{.options = options_,
+           .tokenizer = tokenizer_,
+           .model_hash = kv::HashModelId(options_.model_id),
+           .metrics = metrics_,
+           .prefill_pool = prefill_pool_,
+           .decode_pool = decode_pool_,
+           .balancer = balancer_,
+           .pacer = pacer_,
+           .queue = queue_,
+           .clock = options_.clock != nullptr ? *options_.clock : TimeSource::Steady(),
+           .next_serial = next_serial_,
+           .shutting_down = shutting_down_} {}
 
 RouterService::Load RouterService::GetLoad() const {
-  absl::MutexLock lock(&mu_);
-  return {waiting_, waiting_tokens_, running_, static_cast<int64_t>(paced_.size())};
+  const RequestQueue::Counts c = queue_.counts();
+  return {c.waiting, c.waiting_tokens, c.running, pacer_.queued()};
 }
 
-absl::Status RouterService::Admit(int64_t tokens) {
-  if (shutting_down_) return absl::UnavailableError("the router is shutting down");
-  absl::MutexLock lock(&mu_);
-  if (waiting_ >= options_.max_queued_requests) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        waiting_, " requests are already waiting (router.max_queued_requests); retry later"));
-  }
-  if (waiting_tokens_ + tokens > options_.max_queued_tokens) {
-    return absl::ResourceExhaustedError(absl::StrCat(waiting_tokens_,
-                                                     " prompt tokens are already waiting; ", tokens,
-                                                     " more would pass router.max_queued_tokens (",
-                                                     options_.max_queued_tokens, "); retry later"));
-  }
-  ++waiting_;
-  waiting_tokens_ += tokens;
-  if (metrics_.requests_waiting != nullptr) metrics_.requests_waiting->Set(waiting_);
-  return absl::OkStatus();
-}
-
-void RouterService::StartRunning(int64_t tokens) {
-  absl::MutexLock lock(&mu_);
-  --waiting_;
-  waiting_tokens_ -= tokens;
-  ++running_;
-  if (metrics_.requests_waiting != nullptr) {
-    metrics_.requests_waiting->Set(waiting_);
-    metrics_.requests_running->Set(running_);
-  }
-}
-
-void RouterService::Leave(bool running, int64_t tokens) {
-  absl::MutexLock lock(&mu_);
-  if (running) {
-    --running_;
-  } else {
-    --waiting_;
-    waiting_tokens_ -= tokens;
-  }
-  if (metrics_.requests_waiting != nullptr) {
-    metrics_.requests_waiting->Set(waiting_);
-    metrics_.requests_running->Set(running_);
-  }
-}
-
-void RouterService::SchedulePrefill(std::shared_ptr<CallState> call, int64_t bytes,
-                                    bool high_priority) {
-  {
-    absl::MutexLock lock(&mu_);
-    const bool paced = !high_priority && balancer_.engaged(Clock::now()) && ahead_bytes_ > 0 &&
-                       ahead_bytes_ + bytes > options_.max_prefill_ahead_bytes;
-    if (paced) {
-      paced_.push_back({std::move(call), bytes});
-      return;
-    }
-    ahead_bytes_ += bytes;
-  }
-  call->RunPrefill(high_priority);
-}
-
-void RouterService::PrefillAdmitted(int64_t bytes) {
-  std::vector<std::shared_ptr<CallState>> runnable;
-  {
-    absl::MutexLock lock(&mu_);
-    ahead_bytes_ -= bytes;
-    const bool engaged = balancer_.engaged(Clock::now());
-    while (!paced_.empty() &&
-           (!engaged || ahead_bytes_ == 0 ||
-            ahead_bytes_ + paced_.front().bytes <= options_.max_prefill_ahead_bytes)) {
-      ahead_bytes_ += paced_.front().bytes;
-      runnable.push_back(std::move(paced_.front().call));
-      paced_.pop_front();
-    }
-  }
-  for (auto& call : runnable) call->RunPrefill(false);
+void RouterService::PollPacing() {
+  PrefillPacer::Runnable run;
+  pacer_.Poll(env_.BalancerEngaged(), &run);
+  for (auto& start : run) start();
 }
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* RouterService::Generate(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) {
-  return new GenerateCall(*this, context, *request);
+  return new GenerateCall(env_, context, *request);
 }
 
 grpc::ServerUnaryReactor* RouterService::GetModelInfo(grpc::CallbackServerContext* context,

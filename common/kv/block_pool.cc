@@ -3,11 +3,11 @@
 #include <sys/mman.h>
 
 #include <algorithm>
-#include <cassert>
 #include <limits>
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
+#include "common/util/check.h"
 
 namespace tandem::kv {
 namespace {
@@ -109,7 +109,7 @@ int32_t BlockPool::Allocate(bool* evicted, BlockHash* evicted_hash, BlockKind ki
   }
   if (id == kNoBlock) return kNoBlock;
   KvBlock& b = blocks_[id];
-  assert(b.ref_count == 0 && !b.indexed);
+  TANDEM_CHECK(b.ref_count == 0 && !b.indexed, "a free block in use");
   b.ref_count = 1;
   ++num_used_;
   return id;
@@ -118,7 +118,7 @@ int32_t BlockPool::Allocate(bool* evicted, BlockHash* evicted_hash, BlockKind ki
 void BlockPool::Acquire(int32_t id) {
   KvBlock& b = blocks_[id];
   if (b.ref_count == 0) {
-    assert(b.indexed);  // only cached blocks are acquired at refcount 0
+    TANDEM_CHECK(b.indexed, "acquiring a free block (only cached ones have refcount 0)");
     LruUnlink(id);
     ++num_used_;
   }
@@ -127,7 +127,7 @@ void BlockPool::Acquire(int32_t id) {
 
 void BlockPool::Release(int32_t id) {
   KvBlock& b = blocks_[id];
-  assert(b.ref_count > 0);
+  TANDEM_CHECK(b.ref_count > 0, "releasing a block nobody holds");
   if (--b.ref_count > 0) return;
   --num_used_;
   if (b.indexed) {
@@ -139,20 +139,20 @@ void BlockPool::Release(int32_t id) {
 
 void BlockPool::SetIndexed(int32_t id, BlockHash hash) {
   KvBlock& b = blocks_[id];
-  assert(b.ref_count > 0 && !b.indexed);
+  TANDEM_CHECK(b.ref_count > 0 && !b.indexed, "indexing a block not held, or twice");
   b.indexed = true;
   b.hash = hash;
 }
 
 void BlockPool::ClearIndexed(int32_t id) {
   KvBlock& b = blocks_[id];
-  assert(b.ref_count > 0 && b.indexed);
+  TANDEM_CHECK(b.ref_count > 0 && b.indexed, "unindexing a block not held or not indexed");
   b.indexed = false;
 }
 
 BlockHash BlockPool::DropCached(int32_t id) {
   KvBlock& b = blocks_[id];
-  assert(b.ref_count == 0 && b.indexed);
+  TANDEM_CHECK(b.ref_count == 0 && b.indexed, "dropping a cached block still in use");
   LruUnlink(id);
   b.indexed = false;
   FreeListOf(id).push_back(id);

@@ -1,13 +1,13 @@
 #include "common/kv/kv_cache_manager.h"
 
 #include <algorithm>
-#include <cassert>
 #include <cstring>
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "common/kv/kv_rows.h"
+#include "common/util/check.h"
 
 namespace tandem::kv {
 
@@ -64,10 +64,10 @@ int32_t KvCacheManager::AllocateBlock(BlockKind kind, bool only_kind) {
   bool evicted = false;
   BlockHash evicted_hash = 0;
   const int32_t id = pool_->Allocate(&evicted, &evicted_hash, kind, only_kind);
-  assert(id != kNoBlock || only_kind);
+  TANDEM_CHECK(id != kNoBlock || only_kind, "the block pool ran out (callers reserve first)");
   if (evicted) {
-    [[maybe_unused]] const size_t erased = index_.erase(evicted_hash);
-    assert(erased == 1);
+    const size_t erased = index_.erase(evicted_hash);
+    TANDEM_CHECK(erased == 1, "an evicted block missing from the prefix index");
     ++evictions_;
   }
   return id;
@@ -76,7 +76,6 @@ int32_t KvCacheManager::AllocateBlock(BlockKind kind, bool only_kind) {
 absl::StatusOr<int> KvCacheManager::AddSequence(int64_t seq_id, std::span<const int32_t> prompt,
                                                 BlockHash salt) {
   const int bs = layout_.block_size;
-  absl::MutexLock lock(&mu_);
   if (seqs_.contains(seq_id)) {
     return absl::AlreadyExistsError(absl::StrCat("KV cache: sequence ", seq_id, " exists"));
   }
@@ -113,7 +112,6 @@ absl::Status KvCacheManager::Reserve(int64_t seq_id, int num_tokens) {
     return absl::InvalidArgumentError(absl::StrCat("KV cache: num_tokens = ", num_tokens));
   }
   const int64_t bs = layout_.block_size;
-  absl::MutexLock lock(&mu_);
   auto it = seqs_.find(seq_id);
   if (it == seqs_.end()) {
     return absl::NotFoundError(absl::StrCat("KV cache: unknown sequence ", seq_id));
@@ -133,20 +131,15 @@ absl::Status KvCacheManager::Reserve(int64_t seq_id, int num_tokens) {
 }
 
 bool KvCacheManager::CanAllocate(int64_t num_new_blocks) const {
-  absl::MutexLock lock(&mu_);
   return num_new_blocks <= pool_->num_available();
 }
 
-int64_t KvCacheManager::NumAvailableBlocks() const {
-  absl::MutexLock lock(&mu_);
-  return pool_->num_available();
-}
+int64_t KvCacheManager::NumAvailableBlocks() const { return pool_->num_available(); }
 
 void KvCacheManager::CommitTokens(int64_t seq_id, std::span<const int32_t> tokens,
                                   int num_computed) {
   if (!prefix_caching_ && !mixed()) return;
   const int64_t bs = layout_.block_size;
-  absl::MutexLock lock(&mu_);
   auto it = seqs_.find(seq_id);
   if (it == seqs_.end()) return;
   Sequence& seq = it->second;
@@ -200,7 +193,6 @@ void KvCacheManager::NarrowOldBlocks(Sequence& seq, int num_computed) {
 }
 
 void KvCacheManager::FreeSequence(int64_t seq_id) {
-  absl::MutexLock lock(&mu_);
   auto it = seqs_.find(seq_id);
   if (it == seqs_.end()) return;
   const std::vector<int32_t>& blocks = it->second.blocks;
@@ -211,7 +203,6 @@ void KvCacheManager::FreeSequence(int64_t seq_id) {
 }
 
 int KvCacheManager::EvictBlocks(int64_t seq_id, int first, int last) {
-  absl::MutexLock lock(&mu_);
   auto it = seqs_.find(seq_id);
   if (it == seqs_.end()) return 0;
   std::vector<int32_t>& blocks = it->second.blocks;
@@ -229,18 +220,14 @@ int KvCacheManager::EvictBlocks(int64_t seq_id, int first, int last) {
 }
 
 void KvCacheManager::CancelSequence(int64_t seq_id) {
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = seqs_.find(seq_id);
-    if (it == seqs_.end()) return;
-    hits_ -= it->second.lookup_hits;
-    misses_ -= it->second.lookup_misses;
-  }
+  auto it = seqs_.find(seq_id);
+  if (it == seqs_.end()) return;
+  hits_ -= it->second.lookup_hits;
+  misses_ -= it->second.lookup_misses;
   FreeSequence(seq_id);
 }
 
 std::vector<int32_t> KvCacheManager::FindCachedPrefix(std::span<const BlockHash> hashes) const {
-  absl::MutexLock lock(&mu_);
   std::vector<int32_t> ids;
   for (BlockHash h : hashes) {
     auto it = index_.find(h);
@@ -251,27 +238,23 @@ std::vector<int32_t> KvCacheManager::FindCachedPrefix(std::span<const BlockHash>
 }
 
 std::vector<int32_t> KvCacheManager::BlockTable(int64_t seq_id) const {
-  absl::MutexLock lock(&mu_);
   auto it = seqs_.find(seq_id);
   if (it == seqs_.end()) return {};
   return it->second.blocks;
 }
 
 const int32_t* KvCacheManager::BlockTableData(int64_t seq_id) const {
-  absl::MutexLock lock(&mu_);
   auto it = seqs_.find(seq_id);
   if (it == seqs_.end()) return nullptr;
   return it->second.blocks.data();
 }
 
 int KvCacheManager::NumBlocks(int64_t seq_id) const {
-  absl::MutexLock lock(&mu_);
   auto it = seqs_.find(seq_id);
   return it == seqs_.end() ? 0 : static_cast<int>(it->second.blocks.size());
 }
 
 KvCacheStats KvCacheManager::Stats() const {
-  absl::MutexLock lock(&mu_);
   KvCacheStats s;
   s.total_blocks = pool_->num_blocks();
   s.free_blocks = pool_->num_free();
@@ -288,32 +271,25 @@ KvCacheStats KvCacheManager::Stats() const {
 }
 
 void KvCacheManager::ResetPrefixCache() {
-  absl::MutexLock lock(&mu_);
   for (int32_t id = pool_->LruHead(); id != kNoBlock; id = pool_->LruHead()) {
     index_.erase(pool_->DropCached(id));
   }
 }
 
 int32_t KvCacheManager::BlockRefCount(int32_t block_id) const {
-  absl::MutexLock lock(&mu_);
   return pool_->IsValidId(block_id) ? pool_->block(block_id).ref_count : -1;
 }
 
 std::vector<BlockHash> KvCacheManager::IndexedHashes() const {
-  absl::MutexLock lock(&mu_);
   std::vector<BlockHash> hashes;
   hashes.reserve(index_.size());
   for (const auto& [hash, block] : index_) hashes.push_back(hash);
   return hashes;
 }
 
-bool KvCacheManager::ContainsHash(BlockHash hash) const {
-  absl::MutexLock lock(&mu_);
-  return index_.contains(hash);
-}
+bool KvCacheManager::ContainsHash(BlockHash hash) const { return index_.contains(hash); }
 
 absl::Status KvCacheManager::CheckBlocksLive(std::span<const int32_t> block_ids) const {
-  absl::MutexLock lock(&mu_);
   for (int32_t id : block_ids) {
     if (!pool_->IsValidId(id)) {
       return absl::InvalidArgumentError(
@@ -347,7 +323,6 @@ absl::StatusOr<ImportResult> KvCacheManager::InsertCachedBlocks(
   absl::flat_hash_set<BlockHash> seen;
   to_insert.reserve(hashes.size());
   seen.reserve(hashes.size());
-  absl::MutexLock lock(&mu_);
   int64_t pinned_cached = 0;
   for (size_t i = 0; i < hashes.size(); ++i) {
     if (!seen.insert(hashes[i]).second) {

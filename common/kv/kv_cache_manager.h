@@ -7,11 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "common/kv/block_hash.h"
 #include "common/kv/block_pool.h"
 #include "common/kv/kv_cache_stats.h"
@@ -55,10 +53,11 @@ struct ImportResult {
 // Paged KV cache: per-sequence block tables over a BlockPool, plus the prefix index
 // (block hash -> block) whose unreferenced blocks form an LRU cache.
 //
-// Thread-safe: every method takes `mu_`. The engine step loop is the main caller; export/import
-// and stats may come from RPC threads. Block *contents* are not guarded: the engine writes a
-// sequence's blocks only between Reserve and CommitTokens, and a block is shared (prefix hit)
-// only after it was committed, i.e. is read-only.
+// Not thread-safe, like BlockPool: the engine-loop thread owns it, and every other thread reaches
+// it through a task posted to that loop (export, import, prefix reports, stats). Block
+// *contents* follow the same rule: the engine writes a sequence's blocks only between Reserve
+// and CommitTokens, and a block is shared (prefix hit) only after it was committed, i.e. is
+// read-only.
 class KvCacheManager {
  public:
   // InvalidArgument on bad geometry or absurd sizes, ResourceExhausted if allocation fails.
@@ -173,27 +172,25 @@ class KvCacheManager {
 
   // Allocates one block, evicting if needed, of `kind` if one can be had, else (unless
   // `only_kind`) of the other. kNoBlock if none; callers of the default have checked availability.
-  int32_t AllocateBlock(BlockKind kind = BlockKind::kWide, bool only_kind = false)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  int32_t AllocateBlock(BlockKind kind = BlockKind::kWide, bool only_kind = false);
   // Mixed cache: requantizes the sequence's wide blocks that fell behind the window.
-  void NarrowOldBlocks(Sequence& seq, int num_computed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void NarrowOldBlocks(Sequence& seq, int num_computed);
 
   const KvLayout layout_;
   const std::string model_id_;
   const uint64_t model_hash_;
   const bool prefix_caching_;
   const MixedKvOptions mixed_;
-  const KvArena arena_;  // immutable copy of pool_->arena(), readable without the lock
+  const KvArena arena_;  // copy of pool_->arena()
 
-  mutable absl::Mutex mu_;
-  const std::unique_ptr<BlockPool> pool_ ABSL_PT_GUARDED_BY(mu_);
-  absl::flat_hash_map<BlockHash, int32_t> index_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<int64_t, Sequence> seqs_ ABSL_GUARDED_BY(mu_);
-  int64_t hits_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t misses_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t evictions_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t narrowed_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t window_evicted_ ABSL_GUARDED_BY(mu_) = 0;
+  const std::unique_ptr<BlockPool> pool_;
+  absl::flat_hash_map<BlockHash, int32_t> index_;
+  absl::flat_hash_map<int64_t, Sequence> seqs_;
+  int64_t hits_ = 0;
+  int64_t misses_ = 0;
+  int64_t evictions_ = 0;
+  int64_t narrowed_ = 0;
+  int64_t window_evicted_ = 0;
 };
 
 }  // namespace tandem::kv

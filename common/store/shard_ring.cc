@@ -3,9 +3,9 @@
 #include <xxhash.h>
 
 #include <algorithm>
-#include <cassert>
 
 #include "absl/strings/str_cat.h"
+#include "common/util/check.h"
 
 namespace tandem::store {
 namespace {
@@ -28,7 +28,7 @@ ShardRing::ShardRing(std::vector<std::string> shards, int points_per_shard)
 }
 
 int ShardRing::ShardFor(uint64_t block_hash) const {
-  assert(!points_.empty());
+  TANDEM_CHECK(!points_.empty(), "a shard ring with no shards");
   const uint64_t h = Mix(block_hash);
   auto it = std::lower_bound(points_.begin(), points_.end(), std::make_pair(h, 0));
   if (it == points_.end()) it = points_.begin();

@@ -7,8 +7,10 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include "absl/synchronization/notification.h"
 #include "cache_store/cache_store_service.h"
 #include "prefill_worker/prefill_service.h"
+#include "tests/unit/testing/eventually.h"
 #include "tests/unit/testing/serving.h"
 #include "tests/unit/testing/temp_model.h"
 
@@ -160,16 +162,39 @@ TEST_F(DecodeServiceTest, CancelFreesEverythingAndBadInputIsRefused) {
   EXPECT_EQ(s.status.error_code(), grpc::StatusCode::CANCELLED);
   EXPECT_LT(s.tokens.size(), 399u);
   // The abort reaches the engine within a step or two.
-  for (int i = 0; i < 100 && DecodeUsedBlocks() != 0; ++i) {
-    absl::SleepFor(absl::Milliseconds(10));
-  }
-  EXPECT_EQ(DecodeUsedBlocks(), 0);
+  EXPECT_TRUE(testing::Eventually([&] { return DecodeUsedBlocks() == 0; }));
 
   tandem::v1::DecodeRequest empty;
   empty.mutable_sampling()->set_max_tokens(4);
   EXPECT_EQ(Decode(empty).status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   auto no_room = DecodeRequest(p, 1);  // 1 token already generated: nothing left to do
   EXPECT_EQ(Decode(no_room).status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+// A fetch thread asks the engine loop which blocks are resident; a loop that does not answer
+// (stuck, or busy far longer than a step) fails the request with UNAVAILABLE, which the router
+// retries elsewhere, instead of holding the fetch thread and the stream forever.
+TEST_F(DecodeServiceTest, AnEngineLoopThatDoesNotAnswerFailsTheRequest) {
+  const auto p = Prefill();
+  decode_server_->Shutdown();
+  decode_ = std::make_unique<DecodeService>(
+      *decode_loop_, *store_pool_,
+      DecodeServiceOptions{.engine_timeout = std::chrono::milliseconds(200)});
+  std::string address;
+  decode_server_ = testing::ServeOnLoopback(decode_.get(), &address);
+  decode_stub_ = tandem::v1::DecodeWorker::NewStub(
+      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  absl::Notification release;
+  decode_loop_->Post([&](engine::Engine&) { release.WaitForNotification(); });
+  const Stream stuck = Decode(DecodeRequest(p, 4));
+  EXPECT_EQ(stuck.status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_NE(stuck.status.error_message().find("did not answer"), std::string::npos)
+      << stuck.status.error_message();
+  release.Notify();
+  const Stream s = Decode(DecodeRequest(p, 4));  // the loop answers again
+  ASSERT_TRUE(s.status.ok()) << s.status.error_message();
+  EXPECT_EQ(s.tokens.size(), 3u);
+  EXPECT_TRUE(testing::Eventually([&] { return DecodeUsedBlocks() == 0; }));
 }
 
 }  // namespace

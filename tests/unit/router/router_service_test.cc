@@ -20,20 +20,15 @@
 #include "decode_worker/decode_service.h"
 #include "prefill_worker/prefill_service.h"
 #include "router/registry_service.h"
-#include "tests/unit/testing/serving.h"
+#include "tests/unit/router/router_cluster.h"
+#include "tests/unit/testing/eventually.h"
 
 namespace tandem::router {
 namespace {
 
 using tandem::v1::GenerateRequest;
 using tandem::v1::GenerateResponse;
-
-struct Result {
-  std::vector<int32_t> tokens;
-  tandem::v1::Complete complete;
-  int chunks = 0;
-  grpc::Status status;
-};
+using testing::Result;
 
 // A prefill worker that never answers until released: holds requests in the router's queue.
 class StuckPrefill final : public tandem::v1::PrefillWorker::CallbackService {
@@ -66,143 +61,7 @@ double SampleValue(const std::string& text, const std::string& name) {
   return at == std::string::npos ? std::nan("") : std::stod(text.substr(at + name.size() + 2));
 }
 
-class RouterServiceTest : public testing::TinyModelTest {
- protected:
-  void SetUp() override { TinyModelTest::SetUp(); }
-
-  // Starts the workers and the router; `store_bytes` bounds the store shard.
-  void StartCluster(int64_t store_bytes = 64 << 20, RouterOptions options = {}) {
-    block_store_ = cache_store::BlockStore::Create({.capacity_bytes = store_bytes}).value();
-    store_service_ = std::make_unique<cache_store::CacheStoreService>(*block_store_, 4096);
-    std::string store_address;
-    store_server_ = testing::ServeOnLoopback(store_service_.get(), &store_address);
-    store_pool_ = std::make_unique<store::StorePool>(std::vector<std::string>{store_address}, "t");
-    for (int i = 0; i < 2; ++i) {
-      prefill_loops_.push_back(NewLoop());
-      decode_loops_.push_back(NewLoop());
-      prefills_.push_back(
-          std::make_unique<prefill::PrefillService>(*prefill_loops_[i], *store_pool_));
-      decodes_.push_back(std::make_unique<decode::DecodeService>(*decode_loops_[i], *store_pool_));
-      std::string p, d;
-      prefill_servers_.push_back(testing::ServeOnLoopback(prefills_[i].get(), &p));
-      decode_servers_.push_back(testing::ServeOnLoopback(decodes_[i].get(), &d));
-      prefill_addresses_.push_back(p);
-      decode_addresses_.push_back(d);
-    }
-    options.model_name = "tiny";
-    options.architecture = "LlamaForCausalLM";
-    options.kv_dtype = "fp32";
-    options.model_id = dir_;  // the engines' default model id: block hashes agree
-    options.limits = {.context_length = 512, .vocab_size = 128};
-    options.kv_bytes_per_block = 8192;
-    router_ = std::make_unique<RouterService>(options, nullptr, &metrics_);
-    for (const auto& a : prefill_addresses_) router_->prefill_pool().Add(a);
-    for (const auto& a : decode_addresses_) router_->decode_pool().Add(a);
-    router_server_ = testing::ServeOnLoopback(router_.get(), &router_address_);
-    stub_ = tandem::v1::Inference::NewStub(
-        grpc::CreateChannel(router_address_, grpc::InsecureChannelCredentials()));
-  }
-
-  // An engine loop over its own copy of the model (a Model serves one engine at a time).
-  std::unique_ptr<engine::EngineLoop> NewLoop() {
-    pools_.push_back(std::make_unique<ThreadPool>(1));
-    models_.push_back(model::Model::Load(dir_, *pools_.back()).value());
-    engine::EngineOptions o;
-    o.kv_dtype = DType::kF32;
-    o.num_blocks = 64;
-    o.model_id = dir_;
-    return std::make_unique<engine::EngineLoop>(engine::Engine::Create(*models_.back(), o).value());
-  }
-
-  void TearDown() override {
-    if (router_server_) router_server_->Shutdown(std::chrono::system_clock::now());
-    for (auto& s : decode_servers_) s->Shutdown(std::chrono::system_clock::now());
-    for (auto& s : prefill_servers_) s->Shutdown(std::chrono::system_clock::now());
-    decode_loops_.clear();
-    prefill_loops_.clear();
-    decodes_.clear();
-    prefills_.clear();
-    if (store_server_) store_server_->Shutdown(std::chrono::system_clock::now());
-  }
-
-  static std::vector<int32_t> Prompt(int n, int salt) {
-    std::vector<int32_t> p;
-    for (int i = 0; i < n; ++i) p.push_back((i * 37 + salt * 11 + 5) % 128);
-    return p;
-  }
-
-  static GenerateRequest Request(const std::vector<int32_t>& prompt, int max_tokens) {
-    GenerateRequest r;
-    for (int32_t t : prompt) r.add_prompt_token_ids(t);
-    r.mutable_sampling()->set_max_tokens(max_tokens);
-    r.mutable_sampling()->set_ignore_eos(true);
-    return r;
-  }
-
-  std::vector<int32_t> Expected(const std::vector<int32_t>& prompt, int max_tokens) {
-    auto e = MakeEngine();
-    return testing::RunToCompletion(*e, testing::GreedyRequest("x", prompt, max_tokens)).tokens;
-  }
-
-  // Reads the whole stream; `on_chunk(n)` runs after the n-th chunk (1-based).
-  Result Generate(const GenerateRequest& request,
-                  const std::function<void(int, grpc::ClientContext&)>& on_chunk = nullptr) {
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
-    auto reader = stub_->Generate(&context, request);
-    Result r;
-    GenerateResponse msg;
-    while (reader->Read(&msg)) {
-      if (msg.has_chunk()) {
-        r.tokens.insert(r.tokens.end(), msg.chunk().token_ids().begin(),
-                        msg.chunk().token_ids().end());
-        if (on_chunk) on_chunk(++r.chunks, context);
-      } else {
-        r.complete = msg.complete();
-      }
-    }
-    r.status = reader->Finish();
-    return r;
-  }
-
-  // Polls `f` until it returns true or `timeout` passes.
-  static bool WaitFor(const std::function<bool()>& f, std::chrono::milliseconds timeout) {
-    const auto end = std::chrono::steady_clock::now() + timeout;
-    while (std::chrono::steady_clock::now() < end) {
-      if (f()) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-    return f();
-  }
-
-  bool AllBlocksFree() {
-    for (auto& l : decode_loops_) {
-      if (testing::UsedBlocks(*l) != 0) return false;
-    }
-    for (auto& l : prefill_loops_) {
-      if (testing::UsedBlocks(*l) != 0) return false;
-    }
-    const RouterService::Load load = router_->GetLoad();
-    return load.waiting == 0 && load.running == 0;
-  }
-
-  metrics::Metrics metrics_;
-  std::vector<std::unique_ptr<ThreadPool>> pools_;
-  std::vector<std::unique_ptr<model::Model>> models_;
-  std::unique_ptr<cache_store::BlockStore> block_store_;
-  std::unique_ptr<cache_store::CacheStoreService> store_service_;
-  std::unique_ptr<grpc::Server> store_server_;
-  std::unique_ptr<store::StorePool> store_pool_;
-  std::vector<std::unique_ptr<engine::EngineLoop>> prefill_loops_, decode_loops_;
-  std::vector<std::unique_ptr<prefill::PrefillService>> prefills_;
-  std::vector<std::unique_ptr<decode::DecodeService>> decodes_;
-  std::vector<std::unique_ptr<grpc::Server>> prefill_servers_, decode_servers_;
-  std::vector<std::string> prefill_addresses_, decode_addresses_;
-  std::unique_ptr<RouterService> router_;
-  std::unique_ptr<grpc::Server> router_server_;
-  std::string router_address_;
-  std::unique_ptr<tandem::v1::Inference::Stub> stub_;
-};
+class RouterServiceTest : public testing::RouterClusterTest {};
 
 TEST_F(RouterServiceTest, ConcurrentStreamsEqualOneEngine) {
   StartCluster();
@@ -228,7 +87,7 @@ TEST_F(RouterServiceTest, ConcurrentStreamsEqualOneEngine) {
     EXPECT_EQ(c.usage().completion_tokens(), max_tokens[i]);
     EXPECT_GT(c.timings().time_to_first_token(), 0);
   }
-  EXPECT_TRUE(WaitFor([&] { return AllBlocksFree(); }, std::chrono::seconds(5)));
+  EXPECT_TRUE(testing::Eventually([&] { return AllBlocksFree(); }, std::chrono::seconds(5)));
   EXPECT_NE(
       metrics_.Serialize().find("tandem_time_to_first_token_seconds_count{role=\"router\"} 12"),
       std::string::npos);
@@ -284,7 +143,7 @@ TEST_F(RouterServiceTest, QueueLimitIsResourceExhausted) {
 
   Result first;
   std::thread t([&] { first = Generate(Request({1, 2, 3}, 2)); });
-  ASSERT_TRUE(WaitFor([&] { return stuck.held() == 1; }, std::chrono::seconds(10)));
+  ASSERT_TRUE(testing::Eventually([&] { return stuck.held() == 1; }, std::chrono::seconds(10)));
   const Result second = Generate(Request({4, 5, 6}, 2));
   EXPECT_EQ(second.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_NE(second.status.error_message().find("max_queued_requests"), std::string::npos);
@@ -301,7 +160,7 @@ TEST_F(RouterServiceTest, ClientCancelFreesEverythingWithinASecond) {
     if (n == 3) c.TryCancel();
   });
   EXPECT_EQ(r.status.error_code(), grpc::StatusCode::CANCELLED);
-  EXPECT_TRUE(WaitFor([&] { return AllBlocksFree(); }, std::chrono::seconds(1)));
+  EXPECT_TRUE(testing::Eventually([&] { return AllBlocksFree(); }, std::chrono::seconds(1)));
 }
 
 TEST_F(RouterServiceTest, PrefillWorkerDownIsRetriedElsewhere) {
@@ -319,21 +178,39 @@ TEST_F(RouterServiceTest, DecodeWorkerDyingMidStreamIsMigrated) {
   StartCluster();
   const std::vector<int32_t> prompt = Prompt(35, 9);
   constexpr int kTokens = 300;
-  // Decode worker 0 takes one step per 2 ms, so that it is still streaming when it is killed
-  // however slowly this client reads (on a busy machine the tiny model used to finish all 300
-  // tokens before the fifth chunk arrived, and nothing migrated).
-  std::atomic<bool> throttle{true};
-  engine::EngineLoop::TaskFn slow = [&](engine::Engine&) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    if (throttle) decode_loops_[0]->Post(slow);
+  // Decode worker 0 steps only as the client reads: a gate lets it take one engine step per
+  // chunk the client has read (and a few to start), so it is still streaming when it is killed
+  // at the fifth chunk however slowly this client reads. Killing it needs no step: a cancelled
+  // decode stream ends at once.
+  struct Gate {
+    absl::Mutex mu;
+    int steps = 4;  // guarded by mu
+    bool open = false;
+  } gate;
+  engine::EngineLoop::TaskFn step = [&](engine::Engine& e) {
+    absl::MutexLock lock(&gate.mu);
+    if (e.HasUnfinished()) {
+      gate.mu.Await(absl::Condition(
+          +[](Gate* g) { return g->open || g->steps > 0; }, &gate));
+      if (!gate.open) --gate.steps;
+    } else {  // idle: nothing to hold back, look again soon
+      gate.mu.AwaitWithTimeout(absl::Condition(&gate.open), absl::Milliseconds(1));
+    }
+    if (!gate.open) decode_loops_[0]->Post(step);
   };
-  decode_loops_[0]->Post(slow);
+  decode_loops_[0]->Post(step);
+  auto set_gate = [&](bool open) {
+    absl::MutexLock lock(&gate.mu);
+    gate.open = open;
+    ++gate.steps;
+  };
   // With no load anywhere the first decode worker is chosen; kill it after a few chunks.
   const Result r = Generate(Request(prompt, kTokens), [&](int n, grpc::ClientContext&) {
     if (n == 5) decode_servers_[0]->Shutdown(std::chrono::system_clock::now());
+    set_gate(n >= 5);
   });
-  throttle = false;
-  absl::Notification drained;  // the last throttling task has run
+  set_gate(true);
+  absl::Notification drained;  // the last gate task has run
   decode_loops_[0]->Post([&](engine::Engine&) { drained.Notify(); });
   drained.WaitForNotification();
   ASSERT_TRUE(r.status.ok()) << r.status.error_message();
