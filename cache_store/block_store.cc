@@ -58,7 +58,7 @@ absl::Status PendingPut::Commit() {
     Abandon();
     return absl::FailedPreconditionError(message);
   }
-  if (BlockChecksum(data_) != checksum_) {
+  if (store::BlockChecksum(data_) != checksum_) {
     Abandon();
     return absl::DataLossError(absl::StrCat("block ", hash_, ": checksum mismatch"));
   }
@@ -68,7 +68,7 @@ absl::Status PendingPut::Commit() {
 
 absl::Status PendingPut::CommitInPlace(uint64_t checksum64, bool verify) {
   if (store_ == nullptr) return absl::FailedPreconditionError("put already finished");
-  if (verify && BlockChecksum64(data_) != checksum64) {
+  if (verify && store::BlockChecksum64(data_) != checksum64) {
     Abandon();
     return absl::DataLossError(absl::StrCat("block ", hash_, ": checksum mismatch"));
   }
@@ -212,11 +212,11 @@ absl::StatusOr<BlockRef> BlockStore::Get(uint64_t hash, ChecksumKind kind) {
     // every attached client).
     bool intact;
     if (kind == ChecksumKind::kXxh32) {
-      intact = BlockChecksum64(ref.data_) == ref.checksum64_;
-      ref.checksum_ = BlockChecksum(ref.data_);
+      intact = store::BlockChecksum64(ref.data_) == ref.checksum64_;
+      ref.checksum_ = store::BlockChecksum(ref.data_);
     } else {
-      intact = BlockChecksum(ref.data_) == ref.checksum_;
-      ref.checksum64_ = BlockChecksum64(ref.data_);
+      intact = store::BlockChecksum(ref.data_) == ref.checksum_;
+      ref.checksum64_ = store::BlockChecksum64(ref.data_);
     }
     if (!intact) {
       ref.Reset();

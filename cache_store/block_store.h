@@ -27,8 +27,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "cache_store/block_checksum.h"
 #include "cache_store/block_memory.h"
+#include "common/store/block_checksum.h"
 
 namespace tandem::cache_store {
 

@@ -31,7 +31,7 @@ uint64_t NewInstanceId() {
 absl::StatusOr<std::unique_ptr<ShmArena>> ShmArena::Create(int64_t data_bytes) {
   if (data_bytes <= 0) return absl::InvalidArgumentError("shared memory: empty arena");
   const int64_t file_bytes =
-      kShmHeaderBytes + (data_bytes + kPageBytes - 1) / kPageBytes * kPageBytes;
+      store::kShmHeaderBytes + (data_bytes + kPageBytes - 1) / kPageBytes * kPageBytes;
   const int fd = memfd_create("tandem-cache-store", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0) return Errno("memfd_create");
   if (ftruncate(fd, file_bytes) != 0) {
@@ -62,7 +62,8 @@ absl::StatusOr<std::unique_ptr<ShmArena>> ShmArena::Create(int64_t data_bytes) {
   }
   close(probe);
   const uint64_t instance_id = NewInstanceId();
-  ShmHeader header{.magic = kShmMagic, .instance_id = instance_id, .file_bytes = file_bytes};
+  store::ShmHeader header{
+      .magic = store::kShmMagic, .instance_id = instance_id, .file_bytes = file_bytes};
   std::memcpy(base, &header, sizeof(header));
   return std::unique_ptr<ShmArena>(
       new ShmArena(fd, static_cast<uint8_t*>(base), file_bytes, instance_id, std::move(path)));

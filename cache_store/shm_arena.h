@@ -11,7 +11,7 @@
 #include <utility>
 
 #include "absl/status/statusor.h"
-#include "cache_store/shm_layout.h"
+#include "common/store/shm_layout.h"
 
 namespace tandem::cache_store {
 
@@ -27,9 +27,10 @@ class ShmArena {
   const std::string& path() const { return path_; }
   uint64_t instance_id() const { return instance_id_; }
   int64_t file_bytes() const { return file_bytes_; }
-  // Block memory: [data(), data() + data_bytes()) is file range [kShmHeaderBytes, file_bytes).
-  uint8_t* data() const { return base_ + kShmHeaderBytes; }
-  int64_t data_bytes() const { return file_bytes_ - kShmHeaderBytes; }
+  // Block memory: [data(), data() + data_bytes()) is file range [store::kShmHeaderBytes,
+  // file_bytes).
+  uint8_t* data() const { return base_ + store::kShmHeaderBytes; }
+  int64_t data_bytes() const { return file_bytes_ - store::kShmHeaderBytes; }
   // The file offset of `p`, a pointer into block memory.
   int64_t FileOffset(const uint8_t* p) const { return p - base_; }
 

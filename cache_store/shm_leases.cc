@@ -63,7 +63,11 @@ void ShmLeases::Reap() {
   absl::MutexLock lock(&mu_);
   while (true) {
     mu_.Await(absl::Condition(
-        +[](ShmLeases* self) { return self->stopping_ || !self->leases_.empty(); }, this));
+        +[](ShmLeases* self) {
+          self->mu_.AssertHeld();  // Await evaluates it under mu_
+          return self->stopping_ || !self->leases_.empty();
+        },
+        this));
     if (stopping_) return;
     Clock::time_point earliest = Clock::time_point::max();
     for (const auto& [id, held] : leases_) earliest = std::min(earliest, held.deadline);

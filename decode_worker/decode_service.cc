@@ -8,28 +8,15 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "common/engine/kv_handoff.h"
+#include "common/rpc/engine_proto.h"
 #include "common/rpc/server_stream.h"
 #include "common/rpc/status.h"
-#include "prefill_worker/prefill_service.h"
 
 namespace tandem::decode {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 using tandem::v1::DecodeResponse;
-
-tandem::v1::FinishReason ToProto(engine::FinishReason reason) {
-  switch (reason) {
-    case engine::FinishReason::kStop:
-      return tandem::v1::FINISH_REASON_STOP;
-    case engine::FinishReason::kLength:
-      return tandem::v1::FINISH_REASON_LENGTH;
-    case engine::FinishReason::kAbort:
-      return tandem::v1::FINISH_REASON_ABORT;
-    default:
-      return tandem::v1::FINISH_REASON_UNSPECIFIED;
-  }
-}
 
 }  // namespace
 
@@ -73,7 +60,7 @@ class DecodeCall final : public grpc::ServerWriteReactor<DecodeResponse> {
     r.prompt.assign(request.token_ids().begin(), request.token_ids().end());
     r.num_generated = request.completion_tokens();
     r.max_tokens = request.sampling().max_tokens();
-    r.sampling = prefill::ToSamplingParams(request.sampling());
+    r.sampling = rpc::ToSamplingParams(request.sampling());
     r.ignore_eos = request.sampling().ignore_eos();
     r.cache_salt = request.kv().cache_salt();
     std::vector<uint64_t> hashes(request.kv().block_hashes().begin(),
@@ -147,7 +134,7 @@ class DecodeCall final : public grpc::ServerWriteReactor<DecodeResponse> {
         stream->End(rpc::ToGrpcStatus(out.error));
         return;
       }
-      msg.set_finish_reason(ToProto(out.finish));
+      msg.set_finish_reason(rpc::ToProto(out.finish));
       stream->Push(std::move(msg));
       if (out.finish != engine::FinishReason::kNone) stream->End(grpc::Status::OK);
     });

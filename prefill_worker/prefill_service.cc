@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/engine/kv_handoff.h"
+#include "common/rpc/engine_proto.h"
 #include "common/rpc/status.h"
 #include "common/util/log.h"
 
@@ -16,24 +17,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-void FillLayout(const kv::KvLayout& layout, tandem::v1::KvLayout* out) {
-  out->set_num_layers(layout.num_layers);
-  out->set_num_kv_heads(layout.num_kv_heads);
-  out->set_head_dim(layout.head_dim);
-  out->set_block_size(layout.block_size);
-  out->set_dtype(std::string(DTypeName(layout.dtype)));
-}
-
 }  // namespace
-
-model::SamplingParams ToSamplingParams(const tandem::v1::SamplingParams& sampling) {
-  model::SamplingParams p;
-  p.temperature = sampling.temperature();
-  p.top_p = sampling.top_p();
-  p.top_k = sampling.top_k();
-  p.seed = sampling.seed();
-  return p;
-}
 
 // One Prefill call. The reactor may be finished from three threads (gRPC on cancel, the engine
 // loop on error, an upload thread on success); `State` makes the first Finish the only one and
@@ -86,7 +70,7 @@ class PrefillCall final : public grpc::ServerUnaryReactor {
     r.prompt.assign(request.token_ids().begin(), request.token_ids().end());
     r.num_generated = request.completion_tokens();
     r.max_tokens = request.completion_tokens() + 1;  // exactly the first (next) token
-    r.sampling = ToSamplingParams(request.sampling());
+    r.sampling = rpc::ToSamplingParams(request.sampling());
     r.ignore_eos = true;
     r.high_priority = request.high_priority();
     const Clock::time_point start = Clock::now();
@@ -119,7 +103,7 @@ class PrefillCall final : public grpc::ServerUnaryReactor {
       tandem::v1::KvHandle* kv = result->mutable_kv();
       kv->set_model_id(engine.kv_cache().model_id());
       kv->set_cache_salt(salt);
-      FillLayout(engine.kv_cache().layout(), kv->mutable_layout());
+      *kv->mutable_layout() = rpc::ToProto(engine.kv_cache().layout());
       if (!exported.ok()) {
         state->Finish(rpc::ToGrpcStatus(exported.status()), nullptr);
         return;

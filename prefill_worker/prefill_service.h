@@ -63,7 +63,4 @@ class PrefillService final : public tandem::v1::PrefillWorker::CallbackService {
   std::atomic<int64_t> kv_bytes_{0};
 };
 
-// Sampling fields of the public API as the engine takes them (proto3 zero values = defaults).
-model::SamplingParams ToSamplingParams(const tandem::v1::SamplingParams& sampling);
-
 }  // namespace tandem::prefill

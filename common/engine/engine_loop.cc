@@ -90,7 +90,10 @@ void EngineLoop::Run() {
     {
       absl::MutexLock lock(&mu_);
       // Sleep only when the engine has nothing to do.
-      auto ready = [this] { return stop_ || !inbox_.empty(); };
+      auto ready = [this] {
+        mu_.AssertHeld();  // Await evaluates it under mu_
+        return stop_ || !inbox_.empty();
+      };
       if (!engine_->HasUnfinished()) mu_.Await(absl::Condition(&ready));
       if (stop_) break;
       commands.swap(inbox_);

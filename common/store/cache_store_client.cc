@@ -13,7 +13,7 @@ namespace tandem::store {
 namespace {
 
 uint32_t Checksum(const std::string& bytes) {
-  return cache_store::BlockChecksum({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()});
+  return BlockChecksum({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()});
 }
 
 }  // namespace

@@ -7,16 +7,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
-#include "cache_store/block_checksum.h"
 #include "common/rpc/status.h"
+#include "common/store/block_checksum.h"
 #include "common/util/log.h"
 #include "common/util/status_macros.h"
 
 namespace tandem::store {
 namespace {
-
-using cache_store::AppendWithChecksum64;
-using cache_store::CopyWithChecksum64;
 
 constexpr std::chrono::seconds kAttachRetry(5);
 // Per reservation: bounds the arena space one lease holds while the client copies.

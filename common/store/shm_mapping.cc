@@ -13,12 +13,10 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
-#include "cache_store/shm_layout.h"
+#include "common/store/shm_layout.h"
 
 namespace tandem::store {
 namespace {
-
-using cache_store::kShmHeaderBytes;
 
 constexpr int64_t kMaxFileBytes = int64_t{1} << 40;
 
@@ -128,9 +126,9 @@ absl::StatusOr<std::unique_ptr<ShmMapping>> ShmMapping::Open(const std::string& 
   madvise(base, file_bytes, MADV_HUGEPAGE);
   std::unique_ptr<ShmMapping> mapping(
       new ShmMapping(static_cast<uint8_t*>(base), file_bytes, instance_id));
-  cache_store::ShmHeader header;
+  ShmHeader header;
   std::memcpy(&header, base, sizeof(header));
-  if (header.magic != cache_store::kShmMagic || header.instance_id != instance_id ||
+  if (header.magic != kShmMagic || header.instance_id != instance_id ||
       header.file_bytes != file_bytes) {
     return absl::FailedPreconditionError(
         absl::StrCat("shared memory: ", path, " is not the arena of shard instance ", instance_id));

@@ -26,7 +26,10 @@ void WorkQueue::Run() {
     std::function<void()> task;
     {
       absl::MutexLock lock(&mu_);
-      auto ready = [this] { return stop_ || !tasks_.empty(); };
+      auto ready = [this] {
+        mu_.AssertHeld();  // Await evaluates it under mu_
+        return stop_ || !tasks_.empty();
+      };
       mu_.Await(absl::Condition(&ready));
       if (tasks_.empty()) return;  // stopping and drained
       task = std::move(tasks_.front());

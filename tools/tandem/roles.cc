@@ -19,6 +19,7 @@
 #include "common/model/model.h"
 #include "common/model/pruning.h"
 #include "common/model/pruning_check.h"
+#include "common/rpc/engine_proto.h"
 #include "common/rpc/registration.h"
 #include "common/rpc/server.h"
 #include "common/store/store_pool.h"
@@ -52,14 +53,7 @@ absl::StatusOr<DType> KvDType(const config::TandemConfig& c, const model::ModelC
 absl::StatusOr<tandem::v1::KvLayout> KvLayoutMessage(const config::TandemConfig& c,
                                                      const model::ModelConfig& m) {
   TANDEM_ASSIGN_OR_RETURN(DType dtype, KvDType(c, m));
-  const kv::KvLayout layout = m.KvLayoutFor(dtype, c.kv_cache.block_size);
-  tandem::v1::KvLayout msg;
-  msg.set_num_layers(layout.num_layers);
-  msg.set_num_kv_heads(layout.num_kv_heads);
-  msg.set_head_dim(layout.head_dim);
-  msg.set_block_size(layout.block_size);
-  msg.set_dtype(c.kv_cache.dtype == "mixed" ? "mixed" : std::string(DTypeName(dtype)));
-  return msg;
+  return rpc::ToProto(m.KvLayoutFor(dtype, c.kv_cache.block_size), c.kv_cache.dtype == "mixed");
 }
 
 // `prefill`: the engine of a prefill worker, the one role that prunes (POP); decode always runs

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "cache_store/arena_allocator.h"
-#include "cache_store/shm_layout.h"
+#include "common/store/shm_layout.h"
 
 namespace tandem::cache_store {
 namespace {
@@ -42,7 +42,7 @@ class BlockStoreTest : public ::testing::TestWithParam<bool> {
 
 absl::Status Put(BlockStore& store, uint64_t hash, int64_t size) {
   const auto data = Content(hash, size);
-  auto put = store.BeginPut(hash, size, BlockChecksum(data));
+  auto put = store.BeginPut(hash, size, store::BlockChecksum(data));
   if (!put.ok()) return put.status();
   for (int64_t off = 0; off < size; off += 100) {
     const int64_t n = std::min<int64_t>(100, size - off);
@@ -58,7 +58,7 @@ TEST_P(BlockStoreTest, PutThenGetReturnsTheBytes) {
   auto ref = store->Get(7);
   ASSERT_TRUE(ref.ok()) << ref.status();
   EXPECT_EQ(std::vector<uint8_t>(ref->data().begin(), ref->data().end()), Content(7, 1000));
-  EXPECT_EQ(ref->checksum(), BlockChecksum(Content(7, 1000)));
+  EXPECT_EQ(ref->checksum(), store::BlockChecksum(Content(7, 1000)));
   const BlockStoreStats s = store->Stats();
   EXPECT_EQ(s.blocks, 1);
   EXPECT_EQ(s.used_bytes, 1000);
@@ -74,7 +74,7 @@ TEST_P(BlockStoreTest, PutThenGetReturnsTheBytes) {
 TEST_P(BlockStoreTest, APartialBlockIsNeverVisible) {
   auto store = Make(10000);
   const auto data = Content(1, 1000);
-  auto put = store->BeginPut(1, 1000, BlockChecksum(data));
+  auto put = store->BeginPut(1, 1000, store::BlockChecksum(data));
   ASSERT_TRUE(put.ok());
   ASSERT_TRUE(put->Append({data.data(), 500}).ok());
   EXPECT_FALSE(store->Exists(1));
@@ -93,7 +93,7 @@ TEST_P(BlockStoreTest, APartialBlockIsNeverVisible) {
 TEST_P(BlockStoreTest, OverlongAndCorruptPutsAreRefused) {
   auto store = Make(10000);
   const auto data = Content(2, 100);
-  auto put = store->BeginPut(2, 100, BlockChecksum(data));
+  auto put = store->BeginPut(2, 100, store::BlockChecksum(data));
   ASSERT_TRUE(put.ok());
   std::vector<uint8_t> big(101);
   EXPECT_EQ(put->Append(big).code(), absl::StatusCode::kOutOfRange);
@@ -120,7 +120,7 @@ TEST_P(BlockStoreTest, AbandonedWriterReleasesItsSpace) {
 
 TEST_P(BlockStoreTest, SecondWriterOfABlockSkips) {
   auto store = Make(10000);
-  auto first = store->BeginPut(5, 10, BlockChecksum(Content(5, 10)));
+  auto first = store->BeginPut(5, 10, store::BlockChecksum(Content(5, 10)));
   ASSERT_TRUE(first.ok());
   EXPECT_EQ(store->BeginPut(5, 10, 0).status().code(), absl::StatusCode::kAlreadyExists);
   ASSERT_TRUE(first->Append(Content(5, 10)).ok());
@@ -217,19 +217,19 @@ TEST_P(BlockStoreTest, CommitInPlaceChecksTheXxh3AndBothChecksumsServe) {
   ASSERT_TRUE(put.ok());
   std::memcpy(put->data().data(), data.data(), data.size());
   EXPECT_FALSE(store->Exists(9));
-  ASSERT_TRUE(put->CommitInPlace(BlockChecksum64(data)).ok());
+  ASSERT_TRUE(put->CommitInPlace(store::BlockChecksum64(data)).ok());
   auto ref = store->Get(9, ChecksumKind::kXxh3);
   ASSERT_TRUE(ref.ok());
-  EXPECT_EQ(ref->checksum64(), BlockChecksum64(data));
+  EXPECT_EQ(ref->checksum64(), store::BlockChecksum64(data));
   auto ref32 = store->Get(9);  // computed on demand
   ASSERT_TRUE(ref32.ok());
-  EXPECT_EQ(ref32->checksum(), BlockChecksum(data));
+  EXPECT_EQ(ref32->checksum(), store::BlockChecksum(data));
   EXPECT_EQ(std::vector<uint8_t>(ref32->data().begin(), ref32->data().end()), data);
 
   ASSERT_TRUE(Put(*store, 10, 500).ok());  // through Append: XXH32 known, XXH3 on demand
   auto ref64 = store->Get(10, ChecksumKind::kXxh3);
   ASSERT_TRUE(ref64.ok());
-  EXPECT_EQ(ref64->checksum64(), BlockChecksum64(Content(10, 500)));
+  EXPECT_EQ(ref64->checksum64(), store::BlockChecksum64(Content(10, 500)));
 
   auto bad = store->BeginPut(11, 100, 0);
   ASSERT_TRUE(bad.ok());
@@ -248,7 +248,7 @@ TEST_P(BlockStoreTest, BytesChangedAfterCommitAreCaughtAndDropped) {
   ASSERT_TRUE(put.ok());
   std::span<uint8_t> bytes = put->data();
   std::memcpy(bytes.data(), data.data(), data.size());
-  ASSERT_TRUE(put->CommitInPlace(BlockChecksum64(data)).ok());
+  ASSERT_TRUE(put->CommitInPlace(store::BlockChecksum64(data)).ok());
   bytes[1234] ^= 0x40;  // a rogue writer
   EXPECT_EQ(store->Get(4).status().code(), absl::StatusCode::kDataLoss);
   EXPECT_FALSE(store->Exists(4));
@@ -271,7 +271,7 @@ TEST(BlockStoreArenaTest, BlockBytesLiveInTheArena) {
   ASSERT_TRUE(ref.ok());
   const ShmArena* arena = store->arena();
   const int64_t offset = arena->FileOffset(ref->data().data());
-  EXPECT_GE(offset, kShmHeaderBytes);
+  EXPECT_GE(offset, store::kShmHeaderBytes);
   EXPECT_LE(offset + 1000, arena->file_bytes());
   EXPECT_EQ(offset % ArenaAllocator::kAlignment, 0);
 }

@@ -107,7 +107,7 @@ TEST_F(CacheStoreServiceTest, MalformedStreamsAreRefusedAndLeaveNothingBehind) {
   header.set_block_hash(5);
   header.set_block_bytes(100);
   const std::string five = Bytes(5, 100);
-  header.set_checksum(BlockChecksum({reinterpret_cast<const uint8_t*>(five.data()), 100}));
+  header.set_checksum(store::BlockChecksum({reinterpret_cast<const uint8_t*>(five.data()), 100}));
   header.set_data(std::string(40, 'x'));
   tandem::v1::PutRequest orphan;
   orphan.set_block_hash(6);

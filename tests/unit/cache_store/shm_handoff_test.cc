@@ -55,7 +55,9 @@ class ShmHandoffTest : public ::testing::Test {
 
   uint64_t instance() const { return store_->arena()->instance_id(); }
   // The arena as a client maps it: file offsets from the start of the header page.
-  uint8_t* At(int64_t offset) const { return store_->arena()->data() - kShmHeaderBytes + offset; }
+  uint8_t* At(int64_t offset) const {
+    return store_->arena()->data() - store::kShmHeaderBytes + offset;
+  }
 
   absl::StatusOr<ReserveShmResponse> Reserve(std::vector<std::pair<uint64_t, int64_t>> blocks) {
     ReserveShmRequest request;
@@ -104,7 +106,7 @@ class ShmHandoffTest : public ::testing::Test {
     ASSERT_TRUE(r->reservations(0).reserved());
     const auto data = Content(hash, size);
     std::memcpy(At(r->reservations(0).offset()), data.data(), size);
-    ASSERT_TRUE(Commit(r->lease_id(), {BlockChecksum64(data)}).ok());
+    ASSERT_TRUE(Commit(r->lease_id(), {store::BlockChecksum64(data)}).ok());
   }
 
   std::unique_ptr<BlockStore> store_;
@@ -135,12 +137,13 @@ TEST_F(ShmHandoffTest, AReservedBlockIsInvisibleUntilCommitted) {
   EXPECT_EQ(a->lease_id(), 0u);  // nothing pinned, no lease
   EXPECT_EQ(store_->Stats().pending_puts, 2);
 
-  ASSERT_TRUE(Commit(r->lease_id(), {BlockChecksum64(one), BlockChecksum64(two)}).ok());
+  ASSERT_TRUE(
+      Commit(r->lease_id(), {store::BlockChecksum64(one), store::BlockChecksum64(two)}).ok());
   EXPECT_TRUE(store_->Exists(1));
   auto ref = store_->Get(1);
   ASSERT_TRUE(ref.ok());
   EXPECT_EQ(std::vector<uint8_t>(ref->data().begin(), ref->data().end()), one);
-  EXPECT_EQ(ref->checksum(), BlockChecksum(one));  // what a streamed Get will send
+  EXPECT_EQ(ref->checksum(), store::BlockChecksum(one));  // what a streamed Get will send
   EXPECT_EQ(Commit(r->lease_id(), {}).code(), absl::StatusCode::kNotFound);  // lease ended
 
   auto again = Reserve({{1, 3000}, {3, 10}});  // 1 is stored: skipped
@@ -164,7 +167,7 @@ TEST_F(ShmHandoffTest, AcquirePinsUntilReleased) {
   ASSERT_TRUE(a->blocks(0).found());
   EXPECT_FALSE(a->blocks(1).found());
   EXPECT_EQ(a->blocks(0).block_bytes(), 4000);
-  EXPECT_EQ(a->blocks(0).checksum(), BlockChecksum64(Content(5, 4000)));
+  EXPECT_EQ(a->blocks(0).checksum(), store::BlockChecksum64(Content(5, 4000)));
   EXPECT_EQ(std::memcmp(At(a->blocks(0).offset()), Content(5, 4000).data(), 4000), 0);
   EXPECT_EQ(store_->Stats().pinned_blocks, 1);
   // A read lease cannot be committed, and that does not end it.
@@ -216,7 +219,7 @@ TEST_F(ShmHandoffTest, BytesThatDoNotMatchTheWritersChecksumNeverReachAReader) {
     std::memcpy(At(w->reservations(0).offset()), seven.data(), 100);
     std::memset(At(w->reservations(1).offset()), 0, 100);
     const absl::Status commit =
-        Commit(w->lease_id(), {BlockChecksum64(seven), BlockChecksum64(seven)});
+        Commit(w->lease_id(), {store::BlockChecksum64(seven), store::BlockChecksum64(seven)});
     EXPECT_TRUE(store_->Exists(7));
     EXPECT_EQ(handoff_->Stats().open_leases, 0);
     if (verify) {
@@ -251,7 +254,8 @@ TEST_F(ShmHandoffTest, EvictionNeverTouchesPinnedOrReservedSpace) {
   EXPECT_EQ(Reserve({{99, 3 * 4096}}).status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_TRUE(store_->Exists(1));
   EXPECT_EQ(std::memcmp(At(pin->blocks(0).offset()), Content(1, 4096).data(), 4096), 0);
-  ASSERT_TRUE(Commit(r->lease_id(), {BlockChecksum64(two)}).ok());  // its bytes were untouched
+  ASSERT_TRUE(
+      Commit(r->lease_id(), {store::BlockChecksum64(two)}).ok());  // its bytes were untouched
   EXPECT_TRUE(store_->Exists(2));
   EXPECT_TRUE(Release(pin->lease_id()).ok());
   EXPECT_GT(store_->Stats().evictions, 15);

@@ -10,15 +10,13 @@
 #include <limits>
 
 #include "absl/synchronization/mutex.h"
-#include "cache_store/block_checksum.h"
 #include "cache_store/shm_arena.h"
+#include "common/store/block_checksum.h"
 #include "common/store/cache_store_client.h"
 #include "tests/unit/testing/serving.h"
 
 namespace tandem::store {
 namespace {
-
-using cache_store::kShmHeaderBytes;
 
 class LyingShard final : public tandem::v1::CacheStore::CallbackService {
  public:
@@ -36,9 +34,9 @@ class LyingShard final : public tandem::v1::CacheStore::CallbackService {
       int n;
     } wanted{&releases_, n};
     absl::MutexLock lock(&mu_);
-    mu_.AwaitWithTimeout(
-        absl::Condition(+[](Wanted* w) { return *w->releases >= w->n; }, &wanted),
-        absl::Seconds(10));
+    mu_.AwaitWithTimeout(absl::Condition(
+                             +[](Wanted* w) { return *w->releases >= w->n; }, &wanted),
+                         absl::Seconds(10));
     return releases_;
   }
 
@@ -119,7 +117,7 @@ class ShmClientTest : public ::testing::Test {
     return r;
   }
   uint64_t Good() const {
-    return cache_store::BlockChecksum64({reinterpret_cast<const uint8_t*>(kBlock), kBlockBytes});
+    return BlockChecksum64({reinterpret_cast<const uint8_t*>(kBlock), kBlockBytes});
   }
 
   static constexpr char kBlock[] = "a block of KV cache";

@@ -13,12 +13,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "cache_store/shm_arena.h"
-#include "cache_store/shm_layout.h"
+#include "common/store/shm_layout.h"
 
 namespace tandem::store {
 namespace {
-
-using cache_store::kShmHeaderBytes;
 
 TEST(ShmMappingTest, RegionsMustLieInTheBlockArea) {
   constexpr int64_t kMapped = kShmHeaderBytes + 8192;
@@ -112,8 +110,7 @@ TEST(ShmMappingTest, RefusesFilesThatAreNotTheArenaAttachedTo) {
   const int fd = memfd_create("unsealed", MFD_CLOEXEC);
   ASSERT_GE(fd, 0);
   ASSERT_EQ(ftruncate(fd, bytes), 0);
-  cache_store::ShmHeader header{
-      .magic = cache_store::kShmMagic, .instance_id = id, .file_bytes = bytes};
+  ShmHeader header{.magic = kShmMagic, .instance_id = id, .file_bytes = bytes};
   ASSERT_EQ(pwrite(fd, &header, sizeof(header), 0), static_cast<ssize_t>(sizeof(header)));
   EXPECT_EQ(code(ShmMapping::Open(absl::StrCat("/proc/self/fd/", fd), bytes, id)),
             absl::StatusCode::kFailedPrecondition);

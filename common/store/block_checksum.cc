@@ -1,4 +1,4 @@
-#include "cache_store/block_checksum.h"
+#include "common/store/block_checksum.h"
 
 // Inlined so XXH3 is compiled with this build's AVX2 flags; the system library's is SSE2 only
 // (about 7 GB/s against 21 GB/s on the reference machine).
@@ -10,7 +10,7 @@
 
 #include "common/util/check.h"
 
-namespace tandem::cache_store {
+namespace tandem::store {
 namespace {
 
 // Small enough that a chunk copied is still in L1 when it is hashed.
@@ -50,4 +50,4 @@ uint64_t AppendWithChecksum64(std::string& dst, std::span<const uint8_t> src) {
   return XXH3_64bits_digest(&state);
 }
 
-}  // namespace tandem::cache_store
+}  // namespace tandem::store

@@ -1,11 +1,11 @@
-#include "cache_store/block_checksum.h"
+#include "common/store/block_checksum.h"
 
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
-namespace tandem::cache_store {
+namespace tandem::store {
 namespace {
 
 std::vector<uint8_t> Bytes(size_t n) {
@@ -41,4 +41,4 @@ TEST(BlockChecksumTest, ChecksumsSeeEveryByte) {
 }
 
 }  // namespace
-}  // namespace tandem::cache_store
+}  // namespace tandem::store

@@ -7,7 +7,7 @@
 #include <span>
 #include <string>
 
-namespace tandem::cache_store {
+namespace tandem::store {
 
 // Checksum of a block's bytes as the store and its gRPC clients compute it (XXH32, seed 0).
 uint32_t BlockChecksum(std::span<const uint8_t> bytes);
@@ -23,4 +23,4 @@ uint64_t CopyWithChecksum64(std::span<uint8_t> dst, std::span<const uint8_t> src
 // `dst` in the same pass. Unlike resizing then copying, it never zero-fills the new bytes.
 uint64_t AppendWithChecksum64(std::string& dst, std::span<const uint8_t> src);
 
-}  // namespace tandem::cache_store
+}  // namespace tandem::store

@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-namespace tandem::cache_store {
+namespace tandem::store {
 
 inline constexpr uint64_t kShmMagic = 0x314d48534d444e54;  // "TNDMSHM1", little-endian
 inline constexpr int64_t kShmHeaderBytes = 4096;           // block offsets start after it
@@ -16,4 +16,4 @@ struct ShmHeader {
   int64_t file_bytes;    // header included
 };
 
-}  // namespace tandem::cache_store
+}  // namespace tandem::store
