@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "common/kv/block_hash.h"
 #include "common/rpc/status.h"
@@ -225,7 +226,9 @@ void CallState::RunPrefill(bool high_priority) {
 
 void CallState::OnPrefillDone(Worker* worker, std::shared_ptr<Attempt> attempt,
                               const grpc::Status& status) {
-  env_.prefill_pool.End(worker, attempt->request.token_ids_size());
+  // The pool may forget a worker gone long once nothing is in flight to it: end after its last
+  // use here.
+  absl::Cleanup end = [&] { env_.prefill_pool.End(worker, attempt->request.token_ids_size()); };
   tandem::v1::KvHandle kv;
   {
     Lock lock(this);
@@ -304,7 +307,7 @@ bool CallState::OnDecodeMessage(const tandem::v1::DecodeResponse& message) {
 }
 
 void CallState::OnDecodeDone(Worker* worker, const grpc::Status& status) {
-  env_.decode_pool.End(worker, 0);
+  absl::Cleanup end = [&] { env_.decode_pool.End(worker, 0); };  // after its last use
   bool reprefill = false;
   {
     Lock lock(this);

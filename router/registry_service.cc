@@ -70,8 +70,10 @@ std::string RegistryService::KvMismatch(const tandem::v1::KvLayout& worker) cons
 grpc::ServerUnaryReactor* RegistryService::Heartbeat(grpc::CallbackServerContext* context,
                                                      const tandem::v1::HeartbeatRequest* request,
                                                      tandem::v1::HeartbeatResponse* response) {
-  response->set_known(router_.prefill_pool().Heartbeat(request->worker_id(), request->load()) ||
-                      router_.decode_pool().Heartbeat(request->worker_id(), request->load()));
+  HeartbeatResult r = router_.prefill_pool().Heartbeat(request->worker_id(), request->load());
+  if (!r.known) r = router_.decode_pool().Heartbeat(request->worker_id(), request->load());
+  response->set_known(r.known);
+  response->set_resync(r.resync);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
   return reactor;
@@ -84,6 +86,9 @@ void RegistryService::ExpireLoop() {
       for (const std::string& address : pool->ExpireSilent(silence)) {
         Log(LogLevel::kWarning, "router",
             absl::StrCat(address, " missed three heartbeats: out of rotation"));
+      }
+      for (const std::string& address : pool->ForgetGone()) {
+        Log(LogLevel::kInfo, "router", absl::StrCat(address, " has been gone long: forgotten"));
       }
     }
     PublishPoolSizes();

@@ -32,8 +32,7 @@ WorkerPool::State* WorkerPool::AddLocked(const std::string& address) {
     args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, ms);
     args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);  // a long prefill sends no data
   }
-  auto channel =
-      grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  auto channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
   state->worker->prefill = tandem::v1::PrefillWorker::NewStub(channel);
   state->worker->decode = tandem::v1::DecodeWorker::NewStub(channel);
   workers_.push_back(std::move(state));
@@ -45,8 +44,21 @@ void WorkerPool::Remove(const std::string& address) {
   // worker is parked out of rotation for good instead.
   absl::MutexLock lock(&mu_);
   for (const auto& s : workers_) {
-    if (s->worker->address == address) s->failed_until = Clock::time_point::max();
+    if (s->worker->address == address && s->failed_until != Clock::time_point::max()) Retire(*s);
   }
+}
+
+void WorkerPool::Retire(State& s) {
+  s.failed_until = Clock::time_point::max();
+  s.gone_since = Clock::now();
+  s.id.clear();
+  ClearIndex(s);
+}
+
+void WorkerPool::ClearIndex(State& s) {
+  s.lru.clear();
+  s.index.clear();
+  s.synced = false;
 }
 
 std::string WorkerPool::Register(const std::string& address) {
@@ -55,28 +67,43 @@ std::string WorkerPool::Register(const std::string& address) {
   s->id = absl::StrCat(role_, "-", next_id_++);
   s->last_heartbeat = Clock::now();
   s->failed_until = {};  // back in rotation, cold: it may have restarted
-  s->lru.clear();
-  s->index.clear();
+  ClearIndex(*s);
   return s->id;
 }
 
-bool WorkerPool::Heartbeat(const std::string& worker_id, const tandem::v1::WorkerLoad& load) {
+HeartbeatResult WorkerPool::Heartbeat(const std::string& worker_id,
+                                      const tandem::v1::WorkerLoad& load) {
   absl::MutexLock lock(&mu_);
   State* s = nullptr;
   for (const auto& w : workers_) {
     if (!worker_id.empty() && w->id == worker_id) s = w.get();
   }
-  if (s == nullptr || s->failed_until == Clock::time_point::max()) return false;
+  if (s == nullptr || s->failed_until == Clock::time_point::max()) return {};
   s->last_heartbeat = Clock::now();
   s->reported_requests = load.running() + load.waiting();
   s->reported_tokens = load.queued_tokens();
+  const uint64_t first = load.kv_events_first_seq();
   if (load.full_block_snapshot()) {
-    s->lru.clear();
-    s->index.clear();
+    ClearIndex(*s);
+    for (uint64_t h : load.new_block_hashes()) Remember(*s, h, options_.index_capacity);
+    s->next_event_seq = first;
+    s->synced = true;
+  } else if (!s->synced || first > s->next_event_seq) {
+    ClearIndex(*s);  // what it knew is stale by an unknown amount
+    return {.known = true, .resync = true};
   }
-  for (uint64_t h : load.new_block_hashes()) Remember(*s, h, options_.index_capacity);
-  for (uint64_t h : load.evicted_block_hashes()) Forget(*s, h);
-  return true;
+  // Events before next_event_seq were applied already (a heartbeat sent twice).
+  const auto& events = load.kv_events();
+  for (int i = 0; i < events.size(); ++i) {
+    if (first + i < s->next_event_seq) continue;
+    if (events[i].removed()) {
+      Forget(*s, events[i].block_hash());
+    } else {
+      Remember(*s, events[i].block_hash(), options_.index_capacity);
+    }
+  }
+  s->next_event_seq = std::max(s->next_event_seq, first + events.size());
+  return {.known = true};
 }
 
 std::vector<std::string> WorkerPool::ExpireSilent(Clock::duration max_silence) {
@@ -86,14 +113,32 @@ std::vector<std::string> WorkerPool::ExpireSilent(Clock::duration max_silence) {
   for (const auto& s : workers_) {
     if (s->id.empty() || s->failed_until == Clock::time_point::max()) continue;
     if (now - s->last_heartbeat > max_silence) {
-      s->failed_until = Clock::time_point::max();
-      s->id.clear();
-      s->lru.clear();
-      s->index.clear();
+      Retire(*s);
       expired.push_back(s->worker->address);
     }
   }
   return expired;
+}
+
+std::vector<std::string> WorkerPool::ForgetGone() {
+  absl::MutexLock lock(&mu_);
+  const Clock::time_point now = Clock::now();
+  std::vector<std::string> forgotten;
+  std::erase_if(workers_, [&](const std::unique_ptr<State>& s) {
+    const bool gone = s->failed_until == Clock::time_point::max() &&
+                      now - s->gone_since >= options_.forget_after && s->inflight_requests == 0;
+    if (gone) forgotten.push_back(s->worker->address);
+    return gone;
+  });
+  return forgotten;
+}
+
+std::vector<uint64_t> WorkerPool::KnownBlocks(const std::string& address) const {
+  absl::MutexLock lock(&mu_);
+  for (const auto& s : workers_) {
+    if (s->worker->address == address) return {s->lru.begin(), s->lru.end()};
+  }
+  return {};
 }
 
 int WorkerPool::available() const {
@@ -121,7 +166,8 @@ Worker* WorkerPool::Pick(const std::vector<Worker*>& exclude, Score score) {
   State* best = nullptr;
   // Rank: usable first (not excluded, not backing off), then the score (lower is better).
   auto key = [&](const State& s) {
-    const bool excluded = std::find(exclude.begin(), exclude.end(), s.worker.get()) != exclude.end();
+    const bool excluded =
+        std::find(exclude.begin(), exclude.end(), s.worker.get()) != exclude.end();
     const bool failing = s.failed_until > now;
     return std::make_tuple(excluded || failing, s.failed_until == Clock::time_point::max(),
                            score(s));
@@ -199,8 +245,7 @@ void WorkerPool::MarkFailed(Worker* worker) {
   State* s = Find(worker);
   if (s != nullptr && s->failed_until != Clock::time_point::max()) {
     s->failed_until = Clock::now() + options_.failure_backoff;
-    s->lru.clear();  // a restarted worker starts cold
-    s->index.clear();
+    ClearIndex(*s);  // a restarted worker starts cold
   }
 }
 

@@ -37,12 +37,22 @@ struct Worker {
 
 struct WorkerPoolOptions {
   int block_size = 16;
-  size_t index_capacity = 1 << 16;                            // block hashes per worker
-  std::chrono::milliseconds failure_backoff{2000};            // out of rotation after a failure
+  size_t index_capacity = 1 << 16;                  // block hashes per worker
+  std::chrono::milliseconds failure_backoff{2000};  // out of rotation after a failure
   // HTTP/2 ping period on each worker's channel while calls are in flight; a worker that does
   // not answer within the same time (hung, stopped, its host gone) has its connection closed,
   // so its calls fail and are retried or migrated. Zero: no pings.
   std::chrono::milliseconds keepalive{10000};
+  // A worker out of rotation for good (removed, or expired after missing heartbeats) for this
+  // long is forgotten: its channel and state are freed, so pods that restart under new
+  // addresses do not grow the router forever. It is kept while calls to it are in flight.
+  std::chrono::milliseconds forget_after{std::chrono::minutes(10)};
+};
+
+// What the router answers a heartbeat.
+struct HeartbeatResult {
+  bool known = false;   // false: register again
+  bool resync = false;  // KV events are missing: send a full snapshot next
 };
 
 class WorkerPool {
@@ -58,12 +68,18 @@ class WorkerPool {
   int available() const;
 
   // Registry: a worker that registers is added (or returned to rotation, cold) and gets an id;
-  // its heartbeats report load and resident prefix blocks. False for an unknown id.
+  // its heartbeats report load and its prefix index as KV events (see workers.proto): the pool
+  // applies the events after the last one it has, and asks for a resync when some are missing.
   std::string Register(const std::string& address);
-  bool Heartbeat(const std::string& worker_id, const tandem::v1::WorkerLoad& load);
+  HeartbeatResult Heartbeat(const std::string& worker_id, const tandem::v1::WorkerLoad& load);
   // Takes registered workers silent for longer than `max_silence` out of rotation (until they
   // register again); returns their addresses.
   std::vector<std::string> ExpireSilent(Clock::duration max_silence);
+  // Frees the workers out of rotation for good for longer than `forget_after` with no call in
+  // flight; returns their addresses.
+  std::vector<std::string> ForgetGone();
+  // The prefix blocks the pool believes `address` holds (tests, diagnostics).
+  std::vector<uint64_t> KnownBlocks(const std::string& address) const;
 
   // Prefill choice: fewest uncached prefix blocks plus queued tokens in blocks, ties by load.
   // Decode choice: most resident prefix blocks, then least load. Workers that failed recently
@@ -80,13 +96,17 @@ class WorkerPool {
  private:
   struct State {
     std::unique_ptr<Worker> worker;
-    std::string id;                  // registry id; empty for statically configured workers
+    std::string id;  // registry id; empty for statically configured workers
     Clock::time_point last_heartbeat{};
-    int64_t inflight_requests = 0;   // what this router sent
+    int64_t inflight_requests = 0;  // what this router sent
     int64_t inflight_tokens = 0;
-    int64_t reported_requests = 0;   // what the worker last reported (every router's share)
+    int64_t reported_requests = 0;  // what the worker last reported (every router's share)
     int64_t reported_tokens = 0;
-    Clock::time_point failed_until{};
+    Clock::time_point failed_until{};  // max: out of rotation for good
+    Clock::time_point gone_since{};    // when failed_until became max
+    // KV events: the next sequence number expected, once a full snapshot has been applied.
+    uint64_t next_event_seq = 0;
+    bool synced = false;
     // LRU of resident block hashes: front = most recent.
     std::list<uint64_t> lru;
     absl::flat_hash_map<uint64_t, std::list<uint64_t>::iterator> index;
@@ -94,6 +114,8 @@ class WorkerPool {
   State* Find(Worker* worker) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   State* FindAddress(const std::string& address) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   State* AddLocked(const std::string& address) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static void Retire(State& s);  // out of rotation for good, its index dropped
+  static void ClearIndex(State& s);
   static void Remember(State& s, uint64_t hash, size_t capacity);
   static void Forget(State& s, uint64_t hash);
   static int64_t Requests(const State& s) {

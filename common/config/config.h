@@ -62,6 +62,7 @@ struct RouterConfig {
   double heartbeat_interval_seconds = 1;
   double drain_seconds = 30;  // on SIGTERM: time for requests in flight to finish
   double worker_keepalive_seconds = 10;
+  double forget_workers_after_seconds = 600;  // gone (removed or expired) this long: freed
 };
 
 struct BalancerConfig {

@@ -250,6 +250,11 @@ std::vector<Field> MakeSchema() {
            "HTTP/2 ping period to workers while calls are in flight; a worker silent for as long "
            "again (hung, stopped, host gone) is disconnected and its requests are retried or "
            "migrated; 0 turns pings off"),
+      Real("router.forget_workers_after_seconds",
+           TANDEM_CONFIG_REF(router.forget_workers_after_seconds), 0, 7 * 24 * 3600,
+           "a worker out of rotation this long (removed, or expired after three missed "
+           "heartbeats) with no call in flight is forgotten: its channel and state are freed, so "
+           "pods restarting under new addresses do not grow the router"),
       Real("router.drain_seconds", TANDEM_CONFIG_REF(router.drain_seconds), 0, 3600,
            "on SIGTERM: how long requests in flight may take to finish (new ones get "
            "UNAVAILABLE and health reports NOT_SERVING) before the server stops"),

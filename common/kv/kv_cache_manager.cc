@@ -68,6 +68,7 @@ int32_t KvCacheManager::AllocateBlock(BlockKind kind, bool only_kind) {
   if (evicted) {
     const size_t erased = index_.erase(evicted_hash);
     TANDEM_CHECK(erased == 1, "an evicted block missing from the prefix index");
+    events_.Removed(evicted_hash);
     ++evictions_;
   }
   return id;
@@ -158,7 +159,10 @@ void KvCacheManager::CommitTokens(int64_t seq_id, std::span<const int32_t> token
     const int32_t id = seq.blocks[i];
     if (id == kNoBlock || pool_->block(id).indexed) continue;
     // An identical block already indexed wins; this one stays unindexed (freed on release).
-    if (index_.try_emplace(h, id).second) pool_->SetIndexed(id, h);
+    if (index_.try_emplace(h, id).second) {
+      pool_->SetIndexed(id, h);
+      events_.Stored(h);
+    }
   }
 }
 
@@ -272,7 +276,9 @@ KvCacheStats KvCacheManager::Stats() const {
 
 void KvCacheManager::ResetPrefixCache() {
   for (int32_t id = pool_->LruHead(); id != kNoBlock; id = pool_->LruHead()) {
-    index_.erase(pool_->DropCached(id));
+    const BlockHash hash = pool_->DropCached(id);
+    index_.erase(hash);
+    events_.Removed(hash);
   }
 }
 
@@ -352,6 +358,7 @@ absl::StatusOr<ImportResult> KvCacheManager::InsertCachedBlocks(
     ConvertBlock(block_data[i], from, arena_.Block(id), arena_.LayoutOf(id));
     index_.emplace(hashes[i], id);
     pool_->SetIndexed(id, hashes[i]);
+    events_.Stored(hashes[i]);
     fresh.push_back(id);
   }
   // Last block released first: within a chain the tail is evicted before the head.

@@ -13,6 +13,7 @@
 #include "common/kv/block_hash.h"
 #include "common/kv/block_pool.h"
 #include "common/kv/kv_cache_stats.h"
+#include "common/kv/kv_events.h"
 #include "common/kv/kv_layout.h"
 
 namespace tandem::kv {
@@ -133,8 +134,10 @@ class KvCacheManager {
   // Drops every cached (evictable) block to free and out of the index. Blocks in use stay.
   void ResetPrefixCache();
   // Every hash in the prefix index (blocks a new prompt could reuse), in no particular order:
-  // what a worker reports to the router's prefix-aware routing.
+  // the full snapshot a worker reports to the router's prefix-aware routing.
   std::vector<BlockHash> IndexedHashes() const;
+  // Every change to the prefix index since, in order: what a worker reports between snapshots.
+  const KvEventLog& events() const { return events_; }
 
   // --- Support for kv_transfer and tests. ---
 
@@ -191,6 +194,7 @@ class KvCacheManager {
   int64_t evictions_ = 0;
   int64_t narrowed_ = 0;
   int64_t window_evicted_ = 0;
+  KvEventLog events_;
 };
 
 }  // namespace tandem::kv

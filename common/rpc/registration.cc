@@ -70,7 +70,9 @@ void WorkerRegistration::Run() {
     context.set_deadline(In(std::max(1.0, interval)));
     tandem::v1::HeartbeatResponse response;
     const grpc::Status s = stub_->Heartbeat(&context, request, &response);
-    full = !s.ok();
+    // A lost heartbeat may have carried events the router never applied, and a router that
+    // missed some asks to resync: either way the next one is a full snapshot.
+    full = !s.ok() || response.resync();
     if (s.ok() && !response.known()) {
       id = Register(&interval);
       full = true;

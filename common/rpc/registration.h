@@ -16,8 +16,8 @@ namespace tandem::rpc {
 class WorkerRegistration {
  public:
   // Fills the load for one heartbeat (called on the registration thread). With `full`, the
-  // block hashes are a full snapshot (set full_block_snapshot); otherwise the change since the
-  // last call.
+  // block hashes are a full snapshot (set full_block_snapshot); otherwise the KV events since
+  // the last call. `full` follows registering, a failed heartbeat and a router's resync.
   using LoadFn = std::function<void(tandem::v1::WorkerLoad* load, bool full)>;
   // Told the router's answer to each registration it decides (called on the registration
   // thread): true when it accepted the worker, false when it refused it (FAILED_PRECONDITION:

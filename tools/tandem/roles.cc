@@ -9,7 +9,6 @@
 #include <type_traits>
 #include <utility>
 
-#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
@@ -22,6 +21,7 @@
 #include "common/rpc/engine_proto.h"
 #include "common/rpc/registration.h"
 #include "common/rpc/server.h"
+#include "common/rpc/worker_load.h"
 #include "common/store/store_pool.h"
 #include "common/tokenizer/tokenizer.h"
 #include "common/util/log.h"
@@ -284,6 +284,7 @@ class WorkerRole final : public ServedRole {
     TANDEM_ASSIGN_OR_RETURN(auto server, rpc::StartServer(listen, {service_.get()}, {name}));
     Serve(std::move(server), {name});
     reporter_ = std::thread([this] { Report(); });
+    load_reporter_ = std::make_unique<rpc::WorkerLoadReporter>(*loop_);
     if (!wc.router.empty()) {
       tandem::v1::RegisterRequest r;
       r.set_role(std::is_same_v<Service, decode::DecodeService> ? tandem::v1::WORKER_ROLE_DECODE
@@ -324,37 +325,13 @@ class WorkerRole final : public ServedRole {
     } while (!stop_.WaitForNotificationWithTimeout(absl::Milliseconds(500)));
   }
 
-  // A heartbeat's load: engine occupancy, lookups, and the prefix blocks that became resident
-  // or left since the last one (all of them when `full`).
+  // A heartbeat's load: engine occupancy and prefix index (WorkerLoadReporter), and lookups.
   void FillLoad(tandem::v1::WorkerLoad* load, bool full) {
-    const engine::EngineLoop::Stats s = loop_->GetStats();
-    load->set_running(s.running);
-    load->set_waiting(s.waiting);
-    if (s.kv.total_blocks > 0) {
-      load->set_kv_usage(static_cast<double>(s.kv.used_blocks) / s.kv.total_blocks);
-    }
+    load_reporter_->Fill(load, full);
     if constexpr (std::is_same_v<Service, decode::DecodeService>) {
       load->set_kv_hits(service_->kv_hits());
       load->set_kv_misses(service_->kv_misses());
     }
-    auto hashes = std::make_shared<std::vector<uint64_t>>();
-    auto done = std::make_shared<absl::Notification>();
-    loop_->Post([hashes, done](engine::Engine& e) {
-      *hashes = e.kv_cache().IndexedHashes();
-      done->Notify();
-    });
-    if (!done->WaitForNotificationWithTimeout(absl::Seconds(1))) return;  // busy: next time
-    absl::flat_hash_set<uint64_t> current(hashes->begin(), hashes->end());
-    load->set_full_block_snapshot(full);
-    for (uint64_t h : current) {
-      if (full || !reported_.contains(h)) load->add_new_block_hashes(h);
-    }
-    if (!full) {
-      for (uint64_t h : reported_) {
-        if (!current.contains(h)) load->add_evicted_block_hashes(h);
-      }
-    }
-    reported_ = std::move(current);
   }
 
   std::unique_ptr<ThreadPool> pool_;
@@ -366,7 +343,7 @@ class WorkerRole final : public ServedRole {
   absl::Notification stop_;
   std::thread reporter_;
   std::unique_ptr<rpc::WorkerRegistration> registration_;
-  absl::flat_hash_set<uint64_t> reported_;  // registration thread only
+  std::unique_ptr<rpc::WorkerLoadReporter> load_reporter_;  // registration thread only
 };
 
 class RouterRole final : public ServedRole {
@@ -423,6 +400,8 @@ class RouterRole final : public ServedRole {
     o.pool.block_size = c.kv_cache.block_size;
     o.pool.keepalive =
         std::chrono::milliseconds(static_cast<int64_t>(c.router.worker_keepalive_seconds * 1000));
+    o.pool.forget_after = std::chrono::milliseconds(
+        static_cast<int64_t>(c.router.forget_workers_after_seconds * 1000));
     o.colocated = c.router.mode == "colocated";
     drain_ = std::chrono::duration<double>(c.router.drain_seconds);
     service_ = std::make_unique<router::RouterService>(o, tokenizer_.get(), &metrics);

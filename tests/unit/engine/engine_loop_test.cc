@@ -34,7 +34,10 @@ class Collector {
   }
   bool WaitFinished(int n) {
     absl::MutexLock lock(&mu_);
-    auto done = [&] { return finished_ >= n; };
+    auto done = [&] {
+      mu_.AssertHeld();  // Await evaluates it under mu_
+      return finished_ >= n;
+    };
     return mu_.AwaitWithTimeout(absl::Condition(&done), absl::Seconds(60));
   }
   struct Result {
