@@ -5,8 +5,8 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "cache_store/block_store.h"
 #include "common/rpc/status.h"
+#include "common/store/block_checksum.h"
 #include "common/util/status_macros.h"
 
 namespace tandem::store {
