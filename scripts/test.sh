@@ -5,7 +5,9 @@
 #      (Dockerfile lint, kustomize overlays against the Kubernetes schemas, promtool, a real
 #      Prometheus scraping `tandem serve`)
 #   2. ASan+UBSan build: unit tests
-#   3. libFuzzer build (clang): each fuzz target for TANDEM_FUZZ_SECONDS (default 30)
+#   3. clang ThreadSanitizer build, with clang's -Wthread-safety as errors (the locking
+#      annotations are checked): unit tests under TSan, and the tandem binary compiled
+#   4. libFuzzer build (clang): each fuzz target for TANDEM_FUZZ_SECONDS (default 30)
 # Usage: scripts/test.sh [--quick]   (--quick skips the sanitizer and fuzz passes)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,6 +31,15 @@ ninja -C build-asan unit_tests
 echo "== ASan+UBSan unit tests"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build-asan -L unit -j "$jobs" --output-on-failure --timeout 900
+
+echo "== clang ThreadSanitizer build (-Wthread-safety as errors)"
+CC=clang CXX=clang++ cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DTANDEM_TSAN=ON -DTANDEM_BUILD_BENCH=OFF >/dev/null
+ninja -C build-tsan unit_tests tandem
+echo "== ThreadSanitizer unit tests"
+# Debian's libraries are not built with TSan: see tests/tsan.supp and tests/tsan/.
+TSAN_OPTIONS="halt_on_error=1 ignore_noninstrumented_modules=1 suppressions=$PWD/tests/tsan.supp" \
+  ctest --test-dir build-tsan -L unit -j "$jobs" --output-on-failure --timeout 900
 
 echo "== fuzz (${fuzz_seconds}s per target)"
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
