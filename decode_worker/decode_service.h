@@ -14,6 +14,7 @@
 #include <functional>
 
 #include "common/engine/engine_loop.h"
+#include "common/rpc/worker_agent.h"
 #include "common/store/store_pool.h"
 #include "common/util/work_queue.h"
 #include "tandem/v1/workers.grpc.pb.h"
@@ -31,7 +32,8 @@ struct DecodeServiceOptions {
   std::function<void(double)> on_transfer;
 };
 
-class DecodeService final : public tandem::v1::DecodeWorker::CallbackService {
+class DecodeService final : public tandem::v1::DecodeWorker::CallbackService,
+                            public rpc::WorkerCounters {
  public:
   // `loop` and `store` must outlive the service; destroy the loop first.
   DecodeService(engine::EngineLoop& loop, store::StorePool& store,
@@ -40,9 +42,10 @@ class DecodeService final : public tandem::v1::DecodeWorker::CallbackService {
   grpc::ServerWriteReactor<tandem::v1::DecodeResponse>* Decode(
       grpc::CallbackServerContext* context, const tandem::v1::DecodeRequest* request) override;
 
-  int64_t kv_hits() const { return kv_hits_.load(); }
-  int64_t kv_misses() const { return kv_misses_.load(); }
-  int64_t kv_bytes() const { return kv_bytes_.load(); }  // fetched from the store
+  bool counts_lookups() const override { return true; }
+  int64_t kv_hits() const override { return kv_hits_.load(); }
+  int64_t kv_misses() const override { return kv_misses_.load(); }
+  int64_t kv_bytes() const override { return kv_bytes_.load(); }  // fetched from the store
 
  private:
   friend class DecodeCall;

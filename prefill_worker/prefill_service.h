@@ -15,6 +15,7 @@
 
 #include "common/engine/engine_loop.h"
 #include "common/model/pruning_check.h"
+#include "common/rpc/worker_agent.h"
 #include "common/store/store_pool.h"
 #include "common/util/work_queue.h"
 #include "tandem/v1/workers.grpc.pb.h"
@@ -38,7 +39,8 @@ struct PrefillServiceOptions {
 // Longest prompt the stability monitor samples.
 inline constexpr int64_t kMaxStabilityCheckTokens = 8192;
 
-class PrefillService final : public tandem::v1::PrefillWorker::CallbackService {
+class PrefillService final : public tandem::v1::PrefillWorker::CallbackService,
+                             public rpc::WorkerCounters {
  public:
   // `loop` and `store` must outlive the service.
   PrefillService(engine::EngineLoop& loop, store::StorePool& store,
@@ -48,7 +50,7 @@ class PrefillService final : public tandem::v1::PrefillWorker::CallbackService {
                                     const tandem::v1::PrefillRequest* request,
                                     tandem::v1::PrefillResponse* response) override;
 
-  int64_t kv_bytes() const { return kv_bytes_.load(); }  // uploaded to the store
+  int64_t kv_bytes() const override { return kv_bytes_.load(); }  // uploaded to the store
 
  private:
   friend class PrefillCall;

@@ -25,7 +25,7 @@ ALLOWED = {
     "common/config": {"common/util"},
     "common/metrics": {"common/util"},
     "common/store": {"common/util", "common/rpc"},
-    "common/rpc": {"common/util", "common/engine", "common/kv", "common/model"},
+    "common/rpc": {"common/util", "common/engine", "common/kv", "common/model", "common/metrics"},
 }
 for role in ROLES:
     ALLOWED[role] = {"common/" + c for c in COMMON}

@@ -6,7 +6,6 @@
 #include <atomic>
 #include <filesystem>
 #include <thread>
-#include <type_traits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -17,18 +16,17 @@
 #include "common/engine/engine_loop.h"
 #include "common/model/model.h"
 #include "common/model/pruning.h"
-#include "common/model/pruning_check.h"
 #include "common/rpc/engine_proto.h"
 #include "common/rpc/registration.h"
 #include "common/rpc/server.h"
-#include "common/rpc/worker_load.h"
+#include "common/rpc/worker_agent.h"
 #include "common/store/store_pool.h"
 #include "common/tokenizer/tokenizer.h"
 #include "common/util/log.h"
 #include "common/util/status_macros.h"
 #include "common/util/thread_pool.h"
-#include "decode_worker/decode_service.h"
-#include "prefill_worker/prefill_service.h"
+#include "decode_worker/decode_worker.h"
+#include "prefill_worker/prefill_worker.h"
 #include "router/registry_service.h"
 #include "router/router_service.h"
 
@@ -92,36 +90,6 @@ absl::StatusOr<engine::EngineOptions> EngineOptionsFor(const config::TandemConfi
   }
   o.pruning.min_batch_size = pop.min_batch_size;
   return o;
-}
-
-// Exports each attention-stability check (POP's runtime monitor) as
-// tandem_pruning_attention_cosine{layer} and counts it; a check with a pruned layer below
-// `alert_below` is logged and counted as an alert.
-std::function<void(const std::vector<model::LayerSimilarity>&)> StabilityReporter(
-    metrics::Metrics& metrics, const std::string& role, const std::vector<uint8_t>& pruned,
-    double alert_below) {
-  std::vector<prometheus::Gauge*> cosine(pruned.size(), nullptr);
-  for (size_t layer = 0; layer < pruned.size(); ++layer) {
-    if (pruned[layer]) cosine[layer] = metrics.PruningCosine(role, static_cast<int>(layer));
-  }
-  return [cosine, m = metrics.ForRole(role),
-          alert_below](const std::vector<model::LayerSimilarity>& layers) {
-    const model::LayerSimilarity* worst = nullptr;
-    for (const model::LayerSimilarity& l : layers) {
-      if (cosine[l.layer] != nullptr) cosine[l.layer]->Set(l.cosine);
-      if (worst == nullptr || l.cosine < worst->cosine) worst = &l;
-    }
-    if (worst == nullptr || worst->cosine >= alert_below) {
-      m.stability_checks->Increment();
-      return;
-    }
-    m.stability_alerts->Increment();
-    Log(LogLevel::kWarning, "prefill",
-        absl::StrCat("pruning attention-stability alert: layer ", worst->layer,
-                     " attention-output cosine ", worst->cosine, " < ", alert_below,
-                     " (pruned vs full prefill of a sampled prompt); consider a later "
-                     "kv_cache_optimization.pruning.start_layer"));
-  };
 }
 
 // Drains on Drain(); the server goes first on destruction.
@@ -228,122 +196,64 @@ class CacheStoreRole final : public ServedRole {
   std::thread reporter_;
 };
 
-// A prefill or decode worker: its model, engine loop, store client and service, plus a thread
-// that publishes the engine's load to the role's metrics.
-template <typename Service>
+// A prefill or decode worker: its model, engine loop and store client, and the worker itself
+// (prefill_worker/, decode_worker/: service, metrics, registration).
 class WorkerRole final : public ServedRole {
  public:
   ~WorkerRole() override {
-    registration_.reset();
+    if (worker_ != nullptr) worker_->StopAgent();
     StopServer();
-    stop_.Notify();
-    if (reporter_.joinable()) reporter_.join();
     loop_.reset();  // ends requests still in the engine while the service is alive
-    service_.reset();
+    worker_.reset();
   }
 
   absl::Status Start(const config::TandemConfig& c, int threads, const config::WorkerConfig& wc,
-                     const char* name, metrics::Metrics& metrics, const std::string& role) {
-    const std::string& listen = wc.listen;
+                     const char* name, metrics::Metrics& metrics, bool prefill) {
     pool_ = std::make_unique<ThreadPool>(threads > 0 ? threads : c.model.threads);
     model::WeightLoadOptions load;
     TANDEM_ASSIGN_OR_RETURN(load.memory, model::ParseWeightMemory(c.model.weight_memory));
     TANDEM_ASSIGN_OR_RETURN(model_, model::Model::Load(c.model.path, *pool_, load));
-    TANDEM_ASSIGN_OR_RETURN(
-        engine::EngineOptions options,
-        EngineOptionsFor(c, model_->config(), std::is_same_v<Service, prefill::PrefillService>));
+    TANDEM_ASSIGN_OR_RETURN(engine::EngineOptions options,
+                            EngineOptionsFor(c, model_->config(), prefill));
     TANDEM_ASSIGN_OR_RETURN(auto engine, engine::Engine::Create(*model_, options));
     loop_ = std::make_unique<engine::EngineLoop>(std::move(engine));
     store_ = std::make_unique<store::StorePool>(
         c.cache_store.shards, ModelId(c),
         store::StorePoolOptions{.chunk_bytes = c.cache_store.chunk_bytes,
                                 .shared_memory = c.cache_store.shared_memory});
-    metrics_ = metrics.ForRole(role);
-    // Layers a pruned prefill skips: 0 unless this is a prefill worker with POP on.
-    const std::vector<uint8_t> pruned =
-        model::PrunedLayers(options.pruning.settings, model_->config().num_layers);
-    metrics_.pruned_layers->Set(
-        options.pruning.enabled ? static_cast<double>(std::count(pruned.begin(), pruned.end(), 1))
-                                : 0.0);
-    std::function<void(double)> on_transfer = [h = metrics_.kv_transfer_time](double s) {
-      h->Observe(s);
-    };
-    if constexpr (std::is_same_v<Service, decode::DecodeService>) {
-      service_ = std::make_unique<Service>(
-          *loop_, *store_, decode::DecodeServiceOptions{.on_transfer = std::move(on_transfer)});
-    } else {
-      prefill::PrefillServiceOptions prefill_options;
-      prefill_options.on_transfer = std::move(on_transfer);
+    if (prefill) {
+      prefill::PrefillWorkerOptions o;
       if (options.pruning.enabled) {
-        prefill_options.stability_sample_rate = c.kv_cache_optimization.monitor_sample_rate;
-        prefill_options.on_stability =
-            StabilityReporter(metrics, role, pruned, c.kv_cache_optimization.monitor_alert_below);
+        o.pruned_layers =
+            model::PrunedLayers(options.pruning.settings, model_->config().num_layers);
+        o.stability_sample_rate = c.kv_cache_optimization.monitor_sample_rate;
+        o.stability_alert_below = c.kv_cache_optimization.monitor_alert_below;
       }
-      service_ = std::make_unique<Service>(*loop_, *store_, std::move(prefill_options));
+      worker_ = std::make_unique<prefill::PrefillWorker>(*loop_, *store_, metrics, o);
+    } else {
+      worker_ = std::make_unique<decode::DecodeWorker>(*loop_, *store_, metrics);
     }
-    TANDEM_ASSIGN_OR_RETURN(auto server, rpc::StartServer(listen, {service_.get()}, {name}));
+    TANDEM_ASSIGN_OR_RETURN(auto server, rpc::StartServer(wc.listen, {worker_->service()}, {name}));
     Serve(std::move(server), {name});
-    reporter_ = std::thread([this] { Report(); });
-    load_reporter_ = std::make_unique<rpc::WorkerLoadReporter>(*loop_);
-    if (!wc.router.empty()) {
-      tandem::v1::RegisterRequest r;
-      r.set_role(std::is_same_v<Service, decode::DecodeService> ? tandem::v1::WORKER_ROLE_DECODE
-                                                                : tandem::v1::WORKER_ROLE_PREFILL);
-      r.set_address(rpc::AdvertisedAddress(wc.advertise, address()));
-      r.set_model_id(ModelId(c));
-      TANDEM_ASSIGN_OR_RETURN(*r.mutable_layout(), KvLayoutMessage(c, model_->config()));
-      // A worker the router refuses (another model or KV layout) is not ready until it is
-      // accepted, so the refusal shows in its readiness probe as well as its log.
-      registration_ = std::make_unique<rpc::WorkerRegistration>(
-          wc.router, std::move(r),
-          [this](tandem::v1::WorkerLoad* load, bool full) { FillLoad(load, full); },
-          [this](bool accepted) { SetReady(accepted); });
-    }
+    rpc::WorkerAgentOptions agent;
+    agent.router = wc.router;
+    agent.registration.set_address(rpc::AdvertisedAddress(wc.advertise, address()));
+    agent.registration.set_model_id(ModelId(c));
+    TANDEM_ASSIGN_OR_RETURN(*agent.registration.mutable_layout(),
+                            KvLayoutMessage(c, model_->config()));
+    // A worker the router refuses (another model or KV layout) is not ready until it is
+    // accepted, so the refusal shows in its readiness probe as well as its log.
+    agent.on_accepted = [this](bool accepted) { SetReady(accepted); };
+    worker_->StartAgent(std::move(agent));
     return absl::OkStatus();
   }
 
  private:
-  void Report() {
-    int64_t hits = 0, misses = 0, bytes = 0, requantized = 0;
-    do {
-      metrics_.kv_transfer_bytes->Increment(static_cast<double>(service_->kv_bytes() - bytes));
-      bytes = service_->kv_bytes();
-      const engine::EngineLoop::Stats s = loop_->GetStats();
-      metrics_.requests_running->Set(s.running);
-      metrics_.requests_waiting->Set(s.waiting);
-      if (s.kv.total_blocks > 0) {
-        metrics_.kv_cache_usage->Set(static_cast<double>(s.kv.used_blocks) / s.kv.total_blocks);
-      }
-      metrics_.kv_requantized_blocks->Increment(static_cast<double>(s.kv.narrowed - requantized));
-      requantized = s.kv.narrowed;
-      if constexpr (std::is_same_v<Service, decode::DecodeService>) {
-        metrics_.kv_lookup_hits->Increment(static_cast<double>(service_->kv_hits() - hits));
-        metrics_.kv_lookup_misses->Increment(static_cast<double>(service_->kv_misses() - misses));
-        hits = service_->kv_hits();
-        misses = service_->kv_misses();
-      }
-    } while (!stop_.WaitForNotificationWithTimeout(absl::Milliseconds(500)));
-  }
-
-  // A heartbeat's load: engine occupancy and prefix index (WorkerLoadReporter), and lookups.
-  void FillLoad(tandem::v1::WorkerLoad* load, bool full) {
-    load_reporter_->Fill(load, full);
-    if constexpr (std::is_same_v<Service, decode::DecodeService>) {
-      load->set_kv_hits(service_->kv_hits());
-      load->set_kv_misses(service_->kv_misses());
-    }
-  }
-
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<model::Model> model_;
   std::unique_ptr<store::StorePool> store_;
   std::unique_ptr<engine::EngineLoop> loop_;
-  std::unique_ptr<Service> service_;
-  metrics::RoleMetrics metrics_;
-  absl::Notification stop_;
-  std::thread reporter_;
-  std::unique_ptr<rpc::WorkerRegistration> registration_;
-  std::unique_ptr<rpc::WorkerLoadReporter> load_reporter_;  // registration thread only
+  std::unique_ptr<rpc::Worker> worker_;
 };
 
 class RouterRole final : public ServedRole {
@@ -448,16 +358,17 @@ absl::StatusOr<std::unique_ptr<Role>> StartCacheStore(const config::TandemConfig
 
 absl::StatusOr<std::unique_ptr<Role>> StartPrefill(const config::TandemConfig& config, int threads,
                                                    metrics::Metrics& metrics) {
-  auto role = std::make_unique<WorkerRole<prefill::PrefillService>>();
+  auto role = std::make_unique<WorkerRole>();
   TANDEM_RETURN_IF_ERROR(
-      role->Start(config, threads, config.prefill, kPrefill, metrics, "prefill"));
+      role->Start(config, threads, config.prefill, kPrefill, metrics, /*prefill=*/true));
   return role;
 }
 
 absl::StatusOr<std::unique_ptr<Role>> StartDecode(const config::TandemConfig& config, int threads,
                                                   metrics::Metrics& metrics) {
-  auto role = std::make_unique<WorkerRole<decode::DecodeService>>();
-  TANDEM_RETURN_IF_ERROR(role->Start(config, threads, config.decode, kDecode, metrics, "decode"));
+  auto role = std::make_unique<WorkerRole>();
+  TANDEM_RETURN_IF_ERROR(
+      role->Start(config, threads, config.decode, kDecode, metrics, /*prefill=*/false));
   return role;
 }
 

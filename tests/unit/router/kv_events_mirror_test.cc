@@ -1,8 +1,9 @@
-// KV events end to end, without the network: a real engine serves random prompts in a cache
+// KV events end to end. Without the network: a real engine serves random prompts in a cache
 // small enough to evict; its heartbeats (WorkerLoadReporter) feed the router's WorkerPool. After
 // every heartbeat the pool applies, its view of the worker equals the worker's prefix index;
 // a heartbeat lost on the way is noticed as a gap, answered with a resync, and the snapshot
-// that follows restores the view.
+// that follows restores the view. Then over gRPC: a decode worker's agent registers with a real
+// registry and its heartbeats bring the router the worker's index.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,7 +14,11 @@
 #include "absl/synchronization/notification.h"
 #include "common/engine/engine_loop.h"
 #include "common/rpc/worker_load.h"
+#include "decode_worker/decode_worker.h"
+#include "router/registry_service.h"
+#include "router/router_service.h"
 #include "router/worker_pool.h"
+#include "tests/unit/testing/eventually.h"
 #include "tests/unit/testing/serving.h"
 
 namespace tandem::router {
@@ -102,6 +107,49 @@ TEST_F(KvEventsMirrorTest, TheRoutersViewFollowsRandomAdmissionsEvictionsAndALos
   });
   ASSERT_TRUE(done->WaitForNotificationWithTimeout(absl::Seconds(30)));
   EXPECT_GT(*evictions, 0);  // the cache was small enough to evict
+}
+
+TEST_F(KvEventsMirrorTest, AWorkersAgentRegistersAndItsIndexReachesTheRouter) {
+  RouterOptions o;
+  o.model_id = "tiny";
+  RouterService router(o, nullptr, nullptr);
+  RegistryService registry(router, std::chrono::milliseconds(50), nullptr);
+  std::string address;
+  auto server = testing::ServeOnLoopback(&registry, &address);
+
+  metrics::Metrics metrics;
+  engine::EngineLoop loop(MakeEngine(DType::kF32, /*num_blocks=*/24));
+  store::StorePool store({}, "tiny");
+  decode::DecodeWorker worker(loop, store, metrics);
+  rpc::WorkerAgentOptions agent;
+  agent.router = address;
+  agent.registration.set_address("127.0.0.1:7777");  // never dialled here
+  agent.registration.set_model_id("tiny");
+  absl::Notification accepted;
+  agent.on_accepted = [&](bool ok) {
+    if (ok && !accepted.HasBeenNotified()) accepted.Notify();
+  };
+  worker.StartAgent(std::move(agent));
+  ASSERT_TRUE(accepted.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_EQ(router.decode_pool().size(), 1);
+
+  std::mt19937 rng(5);
+  for (int r = 0; r < 6; ++r) {
+    std::vector<int32_t> prompt;
+    for (int i = 0; i < 40 + 9 * r; ++i) prompt.push_back(static_cast<int32_t>(rng() % 128));
+    Run(loop, testing::GreedyRequest("a" + std::to_string(r), prompt, 2));
+  }
+  const std::vector<uint64_t> indexed = Indexed(loop);
+  ASSERT_FALSE(indexed.empty());
+  EXPECT_TRUE(testing::Eventually(
+      [&] { return Sorted(router.decode_pool().KnownBlocks("127.0.0.1:7777")) == indexed; }));
+  // The agent's metrics thread publishes the role's gauges.
+  EXPECT_TRUE(testing::Eventually([&] {
+    return metrics.Serialize().find("tandem_kv_cache_usage_ratio{role=\"decode\"}") !=
+           std::string::npos;
+  }));
+  worker.StopAgent();
+  server->Shutdown(std::chrono::system_clock::now());
 }
 
 }  // namespace

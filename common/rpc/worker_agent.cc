@@ -1,0 +1,59 @@
+#include "common/rpc/worker_agent.h"
+
+#include <utility>
+
+#include "absl/time/time.h"
+
+namespace tandem::rpc {
+
+WorkerAgent::WorkerAgent(engine::EngineLoop& loop, const WorkerCounters& counters,
+                         const metrics::RoleMetrics& metrics, WorkerAgentOptions options)
+    : loop_(loop), counters_(counters), metrics_(metrics), load_(loop) {
+  publisher_ = std::thread([this] { PublishMetrics(); });
+  if (!options.router.empty()) {
+    registration_ = std::make_unique<WorkerRegistration>(
+        options.router, std::move(options.registration),
+        [this](tandem::v1::WorkerLoad* load, bool full) { FillLoad(load, full); },
+        std::move(options.on_accepted));
+  }
+}
+
+WorkerAgent::~WorkerAgent() {
+  registration_.reset();
+  stop_.Notify();
+  publisher_.join();
+}
+
+void WorkerAgent::PublishMetrics() {
+  int64_t hits = 0, misses = 0, bytes = 0, requantized = 0;
+  do {
+    const int64_t now_bytes = counters_.kv_bytes();
+    metrics_.kv_transfer_bytes->Increment(static_cast<double>(now_bytes - bytes));
+    bytes = now_bytes;
+    const engine::EngineLoop::Stats s = loop_.GetStats();
+    metrics_.requests_running->Set(s.running);
+    metrics_.requests_waiting->Set(s.waiting);
+    if (s.kv.total_blocks > 0) {
+      metrics_.kv_cache_usage->Set(static_cast<double>(s.kv.used_blocks) / s.kv.total_blocks);
+    }
+    metrics_.kv_requantized_blocks->Increment(static_cast<double>(s.kv.narrowed - requantized));
+    requantized = s.kv.narrowed;
+    if (counters_.counts_lookups()) {
+      const int64_t now_hits = counters_.kv_hits(), now_misses = counters_.kv_misses();
+      metrics_.kv_lookup_hits->Increment(static_cast<double>(now_hits - hits));
+      metrics_.kv_lookup_misses->Increment(static_cast<double>(now_misses - misses));
+      hits = now_hits;
+      misses = now_misses;
+    }
+  } while (!stop_.WaitForNotificationWithTimeout(absl::Milliseconds(500)));
+}
+
+void WorkerAgent::FillLoad(tandem::v1::WorkerLoad* load, bool full) {
+  load_.Fill(load, full);
+  if (counters_.counts_lookups()) {
+    load->set_kv_hits(counters_.kv_hits());
+    load->set_kv_misses(counters_.kv_misses());
+  }
+}
+
+}  // namespace tandem::rpc

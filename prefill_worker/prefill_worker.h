@@ -1,0 +1,46 @@
+// A prefill worker as it runs in a deployment: its service over an engine loop and the cache
+// store, the agent that publishes its metrics and registers it with the router, and POP's
+// runtime monitor wired to its metrics (tandem_pruning_attention_cosine, alerts in the log).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "common/engine/engine_loop.h"
+#include "common/metrics/metrics.h"
+#include "common/rpc/worker_agent.h"
+#include "common/store/store_pool.h"
+#include "prefill_worker/prefill_service.h"
+
+namespace tandem::prefill {
+
+struct PrefillWorkerOptions {
+  // Layers the engine's pruned prefill skips (1 = pruned), empty with POP off: exported as
+  // tandem_pruned_layers, and the layers the stability monitor watches.
+  std::vector<uint8_t> pruned_layers;
+  double stability_sample_rate = 0;  // POP's monitor (kv_cache_optimization.monitor)
+  double stability_alert_below = 0.9;
+};
+
+class PrefillWorker final : public rpc::Worker {
+ public:
+  // `loop`, `store` and `metrics` must outlive the worker.
+  PrefillWorker(engine::EngineLoop& loop, store::StorePool& store, metrics::Metrics& metrics,
+                const PrefillWorkerOptions& options);
+  ~PrefillWorker() override { StopAgent(); }
+
+  grpc::Service* service() override { return service_.get(); }
+  tandem::v1::WorkerRole role() const override { return tandem::v1::WORKER_ROLE_PREFILL; }
+  void StartAgent(rpc::WorkerAgentOptions options) override;
+  void StopAgent() override { agent_.reset(); }
+
+ private:
+  engine::EngineLoop& loop_;
+  const metrics::RoleMetrics metrics_;
+  std::unique_ptr<PrefillService> service_;
+  std::unique_ptr<rpc::WorkerAgent> agent_;
+};
+
+}  // namespace tandem::prefill
