@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "common/store/cache_store_client.h"
+#include "tests/unit/testing/eventually.h"
 
 namespace tandem::cache_store {
 namespace {
@@ -185,11 +186,8 @@ TEST_F(CacheStoreServiceTest, SharedMemoryAndStreamCarryTheSameBytes) {
   auto again = shm.Put(by_shm);
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(again->skipped, 3);
-  // The get's lease is released without waiting for the answer: give it a moment.
-  for (int i = 0; i < 500 && service_->shm().Stats().open_leases > 0; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  EXPECT_EQ(service_->shm().Stats().open_leases, 0);
+  // The get's lease is released without waiting for the answer.
+  EXPECT_TRUE(testing::Eventually([&] { return service_->shm().Stats().open_leases == 0; }));
   EXPECT_EQ(store_->Stats().pinned_blocks, 0);
   EXPECT_EQ(store_->Stats().pending_puts, 0);
 }
@@ -234,10 +232,7 @@ TEST_F(CacheStoreServiceTest, AVanishedSharedMemoryClientLeaksNothing) {
   }  // the client is gone
   EXPECT_EQ(store_->Stats().pinned_blocks, 1);
   EXPECT_EQ(store_->Stats().pending_puts, 1);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  while (service_->shm().Stats().open_leases > 0 && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
+  EXPECT_TRUE(testing::Eventually([&] { return service_->shm().Stats().open_leases == 0; }));
   const BlockStoreStats s = store_->Stats();
   EXPECT_EQ(s.pinned_blocks, 0);
   EXPECT_EQ(s.pending_puts, 0);

@@ -12,6 +12,8 @@
 #include <thread>
 #include <vector>
 
+#include "tests/unit/testing/eventually.h"
+
 namespace tandem::cache_store {
 namespace {
 
@@ -28,17 +30,6 @@ std::vector<uint8_t> Content(uint64_t hash, int64_t size) {
   std::vector<uint8_t> v(size);
   for (int64_t i = 0; i < size; ++i) v[i] = static_cast<uint8_t>(hash * 37 + i * 11 + (i >> 9));
   return v;
-}
-
-// Polls `done` until it holds or `limit` passes (the reaper runs on its own thread).
-bool Eventually(const std::function<bool()>& done,
-                std::chrono::milliseconds limit = std::chrono::seconds(5)) {
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-  return true;
 }
 
 class ShmHandoffTest : public ::testing::Test {
@@ -272,7 +263,7 @@ TEST_F(ShmHandoffTest, LeasesOfAVanishedClientExpire) {
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(store_->Stats().pinned_blocks, 1);
   EXPECT_EQ(store_->Stats().used_bytes, 6000);
-  ASSERT_TRUE(Eventually([&] { return handoff_->Stats().open_leases == 0; }));
+  ASSERT_TRUE(testing::Eventually([&] { return handoff_->Stats().open_leases == 0; }));
   const BlockStoreStats s = store_->Stats();
   EXPECT_EQ(s.pinned_blocks, 0);
   EXPECT_EQ(s.pending_puts, 0);

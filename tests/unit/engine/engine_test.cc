@@ -6,6 +6,7 @@
 #include <random>
 
 #include "gtest/gtest.h"
+#include "tests/unit/testing/kv_helpers.h"
 #include "tests/unit/testing/temp_model.h"
 
 namespace tandem::engine {
@@ -19,10 +20,7 @@ struct Result {
 };
 
 std::vector<int32_t> RandomPrompt(int len, uint32_t seed, int vocab) {
-  std::mt19937 rng(seed);
-  std::vector<int32_t> p(len);
-  for (auto& t : p) t = static_cast<int32_t>(rng() % vocab);
-  return p;
+  return testing::RandomTokens(len, seed, vocab);
 }
 
 double MaxRelDiff(const std::vector<float>& a, const std::vector<float>& b) {

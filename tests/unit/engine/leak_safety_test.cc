@@ -12,6 +12,7 @@
 
 #include "common/engine/engine.h"
 #include "gtest/gtest.h"
+#include "tests/unit/testing/kv_helpers.h"
 #include "tests/unit/testing/temp_model.h"
 
 namespace tandem::engine {
@@ -20,10 +21,7 @@ namespace {
 constexpr int kBlock = 16;
 
 std::vector<int32_t> RandomPrompt(int len, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<int32_t> p(len);
-  for (auto& t : p) t = static_cast<int32_t>(rng() % 128);
-  return p;
+  return testing::RandomTokens(len, seed);
 }
 
 // Resident set size of this process, in bytes (/proc/self/statm).
@@ -100,8 +98,8 @@ TEST_F(LeakSafetyTest, LongChunkedGenerationsKeepMemoryFlat) {
   ASSERT_NE(e, nullptr);
   int64_t after_first = 0;
   for (int i = 0; i < 10; ++i) {
-    ASSERT_TRUE(e->AddRequest(Greedy("g" + std::to_string(i), RandomPrompt(2048, 100 + i), 32))
-                    .ok());
+    ASSERT_TRUE(
+        e->AddRequest(Greedy("g" + std::to_string(i), RandomPrompt(2048, 100 + i), 32)).ok());
     const int64_t peak = RunAll(*e);
     EXPECT_EQ(peak, BlocksFor(2048 + 32 - 1)) << i;  // the last token's KV is never written
     ExpectBaseline(*e);
@@ -120,8 +118,8 @@ TEST_F(LeakSafetyTest, BlocksFreedByABatchOfEightServeABatchOfTwo) {
   auto e = MakeEngine(8 * per_seq);
   ASSERT_NE(e, nullptr);
   for (int i = 0; i < 8; ++i) {
-    ASSERT_TRUE(e->AddRequest(Greedy("a" + std::to_string(i), RandomPrompt(kPrompt, i), kGen))
-                    .ok());
+    ASSERT_TRUE(
+        e->AddRequest(Greedy("a" + std::to_string(i), RandomPrompt(kPrompt, i), kGen)).ok());
   }
   EXPECT_EQ(RunAll(*e), 8 * per_seq);
   ExpectBaseline(*e);

@@ -7,6 +7,8 @@
 #include <numeric>
 #include <vector>
 
+#include "tests/unit/testing/kv_helpers.h"
+
 namespace tandem::kv {
 namespace {
 
@@ -26,17 +28,11 @@ KvCacheOptions Options(int64_t num_blocks, bool prefix_caching = true) {
 }
 
 std::unique_ptr<KvCacheManager> Make(int64_t num_blocks, bool prefix_caching = true) {
-  auto m = KvCacheManager::Create(Options(num_blocks, prefix_caching));
-  EXPECT_TRUE(m.ok()) << m.status();
-  return std::move(m).value();
+  return testing::MakeKvCache(Options(num_blocks, prefix_caching));
 }
 
 // Tokens start, start+1, ..., start+n-1.
-std::vector<int32_t> Seq(int32_t start, int n) {
-  std::vector<int32_t> t(n);
-  std::iota(t.begin(), t.end(), start);
-  return t;
-}
+std::vector<int32_t> Seq(int32_t start, int n) { return testing::Iota(n, start); }
 
 std::vector<int32_t> Concat(std::vector<int32_t> a, const std::vector<int32_t>& b) {
   a.insert(a.end(), b.begin(), b.end());

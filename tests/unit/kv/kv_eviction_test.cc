@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/kv/kv_rows.h"
+#include "tests/unit/testing/kv_helpers.h"
 
 namespace tandem::kv {
 namespace {
@@ -22,16 +23,10 @@ std::unique_ptr<KvCacheManager> Make() {
       .num_layers = 2, .num_kv_heads = 2, .head_dim = 8, .block_size = kBs, .dtype = DType::kF16};
   o.num_blocks = 64;
   o.model_id = "eviction-test";
-  auto m = KvCacheManager::Create(o);
-  EXPECT_TRUE(m.ok()) << m.status();
-  return std::move(m).value();
+  return testing::MakeKvCache(o);
 }
 
-std::vector<int32_t> Tokens(int n) {
-  std::vector<int32_t> t(n);
-  std::iota(t.begin(), t.end(), 5);
-  return t;
-}
+std::vector<int32_t> Tokens(int n) { return testing::Iota(n, 5); }
 
 // Writes K rows of layer 1 (the middle layer the policy reads) for positions [0, n): each row is
 // `topic(pos)`'s direction plus a little noise.

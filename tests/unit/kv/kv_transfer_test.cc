@@ -9,6 +9,8 @@
 #include <random>
 #include <vector>
 
+#include "tests/unit/testing/kv_helpers.h"
+
 namespace tandem::kv {
 namespace {
 
@@ -25,17 +27,9 @@ KvCacheOptions Options(std::string model_id = "model-a") {
   return o;
 }
 
-std::unique_ptr<KvCacheManager> Make(const KvCacheOptions& o) {
-  auto m = KvCacheManager::Create(o);
-  EXPECT_TRUE(m.ok()) << m.status();
-  return std::move(m).value();
-}
+std::unique_ptr<KvCacheManager> Make(const KvCacheOptions& o) { return testing::MakeKvCache(o); }
 
-std::vector<int32_t> Prompt(int n) {
-  std::vector<int32_t> t(n);
-  std::iota(t.begin(), t.end(), 40);
-  return t;
-}
+std::vector<int32_t> Prompt(int n) { return testing::Iota(n, 40); }
 
 bool SameStats(const KvCacheStats& a, const KvCacheStats& b) {
   return a.free_blocks == b.free_blocks && a.used_blocks == b.used_blocks &&

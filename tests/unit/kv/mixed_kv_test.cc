@@ -15,6 +15,7 @@
 #include "common/kv/kv_cache_manager.h"
 #include "common/kv/kv_rows.h"
 #include "common/kv/kv_transfer.h"
+#include "tests/unit/testing/kv_helpers.h"
 
 namespace tandem::kv {
 namespace {
@@ -37,17 +38,9 @@ KvCacheOptions MixedOptions(int64_t wide, int64_t narrow, int sink = 4, int wind
   return o;
 }
 
-std::unique_ptr<KvCacheManager> Make(const KvCacheOptions& o) {
-  auto m = KvCacheManager::Create(o);
-  EXPECT_TRUE(m.ok()) << m.status();
-  return std::move(m).value();
-}
+std::unique_ptr<KvCacheManager> Make(const KvCacheOptions& o) { return testing::MakeKvCache(o); }
 
-std::vector<int32_t> Prompt(int n) {
-  std::vector<int32_t> t(n);
-  std::iota(t.begin(), t.end(), 40);
-  return t;
-}
+std::vector<int32_t> Prompt(int n) { return testing::Iota(n, 40); }
 
 // A deterministic value for element i of a row (layer, head, K/V, position): distinct per row so
 // a row landing in the wrong place is caught.
