@@ -7,6 +7,9 @@
 #   scripts/build.sh /out -DTANDEM_BUILD_TESTS=OFF -- tandem
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# ccache: paths relative to the checkout, so a fresh clone (CI) reuses what an earlier build of
+# any checkout compiled, debug builds included.
+export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=1
 
 build_dir=${1:-build}
 [ $# -gt 0 ] && shift

@@ -11,6 +11,9 @@
 # Usage: scripts/test.sh [--quick]   (--quick skips the sanitizer and fuzz passes)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# ccache: paths relative to the checkout, so a fresh clone (CI) reuses what an earlier build of
+# any checkout compiled, debug builds included.
+export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=1
 
 quick=0
 [ "${1:-}" = "--quick" ] && quick=1
