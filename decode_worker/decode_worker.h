@@ -13,22 +13,12 @@
 
 namespace tandem::decode {
 
-class DecodeWorker final : public rpc::Worker {
+class DecodeWorker final : public rpc::ServiceWorker<DecodeService> {
  public:
   // `loop`, `store` and `metrics` must outlive the worker.
   DecodeWorker(engine::EngineLoop& loop, store::StorePool& store, metrics::Metrics& metrics);
-  ~DecodeWorker() override { StopAgent(); }
 
-  grpc::Service* service() override { return service_.get(); }
   tandem::v1::WorkerRole role() const override { return tandem::v1::WORKER_ROLE_DECODE; }
-  void StartAgent(rpc::WorkerAgentOptions options) override;
-  void StopAgent() override { agent_.reset(); }
-
- private:
-  engine::EngineLoop& loop_;
-  const metrics::RoleMetrics metrics_;
-  std::unique_ptr<DecodeService> service_;
-  std::unique_ptr<rpc::WorkerAgent> agent_;
 };
 
 }  // namespace tandem::decode

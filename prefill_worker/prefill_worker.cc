@@ -43,7 +43,7 @@ std::function<void(const std::vector<model::LayerSimilarity>&)> StabilityReporte
 
 PrefillWorker::PrefillWorker(engine::EngineLoop& loop, store::StorePool& store,
                              metrics::Metrics& metrics, const PrefillWorkerOptions& options)
-    : loop_(loop), metrics_(metrics.ForRole("prefill")) {
+    : ServiceWorker(loop, metrics.ForRole("prefill")) {
   const auto& pruned = options.pruned_layers;
   metrics_.pruned_layers->Set(static_cast<double>(std::count(pruned.begin(), pruned.end(), 1)));
   PrefillServiceOptions service;
@@ -53,11 +53,6 @@ PrefillWorker::PrefillWorker(engine::EngineLoop& loop, store::StorePool& store,
     service.on_stability = StabilityReporter(metrics, pruned, options.stability_alert_below);
   }
   service_ = std::make_unique<PrefillService>(loop, store, std::move(service));
-}
-
-void PrefillWorker::StartAgent(rpc::WorkerAgentOptions options) {
-  options.registration.set_role(role());
-  agent_ = std::make_unique<rpc::WorkerAgent>(loop_, *service_, metrics_, std::move(options));
 }
 
 }  // namespace tandem::prefill

@@ -5,7 +5,6 @@
 
 #include <cstdint>
 #include <memory>
-#include <optional>
 #include <vector>
 
 #include "common/engine/engine_loop.h"
@@ -24,23 +23,13 @@ struct PrefillWorkerOptions {
   double stability_alert_below = 0.9;
 };
 
-class PrefillWorker final : public rpc::Worker {
+class PrefillWorker final : public rpc::ServiceWorker<PrefillService> {
  public:
   // `loop`, `store` and `metrics` must outlive the worker.
   PrefillWorker(engine::EngineLoop& loop, store::StorePool& store, metrics::Metrics& metrics,
                 const PrefillWorkerOptions& options);
-  ~PrefillWorker() override { StopAgent(); }
 
-  grpc::Service* service() override { return service_.get(); }
   tandem::v1::WorkerRole role() const override { return tandem::v1::WORKER_ROLE_PREFILL; }
-  void StartAgent(rpc::WorkerAgentOptions options) override;
-  void StopAgent() override { agent_.reset(); }
-
- private:
-  engine::EngineLoop& loop_;
-  const metrics::RoleMetrics metrics_;
-  std::unique_ptr<PrefillService> service_;
-  std::unique_ptr<rpc::WorkerAgent> agent_;
 };
 
 }  // namespace tandem::prefill

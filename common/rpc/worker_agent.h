@@ -13,6 +13,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "absl/synchronization/notification.h"
 #include "common/engine/engine_loop.h"
@@ -75,6 +76,32 @@ class Worker {
   virtual void StartAgent(WorkerAgentOptions options) = 0;
   // Stops registration and metrics; call before the engine loop goes.
   virtual void StopAgent() = 0;
+};
+
+// What PrefillWorker and DecodeWorker share: the service (which keeps their WorkerCounters), the
+// engine loop it runs on, the role's metrics, and the agent started once the service is served.
+template <typename Service>
+class ServiceWorker : public Worker {
+ public:
+  ~ServiceWorker() override { StopAgent(); }
+
+  grpc::Service* service() override { return service_.get(); }
+  void StartAgent(WorkerAgentOptions options) override {
+    options.registration.set_role(role());
+    agent_ = std::make_unique<WorkerAgent>(loop_, *service_, metrics_, std::move(options));
+  }
+  void StopAgent() override { agent_.reset(); }
+
+ protected:
+  ServiceWorker(engine::EngineLoop& loop, const metrics::RoleMetrics& metrics)
+      : loop_(loop), metrics_(metrics) {}
+
+  engine::EngineLoop& loop_;
+  const metrics::RoleMetrics metrics_;
+  std::unique_ptr<Service> service_;  // set by the derived constructor
+
+ private:
+  std::unique_ptr<WorkerAgent> agent_;
 };
 
 }  // namespace tandem::rpc

@@ -88,6 +88,22 @@ def wait_for(predicate, timeout, what):
         raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
+def metric_value(url, name, labels=None):
+    """The value of one sample `name` (with `labels` among its labels) at a /metrics URL; None
+    when absent."""
+    text = urllib.request.urlopen(url, timeout=5).read().decode()
+    for line in text.splitlines():
+        if line.startswith("#") or not line.startswith(name):
+            continue
+        m = re.match(r"([a-z_]+)(\{[^}]*\})? (\S+)$", line)
+        if not m or m.group(1) != name:
+            continue
+        got = dict(re.findall(r'(\w+)="([^"]*)"', m.group(2) or ""))
+        if all(got.get(k) == v for k, v in (labels or {}).items()):
+            return float(m.group(3))
+    return None
+
+
 class Process:
     """One role process; `address` and `metrics_url` come from its startup line."""
 
@@ -106,17 +122,7 @@ class Process:
 
     def metric(self, name, labels=None):
         """The value of one sample on this process's /metrics (None when absent)."""
-        text = urllib.request.urlopen(self.metrics_url, timeout=5).read().decode()
-        for line in text.splitlines():
-            if line.startswith("#") or not line.startswith(name):
-                continue
-            m = re.match(r"([a-z_]+)(\{[^}]*\})? (\S+)$", line)
-            if not m or m.group(1) != name:
-                continue
-            got = dict(re.findall(r'(\w+)="([^"]*)"', m.group(2) or ""))
-            if all(got.get(k) == v for k, v in (labels or {}).items()):
-                return float(m.group(3))
-        return None
+        return metric_value(self.metrics_url, name, labels)
 
     def kill9(self):
         self.proc.send_signal(signal.SIGKILL)

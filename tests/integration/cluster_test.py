@@ -520,6 +520,60 @@ def case_serve():
     print("PASS")
 
 
+def case_paced():
+    """Issue 17's wedge, as it was reproduced: `tandem serve` with a 1 MiB store and pacing at
+    1 MiB; concurrent ~400-token prompts until the balancer engages; then rounds of requests with
+    a 150 ms deadline, many of them cancelled while paced. Afterwards nothing waits at the router
+    and new requests are served (before the fix, one run in three wedged the router)."""
+    import re
+    import subprocess
+    proc = subprocess.Popen([args.tandem, "serve", "--model", args.model, "--listen",
+                             "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
+                             "--set", "cache_store.capacity_bytes=1048576",
+                             "--set", "balancer.max_prefill_ahead_bytes=1048576",
+                             "--set", "balancer.min_lookups=5", "--set", "balancer.window_seconds=5"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        m = re.search(r"router on (\S+); metrics (\S+);", line)
+        assert m, line + proc.stderr.read()
+        url = m.group(2)
+        stub = pb_grpc.InferenceStub(grpc.insecure_channel(m.group(1)))
+        pool = concurrent.futures.ThreadPoolExecutor(64)
+        for attempt in range(3):
+            reqs = [request([random.Random(100 * attempt + i).randrange(VOCAB) for _ in range(400)],
+                            4) for i in range(48)]
+            codes = [f.result()[2] for f in [pool.submit(stream, stub, r) for r in reqs]]
+            assert all(code == grpc.StatusCode.OK for code in codes), codes
+            state = cluster.metric_value(url, "tandem_balancer_state")
+            print(f"engage, round {attempt + 1}: balancer state {state}, hit ratio "
+                  f"{cluster.metric_value(url, 'tandem_decode_kv_hit_ratio')}")
+            if state == 1:
+                break
+        assert state == 1, "the balancer never engaged"
+        expired = 0
+        for rnd in range(3):
+            reqs = [request([random.Random(7000 + 100 * rnd + i).randrange(VOCAB)
+                             for _ in range(400)], 4) for i in range(64)]
+            results = [f.result() for f in [pool.submit(stream, stub, r, 0.15) for r in reqs]]
+            expired += sum(code == grpc.StatusCode.DEADLINE_EXCEEDED for _, _, code, _ in results)
+            assert all(code in (grpc.StatusCode.OK, grpc.StatusCode.DEADLINE_EXCEEDED)
+                       for _, _, code, _ in results), [d for _, _, _, d in results]
+        print(f"short deadlines: {expired} of 192 requests expired")
+        assert expired > 0
+        cluster.wait_for(lambda: cluster.metric_value(
+            url, "tandem_requests_waiting", {"role": "router"}) == 0, 60, "the router to drain")
+        for i in range(8):
+            ids, _, code, details = stream(stub, request(
+                [random.Random(9000 + i).randrange(VOCAB) for _ in range(400)], 4), timeout=60)
+            assert code == grpc.StatusCode.OK and len(ids) == 4, details
+        print("after the deadlines: nothing waits at the router, new requests are served")
+    finally:
+        proc.send_signal(15)
+        assert proc.wait(timeout=60) == 0, proc.stderr.read()
+    print("PASS")
+
+
 def case_loading():
     """Readiness while the model loads: a health-only server holds the role's port."""
     import os
@@ -625,6 +679,8 @@ def main():
         return case_serve()
     if args.case == "loading":
         return case_loading()
+    if args.case == "paced":
+        return case_paced()
     extra_router = []
     store_bytes = None
     if args.case == "hang":

@@ -64,6 +64,14 @@ class RouterPacingTest : public testing::RouterClusterTest {
   }
   std::unique_ptr<Pending> Send(int salt) { return Send(salt, std::chrono::seconds(60)); }
 
+  // Request 1: with nothing ahead it is admitted at once (its two blocks counted), then held at
+  // the prefill gate, so the next ones wait in the pacer.
+  std::unique_ptr<Pending> SendFirst() {
+    auto first = Send(1);
+    EXPECT_TRUE(Eventually([&] { return router_->pacer().ahead_bytes() == 2 * kBlockBytes; }));
+    return first;
+  }
+
   bool PacedAre(int n) {
     return Eventually([&] { return router_->GetLoad().paced == n; });
   }
@@ -88,8 +96,7 @@ class RouterPacingTest : public testing::RouterClusterTest {
 
 TEST_F(RouterPacingTest, CancelAndDeadlineWhilePacedCostTheLedgerNothing) {
   StartPaced();
-  auto first = Send(1);  // nothing ahead: admitted, then held at the prefill gate
-  ASSERT_TRUE(Eventually([&] { return router_->pacer().ahead_bytes() == 2 * kBlockBytes; }));
+  auto first = SendFirst();
   auto cancelled = Send(2);
   ASSERT_TRUE(PacedAre(1));  // one at a time, so the queue's order is known
   auto expiring = Send(3, std::chrono::milliseconds(1500));
@@ -116,8 +123,7 @@ TEST_F(RouterPacingTest, CancelAndDeadlineWhilePacedCostTheLedgerNothing) {
 // used to start its own prefill under its own lock and hang the router thread.
 TEST_F(RouterPacingTest, CancelAfterTheBalancerDisengagesDoesNotWedgeTheRouter) {
   StartPaced();
-  auto first = Send(1);
-  ASSERT_TRUE(Eventually([&] { return router_->pacer().ahead_bytes() == 2 * kBlockBytes; }));
+  auto first = SendFirst();
   auto cancelled = Send(2);
   ASSERT_TRUE(PacedAre(1));
   auto waiting = Send(3);
@@ -138,8 +144,7 @@ TEST_F(RouterPacingTest, CancelAfterTheBalancerDisengagesDoesNotWedgeTheRouter) 
 
 TEST_F(RouterPacingTest, PacedRequestsGoOnceTheBalancerDisengages) {
   StartPaced();
-  auto first = Send(1);
-  ASSERT_TRUE(Eventually([&] { return router_->pacer().ahead_bytes() == 2 * kBlockBytes; }));
+  auto first = SendFirst();
   auto waiting = Send(2);
   ASSERT_TRUE(PacedAre(1));
   router_->PollPacing();  // still engaged: nothing moves
@@ -156,8 +161,7 @@ TEST_F(RouterPacingTest, PacedRequestsGoOnceTheBalancerDisengages) {
 
 TEST_F(RouterPacingTest, ManyPacedRequestsWithRandomCancels) {
   StartPaced();
-  auto first = Send(1);
-  ASSERT_TRUE(Eventually([&] { return router_->pacer().ahead_bytes() == 2 * kBlockBytes; }));
+  auto first = SendFirst();
   constexpr int kRequests = 12;
   std::vector<std::unique_ptr<Pending>> pending;
   for (int i = 0; i < kRequests; ++i) {
