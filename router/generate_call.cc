@@ -106,9 +106,10 @@ struct CallState::Attempt {
 
 absl::StatusOr<AdmittedRequest> AdmitRequest(const CallEnvironment& env,
                                              const grpc::ByteBuffer& raw) {
+  AdmittedRequest admitted;
+  admitted.arrival = Clock::now();
   TANDEM_ASSIGN_OR_RETURN(tandem::v1::GenerateRequest request, ParseGenerateRequest(raw));
   TANDEM_RETURN_IF_ERROR(ValidateSampling(request.sampling()));
-  AdmittedRequest admitted;
   TANDEM_ASSIGN_OR_RETURN(admitted.prompt,
                           PromptTokens(request, env.tokenizer, env.options.limits));
   if (env.shutting_down) return absl::UnavailableError("the router is shutting down");
@@ -126,7 +127,7 @@ CallState::CallState(const CallEnvironment& env,
     : env_(env),
       stream_(reactor),
       deadline_(deadline),
-      arrival_(Clock::now()),
+      arrival_(request.arrival),
       key_(env.next_serial.fetch_add(1)),
       id_(std::move(request.id)),
       prompt_(std::move(request.prompt)),

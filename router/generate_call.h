@@ -36,6 +36,7 @@ namespace tandem::router {
 
 // A request that passed validation and admission (it is counted as waiting).
 struct AdmittedRequest {
+  Clock::time_point arrival;  // when the router received it (TTFT and queue time count from here)
   std::string id;
   std::vector<int32_t> prompt;
   std::vector<uint64_t> hashes;  // chained block hashes of the prompt
