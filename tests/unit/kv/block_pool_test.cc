@@ -74,3 +74,22 @@ TEST(BlockPoolTest, FreeListThenLruEviction) {
 
 }  // namespace
 }  // namespace tandem::kv
+
+namespace tandem::kv {
+namespace {
+
+// A refcount that would go below zero stops the process in every build (it used to be an
+// assert, compiled out of Release, after which the block sat on the free list twice).
+TEST(BlockPoolDeathTest, ReleasingABlockNobodyHoldsAborts) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  auto pool = BlockPool::Create(SmallLayout(), 2);
+  ASSERT_TRUE(pool.ok());
+  bool evicted = false;
+  BlockHash hash = 0;
+  const int32_t id = (*pool)->Allocate(&evicted, &hash);
+  (*pool)->Release(id);
+  EXPECT_DEATH((*pool)->Release(id), "releasing a block nobody holds");
+}
+
+}  // namespace
+}  // namespace tandem::kv
