@@ -66,7 +66,7 @@ def violations(root):
     for top in SOURCE_DIRS:
         for directory, _, files in os.walk(os.path.join(root, top)):
             for name in sorted(files):
-                if not name.endswith((".h", ".cc")):
+                if not name.endswith((".h", ".cc", ".cu", ".cuh")):
                     continue
                 path = os.path.join(directory, name)
                 rel = os.path.relpath(path, root)

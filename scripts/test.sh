@@ -8,6 +8,8 @@
 #   3. clang ThreadSanitizer build, with clang's -Wthread-safety as errors (the locking
 #      annotations are checked): unit tests under TSan, and the tandem binary compiled
 #   4. libFuzzer build (clang): each fuzz target for TANDEM_FUZZ_SECONDS (default 30)
+# The release build compiles the CUDA backend where nvcc is found (TANDEM_CUDA=AUTO) and runs its
+# host-side tests; CUDA kernel tests skip without a GPU. The sanitizer builds leave CUDA out.
 # Usage: scripts/test.sh [--quick]   (--quick skips the sanitizer and fuzz passes)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,7 +31,7 @@ ctest --test-dir build -j "$jobs" --output-on-failure --timeout 900
 
 echo "== ASan+UBSan build (unit tests)"
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTANDEM_SANITIZE=ON \
-  -DTANDEM_BUILD_BENCH=OFF >/dev/null
+  -DTANDEM_BUILD_BENCH=OFF -DTANDEM_CUDA=OFF >/dev/null
 ninja -C build-asan unit_tests
 echo "== ASan+UBSan unit tests"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
@@ -37,7 +39,7 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
 
 echo "== clang ThreadSanitizer build (-Wthread-safety as errors)"
 CC=clang CXX=clang++ cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DTANDEM_TSAN=ON -DTANDEM_BUILD_BENCH=OFF >/dev/null
+  -DTANDEM_TSAN=ON -DTANDEM_BUILD_BENCH=OFF -DTANDEM_CUDA=OFF >/dev/null
 ninja -C build-tsan unit_tests tandem
 echo "== ThreadSanitizer unit tests"
 # Debian's libraries are not built with TSan: see tests/tsan.supp and tests/tsan/.
@@ -46,7 +48,7 @@ TSAN_OPTIONS="halt_on_error=1 ignore_noninstrumented_modules=1 suppressions=$PWD
 
 echo "== fuzz (${fuzz_seconds}s per target)"
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DTANDEM_FUZZ=ON -DTANDEM_BUILD_TESTS=OFF -DTANDEM_BUILD_BENCH=OFF \
+  -DTANDEM_FUZZ=ON -DTANDEM_BUILD_TESTS=OFF -DTANDEM_BUILD_BENCH=OFF -DTANDEM_CUDA=OFF \
   -DTANDEM_FUZZ_SECONDS="$fuzz_seconds" >/dev/null
 ninja -C build-fuzz fuzz_targets
 ctest --test-dir build-fuzz -L fuzz -j "$jobs" --output-on-failure

@@ -20,6 +20,7 @@ struct ModelConfig {
   std::string name;                          // served name; empty: the directory's name
   std::string weight_memory = "hugepages";   // hugepages | mmap
   int threads = 0;                           // compute threads per engine; 0: all cores
+  std::string device = "cpu";                // cpu | cuda | cuda:N
 };
 
 struct MixedKvConfig {

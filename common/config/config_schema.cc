@@ -177,6 +177,9 @@ std::vector<Field> MakeSchema() {
           "place (no copy, instant start)"),
       Int("model.threads", TANDEM_CONFIG_REF(model.threads), 0, 1024,
           "compute threads per engine; 0: every core"),
+      Str("model.device", TANDEM_CONFIG_REF(model.device), {},
+          "where the model computes: cpu, cuda (device 0) or cuda:N; a CUDA device needs a "
+          "binary built with the CUDA backend"),
       Int("kv_cache.block_size", TANDEM_CONFIG_REF(kv_cache.block_size), 1, 1024,
           "tokens per KV block (the unit of paging, prefix caching and transfer)"),
       Str("kv_cache.dtype", TANDEM_CONFIG_REF(kv_cache.dtype),

@@ -59,7 +59,7 @@ struct KvArena {
   uint8_t* base = nullptr;
   KvLayout layout;
   int64_t num_wide = std::numeric_limits<int64_t>::max();
-  KvLayout narrow;
+  KvLayout narrow{};
 
   bool IsNarrow(int64_t id) const { return id >= num_wide; }
   const KvLayout& LayoutOf(int64_t id) const { return IsNarrow(id) ? narrow : layout; }

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "common/kernels/cpu/attention.h"
+#include "common/kernels/backend.h"
 #include "common/kv/kv_layout.h"
 #include "common/model/model_config.h"
 #include "common/model/model_weights.h"
@@ -59,20 +59,30 @@ struct ForwardProbe {
   std::vector<std::vector<float>> last_query;
 };
 
-// A Llama-family decoder on CPU. Batches are ragged (no padding): the new tokens of every
-// sequence are concatenated, projections run once over all of them, attention runs per
-// sequence over its paged KV. Not thread-safe: one engine loop drives a Model; the kernels
-// parallelize inside each call on the model's thread pool.
+// A Llama-family decoder. Batches are ragged (no padding): the new tokens of every sequence
+// are concatenated, projections run once over all of them, attention runs per sequence over its
+// paged KV. The arithmetic runs on a kernels::Backend (the CPU's, or a GPU's), which holds the
+// weights it reads and the activations; the model itself only plans each batch. Not
+// thread-safe: one engine loop drives a Model; the kernels parallelize inside each call.
 class Model {
  public:
+  // The weights of DIR on the backend options.device names (CPU kernels run on `pool`).
   static absl::StatusOr<std::unique_ptr<Model>> Load(const std::string& dir, ThreadPool& pool,
                                                      const WeightLoadOptions& options = {});
-  // For tests and tools that build configs/weights themselves.
+  // A model on `backend`: InvalidArgument or ResourceExhausted when the weights cannot be put
+  // where the backend computes (a layout it cannot read, too little device memory).
+  static absl::StatusOr<std::unique_ptr<Model>> Create(ModelConfig config,
+                                                       std::unique_ptr<ModelWeights> weights,
+                                                       std::unique_ptr<kernels::Backend> backend,
+                                                       ThreadPool& pool);
+  // On the CPU backend, for tests and tools that build configs/weights themselves.
   Model(ModelConfig config, std::unique_ptr<ModelWeights> weights, ThreadPool& pool);
+  ~Model();
 
   const ModelConfig& config() const { return config_; }
   const ModelWeights& weights() const { return *weights_; }
   ThreadPool& pool() { return pool_; }
+  kernels::Backend& backend() { return *backend_; }
 
   // Runs the batch, writing each new token's K/V into its cache slot. `logits` receives, in
   // batch order, vocab_size floats per requested row (0, 1 or num_tokens rows per sequence).
@@ -87,18 +97,38 @@ class Model {
                        ForwardProbe* probe = nullptr);
 
  private:
-  // Scratch activations, grown to the largest batch seen and reused (no per-step allocation).
+  // Scratch activations in backend memory, grown to the largest batch seen and reused (no
+  // per-step allocation), and the host-side plan of the step.
   struct Workspace {
-    std::vector<float> hidden, normed, q, k, v, attn, proj, gate_up, mlp;
-    std::vector<float> gathered;  // hidden rows of the full-depth tokens in a pruned layer
+    kernels::BackendBuffer hidden, normed, q, k, v, attn, proj, gate_up, mlp;
+    kernels::BackendBuffer gathered;  // rows of the full-depth tokens in a pruned layer
+    kernels::BackendBuffer logits;    // when backend memory is not the host's
+    std::vector<int32_t> tokens;
     std::vector<int64_t> positions;
     std::vector<int64_t> full_rows;       // batch rows of the full-depth tokens
     std::vector<int64_t> full_positions;  // their positions
     std::vector<int64_t> logit_rows;
     std::vector<kernels::AttentionSequence> attention;  // per-sequence views for one layer
-    void Reserve(const ModelConfig& c, int64_t tokens);
+    std::vector<kernels::KvWrite> kv_writes;            // one per sequence of the batch
+    absl::Status Reserve(kernels::Backend& backend, const ModelConfig& c, int64_t tokens);
+  };
+  // One layer's weights where the backend reads them. Vectors are null when absent.
+  struct LayerView {
+    const float* input_norm = nullptr;
+    kernels::WeightMatrix q_proj, k_proj, v_proj, o_proj;
+    const float* q_bias = nullptr;
+    const float* k_bias = nullptr;
+    const float* v_bias = nullptr;
+    const float* q_norm = nullptr;
+    const float* k_norm = nullptr;
+    const float* post_attention_norm = nullptr;
+    kernels::WeightMatrix gate_proj, up_proj, down_proj;
   };
 
+  Model(ModelConfig config, std::unique_ptr<ModelWeights> weights,
+        std::unique_ptr<kernels::Backend> backend, ThreadPool& pool);
+  // Makes every weight resident on the backend and fills the views below.
+  absl::Status BindWeights();
   absl::Status Validate(std::span<const ForwardSequence> batch, const kv::KvLayout& layout,
                         int64_t* total_tokens) const;
   void Embed(std::span<const ForwardSequence> batch, int64_t total);
@@ -116,16 +146,23 @@ class Model {
   // Finishes the K of `rows` rows in ws_.k (k_norm, RoPE) and writes K and V (ws_.v) to each
   // sequence's cache slots. `queries` (rows x q_width, q_norm applied), when given, get their
   // RoPE in the same pass.
-  void ProjectKv(int layer, std::span<const ForwardSequence> batch, int64_t rows,
-                 const kv::KvArena& kv, float* queries);
+  void ProjectKv(int layer, int64_t rows, const kv::KvArena& kv, float* queries);
   // hidden[0:rows] += MLP(post_attention_norm(hidden[0:rows])).
   void MlpBlock(int layer, float* hidden, int64_t rows);
-  void ComputeLogits(std::span<const ForwardSequence> batch, std::vector<float>& logits);
+  absl::Status ComputeLogits(std::span<const ForwardSequence> batch, std::vector<float>& logits);
+  // A copy of `rows` rows of `width` floats of backend memory, from row `first`.
+  std::vector<float> ReadRows(const float* src, int64_t first, int64_t rows, int64_t width);
 
   ModelConfig config_;
   std::unique_ptr<ModelWeights> weights_;
+  std::unique_ptr<kernels::Backend> backend_;
   ThreadPool& pool_;
   std::vector<float> inv_freq_;
+  // The weights as the backend reads them.
+  std::vector<LayerView> layers_;
+  kernels::WeightMatrix embed_tokens_, lm_head_;
+  const float* final_norm_ = nullptr;
+  const float* inv_freq_resident_ = nullptr;
   // The geometry every layer function needs, in the order they unpack it.
   struct Dims {
     int64_t hidden;

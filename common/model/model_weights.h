@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/kernels/backend_factory.h"
 #include "common/kernels/cpu/gemm.h"
 #include "common/model/model_config.h"
 #include "common/model/safetensors.h"
@@ -36,6 +37,9 @@ enum class WeightMemory {
 struct WeightLoadOptions {
   WeightMemory memory = WeightMemory::kMmap;
   ThreadPool* pool = nullptr;  // packs kHugePages weights in parallel; null: the calling thread
+  // Where the model computes (model.device). A device backend reads row-major weights, so
+  // kHugePages (the CPU GEMM's panels) is for the CPU only.
+  kernels::DeviceSpec device{};
 };
 
 absl::StatusOr<WeightMemory> ParseWeightMemory(std::string_view name);

@@ -14,6 +14,7 @@
 #include "cache_store/block_store.h"
 #include "cache_store/cache_store_service.h"
 #include "common/engine/engine_loop.h"
+#include "common/kernels/backend_factory.h"
 #include "common/model/model.h"
 #include "common/model/pruning.h"
 #include "common/rpc/engine_proto.h"
@@ -212,6 +213,7 @@ class WorkerRole final : public ServedRole {
     pool_ = std::make_unique<ThreadPool>(threads > 0 ? threads : c.model.threads);
     model::WeightLoadOptions load;
     TANDEM_ASSIGN_OR_RETURN(load.memory, model::ParseWeightMemory(c.model.weight_memory));
+    TANDEM_ASSIGN_OR_RETURN(load.device, kernels::ParseDevice(c.model.device));
     TANDEM_ASSIGN_OR_RETURN(model_, model::Model::Load(c.model.path, *pool_, load));
     TANDEM_ASSIGN_OR_RETURN(engine::EngineOptions options,
                             EngineOptionsFor(c, model_->config(), prefill));

@@ -2,21 +2,11 @@
 
 #include <cstdint>
 
+#include "common/kernels/kernel_types.h"
 #include "common/kv/kv_layout.h"
 #include "common/util/thread_pool.h"
 
 namespace tandem::kernels {
-
-// One sequence's share of a batch for paged attention.
-struct AttentionSequence {
-  const float* q = nullptr;  // [num_tokens, num_heads, head_dim] queries of the new tokens
-  float* out = nullptr;      // [num_tokens, num_heads, head_dim]
-  int num_tokens = 0;        // new tokens, at positions start_pos .. start_pos+num_tokens-1
-  int64_t start_pos = 0;     // position of the first new token in the sequence
-  // Block ids covering positions 0..start_pos+num_tokens-1; kv::kNoBlock marks a block a window
-  // evicted, whose positions are not attended to.
-  const int32_t* block_table = nullptr;
-};
 
 // Causal paged attention for one layer over a batch of sequences (prefill chunks and decode
 // tokens alike): the token at position p attends to keys/values at positions 0..p of its own

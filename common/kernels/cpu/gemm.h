@@ -3,26 +3,11 @@
 #include <cstdint>
 #include <span>
 
+#include "common/kernels/kernel_types.h"
 #include "common/util/dtype.h"
 #include "common/util/thread_pool.h"
 
 namespace tandem::kernels {
-
-// How a WeightMatrix's elements lie in memory.
-enum class WeightLayout {
-  kRowMajor,  // [rows, cols], as safetensors stores it: used in place when memory-mapped
-  kPanels,    // packed at load by PackPanels (see there)
-};
-
-// A weight matrix [rows, cols] in its stored dtype, in the Hugging Face nn.Linear orientation:
-// rows = output features, cols = input features.
-struct WeightMatrix {
-  const void* data = nullptr;
-  DType dtype = DType::kF32;
-  int64_t rows = 0;
-  int64_t cols = 0;
-  WeightLayout layout = WeightLayout::kRowMajor;
-};
 
 // Rows per panel of WeightLayout::kPanels.
 inline constexpr int64_t kPanelRows = 16;
@@ -50,14 +35,6 @@ void ReadRow(const WeightMatrix& w, int64_t row, float* out);
 // panel weights (kPanels) take the blocked kernel at every M, unpacked. Threads split N.
 void Gemm(const float* x, int64_t m, int64_t x_stride, const WeightMatrix& w, const float* bias,
           float* y, int64_t y_stride, ThreadPool& pool);
-
-// One product of GemmMulti: y = x * w^T + bias.
-struct GemmOutput {
-  WeightMatrix w;
-  const float* bias = nullptr;
-  float* y = nullptr;
-  int64_t y_stride = 0;
-};
 
 // Several products of the same x (q/k/v, gate/up) in one parallel region: for small M the
 // rows of all weights are streamed as one range, so threads meet at one barrier, not several.

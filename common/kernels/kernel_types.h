@@ -1,0 +1,49 @@
+#pragma once
+
+// The types every backend's kernels share: weight matrices as the model stores them, the
+// products of one GEMM call, and one sequence's share of a paged-attention batch. Pointers to
+// activations and weights are in the memory of the backend that runs the kernel; block tables
+// are host memory (a device backend uploads them).
+
+#include <cstdint>
+
+#include "common/util/dtype.h"
+
+namespace tandem::kernels {
+
+// How a WeightMatrix's elements lie in memory.
+enum class WeightLayout {
+  kRowMajor,  // [rows, cols], as safetensors stores it: used in place when memory-mapped
+  kPanels,    // packed at load for the CPU GEMM (kernels/cpu/gemm.h, PackPanels)
+};
+
+// A weight matrix [rows, cols] in its stored dtype, in the Hugging Face nn.Linear orientation:
+// rows = output features, cols = input features.
+struct WeightMatrix {
+  const void* data = nullptr;
+  DType dtype = DType::kF32;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  WeightLayout layout = WeightLayout::kRowMajor;
+};
+
+// One product of a GEMM call over a shared x: y = x * w^T + bias.
+struct GemmOutput {
+  WeightMatrix w;
+  const float* bias = nullptr;
+  float* y = nullptr;
+  int64_t y_stride = 0;
+};
+
+// One sequence's share of a batch for paged attention.
+struct AttentionSequence {
+  const float* q = nullptr;  // [num_tokens, num_heads, head_dim] queries of the new tokens
+  float* out = nullptr;      // [num_tokens, num_heads, head_dim]
+  int num_tokens = 0;        // new tokens, at positions start_pos .. start_pos+num_tokens-1
+  int64_t start_pos = 0;     // position of the first new token in the sequence
+  // Block ids covering positions 0..start_pos+num_tokens-1; kv::kNoBlock marks a block a window
+  // evicted, whose positions are not attended to.
+  const int32_t* block_table = nullptr;
+};
+
+}  // namespace tandem::kernels
