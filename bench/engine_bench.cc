@@ -1,9 +1,12 @@
-// engine-bench: end-to-end prefill and decode throughput of the CPU engine on a model
-// directory, with the memory-bandwidth bound beside each decode figure. Prints a Markdown table.
+// engine-bench: end-to-end prefill and decode throughput of the engine on a model directory,
+// with the memory-bandwidth bound beside each decode figure. Prints a Markdown table.
 //
 //   engine-bench --model DIR [--prompt-lens 128,512,2048] [--batches 1,8,32]
 //                [--decode-steps 32] [--repeats 3] [--threads N] [--weight-memory mmap|hugepages]
-//                [--prune-ratios 0.25,0.333,0.5]
+//                [--prune-ratios 0.25,0.333,0.5] [--device cpu|cuda|cuda:N]
+//
+// On a device other than the CPU the bound uses host memory bandwidth only when asked for
+// (--skip-bandwidth is implied): the device's is not measured here.
 //
 // --prune-ratios adds prefill-only pruning (POP) rows: each prompt length prefilled by an engine
 // step, as on a prefill worker, with the last R of the layers pruned (only the last token at full
@@ -25,6 +28,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/engine/engine.h"
+#include "common/kernels/backend_factory.h"
 #include "common/kv/kv_cache_manager.h"
 #include "common/model/model.h"
 #include "common/model/pruning.h"
@@ -196,7 +200,7 @@ absl::Status RunPruning(model::Model& m, std::span<const int32_t> lens,
 absl::Status Run(const CliArgs& args) {
   TANDEM_RETURN_IF_ERROR(
       args.CheckKnown({"model", "prompt-lens", "batches", "decode-steps", "repeats", "threads",
-                       "skip-bandwidth", "weight-memory", "prune-ratios"}));
+                       "skip-bandwidth", "weight-memory", "prune-ratios", "device"}));
   TANDEM_ASSIGN_OR_RETURN(std::string dir, args.String("model"));
   std::vector<int32_t> lens = {128, 512, 2048}, batches = {1, 8, 32};
   if (args.Has("prompt-lens")) {
@@ -212,7 +216,9 @@ absl::Status Run(const CliArgs& args) {
   model::WeightLoadOptions load;
   TANDEM_ASSIGN_OR_RETURN(load.memory,
                           model::ParseWeightMemory(args.StringOr("weight-memory", "mmap")));
+  TANDEM_ASSIGN_OR_RETURN(load.device, kernels::ParseDevice(args.StringOr("device", "cpu")));
   TANDEM_ASSIGN_OR_RETURN(auto model, model::Model::Load(dir, pool, load));
+  const bool on_cpu = load.device.kind == kernels::DeviceSpec::Kind::kCpu;
   const double weight_bytes = static_cast<double>(model->weights().total_bytes);
   // The decode pass reads every matrix but the embedding (only rows are gathered from it).
   const auto& emb = model->weights().embed_tokens;
@@ -221,13 +227,14 @@ absl::Status Run(const CliArgs& args) {
     read_bytes -= emb.rows * emb.cols * DTypeSize(emb.dtype);
   std::optional<BandwidthProbe> probe;
   double bw = 0;
-  if (!args.Has("skip-bandwidth")) {
+  if (on_cpu && !args.Has("skip-bandwidth")) {
     TANDEM_ASSIGN_OR_RETURN(probe, BandwidthProbe::Create(load.memory));
     bw = probe->Measure(pool, 5);
   }
   std::printf("model: %s, %.1f M parameters, %s weights (%.1f MiB read per decode step)\n",
               dir.c_str(), model->config().ParameterCount() / 1e6,
               std::string(DTypeName(model->weights().dtype)).c_str(), read_bytes / (1 << 20));
+  std::printf("backend: %s\n", model->backend().Describe().c_str());
   std::printf("threads: %d, weight memory: %s, measured read bandwidth: %.2f GB/s\n\n",
               pool.num_threads(), args.StringOr("weight-memory", "mmap").c_str(), bw / 1e9);
   std::printf(

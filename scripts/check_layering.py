@@ -32,7 +32,7 @@ for role in ROLES:
 ALLOWED["bench"] = ALLOWED["router"] | ROLES | {"bench"}
 ALLOWED["tools"] = ALLOWED["bench"] | {"tools"}
 # The KV format: the part of common/kv the kernels (and the model) may see.
-KV_FORMAT = {"common/kv/kv_layout.h", "common/kv/kv_rows.h"}
+KV_FORMAT = {"common/kv/kv_layout.h", "common/kv/kv_rows.h", "common/kv/block_memory.h"}
 SOURCE_DIRS = ["common", "router", "prefill_worker", "decode_worker", "cache_store", "tools",
                "bench"]
 

@@ -4,11 +4,15 @@
 # build dependencies (gRPC, Abseil, protobuf ...) and no network:
 #
 #   scripts/gpu-check.sh pack     # here (a build machine with nvcc): builds build-cuda/ with
-#                                 # TANDEM_CUDA=ON and copies the GPU test binaries, engine-bench
-#                                 # and the shared libraries they need (not CUDA's) into .gpu/
+#                                 # TANDEM_CUDA=ON and copies the GPU test binaries, tandem,
+#                                 # model-inspect, make-random-model, engine-bench and the shared
+#                                 # libraries they need (not CUDA's) into .gpu/
 #   scripts/gpu-check.sh run      # there, from the checkout with .gpu/ carried along: runs
-#                                 # every `cuda` test and engine-bench on the GPU, prints a
-#                                 # summary table and exits non-zero if anything failed
+#                                 # every `cuda` test; `tandem serve` with GPU prefill and
+#                                 # decode, and with GPU prefill and CPU decode, on the bundled
+#                                 # model and the 1B-shaped random model, each checked against
+#                                 # the CPU engine's greedy tokens; engine-bench on the GPU.
+#                                 # Prints a summary table; non-zero if anything failed.
 #
 # `run` never builds; `pack` never needs a GPU. .gpu/ is ignored by git (.git/info/exclude).
 # Environment: CUDA_ARCHS (default 90, the H100/H200), GPU_CHECK_MODEL (default the bundled
@@ -22,10 +26,13 @@ pack() {
   cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DTANDEM_CUDA=ON \
     -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHS:-90}" >/dev/null
   local binaries=(tests/unit/kernels/backend_test tests/unit/model/model_cuda_test
-                  bench/engine-bench)
-  ninja -C build-cuda backend_test model_cuda_test engine-bench
+                  bench/engine-bench tools/tandem/tandem tools/model_inspect/model-inspect
+                  tools/make_random_model/make-random-model)
+  ninja -C build-cuda backend_test model_cuda_test engine-bench tandem model-inspect \
+    make-random-model
   rm -rf .gpu
   mkdir -p .gpu/bin .gpu/lib
+  mkdir -p .git/info
   grep -qxF '/.gpu/' .git/info/exclude 2>/dev/null || echo '/.gpu/' >>.git/info/exclude
   for b in "${binaries[@]}"; do
     strip -o ".gpu/bin/$(basename "$b")" "build-cuda/$b"
@@ -37,6 +44,36 @@ pack() {
   strip --strip-unneeded .gpu/lib/* 2>/dev/null || true
   cp -r models/tandem-py-8l .gpu/model
   echo "packed .gpu/: $(du -sh .gpu | cut -f1) (the device tool carries at most 64 MiB)"
+}
+
+# `tandem serve` on MODEL with prefill on $2 and decode on $3; its greedy tokens for a prompt
+# must equal model-inspect's on the CPU.
+serve_matches_cpu() {
+  local model=$1 prefill=$2 decode=$3 log=$4
+  .gpu/bin/tandem serve --model "$model" --listen 127.0.0.1:0 --metrics-listen "" \
+    --set serve.prefill_device="$prefill" --set serve.decode_device="$decode" \
+    >"$log.out" 2>"$log" &
+  local pid=$! addr=""
+  for _ in $(seq 600); do
+    addr=$(grep -o 'router on [^;]*' "$log.out" 2>/dev/null | cut -d' ' -f3)
+    [ -n "$addr" ] && break
+    kill -0 $pid 2>/dev/null || break
+    sleep 0.2
+  done
+  local ok=1
+  if [ -n "$addr" ]; then
+    local got want
+    got=$(.gpu/bin/tandem generate --addr "$addr" --tokens 1,450,1200,77,9,31,2000,5 \
+            --max-tokens 32 --print-ids 2>>"$log" | tail -n 1)
+    want=$(.gpu/bin/model-inspect generate --model "$model" --tokens 1,450,1200,77,9,31,2000,5 \
+             --max-tokens 32 2>>"$log" | head -n 1)
+    echo "gpu: $got" >>"$log"
+    echo "cpu: $want" >>"$log"
+    [ -n "$got" ] && [ "$got" = "$want" ] && ok=0
+  fi
+  cat "$log.out" >>"$log"
+  kill $pid 2>/dev/null; wait $pid 2>/dev/null || true
+  return $ok
 }
 
 run() {
@@ -55,13 +92,24 @@ run() {
     fi
     tail -n 30 "$out/$t.log"
   done
-  local model=${GPU_CHECK_MODEL:-.gpu/model}
-  if .gpu/bin/engine-bench --model "$model" --device cuda --prompt-lens 128,2048 --batches 1,64 \
-       --decode-steps 16 --repeats 3 >"$out/engine-bench.log" 2>&1; then
-    summary+=("engine-bench|ran|see engine-bench.log")
-  else
-    summary+=("engine-bench|FAILED|$(tail -n 1 "$out/engine-bench.log")")
-  fi
+  # Serving: greedy tokens of `tandem serve` on the GPU against the CPU engine's
+  # (model-inspect generate), for both models and both placements.
+  local big=/tmp/gpu-check-1b
+  [ -f "$big/config.json" ] ||
+    .gpu/bin/make-random-model --out "$big" --preset 1b --seed 1 >"$out/make-random-model.log" 2>&1
+  for model in .gpu/model "$big"; do
+    for placement in "cuda cuda" "cuda cpu"; do
+      set -- $placement
+      local name="serve $(basename "$model") prefill=$1 decode=$2"
+      if serve_matches_cpu "$model" "$1" "$2" "$out/serve-$(basename "$model")-$1-$2.log"; then
+        summary+=("$name|passed|greedy tokens equal the CPU engine's")
+      else
+        summary+=("$name|FAILED|see serve-$(basename "$model")-$1-$2.log")
+        failed=1
+      fi
+    done
+  done
+  local model=${GPU_CHECK_MODEL:-$big}
   cat "$out/engine-bench.log"
   echo
   echo "| check | result | detail |"

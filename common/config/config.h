@@ -108,6 +108,8 @@ struct ServeConfig {
   int prefill_workers = 1;
   int decode_workers = 1;
   int cache_store_shards = 1;
+  std::string prefill_device;  // empty: model.device
+  std::string decode_device;   // empty: model.device
 };
 
 struct TandemConfig {

@@ -325,6 +325,12 @@ std::vector<Field> MakeSchema() {
           "`tandem serve`: decode workers to start"),
       Int("serve.cache_store_shards", TANDEM_CONFIG_REF(serve.cache_store_shards), 1, 64,
           "`tandem serve`: cache-store shards to start"),
+      Str("serve.prefill_device", TANDEM_CONFIG_REF(serve.prefill_device), {},
+          "`tandem serve`: where its prefill workers compute (cpu, cuda, cuda:N); empty: "
+          "model.device"),
+      Str("serve.decode_device", TANDEM_CONFIG_REF(serve.decode_device), {},
+          "`tandem serve`: where its decode workers compute (cpu, cuda, cuda:N); empty: "
+          "model.device"),
   };
 }
 

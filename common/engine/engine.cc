@@ -75,14 +75,6 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(model::Model& model,
     return absl::InvalidArgumentError(
         absl::StrCat("block_size must be in [1, 4096], got ", options.block_size));
   }
-  if (!model.backend().host_addressable()) {
-    // The block pool, the store hand-off and mixed-precision narrowing read blocks in host
-    // memory; a device pool (issue #18) is not built yet.
-    return absl::UnimplementedError(absl::StrCat(
-        "serving on ", model.backend().Describe(),
-        " needs the KV cache in device memory, which is not built yet; the model runs there "
-        "(Model::Forward), the engine does not"));
-  }
   if (options.max_num_seqs <= 0 || options.max_num_batched_tokens <= 0 || options.chunk_size <= 0) {
     return absl::InvalidArgumentError(
         "max_num_seqs, max_num_batched_tokens and chunk_size must be positive");
@@ -97,6 +89,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(model::Model& model,
   }
   kv::KvCacheOptions kv_options;
   kv_options.layout = model.config().KvLayoutFor(options.kv_dtype, options.block_size);
+  kv_options.memory = model.kv_memory();
   const int64_t block_bytes = static_cast<int64_t>(kv_options.layout.BlockBytes());
   const int64_t budget =
       options.num_blocks > 0 ? options.num_blocks * block_bytes : options.kv_cache_bytes;

@@ -45,6 +45,7 @@ class Backend {
   // numbers (asked, free, total) when it cannot be had.
   virtual absl::StatusOr<void*> Allocate(size_t bytes) = 0;
   virtual void Free(void* p) = 0;
+  virtual void Zero(void* p, size_t bytes) = 0;
   // Backend memory that holds `host`'s bytes for the backend's lifetime (weights, norms): the
   // host pointer itself where memory is shared, else a copy owned by the backend.
   virtual absl::StatusOr<const void*> Resident(const void* host, size_t bytes) = 0;

@@ -1,7 +1,5 @@
 #include "common/kv/block_pool.h"
 
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <limits>
 #include <tuple>
@@ -43,8 +41,8 @@ absl::Status ValidateKvLayout(const KvLayout& layout) {
 }
 
 absl::StatusOr<std::unique_ptr<BlockPool>> BlockPool::Create(const KvLayout& layout,
-                                                             int64_t num_blocks,
-                                                             int64_t num_narrow) {
+                                                             int64_t num_blocks, int64_t num_narrow,
+                                                             BlockMemory* memory) {
   absl::Status s = ValidateKvLayout(layout);
   if (!s.ok()) return s;
   const int64_t total = num_blocks + std::max<int64_t>(num_narrow, 0);
@@ -65,26 +63,26 @@ absl::StatusOr<std::unique_ptr<BlockPool>> BlockPool::Create(const KvLayout& lay
                      " of ", narrow_bytes, " exceed the limit of ", kMaxPoolBytes, " bytes"));
   }
   const size_t bytes = num_blocks * wide_bytes + num_narrow * narrow_bytes;
-  // An anonymous mapping is page-aligned (>= 64) and zero-filled lazily by the kernel on first
-  // touch, so a large pool costs nothing until used.
-  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) {
+  if (memory == nullptr) memory = &HostBlockMemory();
+  absl::StatusOr<uint8_t*> p = memory->Map(bytes);
+  if (!p.ok()) {
     return absl::ResourceExhaustedError(
-        absl::StrCat("KV cache: cannot map ", bytes, " bytes for ", total, " blocks"));
+        absl::StrCat("KV cache: ", total, " blocks: ", p.status().message()));
   }
-  arena.base = static_cast<uint8_t*>(p);
-  return std::unique_ptr<BlockPool>(new BlockPool(arena, total, bytes));
+  arena.base = *p;
+  return std::unique_ptr<BlockPool>(new BlockPool(arena, total, bytes, *memory));
 }
 
-BlockPool::BlockPool(const KvArena& arena, int64_t num_blocks, size_t mapped_bytes)
-    : arena_(arena), mapped_bytes_(mapped_bytes), blocks_(num_blocks) {
+BlockPool::BlockPool(const KvArena& arena, int64_t num_blocks, size_t mapped_bytes,
+                     BlockMemory& memory)
+    : arena_(arena), mapped_bytes_(mapped_bytes), memory_(memory), blocks_(num_blocks) {
   // Reverse order so block 0 is handed out first (deterministic, friendly to tests and debugging).
   for (int64_t id = num_blocks - 1; id >= 0; --id) {
     FreeListOf(static_cast<int32_t>(id)).push_back(static_cast<int32_t>(id));
   }
 }
 
-BlockPool::~BlockPool() { munmap(arena_.base, mapped_bytes_); }
+BlockPool::~BlockPool() { memory_.Unmap(arena_.base, mapped_bytes_); }
 
 int32_t BlockPool::Take(BlockKind kind, bool* evicted, BlockHash* evicted_hash) {
   std::vector<int32_t>& free_list = free_lists_[static_cast<int>(kind)];

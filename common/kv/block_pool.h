@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/kv/block_hash.h"
+#include "common/kv/block_memory.h"
 #include "common/kv/kv_layout.h"
 
 namespace tandem::kv {
@@ -43,18 +44,20 @@ struct KvBlock {
 // The two kinds of block in a mixed-precision pool: `layout`'s dtype, and int8.
 enum class BlockKind : uint8_t { kWide = 0, kNarrow = 1 };
 
-// Owns the block memory (one 64-byte-aligned, lazily zeroed mapping), the block metadata, the
-// free lists and the LRU lists of cached blocks, one of each per kind. Every operation is O(1).
+// Owns the block memory (one 64-byte-aligned, zeroed mapping of a BlockMemory), the block metadata,
+// the free lists and the LRU lists of cached blocks, one of each per kind. Every operation is O(1).
 // Not thread-safe: the KvCacheManager serialises access under its mutex. It does not know about
 // the prefix index; the caller drops the index entry of a block it evicts.
 class BlockPool {
  public:
   // `num_blocks` blocks of `layout`, then `num_narrow` int8 blocks of the same geometry (a
-  // mixed-precision pool; see KvArena). InvalidArgument on bad geometry or sizes,
-  // ResourceExhausted if the mapping fails.
+  // mixed-precision pool; see KvArena), in `memory` (host memory when null; it must outlive
+  // the pool). InvalidArgument on bad geometry or sizes, ResourceExhausted if the memory
+  // cannot be had.
   static absl::StatusOr<std::unique_ptr<BlockPool>> Create(const KvLayout& layout,
                                                            int64_t num_blocks,
-                                                           int64_t num_narrow = 0);
+                                                           int64_t num_narrow = 0,
+                                                           BlockMemory* memory = nullptr);
   ~BlockPool();
   BlockPool(const BlockPool&) = delete;
   BlockPool& operator=(const BlockPool&) = delete;
@@ -80,6 +83,7 @@ class BlockPool {
   int64_t num_available() const { return num_free() + num_cached(); }
 
   uint8_t* base() const { return arena_.base; }
+  BlockMemory& memory() const { return memory_; }
   uint8_t* BlockData(int32_t id) const { return arena_.Block(id); }
   size_t BlockBytes(int32_t id) const { return arena_.LayoutOf(id).BlockBytes(); }
   const KvBlock& block(int32_t id) const { return blocks_[id]; }
@@ -113,7 +117,7 @@ class BlockPool {
     int64_t size = 0;
   };
 
-  BlockPool(const KvArena& arena, int64_t num_blocks, size_t mapped_bytes);
+  BlockPool(const KvArena& arena, int64_t num_blocks, size_t mapped_bytes, BlockMemory& memory);
   // A free block of `kind`, else its oldest cached one (evicted); kNoBlock if neither.
   int32_t Take(BlockKind kind, bool* evicted, BlockHash* evicted_hash);
   Lru& LruOf(int32_t id) { return lru_[static_cast<int>(KindOf(id))]; }
@@ -123,6 +127,7 @@ class BlockPool {
 
   const KvArena arena_;
   const size_t mapped_bytes_;
+  BlockMemory& memory_;
   std::vector<KvBlock> blocks_;
   std::vector<int32_t> free_lists_[2];  // per kind; stacks, back() is handed out next
   Lru lru_[2];                          // per kind

@@ -44,7 +44,8 @@ absl::StatusOr<std::unique_ptr<KvCacheManager>> KvCacheManager::Create(
         absl::StrCat("KV cache: mixed sink_tokens = ", options.mixed.sink_tokens,
                      " and window_tokens = ", options.mixed.window_tokens, " must be >= 0"));
   }
-  auto pool = BlockPool::Create(options.layout, options.num_blocks, options.mixed.narrow_blocks);
+  auto pool = BlockPool::Create(options.layout, options.num_blocks, options.mixed.narrow_blocks,
+                                options.memory);
   if (!pool.ok()) return pool.status();
   return std::unique_ptr<KvCacheManager>(new KvCacheManager(options, std::move(pool).value()));
 }
@@ -58,6 +59,30 @@ KvCacheManager::KvCacheManager(const KvCacheOptions& options, std::unique_ptr<Bl
       arena_(pool->arena()),
       pool_(std::move(pool)) {
   index_.reserve(pool_->num_blocks());
+}
+
+const uint8_t* KvCacheManager::ReadableBlock(int32_t id, std::vector<uint8_t>& scratch) const {
+  BlockMemory& memory = pool_->memory();
+  if (memory.host_addressable()) return arena_.Block(id);
+  const size_t bytes = arena_.LayoutOf(id).BlockBytes();
+  scratch.resize(bytes);
+  memory.ToHost(scratch.data(), arena_.Block(id), bytes);
+  return scratch.data();
+}
+
+void KvCacheManager::WriteBlock(int32_t id, const uint8_t* src, const KvLayout& from) {
+  BlockMemory& memory = pool_->memory();
+  const KvLayout& to = arena_.LayoutOf(id);
+  if (memory.host_addressable()) {
+    ConvertBlock(src, from, arena_.Block(id), to);
+    return;
+  }
+  if (!(from == to)) {
+    write_scratch_.resize(to.BlockBytes());
+    ConvertBlock(src, from, write_scratch_.data(), to);
+    src = write_scratch_.data();
+  }
+  memory.FromHost(arena_.Block(id), src, to.BlockBytes());
 }
 
 int32_t KvCacheManager::AllocateBlock(BlockKind kind, bool only_kind) {
@@ -182,7 +207,7 @@ void KvCacheManager::NarrowOldBlocks(Sequence& seq, int num_computed) {
     }
     const int32_t narrow = AllocateBlock(BlockKind::kNarrow, /*only_kind=*/true);
     if (narrow == kNoBlock) return;  // tried again at the next commit
-    ConvertBlock(arena_.Block(wide), layout_, arena_.Block(narrow), arena_.narrow);
+    WriteBlock(narrow, ReadableBlock(wide, read_scratch_), layout_);
     if (const KvBlock& old = pool_->block(wide); old.indexed) {
       const BlockHash hash = old.hash;
       pool_->ClearIndexed(wide);
@@ -355,7 +380,7 @@ absl::StatusOr<ImportResult> KvCacheManager::InsertCachedBlocks(
   fresh.reserve(to_insert.size());
   for (size_t i : to_insert) {
     const int32_t id = AllocateBlock(kind);
-    ConvertBlock(block_data[i], from, arena_.Block(id), arena_.LayoutOf(id));
+    WriteBlock(id, block_data[i], from);
     index_.emplace(hashes[i], id);
     pool_->SetIndexed(id, hashes[i]);
     events_.Stored(hashes[i]);

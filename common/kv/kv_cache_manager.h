@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/kv/block_hash.h"
+#include "common/kv/block_memory.h"
 #include "common/kv/block_pool.h"
 #include "common/kv/kv_cache_stats.h"
 #include "common/kv/kv_events.h"
@@ -43,6 +44,8 @@ struct KvCacheOptions {
   MixedKvOptions mixed;
   std::string model_id;  // part of every block hash
   bool enable_prefix_caching = true;
+  // Where the blocks live (BlockMemory); null: host memory. Must outlive the manager.
+  BlockMemory* memory = nullptr;
 };
 
 // Outcome of inserting externally produced blocks (see ImportBlocks in kv_transfer.h).
@@ -76,6 +79,15 @@ class KvCacheManager {
   uint8_t* pool_base() { return arena_.base; }
   const KvArena& arena() const { return arena_; }
   bool mixed() const { return mixed_.narrow_blocks > 0; }
+
+  // Host access to whole blocks, for code outside the kernels (export, import, narrowing,
+  // eviction's key means). In host memory these are the blocks themselves; in device memory
+  // the bytes cross through `scratch`. ReadableBlock's pointer is valid until the next call
+  // with the same scratch or the next write to the block.
+  const uint8_t* ReadableBlock(int32_t id, std::vector<uint8_t>& scratch) const;
+  // Block `id` = `src` (bytes of layout `from`, the same geometry), converted to the block's
+  // own dtype.
+  void WriteBlock(int32_t id, const uint8_t* src, const KvLayout& from);
 
   // Registers `seq_id` and maps the longest cached prefix of `prompt` made of full blocks, but
   // never the whole prompt (at most (prompt.size()-1)/block_size blocks), so at least one token is
@@ -187,6 +199,8 @@ class KvCacheManager {
   const KvArena arena_;  // copy of pool_->arena()
 
   const std::unique_ptr<BlockPool> pool_;
+  // Host copies of blocks in device memory (ReadableBlock, WriteBlock), reused.
+  std::vector<uint8_t> read_scratch_, write_scratch_;
   absl::flat_hash_map<BlockHash, int32_t> index_;
   absl::flat_hash_map<int64_t, Sequence> seqs_;
   int64_t hits_ = 0;

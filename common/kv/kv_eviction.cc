@@ -29,13 +29,14 @@ std::vector<float> SequenceEviction::ChunkMeanKey(const KvCacheManager& kv,
   const int layer = l.num_layers / 2;
   std::vector<float> mean(static_cast<size_t>(l.num_kv_heads) * l.head_dim, 0.0f);
   std::vector<float> row(l.head_dim);
+  std::vector<uint8_t> scratch;  // a block in device memory, copied out
   int rows = 0;
   for (int b = first; b < first + count; ++b) {
     if (table[b] == kNoBlock) continue;
+    const uint8_t* block = kv.ReadableBlock(table[b], scratch);
     for (int slot = 0; slot < l.block_size; ++slot, ++rows) {
       for (int head = 0; head < l.num_kv_heads; ++head) {
-        ReadKvRow(arena.Block(table[b]), arena.LayoutOf(table[b]), {layer, head, false, slot},
-                  row.data());
+        ReadKvRow(block, arena.LayoutOf(table[b]), {layer, head, false, slot}, row.data());
         for (int i = 0; i < l.head_dim; ++i) mean[head * l.head_dim + i] += row[i];
       }
     }

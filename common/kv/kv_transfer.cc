@@ -176,6 +176,7 @@ absl::StatusOr<std::string> ExportBlocks(KvCacheManager& manager,
   if (!block_ids.empty()) desc.layout = arena.LayoutOf(block_ids[0]);
   const KvLayout& l = desc.layout;
   const size_t block_bytes = l.BlockBytes();
+  std::vector<uint8_t> scratch;  // a block in device memory, copied out
   std::string out;
   out.reserve(64 + desc.model_id.size() + block_ids.size() * (8 + block_bytes) + kChecksumBytes);
   out.append(kKvTransferMagic, 4);
@@ -192,7 +193,7 @@ absl::StatusOr<std::string> ExportBlocks(KvCacheManager& manager,
     PutU64(out, hashes[i]);
     const size_t at = out.size();
     out.resize(at + block_bytes);
-    ConvertBlock(arena.Block(block_ids[i]), arena.LayoutOf(block_ids[i]),
+    ConvertBlock(manager.ReadableBlock(block_ids[i], scratch), arena.LayoutOf(block_ids[i]),
                  reinterpret_cast<uint8_t*>(out.data() + at), l);
   }
   PutU64(out, XXH3_64bits(out.data(), out.size()));

@@ -75,6 +75,12 @@ Model::Model(ModelConfig config, std::unique_ptr<ModelWeights> weights,
             .kv_width = int64_t{config_.num_kv_heads} * config_.head_dim,
             .eps = static_cast<float>(config_.rms_norm_eps)} {}
 
+absl::StatusOr<uint8_t*> Model::BackendKvMemory::Map(size_t bytes) {
+  TANDEM_ASSIGN_OR_RETURN(void* p, backend_.Allocate(bytes));
+  backend_.Zero(p, bytes);
+  return static_cast<uint8_t*>(p);
+}
+
 // ws_ is declared after backend_, so its buffers go back to the backend before it is destroyed.
 Model::~Model() = default;
 

@@ -8,6 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/kernels/backend.h"
+#include "common/kv/block_memory.h"
 #include "common/kv/kv_layout.h"
 #include "common/model/model_config.h"
 #include "common/model/model_weights.h"
@@ -83,6 +84,9 @@ class Model {
   const ModelWeights& weights() const { return *weights_; }
   ThreadPool& pool() { return pool_; }
   kernels::Backend& backend() { return *backend_; }
+  // Where a KV pool for this model must live: null for host memory (the backend computes on
+  // the host), else the backend's own memory.
+  kv::BlockMemory* kv_memory() { return backend_->host_addressable() ? nullptr : &kv_memory_; }
 
   // Runs the batch, writing each new token's K/V into its cache slot. `logits` receives, in
   // batch order, vocab_size floats per requested row (0, 1 or num_tokens rows per sequence).
@@ -97,6 +101,24 @@ class Model {
                        ForwardProbe* probe = nullptr);
 
  private:
+  // A KV pool in the backend's memory.
+  class BackendKvMemory final : public kv::BlockMemory {
+   public:
+    explicit BackendKvMemory(kernels::Backend& backend) : backend_(backend) {}
+    absl::StatusOr<uint8_t*> Map(size_t bytes) override;
+    void Unmap(uint8_t* base, size_t bytes) override { backend_.Free(base); }
+    bool host_addressable() const override { return backend_.host_addressable(); }
+    void ToHost(uint8_t* host_dst, const uint8_t* src, size_t bytes) override {
+      backend_.CopyToHost(host_dst, src, bytes);
+    }
+    void FromHost(uint8_t* dst, const uint8_t* host_src, size_t bytes) override {
+      backend_.CopyFromHost(dst, host_src, bytes);
+    }
+
+   private:
+    kernels::Backend& backend_;
+  };
+
   // Scratch activations in backend memory, grown to the largest batch seen and reused (no
   // per-step allocation), and the host-side plan of the step.
   struct Workspace {
@@ -163,6 +185,7 @@ class Model {
   kernels::WeightMatrix embed_tokens_, lm_head_;
   const float* final_norm_ = nullptr;
   const float* inv_freq_resident_ = nullptr;
+  BackendKvMemory kv_memory_{*backend_};
   // The geometry every layer function needs, in the order they unpack it.
   struct Dims {
     int64_t hidden;

@@ -143,13 +143,23 @@ absl::Status RunServe(const CliArgs& args) {
   }
   inner.router.prefill_workers.clear();
   inner.router.decode_workers.clear();
+  // Each pool on its own device (serve.prefill_device, serve.decode_device), else model.device.
+  const std::string prefill_device =
+      c.serve.prefill_device.empty() ? c.model.device : c.serve.prefill_device;
+  const std::string decode_device =
+      c.serve.decode_device.empty() ? c.model.device : c.serve.decode_device;
+  auto on_device = [&inner](const std::string& device) {
+    config::TandemConfig role = inner;
+    role.model.device = device;
+    return role;
+  };
   for (int i = 0; i < c.serve.prefill_workers; ++i) {
-    TANDEM_ASSIGN_OR_RETURN(auto role, StartPrefill(inner, threads, metrics));
+    TANDEM_ASSIGN_OR_RETURN(auto role, StartPrefill(on_device(prefill_device), threads, metrics));
     inner.router.prefill_workers.push_back(role->address());
     prefills.push_back(std::move(role));
   }
   for (int i = 0; i < c.serve.decode_workers; ++i) {
-    TANDEM_ASSIGN_OR_RETURN(auto role, StartDecode(inner, threads, metrics));
+    TANDEM_ASSIGN_OR_RETURN(auto role, StartDecode(on_device(decode_device), threads, metrics));
     inner.router.decode_workers.push_back(role->address());
     decodes.push_back(std::move(role));
   }
@@ -157,10 +167,10 @@ absl::Status RunServe(const CliArgs& args) {
   loading->Done();
   std::printf(
       "tandem serve: model %s (%s); router on %s; metrics %s; %d prefill, %d decode worker(s) "
-      "with %d thread(s) each, %d store shard(s)\n",
+      "with %d thread(s) each, %d store shard(s); prefill on %s, decode on %s\n",
       ModelId(c).c_str(), c.model.path.c_str(), router->address().c_str(),
       MetricsUrl(c, metrics_server.get()).c_str(), c.serve.prefill_workers, c.serve.decode_workers,
-      threads, c.serve.cache_store_shards);
+      threads, c.serve.cache_store_shards, prefill_device.c_str(), decode_device.c_str());
   std::fflush(stdout);
 
   const int sig = WaitForSignal(signals);

@@ -26,6 +26,8 @@ absl::StatusOr<void*> CpuBackend::Allocate(size_t bytes) {
 
 void CpuBackend::Free(void* p) { std::free(p); }
 
+void CpuBackend::Zero(void* p, size_t bytes) { std::memset(p, 0, bytes); }
+
 void CpuBackend::CopyToHost(void* host_dst, const void* src, size_t bytes) {
   std::memcpy(host_dst, src, bytes);
 }

@@ -18,6 +18,7 @@ class CpuBackend final : public Backend {
 
   absl::StatusOr<void*> Allocate(size_t bytes) override;
   void Free(void* p) override;
+  void Zero(void* p, size_t bytes) override;
   absl::StatusOr<const void*> Resident(const void* host, size_t bytes) override { return host; }
   absl::StatusOr<WeightMatrix> ResidentWeight(const WeightMatrix& host) override { return host; }
   void CopyToHost(void* host_dst, const void* src, size_t bytes) override;

@@ -132,6 +132,7 @@ class CudaBackend final : public Backend {
   bool host_addressable() const override { return false; }
 
   absl::StatusOr<void*> Allocate(size_t bytes) override {
+    Use();
     void* p = nullptr;
     const cudaError_t e = cudaMalloc(&p, std::max<size_t>(bytes, 1));
     if (e != cudaSuccess) {
@@ -140,9 +141,17 @@ class CudaBackend final : public Backend {
     }
     return p;
   }
-  void Free(void* p) override { cudaFree(p); }
+  void Free(void* p) override {
+    Use();
+    cudaFree(p);
+  }
+  void Zero(void* p, size_t bytes) override {
+    Use();
+    Check(cudaMemsetAsync(p, 0, bytes, stream_));
+  }
 
   absl::StatusOr<const void*> Resident(const void* host, size_t bytes) override {
+    Use();
     auto it = resident_.find(host);
     if (it != resident_.end()) return it->second;  // tied embeddings are uploaded once
     absl::StatusOr<void*> p = Allocate(bytes);
@@ -173,15 +182,18 @@ class CudaBackend final : public Backend {
   }
 
   void CopyToHost(void* host_dst, const void* src, size_t bytes) override {
+    Use();
     Check(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
     Drain();
   }
   void CopyFromHost(void* dst, const void* host_src, size_t bytes) override {
+    Use();
     Check(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, stream_));
     Drain();
   }
 
   absl::Status Finish() override {
+    Use();
     Drain();
     Check(cudaGetLastError());
     absl::Status s = error_;
@@ -191,15 +203,18 @@ class CudaBackend final : public Backend {
 
   void Embed(const WeightMatrix& table, const int32_t* host_tokens, int64_t n,
              float* out) override {
+    Use();
     const auto* tokens = static_cast<const int32_t*>(Stage(host_tokens, n * sizeof(int32_t)));
     cuda::LaunchEmbed(table.data, table.dtype, table.cols, tokens, n, out, stream_);
   }
   void RmsNorm(const float* x, const float* weight, float eps, int64_t rows, int64_t dim,
                float* y) override {
+    Use();
     cuda::LaunchRmsNorm(x, weight, eps, rows, dim, y, stream_);
   }
   void GemmMulti(const float* x, int64_t m, int64_t x_stride,
                  std::span<const GemmOutput> outputs) override {
+    Use();
     if (outputs.empty() || m <= 0) return;
     const DType dtype = outputs.front().w.dtype;
     const void* b = ConvertInput(x, m, outputs.front().w.cols, x_stride, dtype);
@@ -213,31 +228,40 @@ class CudaBackend final : public Backend {
     GemmMulti(x, m, x_stride, std::span<const GemmOutput>(&out, 1));
   }
   void SiluMul(const float* gate_up, int64_t rows, int64_t dim, float* out) override {
+    Use();
     cuda::LaunchSiluMul(gate_up, rows, dim, out, stream_);
   }
-  void Add(float* y, const float* x, int64_t n) override { cuda::LaunchAdd(y, x, n, stream_); }
+  void Add(float* y, const float* x, int64_t n) override {
+    Use();
+    cuda::LaunchAdd(y, x, n, stream_);
+  }
   void Scale(float* x, float factor, int64_t n) override {
+    Use();
     cuda::LaunchScale(x, factor, n, stream_);
   }
   void Rope(float* q, int q_heads, float* k, int k_heads, int head_dim, int64_t rows,
             const int64_t* host_positions, const float* inv_freq) override {
+    Use();
     const auto* positions =
         static_cast<const int64_t*>(Stage(host_positions, rows * sizeof(int64_t)));
     cuda::LaunchRope(q, q_heads, k, k_heads, head_dim, rows, positions, inv_freq, stream_);
   }
   void GatherRows(const float* src, int64_t width, const int64_t* host_rows, int64_t n,
                   float* dst) override {
+    Use();
     const auto* rows = static_cast<const int64_t*>(Stage(host_rows, n * sizeof(int64_t)));
     cuda::LaunchMoveRows(src, width, rows, n, dst, /*scatter=*/false, stream_);
   }
   void ScatterRows(const float* src, int64_t width, const int64_t* host_rows, int64_t n,
                    float* dst) override {
+    Use();
     const auto* rows = static_cast<const int64_t*>(Stage(host_rows, n * sizeof(int64_t)));
     cuda::LaunchMoveRows(src, width, rows, n, dst, /*scatter=*/true, stream_);
   }
 
   void WriteKv(const float* k, const float* v, std::span<const KvWrite> writes,
                const kv::KvArena& kv, int layer) override {
+    Use();
     descs_.clear();
     tables_.clear();
     int64_t items = 0;
@@ -259,6 +283,7 @@ class CudaBackend final : public Backend {
 
   void PagedAttention(std::span<const AttentionSequence> seqs_in, int num_heads,
                       const kv::KvArena& kv, int layer, float scale) override {
+    Use();
     descs_.clear();
     tables_.clear();
     int64_t items = 0;
@@ -305,6 +330,16 @@ class CudaBackend final : public Backend {
         "cuda:%d: cannot allocate %.3f GiB (%s); %.3f GiB of %.3f GiB free, %.3f GiB of weights "
         "resident",
         ordinal_, GiB(bytes), CudaError(e), GiB(free_bytes), GiB(total), GiB(resident_bytes_)));
+  }
+
+  // Makes this backend's device current on the calling thread (the engine loop runs on another
+  // thread than the one that created the backend).
+  void Use() const {
+    thread_local int current = -1;
+    if (current != ordinal_) {
+      cudaSetDevice(ordinal_);
+      current = ordinal_;
+    }
   }
 
   // Remembers the first failure of an operation; Finish reports it.
@@ -467,8 +502,9 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int ordinal) {
   const cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess) {
     cudaGetLastError();
-    return absl::FailedPreconditionError(absl::StrCat(
-        "model.device cuda:", ordinal, ": no usable CUDA device (", CudaError(e), ")"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("model.device cuda:", ordinal, ": no usable CUDA device (", CudaError(e),
+                     "; is there an NVIDIA GPU with its driver?)"));
   }
   if (ordinal >= count) {
     return absl::FailedPreconditionError(absl::StrCat(
