@@ -49,6 +49,8 @@ class Backend {
   // Backend memory that holds `host`'s bytes for the backend's lifetime (weights, norms): the
   // host pointer itself where memory is shared, else a copy owned by the backend.
   virtual absl::StatusOr<const void*> Resident(const void* host, size_t bytes) = 0;
+  // Bytes Resident has copied into backend memory (0 where it is the host's).
+  virtual size_t resident_bytes() const { return 0; }
   // A weight matrix the backend's GEMM can read; InvalidArgument for a layout it cannot use.
   virtual absl::StatusOr<WeightMatrix> ResidentWeight(const WeightMatrix& host) = 0;
   virtual void CopyToHost(void* host_dst, const void* src, size_t bytes) = 0;

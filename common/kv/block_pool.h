@@ -84,6 +84,7 @@ class BlockPool {
 
   uint8_t* base() const { return arena_.base; }
   BlockMemory& memory() const { return memory_; }
+  size_t bytes() const { return mapped_bytes_; }
   uint8_t* BlockData(int32_t id) const { return arena_.Block(id); }
   size_t BlockBytes(int32_t id) const { return arena_.LayoutOf(id).BlockBytes(); }
   const KvBlock& block(int32_t id) const { return blocks_[id]; }

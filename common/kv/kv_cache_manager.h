@@ -78,6 +78,8 @@ class KvCacheManager {
   // cache; arena() says where the blocks of any cache are).
   uint8_t* pool_base() { return arena_.base; }
   const KvArena& arena() const { return arena_; }
+  // Bytes of block memory the pool holds.
+  size_t pool_bytes() const { return pool_->bytes(); }
   bool mixed() const { return mixed_.narrow_blocks > 0; }
 
   // Host access to whole blocks, for code outside the kernels (export, import, narrowing,

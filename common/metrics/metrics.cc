@@ -108,6 +108,11 @@ Metrics::Metrics(std::string process_role)
                           .Help("Last sampled prompt's attention-output cosine similarity, "
                                 "pruned against full prefill, per pruned layer")
                           .Register(*registry_)),
+      device_memory_(BuildGauge()
+                         .Name("tandem_device_memory_bytes")
+                         .Help("Accelerator memory a worker on a device holds, by use "
+                               "(weights, kv_cache)")
+                         .Register(*registry_)),
       stability_checks_(BuildCounter()
                             .Name("tandem_pruning_stability_checks_total")
                             .Help("Sampled prompts checked by the attention-stability monitor, "
@@ -239,6 +244,10 @@ RoleMetrics Metrics::ForRole(const std::string& role) {
 
 prometheus::Gauge* Metrics::PruningCosine(const std::string& role, int layer) {
   return &pruning_cosine_.Add({{"role", role}, {"layer", std::to_string(layer)}});
+}
+
+prometheus::Gauge* Metrics::DeviceMemory(const std::string& role, const std::string& use) {
+  return &device_memory_.Add({{"role", role}, {"use", use}});
 }
 
 std::vector<std::shared_ptr<prometheus::Collectable>> Metrics::collectables() const {

@@ -94,6 +94,9 @@ class Metrics {
   // tandem_pruning_attention_cosine{role, layer}: the last stability check's similarity in a
   // pruned layer.
   prometheus::Gauge* PruningCosine(const std::string& role, int layer);
+  // tandem_device_memory_bytes{role, use}: accelerator memory a worker on a device holds, by
+  // use ("weights", "kv_cache"). Workers that compute on the CPU never call it.
+  prometheus::Gauge* DeviceMemory(const std::string& role, const std::string& use);
   const std::shared_ptr<prometheus::Registry>& registry() const { return registry_; }
   // Everything /metrics serves: the registry, and the process metrics if any.
   std::vector<std::shared_ptr<prometheus::Collectable>> collectables() const;
@@ -122,6 +125,7 @@ class Metrics {
   prometheus::Family<prometheus::Counter>& requests_;
   prometheus::Family<prometheus::Gauge>& pruned_layers_;
   prometheus::Family<prometheus::Gauge>& pruning_cosine_;
+  prometheus::Family<prometheus::Gauge>& device_memory_;
   prometheus::Family<prometheus::Counter>& stability_checks_;
   BalancerMetrics balancer_;
   std::once_flag balancer_once_;

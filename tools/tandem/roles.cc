@@ -218,6 +218,12 @@ class WorkerRole final : public ServedRole {
     TANDEM_ASSIGN_OR_RETURN(engine::EngineOptions options,
                             EngineOptionsFor(c, model_->config(), prefill));
     TANDEM_ASSIGN_OR_RETURN(auto engine, engine::Engine::Create(*model_, options));
+    if (model_->kv_memory() != nullptr) {  // on a device: what its memory holds
+      metrics.DeviceMemory(name, "weights")
+          ->Set(static_cast<double>(model_->backend().resident_bytes()));
+      metrics.DeviceMemory(name, "kv_cache")
+          ->Set(static_cast<double>(engine->kv_cache().pool_bytes()));
+    }
     loop_ = std::make_unique<engine::EngineLoop>(std::move(engine));
     store_ = std::make_unique<store::StorePool>(
         c.cache_store.shards, ModelId(c),

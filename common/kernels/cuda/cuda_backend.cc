@@ -130,6 +130,7 @@ class CudaBackend final : public Backend {
     return absl::StrFormat("cuda:%d (%s, %.0f GiB)", ordinal_, name_, GiB(total_bytes_));
   }
   bool host_addressable() const override { return false; }
+  size_t resident_bytes() const override { return resident_bytes_; }
 
   absl::StatusOr<void*> Allocate(size_t bytes) override {
     Use();

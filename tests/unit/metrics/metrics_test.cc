@@ -95,6 +95,19 @@ TEST(MetricsTest, StoreShardsAreLabelledByAddress) {
   EXPECT_THAT(text, HasSubstr("tandem_cache_store_evictions_total{shard=\"10.0.0.2:7000\"} 0"));
 }
 
+TEST(MetricsTest, DeviceMemoryOnlyForWorkersThatAskForIt) {
+  Metrics m;
+  m.ForRole("decode");
+  EXPECT_THAT(m.Serialize(), Not(HasSubstr("tandem_device_memory_bytes{")));
+  m.DeviceMemory("prefill", "weights")->Set(2.5e9);
+  m.DeviceMemory("prefill", "kv_cache")->Set(1 << 30);
+  const std::string text = m.Serialize();
+  EXPECT_THAT(text,
+              HasSubstr("tandem_device_memory_bytes{role=\"prefill\",use=\"weights\"} 2500000000"));
+  EXPECT_THAT(
+      text, HasSubstr("tandem_device_memory_bytes{role=\"prefill\",use=\"kv_cache\"} 1073741824"));
+}
+
 TEST(MetricsTest, ServedOverHttp) {
   Metrics m;
   m.ForRole("router").prompt_tokens->Increment(42);
