@@ -263,45 +263,21 @@ class CudaBackend final : public Backend {
   void WriteKv(const float* k, const float* v, std::span<const KvWrite> writes,
                const kv::KvArena& kv, int layer) override {
     Use();
-    descs_.clear();
-    tables_.clear();
-    int64_t items = 0;
-    for (const KvWrite& w : writes) {
-      descs_.push_back({.row = w.row,
-                        .first_item = items,
-                        .start_pos = w.start_pos,
-                        .num_tokens = w.num_tokens,
-                        .table_offset = AppendTable(w.block_table, w.start_pos + w.num_tokens,
-                                                    kv.layout.block_size)});
-      items += w.num_tokens;
-    }
-    const SequenceDesc* seqs = nullptr;
-    const int32_t* tables = nullptr;
-    UploadStep(&seqs, &tables);
-    cuda::LaunchWriteKv(k, v, seqs, static_cast<int>(descs_.size()), items, tables,
-                        cuda::PoolOf(kv), layer, stream_);
+    const Step step = StageSequences(writes, kv.layout.block_size, [](const KvWrite& w) {
+      return SequenceDesc{.row = w.row, .start_pos = w.start_pos, .num_tokens = w.num_tokens};
+    });
+    cuda::LaunchWriteKv(k, v, step.seqs, step.num_seqs, step.items, step.tables, cuda::PoolOf(kv),
+                        layer, stream_);
   }
 
-  void PagedAttention(std::span<const AttentionSequence> seqs_in, int num_heads,
-                      const kv::KvArena& kv, int layer, float scale) override {
+  void PagedAttention(std::span<const AttentionSequence> seqs, int num_heads, const kv::KvArena& kv,
+                      int layer, float scale) override {
     Use();
-    descs_.clear();
-    tables_.clear();
-    int64_t items = 0;
-    for (const AttentionSequence& s : seqs_in) {
-      descs_.push_back({.q = s.q,
-                        .out = s.out,
-                        .first_item = items,
-                        .start_pos = s.start_pos,
-                        .num_tokens = s.num_tokens,
-                        .table_offset = AppendTable(s.block_table, s.start_pos + s.num_tokens,
-                                                    kv.layout.block_size)});
-      items += s.num_tokens;
-    }
-    const SequenceDesc* seqs = nullptr;
-    const int32_t* tables = nullptr;
-    UploadStep(&seqs, &tables);
-    cuda::LaunchPagedAttention(seqs, static_cast<int>(descs_.size()), items, num_heads, tables,
+    const Step step = StageSequences(seqs, kv.layout.block_size, [](const AttentionSequence& s) {
+      return SequenceDesc{
+          .q = s.q, .out = s.out, .start_pos = s.start_pos, .num_tokens = s.num_tokens};
+    });
+    cuda::LaunchPagedAttention(step.seqs, step.num_seqs, step.items, num_heads, step.tables,
                                cuda::PoolOf(kv), layer, scale, stream_);
   }
 
@@ -369,11 +345,32 @@ class CudaBackend final : public Backend {
     return offset;
   }
 
-  void UploadStep(const SequenceDesc** seqs, const int32_t** tables) {
-    *seqs = static_cast<const SequenceDesc*>(
+  // One launch's sequences on the device: descriptors, block tables, and the token count.
+  struct Step {
+    const SequenceDesc* seqs;
+    int num_seqs;
+    int64_t items;
+    const int32_t* tables;
+  };
+  // Describes each of `in` (`describe` fills what is its own; the running item count and its
+  // block table's place are filled here) and stages the lot.
+  template <typename T, typename Describe>
+  Step StageSequences(std::span<const T> in, int block_size, Describe describe) {
+    descs_.clear();
+    tables_.clear();
+    int64_t items = 0;
+    for (const T& s : in) {
+      SequenceDesc d = describe(s);
+      d.first_item = items;
+      d.table_offset = AppendTable(s.block_table, s.start_pos + s.num_tokens, block_size);
+      descs_.push_back(d);
+      items += s.num_tokens;
+    }
+    const auto* seqs = static_cast<const SequenceDesc*>(
         Stage(descs_.data(), descs_.size() * sizeof(SequenceDesc)));
-    *tables = static_cast<const int32_t*>(
+    const auto* tables = static_cast<const int32_t*>(
         Stage(tables_.data(), std::max<size_t>(tables_.size(), 1) * sizeof(int32_t)));
+    return {seqs, static_cast<int>(descs_.size()), items, tables};
   }
 
   // x as the GEMM's B operand: f32 weights read x in place; f16/bf16 weights get x converted

@@ -14,48 +14,16 @@
 #include "common/kv/kv_transfer.h"
 #include "gtest/gtest.h"
 #include "tests/unit/testing/device_like_backend.h"
+#include "tests/unit/testing/engine_run.h"
 #include "tests/unit/testing/kv_helpers.h"
 #include "tests/unit/testing/temp_model.h"
 
 namespace tandem::engine {
 namespace {
 
-struct Result {
-  std::vector<int32_t> tokens;
-  std::vector<std::vector<float>> logits;
-  int cached_prompt_tokens = 0;
-};
-
-std::map<std::string, Result> RunAll(Engine& e, const std::vector<Request>& requests) {
-  for (const Request& r : requests) {
-    const absl::Status added = e.AddRequest(r);
-    EXPECT_TRUE(added.ok()) << r.id << ": " << added;
-  }
-  std::map<std::string, Result> results;
-  for (int steps = 0; e.HasUnfinished() && steps < 10000; ++steps) {
-    auto outs = e.Step();
-    EXPECT_TRUE(outs.ok()) << outs.status();
-    if (!outs.ok()) break;
-    for (RequestOutput& o : *outs) {
-      Result& r = results[o.id];
-      r.tokens.insert(r.tokens.end(), o.new_tokens.begin(), o.new_tokens.end());
-      if (!o.logits.empty()) r.logits.push_back(std::move(o.logits));
-      r.cached_prompt_tokens = o.cached_prompt_tokens;
-      EXPECT_TRUE(o.error.ok()) << o.error;
-    }
-  }
-  return results;
-}
-
-Request Greedy(const std::string& id, std::vector<int32_t> prompt, int max_tokens) {
-  Request r;
-  r.id = id;
-  r.prompt = std::move(prompt);
-  r.max_tokens = max_tokens;
-  r.ignore_eos = true;
-  r.return_logits = true;
-  return r;
-}
+using Result = testing::EngineResult;
+using testing::Greedy;
+using testing::RunAll;
 
 class DevicePoolTest : public ::testing::Test {
  protected:
@@ -93,6 +61,7 @@ class DevicePoolTest : public ::testing::Test {
     for (const std::string wave : {"a", "b"}) {  // the second wave hits the prefix cache
       const auto want = RunAll(*cpu, Requests(wave));
       const auto got = RunAll(*dev, Requests(wave));
+      ASSERT_EQ(want.size(), 4u);
       ASSERT_EQ(got.size(), want.size());
       for (const auto& [id, w] : want) {
         const Result& g = got.at(id);

@@ -8,18 +8,16 @@
 #include <random>
 
 #include "gtest/gtest.h"
+#include "tests/unit/testing/engine_run.h"
 #include "tests/unit/testing/kv_helpers.h"
 #include "tests/unit/testing/temp_model.h"
 
 namespace tandem::engine {
 namespace {
 
-struct Result {
-  std::vector<int32_t> tokens;
-  std::vector<std::vector<float>> logits;
-  FinishReason finish = FinishReason::kNone;
-  int cached_prompt_tokens = 0;
-};
+using Result = testing::EngineResult;
+using testing::Greedy;
+using testing::RunAll;
 
 std::vector<int32_t> RandomPrompt(int len, uint32_t seed, int vocab) {
   return testing::RandomTokens(len, seed, vocab);
@@ -56,36 +54,6 @@ class EngineTest : public ::testing::Test {
     auto e = Engine::Create(m ? *m : *model_, o);
     EXPECT_TRUE(e.ok()) << e.status();
     return e.ok() ? std::move(*e) : nullptr;
-  }
-
-  Request Greedy(const std::string& id, std::vector<int32_t> prompt, int max_tokens) {
-    Request r;
-    r.id = id;
-    r.prompt = std::move(prompt);
-    r.max_tokens = max_tokens;
-    r.ignore_eos = true;
-    r.return_logits = true;
-    return r;
-  }
-
-  std::map<std::string, Result> RunAll(Engine& e, const std::vector<Request>& requests) {
-    for (const auto& r : requests) EXPECT_TRUE(e.AddRequest(r).ok());
-    std::map<std::string, Result> results;
-    for (int steps = 0; e.HasUnfinished() && steps < 10000; ++steps) {
-      auto outs = e.Step();
-      EXPECT_TRUE(outs.ok()) << outs.status();
-      if (!outs.ok()) break;
-      for (auto& o : *outs) {
-        Result& r = results[o.id];
-        r.tokens.insert(r.tokens.end(), o.new_tokens.begin(), o.new_tokens.end());
-        if (!o.logits.empty()) r.logits.push_back(o.logits);
-        r.cached_prompt_tokens = o.cached_prompt_tokens;
-        if (o.finish != FinishReason::kNone) r.finish = o.finish;
-        EXPECT_TRUE(o.error.ok()) << o.error;
-      }
-    }
-    EXPECT_FALSE(e.HasUnfinished());
-    return results;
   }
 
   Result Solo(const Request& r) {
