@@ -84,8 +84,9 @@ run() {
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
   local summary=() failed=0
   for t in backend_test model_cuda_test; do
-    if .gpu/bin/$t --gtest_brief=1 >"$out/$t.log" 2>&1; then
-      summary+=("$t|passed|$(grep -c '^\[       OK \]' "$out/$t.log" || true) cases")
+    # On the GPU machine a skipped case means the GPU was not found: that fails the check.
+    if .gpu/bin/$t --gtest_brief=1 >"$out/$t.log" 2>&1 && ! grep -q '^\[  SKIPPED \]' "$out/$t.log"; then
+      summary+=("$t|passed|$(grep '^\[  PASSED  \]' "$out/$t.log")")
     else
       summary+=("$t|FAILED|see $t.log")
       failed=1
@@ -110,6 +111,13 @@ run() {
     done
   done
   local model=${GPU_CHECK_MODEL:-$big}
+  if .gpu/bin/engine-bench --model "$model" --device cuda --prompt-lens 128,2048 --batches 1,64 \
+       --decode-steps 16 --repeats 3 >"$out/engine-bench.log" 2>&1; then
+    summary+=("engine-bench $(basename "$model")|ran|see the table above")
+  else
+    summary+=("engine-bench $(basename "$model")|FAILED|$(tail -n 1 "$out/engine-bench.log")")
+    failed=1
+  fi
   cat "$out/engine-bench.log"
   echo
   echo "| check | result | detail |"
