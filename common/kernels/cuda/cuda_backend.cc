@@ -4,8 +4,10 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -49,37 +51,35 @@ cudaDataType_t CudaType(DType t) {
 }
 
 // Host metadata of the current step (token ids, positions, block tables, sequence
-// descriptors), staged in pinned memory and copied to the device on the stream. Slices stay
-// valid until the next Reset, which the backend calls only after the stream has drained.
+// descriptors), staged in pinned memory and copied to the device on the stream. Every slice
+// handed out stays valid until Reset, which the backend calls only after the stream has
+// drained: a buffer outgrown mid-step is retired, not freed, since work queued earlier in the
+// step may still read it.
 class Staging {
  public:
   ~Staging() {
-    if (host_ != nullptr) cudaFreeHost(host_);
-    if (device_ != nullptr) cudaFree(device_);
+    Reset();
+    Release(host_, device_);
   }
 
   // The device copy of `bytes` bytes at `src`, or null if memory ran out (then the backend
   // reports the error at Finish).
   void* Put(const void* src, size_t bytes, cudaStream_t stream, cudaError_t* error) {
-    const size_t at = (used_ + 255) / 256 * 256;
+    size_t at = (used_ + 255) / 256 * 256;
     if (at + bytes > capacity_) {
-      // Grow: wait for the queued work that reads the old buffers, then replace them.
-      cudaStreamSynchronize(stream);
-      const size_t want = std::max(capacity_ * 2, at + bytes + (1 << 20));
-      if (host_ != nullptr) cudaFreeHost(host_);
-      if (device_ != nullptr) cudaFree(device_);
-      host_ = nullptr;
-      device_ = nullptr;
-      capacity_ = 0;
-      used_ = 0;
+      if (host_ != nullptr) retired_.emplace_back(host_, device_);
+      host_ = device_ = nullptr;
+      const size_t want = std::max(capacity_ * 2, bytes + (1 << 20));
+      capacity_ = used_ = at = 0;
       cudaError_t e = cudaMallocHost(&host_, want);
       if (e == cudaSuccess) e = cudaMalloc(&device_, want);
       if (e != cudaSuccess) {
         *error = e;
+        Release(host_, device_);
+        host_ = device_ = nullptr;
         return nullptr;
       }
       capacity_ = want;
-      return Put(src, bytes, stream, error);
     }
     std::memcpy(static_cast<char*>(host_) + at, src, bytes);
     void* dst = static_cast<char*>(device_) + at;
@@ -89,13 +89,24 @@ class Staging {
     used_ = at + bytes;
     return dst;
   }
-  void Reset() { used_ = 0; }
+  // Call only once the stream has drained.
+  void Reset() {
+    used_ = 0;
+    for (auto [host, device] : retired_) Release(host, device);
+    retired_.clear();
+  }
 
  private:
+  static void Release(void* host, void* device) {
+    if (host != nullptr) cudaFreeHost(host);
+    if (device != nullptr) cudaFree(device);
+  }
+
   void* host_ = nullptr;
   void* device_ = nullptr;
   size_t capacity_ = 0;
   size_t used_ = 0;
+  std::vector<std::pair<void*, void*>> retired_;  // outgrown buffers, freed at Reset
 };
 
 class CudaBackend final : public Backend {
@@ -298,7 +309,9 @@ class CudaBackend final : public Backend {
     }
   };
   // (dtype, m, n, k, ldb, ldd, bias)
-  using PlanKey = std::tuple<int, int64_t, int64_t, int64_t, int64_t, int64_t, bool>;
+  // (dtype, m, n, k, ldb, ldd, bias, alignment of the A, B and D pointers)
+  using PlanKey = std::tuple<int, int64_t, int64_t, int64_t, int64_t, int64_t, bool, uint32_t,
+                             uint32_t, uint32_t>;
 
   absl::Status OutOfMemory(size_t bytes, cudaError_t e) const {
     size_t free_bytes = 0, total = 0;
@@ -400,9 +413,16 @@ class CudaBackend final : public Backend {
   void Matmul(const void* b, int64_t ldb, int64_t m, const GemmOutput& o) {
     if (b == nullptr) return;  // the input conversion failed; error_ says why
     const int64_t n = o.w.rows, k = o.w.cols;
-    const PlanKey key{static_cast<int>(o.w.dtype), m, n, k, ldb, o.y_stride, o.bias != nullptr};
+    // Algorithms may need aligned operands (a y at an odd column offset is not 16-byte
+    // aligned), so plans are chosen for the alignment the pointers have.
+    const uint32_t align_a = Alignment(o.w.data), align_b = Alignment(b), align_d = Alignment(o.y);
+    const PlanKey key{static_cast<int>(o.w.dtype), m,       n,       k,      ldb, o.y_stride,
+                      o.bias != nullptr,           align_a, align_b, align_d};
     auto it = plans_.find(key);
-    if (it == plans_.end()) it = plans_.emplace(key, MakePlan(o.w.dtype, m, n, k, ldb, o)).first;
+    if (it == plans_.end()) {
+      it = plans_.emplace(key, MakePlan(o.w.dtype, m, n, k, ldb, o, {align_a, align_b, align_d}))
+               .first;
+    }
     Plan& plan = it->second;
     if (!plan.ok) {
       if (error_.ok()) {
@@ -426,7 +446,14 @@ class CudaBackend final : public Backend {
     }
   }
 
-  Plan MakePlan(DType dtype, int64_t m, int64_t n, int64_t k, int64_t ldb, const GemmOutput& o) {
+  // The largest power of two (at most 256) that divides the address.
+  static uint32_t Alignment(const void* p) {
+    const auto a = reinterpret_cast<uintptr_t>(p);
+    return a == 0 ? 256u : static_cast<uint32_t>(std::min<uintptr_t>(a & -a, 256));
+  }
+
+  Plan MakePlan(DType dtype, int64_t m, int64_t n, int64_t k, int64_t ldb, const GemmOutput& o,
+                std::array<uint32_t, 3> align) {
     Plan p;
     const cudaDataType_t ab = CudaType(dtype);
     if (api_->MatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS) {
@@ -454,6 +481,12 @@ class CudaBackend final : public Backend {
     const size_t workspace = kWorkspaceBytes;
     api_->MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
                                        sizeof(workspace));
+    for (auto [attribute, bytes] : {std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align[0]},
+                                    {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align[1]},
+                                    {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align[2]},
+                                    {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align[2]}}) {
+      api_->MatmulPreferenceSetAttribute(pref, attribute, &bytes, sizeof(bytes));
+    }
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
     if (api_->MatmulAlgoGetHeuristic(lt_, p.desc, p.a, p.b, p.d, p.d, pref, 1, &result, &found) ==
