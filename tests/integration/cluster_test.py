@@ -495,6 +495,12 @@ def case_serve():
     """`tandem serve` (every role in one process) and `tandem generate` against it."""
     import re
     import subprocess
+    # A device that is no device is refused at startup, by name.
+    bad = subprocess.run([args.tandem, "serve", "--model", args.model, "--listen", "127.0.0.1:0",
+                          "--metrics-listen", "", "--set", "serve.decode_device=gpu"],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode != 0, bad.stdout
+    assert 'device "gpu": expected cpu, cuda or cuda:N' in bad.stderr, bad.stderr
     proc = subprocess.Popen([args.tandem, "serve", "--model", args.model, "--listen",
                              "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -502,6 +508,7 @@ def case_serve():
         line = proc.stdout.readline()
         m = re.search(r"router on (\S+); metrics (\S+);", line)
         assert m, line + proc.stderr.read()
+        assert line.rstrip().endswith("prefill on cpu, decode on cpu"), line
         prompt = "def quicksort(arr):"
         out = subprocess.run([args.tandem, "generate", "--addr", m.group(1), "--prompt", prompt,
                               "--max-tokens", "40", "--print-ids"],
