@@ -133,7 +133,7 @@ class PrefillCall final : public grpc::ServerUnaryReactor {
         std::floor(static_cast<double>(n - 1) * rate)) {
       return;
     }
-    service.loop_.Post([&service, prompt](engine::Engine& e) {
+    service.loop_.PostCompute([&service, prompt](engine::Engine& e) {
       auto similarity =
           model::CheckAttentionStability(e.model(), prompt, e.options().pruning.settings,
                                          e.options().kv_dtype, e.options().chunk_size);

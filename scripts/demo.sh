@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Installs what is missing, builds Tandem, starts `tandem serve` on the bundled model (router,
-# prefill worker, decode worker and cache-store shard in one process, talking gRPC on loopback)
-# and streams completions from it with `tandem generate`. The bundled model is
+# Installs what is missing, builds Tandem, starts `tandem serve` on the bundled model (its default
+# on one CPU: colocated, the router and a decode worker serving whole requests, in one process)
+# and streams completions from it with `tandem generate`; then the same disaggregated (router,
+# prefill worker, cache-store shard and decode worker in one process, gRPC on loopback). The bundled model is
 # models/tandem-py-8l, a small Llama-architecture model trained on the Python standard library by
 # scripts/train_model.py.
 set -euo pipefail
@@ -14,19 +15,30 @@ tandem=build/tools/tandem/tandem
 echo "== model"
 build/tools/model_inspect/model-inspect info --model "$model"
 
+# Starts `tandem serve` with extra arguments "$@"; sets serve_pid, addr, metrics; prints the
+# startup line (which mode it chose, and why).
+serve() {
+  log=$(mktemp)
+  "$tandem" serve --model "$model" --listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 "$@" \
+    >"$log" 2>&1 &
+  serve_pid=$!
+  for _ in $(seq 300); do
+    grep -q "router on" "$log" && break
+    kill -0 "$serve_pid" 2>/dev/null || { cat "$log"; exit 1; }
+    sleep 0.1
+  done
+  grep "router on" "$log"
+  addr=$(grep -o 'router on [^;]*' "$log" | cut -d' ' -f3)
+  metrics=$(grep -o 'http://[^;]*/metrics' "$log")
+}
+stop() {
+  kill -TERM "$serve_pid" 2>/dev/null && wait "$serve_pid" 2>/dev/null || true
+  rm -f "$log"
+}
+trap stop EXIT
+
 echo "== tandem serve --model $model"
-log=$(mktemp)
-"$tandem" serve --model "$model" --listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 >"$log" 2>&1 &
-serve_pid=$!
-trap 'kill -TERM "$serve_pid" 2>/dev/null; wait "$serve_pid" 2>/dev/null; rm -f "$log"' EXIT
-for _ in $(seq 300); do
-  grep -q "router on" "$log" && break
-  kill -0 "$serve_pid" 2>/dev/null || { cat "$log"; exit 1; }
-  sleep 0.1
-done
-head -n 1 "$log"
-addr=$(grep -o 'router on [^;]*' "$log" | cut -d' ' -f3)
-metrics=$(grep -o 'http://[^;]*/metrics' "$log")
+serve
 
 prompt='def quicksort(arr):'
 echo "== tandem generate --prompt '$prompt' (greedy, 96 tokens, streamed)"
@@ -39,3 +51,15 @@ if command -v curl >/dev/null; then
   curl -s "$metrics" | grep -E '^tandem_(requests_total|generation_tokens_total|time_to_first_token_seconds_(sum|count))\{' \
     | grep 'role="router"' || true
 fi
+stop
+
+echo "== tandem serve --set serve.mode=disaggregated: prefill worker -> cache store -> decode worker"
+serve --set serve.mode=disaggregated
+long_prompt='import os
+import sys
+
+
+def main(argv):
+    """Parse the command line and run the program."""'
+echo "== a longer prompt (greedy, 48 tokens): its whole KV blocks cross the store (\"kv transfer\")"
+"$tandem" generate --addr "$addr" --prompt "$long_prompt" --max-tokens 48

@@ -105,6 +105,8 @@ struct KvCacheOptimizationConfig {
 };
 
 struct ServeConfig {
+  std::string mode = "auto";  // auto | disaggregated | colocated
+  int prefill_chunk_tokens = 128;
   int prefill_workers = 1;
   int decode_workers = 1;
   int cache_store_shards = 1;

@@ -176,7 +176,8 @@ std::vector<Field> MakeSchema() {
           "decode and prefill, batch-invariant results); mmap uses the safetensors files in "
           "place (no copy, instant start)"),
       Int("model.threads", TANDEM_CONFIG_REF(model.threads), 0, 1024,
-          "compute threads per engine; 0: every core"),
+          "compute threads of a role; `tandem serve` shares them between its engines; 0: every "
+          "core"),
       Str("model.device", TANDEM_CONFIG_REF(model.device), {},
           "where the model computes: cpu, cuda (device 0) or cuda:N; a CUDA device needs a "
           "binary built with the CUDA backend"),
@@ -319,6 +320,16 @@ std::vector<Field> MakeSchema() {
            TANDEM_CONFIG_REF(kv_cache_optimization.monitor_alert_below), 0.0, 1.0,
            "a checked prompt with a pruned layer's attention-output cosine below this is logged "
            "and counted as an alert"),
+      Str("serve.mode", TANDEM_CONFIG_REF(serve.mode), {"auto", "disaggregated", "colocated"},
+          "`tandem serve`: disaggregated runs prefill and decode workers handing KV over through "
+          "the store; colocated runs decode workers only, each serving whole requests; auto: "
+          "disaggregated when prefill and decode compute on different devices or prefill "
+          "prunes (kv_cache_optimization), else colocated (the startup line says which and "
+          "why)"),
+      Int("serve.prefill_chunk_tokens", TANDEM_CONFIG_REF(serve.prefill_chunk_tokens), 1, kMaxInt,
+          "`tandem serve`, disaggregated on one device: tokens per prefill step; a decode step "
+          "waits for at most one such step (smaller: lower time per output token, slower "
+          "prefill)"),
       Int("serve.prefill_workers", TANDEM_CONFIG_REF(serve.prefill_workers), 1, 64,
           "`tandem serve`: prefill workers to start"),
       Int("serve.decode_workers", TANDEM_CONFIG_REF(serve.decode_workers), 1, 64,

@@ -1,10 +1,12 @@
 #include "common/engine/engine_loop.h"
 
+#include <optional>
 #include <utility>
 
 namespace tandem::engine {
 
-EngineLoop::EngineLoop(std::unique_ptr<Engine> engine) : engine_(std::move(engine)) {
+EngineLoop::EngineLoop(std::unique_ptr<Engine> engine, ComputeShare* share, Phase phase)
+    : engine_(std::move(engine)), share_(share), phase_(phase) {
   stats_.kv = engine_->KvStats();
   thread_ = std::thread([this] { Run(); });
 }
@@ -34,6 +36,11 @@ void EngineLoop::Abort(const std::string& request_id) {
 void EngineLoop::Post(TaskFn task) {
   absl::MutexLock lock(&mu_);
   inbox_.push_back({.kind = Command::kTask, .task = std::move(task)});
+}
+
+void EngineLoop::PostCompute(TaskFn task) {
+  absl::MutexLock lock(&mu_);
+  inbox_.push_back({.kind = Command::kComputeTask, .task = std::move(task)});
 }
 
 EngineLoop::Stats EngineLoop::GetStats() const {
@@ -71,7 +78,8 @@ void EngineLoop::Apply(std::vector<Command>& commands) {
         engine_->Abort(c.request.id);
         break;
       case Command::kTask:
-        c.task(*engine_);
+      case Command::kComputeTask:
+        RunTask(c);
         break;
     }
   }
@@ -82,6 +90,18 @@ void EngineLoop::PublishStats() {
   stats_.running = engine_->NumRunning();
   stats_.waiting = engine_->NumWaiting() + static_cast<int>(inbox_.size());
   stats_.kv = engine_->KvStats();
+}
+
+void EngineLoop::RunTask(Command& c) {
+  std::optional<ComputeShare::Turn> turn;
+  if (c.kind == Command::kComputeTask && share_ != nullptr) turn.emplace(share_->Acquire(phase_));
+  c.task(*engine_);
+}
+
+absl::StatusOr<std::vector<RequestOutput>> EngineLoop::StepOnTurn() {
+  if (share_ == nullptr) return engine_->Step();
+  ComputeShare::Turn turn = share_->Acquire(phase_);
+  return engine_->Step();
 }
 
 void EngineLoop::Run() {
@@ -103,14 +123,14 @@ void EngineLoop::Run() {
     std::vector<RequestOutput> outputs;
     absl::Status failure;
     if (engine_->HasUnfinished()) {
-      absl::StatusOr<std::vector<RequestOutput>> stepped = engine_->Step();
+      absl::StatusOr<std::vector<RequestOutput>> stepped = StepOnTurn();
       if (stepped.ok()) {
         outputs = *std::move(stepped);
       } else {
         // A failed forward pass leaves no sequence trustworthy: end them all with the error.
         failure = stepped.status();
         for (auto& [id, fn] : callbacks_) engine_->Abort(id);
-        (void)engine_->Step();  // releases their blocks
+        (void)StepOnTurn();  // releases their blocks
       }
     }
     PublishStats();  // before the callbacks: whoever sees a finish sees its blocks released
@@ -135,7 +155,7 @@ void EngineLoop::Run() {
     }
     if (commands.empty()) break;
     for (Command& c : commands) {
-      if (c.kind == Command::kTask) c.task(*engine_);
+      if (c.kind == Command::kTask || c.kind == Command::kComputeTask) RunTask(c);
       if (c.kind != Command::kSubmit) continue;
       RequestOutput out;
       out.id = c.request.id;
@@ -146,7 +166,7 @@ void EngineLoop::Run() {
   }
   for (auto& [id, fn] : callbacks_) engine_->Abort(id);
   if (engine_->HasUnfinished()) {
-    if (auto outputs = engine_->Step(); outputs.ok()) {
+    if (auto outputs = StepOnTurn(); outputs.ok()) {
       for (const RequestOutput& out : *outputs) Deliver(out);
     }
   }

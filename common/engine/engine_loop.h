@@ -17,6 +17,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
+#include "common/engine/compute_share.h"
 #include "common/engine/engine.h"
 
 namespace tandem::engine {
@@ -34,7 +35,10 @@ class EngineLoop {
     kv::KvCacheStats kv;
   };
 
-  explicit EngineLoop(std::unique_ptr<Engine> engine);
+  // `share`: the process's shared compute, when the engine's model computes on share->pool();
+  // each step then runs on a turn of `phase`. Null: the engine has its pool to itself.
+  explicit EngineLoop(std::unique_ptr<Engine> engine, ComputeShare* share = nullptr,
+                      Phase phase = Phase::kDecode);
   // Stops the thread; requests still in flight or queued end with finish kAbort, queued tasks
   // still run. Submit and Post after destruction has begun are not allowed.
   ~EngineLoop();
@@ -44,11 +48,14 @@ class EngineLoop {
   void Submit(Request request, OutputFn on_output);
   void Abort(const std::string& request_id);
   void Post(TaskFn task);
+  // A task that computes on the model (runs a forward pass): with a shared pool it runs on a
+  // turn, like a step.
+  void PostCompute(TaskFn task);
   Stats GetStats() const;
 
  private:
   struct Command {
-    enum Kind { kSubmit, kAbort, kTask } kind;
+    enum Kind { kSubmit, kAbort, kTask, kComputeTask } kind;
     Request request{};  // kSubmit; request.id for kAbort
     OutputFn on_output = nullptr;
     TaskFn task = nullptr;
@@ -59,8 +66,12 @@ class EngineLoop {
   void Apply(std::vector<Command>& commands);
   void Deliver(const RequestOutput& output);
   void PublishStats();
+  void RunTask(Command& c);  // kTask or kComputeTask
+  absl::StatusOr<std::vector<RequestOutput>> StepOnTurn();
 
-  std::unique_ptr<Engine> engine_;                        // loop thread only, after construction
+  std::unique_ptr<Engine> engine_;  // loop thread only, after construction
+  ComputeShare* const share_;
+  const Phase phase_;
   absl::flat_hash_map<std::string, OutputFn> callbacks_;  // loop thread only
 
   mutable absl::Mutex mu_;

@@ -3,6 +3,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 
 namespace tandem {
@@ -41,6 +42,11 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain,
     fn(0, n);
     return;
   }
+  // Two callers at once would overwrite each other's job: fail loudly rather than corrupt it.
+  if (in_use_.exchange(true, std::memory_order_acquire)) {
+    std::fprintf(stderr, "ThreadPool::ParallelFor called from two threads at once\n");
+    std::abort();
+  }
   job_ = &fn;
   job_n_ = n;
   job_parts_ = parts;
@@ -52,6 +58,7 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain,
   wake_.notify_all();
   RunShare(0);
   while (pending_.load(std::memory_order_acquire) != 0) _mm_pause();
+  in_use_.store(false, std::memory_order_release);
 }
 
 void ThreadPool::ParallelForDynamic(int64_t n, int64_t chunk,
@@ -82,7 +89,9 @@ void ThreadPool::WorkerLoop(int index) {
     }
     if (generation_.load(std::memory_order_acquire) == seen) {
       std::unique_lock<std::mutex> lock(mu_);
+      sleeping_.fetch_add(1, std::memory_order_relaxed);
       wake_.wait(lock, [&] { return generation_.load(std::memory_order_acquire) != seen; });
+      sleeping_.fetch_sub(1, std::memory_order_relaxed);
     }
     seen = generation_.load(std::memory_order_acquire);
     if (stop_.load()) return;

@@ -10,8 +10,9 @@
 
 namespace tandem {
 
-// A fixed set of worker threads for data-parallel kernels. The engine step loop owns the pool
-// and calls ParallelFor from one thread at a time; the calling thread does a share of the work.
+// A fixed set of worker threads for data-parallel kernels. ParallelFor is called from one thread
+// at a time (an engine's step loop, or engines taking turns: engine::ComputeShare), and aborts if
+// two overlap; the calling thread does a share of the work.
 // Workers spin briefly before sleeping, since a forward pass issues hundreds of short jobs.
 class ThreadPool {
  public:
@@ -22,6 +23,8 @@ class ThreadPool {
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int num_threads() const { return static_cast<int>(workers_.size()) + 1; }
+  // Workers asleep on the wake-up signal (not spinning, not working); for tests.
+  int sleeping_workers() const { return sleeping_.load(std::memory_order_relaxed); }
 
   // Splits [0, n) into at most num_threads() contiguous ranges of at least `grain` items and
   // runs fn(begin, end) on each; returns when all are done.
@@ -47,6 +50,8 @@ class ThreadPool {
   std::atomic<uint64_t> generation_{0};
   std::atomic<int> pending_{0};
   std::atomic<bool> stop_{false};
+  std::atomic<int> sleeping_{0};
+  std::atomic<bool> in_use_{false};  // a ParallelFor is running
 };
 
 // Returns a process-wide pool sized from TANDEM_NUM_THREADS or the hardware concurrency.

@@ -13,7 +13,8 @@ through the public API by Python's grpcio.
   --case balancer   a store too small for the load: the decode hit rate falls below 90%, the
                     balancer engages (router /metrics), nothing fails; light load brings the
                     hit rate back above 90% and the balancer back to normal.
-  --case serve      `tandem serve` plus `tandem generate`: the same ids and text as
+  --case serve      `tandem serve`, colocated (its default on one CPU) and disaggregated:
+                    `tandem generate` and 12 concurrent streams give the same ids and text as
                     `model-inspect generate`, one /metrics for every role, clean exit on SIGTERM.
   --case pruning    prefill workers prune (POP), decode workers run the full model on the KV
                     they receive: every stream equals `model-inspect generate` with the same
@@ -501,33 +502,46 @@ def case_serve():
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode != 0, bad.stdout
     assert 'device "gpu": expected cpu, cuda or cuda:N' in bad.stderr, bad.stderr
-    proc = subprocess.Popen([args.tandem, "serve", "--model", args.model, "--listen",
-                             "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        line = proc.stdout.readline()
-        m = re.search(r"router on (\S+); metrics (\S+);", line)
-        assert m, line + proc.stderr.read()
-        assert line.rstrip().endswith("prefill on cpu, decode on cpu"), line
-        prompt = "def quicksort(arr):"
-        out = subprocess.run([args.tandem, "generate", "--addr", m.group(1), "--prompt", prompt,
-                              "--max-tokens", "40", "--print-ids"],
-                             check=True, capture_output=True, text=True, timeout=120)
-        ids = [int(t) for t in out.stdout.strip().splitlines()[-1].split(",")]
-        ref = subprocess.run([args.model_inspect, "generate", "--model", args.model, "--prompt",
-                              prompt, "--max-tokens", "40"],
-                             check=True, capture_output=True, text=True).stdout.splitlines()
-        print(f"tandem generate: {out.stdout!r}\n{out.stderr.strip()}")
-        assert ids == [int(t) for t in ref[0].split(",")], (ids, ref[0])
-        assert "\n".join(ref[1:]) in out.stdout, (ref[1:], out.stdout)
-        import urllib.request
-        text = urllib.request.urlopen(m.group(2), timeout=10).read().decode()
-        for role in ("router", "prefill", "decode"):
-            assert f'tandem_requests_running{{role="{role}"}}' in text, role
-        assert 'tandem_requests_total{finish_reason="length",role="router"} 1' in text
-    finally:
-        proc.send_signal(15)
-        assert proc.wait(timeout=60) == 0, proc.stderr.read()
+    prompt = "def quicksort(arr):"
+    ref = subprocess.run([args.model_inspect, "generate", "--model", args.model, "--prompt",
+                          prompt, "--max-tokens", "40"],
+                         check=True, capture_output=True, text=True).stdout.splitlines()
+    # Concurrent greedy requests of mixed lengths.
+    reqs = random_requests(12, 27, 300, 24)
+    want = expected(reqs)
+    # The default (auto: colocated on one CPU) and the disaggregated path, in one process each.
+    for mode, extra in (("colocated", []), ("disaggregated", ["--set", "serve.mode=disaggregated"])):
+        proc = subprocess.Popen([args.tandem, "serve", "--model", args.model, "--listen",
+                                 "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"] + extra,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            line = proc.stdout.readline()
+            m = re.search(r"router on (\S+); metrics (\S+); (\w+) \(", line)
+            assert m, line + proc.stderr.read()
+            assert m.group(3) == mode, line
+            assert line.rstrip().endswith("prefill on cpu, decode on cpu"), line
+            out = subprocess.run([args.tandem, "generate", "--addr", m.group(1), "--prompt",
+                                  prompt, "--max-tokens", "40", "--print-ids"],
+                                 check=True, capture_output=True, text=True, timeout=120)
+            ids = [int(t) for t in out.stdout.strip().splitlines()[-1].split(",")]
+            print(f"{mode}: tandem generate: {out.stdout!r}\n{out.stderr.strip()}")
+            assert ids == [int(t) for t in ref[0].split(",")], (ids, ref[0])
+            assert "\n".join(ref[1:]) in out.stdout, (ref[1:], out.stdout)
+            stub = pb_grpc.InferenceStub(grpc.insecure_channel(m.group(1)))
+            got = run_concurrently(stub, reqs)
+            for i, (toks, _, code, details) in enumerate(got):
+                assert code == grpc.StatusCode.OK, (mode, details)
+                assert toks == want[i], (mode, i, toks, want[i])
+            print(f"{mode}: 12 concurrent streams equal model-inspect generate")
+            import urllib.request
+            text = urllib.request.urlopen(m.group(2), timeout=10).read().decode()
+            roles = ("router", "decode") + (("prefill",) if mode == "disaggregated" else ())
+            for role in roles:
+                assert f'tandem_requests_running{{role="{role}"}}' in text, role
+            assert 'tandem_requests_total{finish_reason="length",role="router"} 13' in text
+        finally:
+            proc.send_signal(15)
+            assert proc.wait(timeout=60) == 0, proc.stderr.read()
     print("PASS")
 
 
@@ -541,6 +555,10 @@ def case_paced():
     import subprocess
     proc = subprocess.Popen([args.tandem, "serve", "--model", args.model, "--listen",
                              "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
+                             "--set", "serve.mode=disaggregated",
+                             # prefill steps long enough to run ahead of decode, so the store
+                             # evicts blocks before decode fetches them
+                             "--set", "serve.prefill_chunk_tokens=2048",
                              "--set", "cache_store.capacity_bytes=1048576",
                              "--set", "balancer.max_prefill_ahead_bytes=1048576",
                              "--set", "balancer.min_lookups=5", "--set", "balancer.window_seconds=5"],

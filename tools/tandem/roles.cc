@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <filesystem>
+#include <optional>
 #include <thread>
 #include <utility>
 
@@ -208,13 +209,20 @@ class WorkerRole final : public ServedRole {
     worker_.reset();
   }
 
-  absl::Status Start(const config::TandemConfig& c, int threads, const config::WorkerConfig& wc,
-                     const char* name, metrics::Metrics& metrics, bool prefill) {
-    pool_ = std::make_unique<ThreadPool>(threads > 0 ? threads : c.model.threads);
+  absl::Status Start(const config::TandemConfig& c, engine::ComputeShare* share,
+                     const config::WorkerConfig& wc, const char* name, metrics::Metrics& metrics,
+                     bool prefill) {
+    if (share == nullptr) own_pool_ = std::make_unique<ThreadPool>(c.model.threads);
+    ThreadPool& pool = share != nullptr ? share->pool() : *own_pool_;
     model::WeightLoadOptions load;
     TANDEM_ASSIGN_OR_RETURN(load.memory, model::ParseWeightMemory(c.model.weight_memory));
     TANDEM_ASSIGN_OR_RETURN(load.device, kernels::ParseDevice(c.model.device));
-    TANDEM_ASSIGN_OR_RETURN(model_, model::Model::Load(c.model.path, *pool_, load));
+    {
+      // Packing the weights computes on the pool too.
+      std::optional<engine::ComputeShare::Turn> turn;
+      if (share != nullptr) turn.emplace(share->Acquire(engine::Phase::kPrefill));
+      TANDEM_ASSIGN_OR_RETURN(model_, model::Model::Load(c.model.path, pool, load));
+    }
     TANDEM_ASSIGN_OR_RETURN(engine::EngineOptions options,
                             EngineOptionsFor(c, model_->config(), prefill));
     TANDEM_ASSIGN_OR_RETURN(auto engine, engine::Engine::Create(*model_, options));
@@ -224,7 +232,8 @@ class WorkerRole final : public ServedRole {
       metrics.DeviceMemory(name, "kv_cache")
           ->Set(static_cast<double>(engine->kv_cache().pool_bytes()));
     }
-    loop_ = std::make_unique<engine::EngineLoop>(std::move(engine));
+    loop_ = std::make_unique<engine::EngineLoop>(
+        std::move(engine), share, prefill ? engine::Phase::kPrefill : engine::Phase::kDecode);
     store_ = std::make_unique<store::StorePool>(
         c.cache_store.shards, ModelId(c),
         store::StorePoolOptions{.chunk_bytes = c.cache_store.chunk_bytes,
@@ -257,7 +266,7 @@ class WorkerRole final : public ServedRole {
   }
 
  private:
-  std::unique_ptr<ThreadPool> pool_;
+  std::unique_ptr<ThreadPool> own_pool_;  // without a shared pool
   std::unique_ptr<model::Model> model_;
   std::unique_ptr<store::StorePool> store_;
   std::unique_ptr<engine::EngineLoop> loop_;
@@ -364,19 +373,21 @@ absl::StatusOr<std::unique_ptr<Role>> StartCacheStore(const config::TandemConfig
   return role;
 }
 
-absl::StatusOr<std::unique_ptr<Role>> StartPrefill(const config::TandemConfig& config, int threads,
+absl::StatusOr<std::unique_ptr<Role>> StartPrefill(const config::TandemConfig& config,
+                                                   engine::ComputeShare* share,
                                                    metrics::Metrics& metrics) {
   auto role = std::make_unique<WorkerRole>();
   TANDEM_RETURN_IF_ERROR(
-      role->Start(config, threads, config.prefill, kPrefill, metrics, /*prefill=*/true));
+      role->Start(config, share, config.prefill, kPrefill, metrics, /*prefill=*/true));
   return role;
 }
 
-absl::StatusOr<std::unique_ptr<Role>> StartDecode(const config::TandemConfig& config, int threads,
+absl::StatusOr<std::unique_ptr<Role>> StartDecode(const config::TandemConfig& config,
+                                                  engine::ComputeShare* share,
                                                   metrics::Metrics& metrics) {
   auto role = std::make_unique<WorkerRole>();
   TANDEM_RETURN_IF_ERROR(
-      role->Start(config, threads, config.decode, kDecode, metrics, /*prefill=*/false));
+      role->Start(config, share, config.decode, kDecode, metrics, /*prefill=*/false));
   return role;
 }
 

@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/config/config.h"
+#include "common/engine/compute_share.h"
 #include "common/metrics/metrics.h"
 
 namespace tandem::cli {
@@ -33,12 +34,15 @@ std::string ModelId(const config::TandemConfig& config);
 // "cache-store").
 std::vector<std::string> HealthNames(const std::string& role);
 
-// `metrics` must outlive the role. `threads` overrides model.threads (0: keep it).
+// `metrics` must outlive the role. A worker given `share` (which must outlive it) computes on
+// the process's shared pool, a step per turn; without one it has model.threads of its own.
 absl::StatusOr<std::unique_ptr<Role>> StartCacheStore(const config::TandemConfig& config,
                                                       metrics::Metrics& metrics);
 absl::StatusOr<std::unique_ptr<Role>> StartPrefill(const config::TandemConfig& config,
-                                                   int threads, metrics::Metrics& metrics);
-absl::StatusOr<std::unique_ptr<Role>> StartDecode(const config::TandemConfig& config, int threads,
+                                                   engine::ComputeShare* share,
+                                                   metrics::Metrics& metrics);
+absl::StatusOr<std::unique_ptr<Role>> StartDecode(const config::TandemConfig& config,
+                                                  engine::ComputeShare* share,
                                                   metrics::Metrics& metrics);
 absl::StatusOr<std::unique_ptr<Role>> StartRouter(const config::TandemConfig& config,
                                                   metrics::Metrics& metrics);

@@ -7,16 +7,19 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/engine/compute_share.h"
 #include "common/metrics/metrics.h"
 #include "common/rpc/server.h"
 #include "common/util/status_macros.h"
 #include "tools/tandem/commands.h"
 #include "tools/tandem/roles.h"
+#include "tools/tandem/serve_layout.h"
 
 namespace tandem::cli {
 namespace {
@@ -125,52 +128,69 @@ absl::Status RunServe(const CliArgs& args) {
   TANDEM_ASSIGN_OR_RETURN(auto loading,
                           Loading::Start("serve", c.router.listen, HealthNames("router"), signals));
 
-  // Compute threads are split between the engines unless model.threads says otherwise.
-  const int engines = c.serve.prefill_workers + c.serve.decode_workers;
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  const int threads = c.model.threads > 0 ? c.model.threads : std::max(1, cores / engines);
+  TANDEM_ASSIGN_OR_RETURN(const ServeLayout layout, ChooseServeLayout(c));
+  // One compute pool per device, shared by every engine on it (a step per turn, decode first).
+  // Declared before the roles, so it outlives them.
+  std::map<std::string, std::unique_ptr<engine::ComputeShare>> shares;
+  auto share_of = [&](const kernels::DeviceSpec& device) {
+    auto& share = shares[device.ToString()];
+    if (share == nullptr) share = std::make_unique<engine::ComputeShare>(c.model.threads);
+    return share.get();
+  };
+  const int prefill_workers = layout.colocated ? 0 : c.serve.prefill_workers;
+  const bool prefill_shares = prefill_workers > 0 && layout.prefill_device == layout.decode_device;
 
   // Declared in start order; destroyed router first, store shards last.
   std::vector<std::unique_ptr<Role>> stores, prefills, decodes;
   std::unique_ptr<Role> router;
   config::TandemConfig inner = c;
+  inner.router.mode = layout.colocated ? "colocated" : "disaggregated";
   inner.cache_store.listen = inner.prefill.listen = inner.decode.listen = kLoopback;
   inner.cache_store.shards.clear();
-  for (int i = 0; i < c.serve.cache_store_shards; ++i) {
+  const int store_shards = layout.colocated ? 0 : c.serve.cache_store_shards;
+  for (int i = 0; i < store_shards; ++i) {
     TANDEM_ASSIGN_OR_RETURN(auto role, StartCacheStore(inner, metrics));
     inner.cache_store.shards.push_back(role->address());
     stores.push_back(std::move(role));
   }
   inner.router.prefill_workers.clear();
   inner.router.decode_workers.clear();
-  // Each pool on its own device (serve.prefill_device, serve.decode_device), else model.device.
-  const std::string prefill_device =
-      c.serve.prefill_device.empty() ? c.model.device : c.serve.prefill_device;
-  const std::string decode_device =
-      c.serve.decode_device.empty() ? c.model.device : c.serve.decode_device;
-  auto on_device = [&inner](const std::string& device) {
-    config::TandemConfig role = inner;
-    role.model.device = device;
-    return role;
-  };
-  for (int i = 0; i < c.serve.prefill_workers; ++i) {
-    TANDEM_ASSIGN_OR_RETURN(auto role, StartPrefill(on_device(prefill_device), threads, metrics));
+  config::TandemConfig prefill_config = inner;
+  prefill_config.model.device = layout.prefill_device.ToString();
+  if (prefill_shares) {  // a decode step waits for at most one prefill step of this size
+    auto& s = prefill_config.scheduler;
+    s.max_num_batched_tokens = std::min(s.max_num_batched_tokens, c.serve.prefill_chunk_tokens);
+    s.chunk_size = std::min(s.chunk_size, c.serve.prefill_chunk_tokens);
+  }
+  for (int i = 0; i < prefill_workers; ++i) {
+    TANDEM_ASSIGN_OR_RETURN(auto role,
+                            StartPrefill(prefill_config, share_of(layout.prefill_device), metrics));
     inner.router.prefill_workers.push_back(role->address());
     prefills.push_back(std::move(role));
   }
+  config::TandemConfig decode_config = inner;
+  decode_config.model.device = layout.decode_device.ToString();
   for (int i = 0; i < c.serve.decode_workers; ++i) {
-    TANDEM_ASSIGN_OR_RETURN(auto role, StartDecode(on_device(decode_device), threads, metrics));
+    TANDEM_ASSIGN_OR_RETURN(auto role,
+                            StartDecode(decode_config, share_of(layout.decode_device), metrics));
     inner.router.decode_workers.push_back(role->address());
     decodes.push_back(std::move(role));
   }
   TANDEM_ASSIGN_OR_RETURN(router, StartRouter(inner, metrics));
   loading->Done();
+  std::string compute;
+  for (const auto& [device, share] : shares) {
+    absl::StrAppend(&compute, compute.empty() ? "" : ", ", device, " ", share->pool().num_threads(),
+                    " thread(s) shared");
+  }
   std::printf(
-      "tandem serve: model %s (%s); router on %s; metrics %s; %d prefill, %d decode worker(s) "
-      "with %d thread(s) each, %d store shard(s); prefill on %s, decode on %s\n",
+      "tandem serve: model %s (%s); router on %s; metrics %s; %s (%s): %d prefill, %d decode "
+      "worker(s), %d store shard(s); %s; prefill on %s, decode on %s\n",
       ModelId(c).c_str(), c.model.path.c_str(), router->address().c_str(),
-      MetricsUrl(c, metrics_server.get()).c_str(), c.serve.prefill_workers, c.serve.decode_workers,
-      threads, c.serve.cache_store_shards, prefill_device.c_str(), decode_device.c_str());
+      MetricsUrl(c, metrics_server.get()).c_str(), inner.router.mode.c_str(), layout.why.c_str(),
+      prefill_workers, c.serve.decode_workers, store_shards, compute.c_str(),
+      (layout.colocated ? layout.decode_device : layout.prefill_device).ToString().c_str(),
+      layout.decode_device.ToString().c_str());
   std::fflush(stdout);
 
   const int sig = WaitForSignal(signals);
@@ -199,9 +219,9 @@ absl::Status RunRole(const std::string& role, const CliArgs& args) {
   if (role == "router") {
     TANDEM_ASSIGN_OR_RETURN(started, StartRouter(c, metrics));
   } else if (role == "prefill") {
-    TANDEM_ASSIGN_OR_RETURN(started, StartPrefill(c, 0, metrics));
+    TANDEM_ASSIGN_OR_RETURN(started, StartPrefill(c, nullptr, metrics));
   } else if (role == "decode") {
-    TANDEM_ASSIGN_OR_RETURN(started, StartDecode(c, 0, metrics));
+    TANDEM_ASSIGN_OR_RETURN(started, StartDecode(c, nullptr, metrics));
   } else {
     TANDEM_ASSIGN_OR_RETURN(started, StartCacheStore(c, metrics));
   }
