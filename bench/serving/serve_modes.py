@@ -8,7 +8,8 @@ Prints a markdown table (output tok/s, TTFT p50, TPOT p50) and writes the raw JS
   /usr/bin/python3 bench/serving/serve_modes.py --build build --model /tmp/m125 \
       --config default= --config colocated="--set serve.mode=colocated" --streams 1,4,16
 
-A configuration is NAME=ARGS (ARGS: extra `tandem serve` arguments, split on spaces).
+A configuration is NAME=ARGS (NAME without "="; ARGS: extra `tandem serve` arguments, split on
+spaces). Each run has its own seed, so no prompt is a prefix-cache hit from an earlier run.
 """
 import argparse
 import json
@@ -36,8 +37,12 @@ streams = [int(s) for s in args.streams.split(",")]
 logs = tempfile.mkdtemp(prefix="tandem_serve_modes_")
 
 
+def slug(name):
+    return re.sub(r"[^A-Za-z0-9]+", "_", name)
+
+
 def serve(name, extra):
-    log = open(os.path.join(logs, f"{name}.log"), "w")
+    log = open(os.path.join(logs, slug(name) + ".log"), "w")
     cmd = [tandem, "serve", "--model", args.model, "--listen", "127.0.0.1:0"] + extra
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True)
     line = proc.stdout.readline()
@@ -72,7 +77,7 @@ for name, extra in configs:
     try:
         bench(addr, 1, 999, os.path.join(logs, "warmup.json"))
         for n in streams:
-            runs = [bench(addr, n, 1000 * n + r, os.path.join(logs, f"{name}-{n}-{r}.json"))
+            runs = [bench(addr, n, 1000 * n + r, os.path.join(logs, f"{slug(name)}-{n}-{r}.json"))
                     for r in range(args.repeats)]
             cell = {"output_tok_s": median([r["output_throughput"] for r in runs]),
                     "ttft_p50_ms": median([r["ttft_ms"]["p50"] for r in runs]),
