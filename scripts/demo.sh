@@ -8,7 +8,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-scripts/build.sh build -- tandem model-inspect
+# Only what building and serving need (TANDEM_DEPS=build): the test tools (torch, clang,
+# Prometheus, Node.js, kubectl) are scripts/test.sh's to install.
+TANDEM_DEPS=build scripts/build.sh build -- tandem model-inspect
 
 model=models/tandem-py-8l
 tandem=build/tools/tandem/tandem
