@@ -1,6 +1,7 @@
 #include "common/engine/compute_share.h"
 
 #include <chrono>
+#include <utility>
 
 namespace tandem::engine {
 
@@ -29,28 +30,33 @@ std::optional<uint64_t> TurnOrder::Grant() {
 
 void TurnOrder::Release() { held_ = false; }
 
-ComputeShare::ComputeShare(int threads) : pool_(threads) {}
+ComputeShare::ComputeShare(int threads, TurnObserver observer)
+    : pool_(threads), observer_(std::move(observer)) {}
 
 ComputeShare::Turn ComputeShare::Acquire(Phase phase) {
   const auto start = std::chrono::steady_clock::now();
-  absl::MutexLock lock(&mu_);
-  const uint64_t ticket = next_ticket_++;
-  order_.Want(phase, ticket);
-  if (granted_ == 0) {
-    if (std::optional<uint64_t> next = order_.Grant()) granted_ = *next;
+  double waited = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    const uint64_t ticket = next_ticket_++;
+    order_.Want(phase, ticket);
+    if (granted_ == 0) {
+      if (std::optional<uint64_t> next = order_.Grant()) granted_ = *next;
+    }
+    const int i = static_cast<int>(phase);
+    ++stats_.turns[i];
+    if (granted_ != ticket) {
+      auto mine = [this, ticket] {
+        mu_.AssertHeld();  // Await evaluates it under mu_
+        return granted_ == ticket;
+      };
+      mu_.Await(absl::Condition(&mine));
+      waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      ++stats_.waited_turns[i];
+      stats_.wait_seconds[i] += waited;
+    }
   }
-  const int i = static_cast<int>(phase);
-  ++stats_.turns[i];
-  if (granted_ != ticket) {
-    auto mine = [this, ticket] {
-      mu_.AssertHeld();  // Await evaluates it under mu_
-      return granted_ == ticket;
-    };
-    mu_.Await(absl::Condition(&mine));
-    ++stats_.waited_turns[i];
-    stats_.wait_seconds[i] +=
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  }
+  if (observer_) observer_(phase, waited);  // after unlocking
   return Turn(this);
 }
 

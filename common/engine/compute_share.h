@@ -13,6 +13,7 @@
 #include <array>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <optional>
 
 #include "absl/base/thread_annotations.h"
@@ -52,8 +53,12 @@ class ComputeShare {
     std::array<double, 2> wait_seconds{};   // time spent waiting for those turns
   };
 
+  // Told of every turn once it is granted, on the thread that asked, with the seconds it waited
+  // for other engines' steps (0 when the pool was free). Must be cheap (a metric).
+  using TurnObserver = std::function<void(Phase phase, double wait_seconds)>;
+
   // `threads` counts every compute thread of the process; 0 means one per core.
-  explicit ComputeShare(int threads);
+  explicit ComputeShare(int threads, TurnObserver observer = nullptr);
   ComputeShare(const ComputeShare&) = delete;
   ComputeShare& operator=(const ComputeShare&) = delete;
 
@@ -85,6 +90,7 @@ class ComputeShare {
   void Release();
 
   ThreadPool pool_;
+  const TurnObserver observer_;
   mutable absl::Mutex mu_;
   TurnOrder order_ ABSL_GUARDED_BY(mu_);
   uint64_t next_ticket_ ABSL_GUARDED_BY(mu_) = 1;

@@ -113,6 +113,16 @@ Metrics::Metrics(std::string process_role)
                          .Help("Accelerator memory a worker on a device holds, by use "
                                "(weights, kv_cache)")
                          .Register(*registry_)),
+      compute_turns_(BuildCounter()
+                         .Name("tandem_compute_turns_total")
+                         .Help("Engine steps on tandem serve's shared compute pool, by device "
+                               "and phase")
+                         .Register(*registry_)),
+      compute_wait_(BuildCounter()
+                        .Name("tandem_compute_turn_wait_seconds_total")
+                        .Help("Time engine steps waited for another engine's step on the "
+                              "shared compute pool, by device and phase")
+                        .Register(*registry_)),
       stability_checks_(BuildCounter()
                             .Name("tandem_pruning_stability_checks_total")
                             .Help("Sampled prompts checked by the attention-stability monitor, "
@@ -248,6 +258,11 @@ prometheus::Gauge* Metrics::PruningCosine(const std::string& role, int layer) {
 
 prometheus::Gauge* Metrics::DeviceMemory(const std::string& role, const std::string& use) {
   return &device_memory_.Add({{"role", role}, {"use", use}});
+}
+
+Metrics::ComputeTurn Metrics::ComputeTurns(const std::string& device, const std::string& phase) {
+  const prometheus::Labels labels = {{"device", device}, {"phase", phase}};
+  return {&compute_turns_.Add(labels), &compute_wait_.Add(labels)};
 }
 
 std::vector<std::shared_ptr<prometheus::Collectable>> Metrics::collectables() const {

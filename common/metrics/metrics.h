@@ -97,6 +97,14 @@ class Metrics {
   // tandem_device_memory_bytes{role, use}: accelerator memory a worker on a device holds, by
   // use ("weights", "kv_cache"). Workers that compute on the CPU never call it.
   prometheus::Gauge* DeviceMemory(const std::string& role, const std::string& use);
+  // The turns of `tandem serve`'s shared compute pool on `device`, by phase ("prefill",
+  // "decode"): tandem_compute_turns_total and tandem_compute_turn_wait_seconds_total (time a
+  // step waited for another engine's step). Processes without a shared pool never call it.
+  struct ComputeTurn {
+    prometheus::Counter* turns;
+    prometheus::Counter* wait_seconds;
+  };
+  ComputeTurn ComputeTurns(const std::string& device, const std::string& phase);
   const std::shared_ptr<prometheus::Registry>& registry() const { return registry_; }
   // Everything /metrics serves: the registry, and the process metrics if any.
   std::vector<std::shared_ptr<prometheus::Collectable>> collectables() const;
@@ -126,6 +134,8 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>& pruned_layers_;
   prometheus::Family<prometheus::Gauge>& pruning_cosine_;
   prometheus::Family<prometheus::Gauge>& device_memory_;
+  prometheus::Family<prometheus::Counter>& compute_turns_;
+  prometheus::Family<prometheus::Counter>& compute_wait_;
   prometheus::Family<prometheus::Counter>& stability_checks_;
   BalancerMetrics balancer_;
   std::once_flag balancer_once_;

@@ -539,6 +539,10 @@ def case_serve():
             for role in roles:
                 assert f'tandem_requests_running{{role="{role}"}}' in text, role
             assert 'tandem_requests_total{finish_reason="length",role="router"} 13' in text
+            for phase in ("decode",) + (("prefill",) if mode == "disaggregated" else ()):
+                turns = cluster.metric_value(m.group(2), "tandem_compute_turns_total",
+                                             {"device": "cpu", "phase": phase})
+                assert turns and turns > 0, (mode, phase, turns)
         finally:
             proc.send_signal(15)
             assert proc.wait(timeout=60) == 0, proc.stderr.read()

@@ -134,7 +134,18 @@ absl::Status RunServe(const CliArgs& args) {
   std::map<std::string, std::unique_ptr<engine::ComputeShare>> shares;
   auto share_of = [&](const kernels::DeviceSpec& device) {
     auto& share = shares[device.ToString()];
-    if (share == nullptr) share = std::make_unique<engine::ComputeShare>(c.model.threads);
+    if (share == nullptr) {
+      const metrics::Metrics::ComputeTurn decode =
+          metrics.ComputeTurns(device.ToString(), "decode");
+      const metrics::Metrics::ComputeTurn prefill =
+          metrics.ComputeTurns(device.ToString(), "prefill");
+      share = std::make_unique<engine::ComputeShare>(
+          c.model.threads, [decode, prefill](engine::Phase phase, double wait_seconds) {
+            const auto& m = phase == engine::Phase::kDecode ? decode : prefill;
+            m.turns->Increment();
+            m.wait_seconds->Increment(wait_seconds);
+          });
+    }
     return share.get();
   };
   const int prefill_workers = layout.colocated ? 0 : c.serve.prefill_workers;

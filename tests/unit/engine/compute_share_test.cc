@@ -4,12 +4,14 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <map>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/engine/engine_loop.h"
 #include "tests/unit/testing/eventually.h"
@@ -195,6 +197,31 @@ TEST(ComputeShareTest, AWaitingDecodeStepGoesBeforeAQueuedPrefillStep) {
   EXPECT_EQ(share.GetStats().waited_turns[1], 1);
 }
 
+// The observer hears of every turn with its wait: none for a free pool, some behind a step.
+TEST(ComputeShareTest, TheObserverHearsEveryTurnAndItsWait) {
+  absl::Mutex mu;
+  std::vector<std::pair<Phase, double>> seen;
+  ComputeShare share(1, [&](Phase phase, double wait) {
+    absl::MutexLock lock(&mu);
+    seen.emplace_back(phase, wait);
+  });
+  std::optional<ComputeShare::Turn> held;
+  held.emplace(share.Acquire(Phase::kPrefill));
+  std::thread decode([&] { ComputeShare::Turn turn = share.Acquire(Phase::kDecode); });
+  ASSERT_TRUE(testing::Eventually([&] { return share.Waiting(Phase::kDecode) == 1; }));
+  const auto start = std::chrono::steady_clock::now();
+  while (std::chrono::steady_clock::now() - start < std::chrono::milliseconds(20)) {
+  }  // the held step computes
+  held.reset();
+  decode.join();
+  absl::MutexLock lock(&mu);
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_EQ(seen[0].first, Phase::kPrefill);
+  EXPECT_EQ(seen[0].second, 0.0);
+  EXPECT_EQ(seen[1].first, Phase::kDecode);
+  EXPECT_GE(seen[1].second, 0.02);
+}
+
 // --- Engines on one shared pool -----------------------------------------------------------------
 
 class SharedEnginesTest : public ::testing::Test {
@@ -234,7 +261,7 @@ class SharedEnginesTest : public ::testing::Test {
 TEST_F(SharedEnginesTest, TwoLoopsOnOnePoolMatchTheEngineAlone) {
   std::map<std::string, std::vector<int32_t>> expected;
   for (int i = 0; i < 6; ++i) {
-    const std::string id = "r" + std::to_string(i);
+    const std::string id = absl::StrCat("r", i);
     auto e = MakeEngine();
     expected[id] = testing::RunToCompletion(*e, Greedy(id, 20 + 7 * i, 12)).tokens;
   }
@@ -252,8 +279,7 @@ TEST_F(SharedEnginesTest, TwoLoopsOnOnePoolMatchTheEngineAlone) {
     EngineLoop prefill(MakeEngine(), &share_, Phase::kPrefill);
     EngineLoop decode(MakeEngine(), &share_, Phase::kDecode);
     for (int i = 0; i < 6; ++i) {
-      (i % 2 == 0 ? prefill : decode)
-          .Submit(Greedy("r" + std::to_string(i), 20 + 7 * i, 12), collect);
+      (i % 2 == 0 ? prefill : decode).Submit(Greedy(absl::StrCat("r", i), 20 + 7 * i, 12), collect);
     }
     absl::MutexLock lock(&mu);
     auto all = [&] {
@@ -295,7 +321,7 @@ TEST_F(SharedEnginesTest, ShutdownMidFlightEndsEveryRequest) {
     EngineLoop decode(MakeEngine(), &share_, Phase::kDecode);
     // Long enough (440 tokens each, a step per token) to be running when the loops go.
     for (int i = 0; i < 4; ++i) {
-      (i % 2 == 0 ? prefill : decode).Submit(Greedy("s" + std::to_string(i), 40, 400), count);
+      (i % 2 == 0 ? prefill : decode).Submit(Greedy(absl::StrCat("s", i), 40, 400), count);
     }
     ASSERT_TRUE(testing::Eventually([&] {
       const ComputeShare::Stats s = share_.GetStats();

@@ -95,6 +95,19 @@ TEST(MetricsTest, StoreShardsAreLabelledByAddress) {
   EXPECT_THAT(text, HasSubstr("tandem_cache_store_evictions_total{shard=\"10.0.0.2:7000\"} 0"));
 }
 
+TEST(MetricsTest, ComputeTurnsByDeviceAndPhase) {
+  Metrics m;
+  EXPECT_THAT(m.Serialize(), Not(HasSubstr("tandem_compute_turns_total{")));
+  Metrics::ComputeTurn decode = m.ComputeTurns("cpu", "decode");
+  decode.turns->Increment(3);
+  decode.wait_seconds->Increment(0.25);
+  const std::string text = m.Serialize();
+  EXPECT_THAT(text, HasSubstr("tandem_compute_turns_total{device=\"cpu\",phase=\"decode\"} 3"));
+  EXPECT_THAT(
+      text,
+      HasSubstr("tandem_compute_turn_wait_seconds_total{device=\"cpu\",phase=\"decode\"} 0.25"));
+}
+
 TEST(MetricsTest, DeviceMemoryOnlyForWorkersThatAskForIt) {
   Metrics m;
   m.ForRole("decode");
