@@ -124,7 +124,10 @@ absl::StatusOr<TandemConfig> LoadConfigFile(const std::string& path) {
   return ParseConfig(text, path);
 }
 
-absl::Status ApplyOverride(TandemConfig& config, std::string_view assignment) {
+namespace {
+
+// One key=value into `config`, checked on its own (the cross-key checks are the caller's).
+absl::Status SetKey(TandemConfig& config, std::string_view assignment) {
   const size_t eq = assignment.find('=');
   if (eq == std::string_view::npos || eq == 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -141,9 +144,23 @@ absl::Status ApplyOverride(TandemConfig& config, std::string_view assignment) {
   } catch (const YAML::Exception& e) {
     return KeyError("--set", key, e.msg);
   }
-  TandemConfig updated = config;
-  absl::Status s = field->set(updated, value);
+  absl::Status s = field->set(config, value);
   if (!s.ok()) return KeyError("--set", key, s.message());
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ApplyOverride(TandemConfig& config, std::string_view assignment) {
+  const std::string one(assignment);
+  return ApplyOverrides(config, std::span<const std::string>(&one, 1));
+}
+
+absl::Status ApplyOverrides(TandemConfig& config, std::span<const std::string> assignments) {
+  TandemConfig updated = config;
+  for (const std::string& assignment : assignments) {
+    TANDEM_RETURN_IF_ERROR(SetKey(updated, assignment));
+  }
   TANDEM_RETURN_IF_ERROR(Validate(updated, "--set"));
   config = std::move(updated);
   return absl::OkStatus();

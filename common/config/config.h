@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -135,6 +136,10 @@ absl::StatusOr<TandemConfig> LoadConfigFile(const std::string& path);
 // Applies one `key=value` override (dotted key, YAML scalar or flow-sequence value), with the
 // same checks as the file.
 absl::Status ApplyOverride(TandemConfig& config, std::string_view assignment);
+// Applies every override in order, then the checks that span keys, so their order does not
+// matter (`scheduler.max_num_batched_tokens=256` before `scheduler.chunk_size=256`). On an
+// error `config` is unchanged.
+absl::Status ApplyOverrides(TandemConfig& config, std::span<const std::string> assignments);
 
 // Every key with its type, default and documentation, as a Markdown reference.
 std::string ConfigReferenceMarkdown();

@@ -110,9 +110,7 @@ absl::StatusOr<config::TandemConfig> EffectiveConfig(const CliArgs& args) {
   if (args.Has("config")) {
     TANDEM_ASSIGN_OR_RETURN(c, config::LoadConfigFile(*args.String("config")));
   }
-  for (const std::string& assignment : args.All("set")) {
-    TANDEM_RETURN_IF_ERROR(config::ApplyOverride(c, assignment));
-  }
+  TANDEM_RETURN_IF_ERROR(config::ApplyOverrides(c, args.All("set")));
   if (args.Has("model")) c.model.path = *args.String("model");
   if (args.Has("metrics-listen")) c.metrics.listen = *args.String("metrics-listen");
   return c;

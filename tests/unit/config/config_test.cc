@@ -113,7 +113,8 @@ TEST(ConfigTest, ValuesMustBeUtf8WithoutControlCharacters) {
               AllOf(HasSubstr("model.path"), HasSubstr("control character U+0000")));
   EXPECT_THAT(Error("model: {path: \"a\\u0085b\"}"), HasSubstr("U+0085"));
   EXPECT_THAT(Error("model: {path: \"a\\u2028b\"}"), HasSubstr("U+2028"));
-  EXPECT_THAT(Error("model: {path: /mod\xff\xff" "els}"),
+  EXPECT_THAT(Error("model: {path: /mod\xff\xff"
+                    "els}"),
               AllOf(HasSubstr("model.path"), HasSubstr("UTF-8")));
   EXPECT_THAT(Error("router: {prefill_workers: [\"a\\tb:1\"]}"),
               HasSubstr("router.prefill_workers"));
@@ -132,9 +133,9 @@ TEST(ConfigTest, CrossKeyChecks) {
               HasSubstr("balancer.hysteresis"));
   EXPECT_THAT(Error("kv_cache_optimization: {pruning: {start_layer: 4, ratio: 0.33}}"),
               HasSubstr("kv_cache_optimization.pruning.ratio"));
-  EXPECT_DOUBLE_EQ(Parse("kv_cache_optimization: {pruning: {ratio: 0.33}}")
-                       .kv_cache_optimization.pruning_ratio,
-                   0.33);
+  EXPECT_DOUBLE_EQ(
+      Parse("kv_cache_optimization: {pruning: {ratio: 0.33}}").kv_cache_optimization.pruning_ratio,
+      0.33);
 }
 
 TEST(ConfigTest, OverridesUseTheSameChecks) {
@@ -154,6 +155,24 @@ TEST(ConfigTest, OverridesUseTheSameChecks) {
   EXPECT_THAT(ApplyOverride(c, "scheduler.chunk_size=100000").message(),
               HasSubstr("max_num_batched_tokens"));
   EXPECT_EQ(ToYaml(c), before);  // failed overrides change nothing
+}
+
+// The checks that span keys run after every override, whatever their order; an error leaves
+// the config as it was.
+TEST(ConfigTest, OverridesAreCheckedTogether) {
+  TandemConfig c;
+  const std::vector<std::string> smaller = {"scheduler.max_num_batched_tokens=256",
+                                            "scheduler.chunk_size=256"};
+  ASSERT_TRUE(ApplyOverrides(c, smaller).ok());
+  EXPECT_EQ(c.scheduler.max_num_batched_tokens, 256);
+  EXPECT_EQ(c.scheduler.chunk_size, 256);
+  const std::vector<std::string> bad = {"kv_cache.block_size=32",
+                                        "scheduler.max_num_batched_tokens=64"};
+  const absl::Status s = ApplyOverrides(c, bad);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("exceeds scheduler.max_num_batched_tokens (64)"));
+  EXPECT_EQ(c.kv_cache.block_size, 16);  // unchanged
+  EXPECT_EQ(c.scheduler.max_num_batched_tokens, 256);
 }
 
 TEST(ConfigTest, YamlOutputParsesBackToTheSameConfig) {
