@@ -133,10 +133,13 @@ class PrefillCall final : public grpc::ServerUnaryReactor {
         std::floor(static_cast<double>(n - 1) * rate)) {
       return;
     }
-    service.loop_.PostCompute([&service, prompt](engine::Engine& e) {
-      auto similarity =
-          model::CheckAttentionStability(e.model(), prompt, e.options().pruning.settings,
-                                         e.options().kv_dtype, e.options().chunk_size);
+    service.loop_.Post([&service, prompt](engine::Engine& e) {
+      // A piece per turn on a shared pool: a decode engine beside it waits for one piece at most.
+      auto similarity = model::CheckAttentionStability(
+          e.model(), prompt, e.options().pruning.settings, e.options().kv_dtype,
+          e.options().chunk_size, [&service](const std::function<absl::Status()>& forward) {
+            return service.loop_.RunOnTurn(forward);
+          });
       if (similarity.ok()) {
         service.on_stability_(*similarity);
       } else {

@@ -72,6 +72,11 @@ int ComputeShare::Waiting(Phase phase) const {
   return order_.waiting(phase);
 }
 
+bool ComputeShare::Held() const {
+  absl::MutexLock lock(&mu_);
+  return order_.held();
+}
+
 ComputeShare::Stats ComputeShare::GetStats() const {
   absl::MutexLock lock(&mu_);
   return stats_;

@@ -5,9 +5,10 @@
 // to do lends all of the cores to the others simply by not asking for a turn.
 //
 // Turns are ordered by TurnOrder: decode steps come first, and a prefill step runs only when no
-// decode step waits or right after one ran. So a decode step waits behind at most one prefill
-// step, and the prefill engine's step size (its token budget, serve.prefill_chunk_tokens) bounds
-// what each decode token can be delayed by; prefill is never starved while decode is busy.
+// decode step waits or right after one ran. So a decode engine waits behind at most one prefill
+// step per decode engine sharing the pool (one, in `tandem serve`'s default), the prefill
+// engine's step size (its token budget, serve.prefill_chunk_tokens) bounds what each decode
+// token can be delayed by, and prefill is never starved while decode is busy.
 #pragma once
 
 #include <array>
@@ -85,6 +86,8 @@ class ComputeShare {
   Stats GetStats() const;
   // Acquire calls of `phase` still waiting for their turn.
   int Waiting(Phase phase) const;
+  // Whether a turn holds the pool now.
+  bool Held() const;
 
  private:
   void Release();

@@ -1,6 +1,5 @@
 #include "common/engine/engine_loop.h"
 
-#include <optional>
 #include <utility>
 
 namespace tandem::engine {
@@ -38,9 +37,10 @@ void EngineLoop::Post(TaskFn task) {
   inbox_.push_back({.kind = Command::kTask, .task = std::move(task)});
 }
 
-void EngineLoop::PostCompute(TaskFn task) {
-  absl::MutexLock lock(&mu_);
-  inbox_.push_back({.kind = Command::kComputeTask, .task = std::move(task)});
+absl::Status EngineLoop::RunOnTurn(const std::function<absl::Status()>& compute) {
+  if (share_ == nullptr) return compute();
+  ComputeShare::Turn turn = share_->Acquire(phase_);
+  return compute();
 }
 
 EngineLoop::Stats EngineLoop::GetStats() const {
@@ -78,8 +78,7 @@ void EngineLoop::Apply(std::vector<Command>& commands) {
         engine_->Abort(c.request.id);
         break;
       case Command::kTask:
-      case Command::kComputeTask:
-        RunTask(c);
+        c.task(*engine_);
         break;
     }
   }
@@ -90,12 +89,6 @@ void EngineLoop::PublishStats() {
   stats_.running = engine_->NumRunning();
   stats_.waiting = engine_->NumWaiting() + static_cast<int>(inbox_.size());
   stats_.kv = engine_->KvStats();
-}
-
-void EngineLoop::RunTask(Command& c) {
-  std::optional<ComputeShare::Turn> turn;
-  if (c.kind == Command::kComputeTask && share_ != nullptr) turn.emplace(share_->Acquire(phase_));
-  c.task(*engine_);
 }
 
 absl::StatusOr<std::vector<RequestOutput>> EngineLoop::StepOnTurn() {
@@ -155,7 +148,7 @@ void EngineLoop::Run() {
     }
     if (commands.empty()) break;
     for (Command& c : commands) {
-      if (c.kind == Command::kTask || c.kind == Command::kComputeTask) RunTask(c);
+      if (c.kind == Command::kTask) c.task(*engine_);
       if (c.kind != Command::kSubmit) continue;
       RequestOutput out;
       out.id = c.request.id;

@@ -48,14 +48,15 @@ class EngineLoop {
   void Submit(Request request, OutputFn on_output);
   void Abort(const std::string& request_id);
   void Post(TaskFn task);
-  // A task that computes on the model (runs a forward pass): with a shared pool it runs on a
-  // turn, like a step.
-  void PostCompute(TaskFn task);
+  // For a task (on the loop thread) that computes outside a step, e.g. a forward pass: runs
+  // `compute` on a turn of the shared pool, like a step (directly without one). A long task
+  // calls it once per piece, so other engines step between the pieces.
+  absl::Status RunOnTurn(const std::function<absl::Status()>& compute);
   Stats GetStats() const;
 
  private:
   struct Command {
-    enum Kind { kSubmit, kAbort, kTask, kComputeTask } kind;
+    enum Kind { kSubmit, kAbort, kTask } kind;
     Request request{};  // kSubmit; request.id for kAbort
     OutputFn on_output = nullptr;
     TaskFn task = nullptr;
@@ -66,7 +67,6 @@ class EngineLoop {
   void Apply(std::vector<Command>& commands);
   void Deliver(const RequestOutput& output);
   void PublishStats();
-  void RunTask(Command& c);  // kTask or kComputeTask
   absl::StatusOr<std::vector<RequestOutput>> StepOnTurn();
 
   std::unique_ptr<Engine> engine_;  // loop thread only, after construction

@@ -33,7 +33,7 @@ std::vector<uint8_t> PromptFullDepth(std::span<const int32_t> prompt,
 
 absl::StatusOr<std::vector<LayerSimilarity>> CheckAttentionStability(
     Model& model, std::span<const int32_t> prompt, const PruningSettings& settings, DType kv_dtype,
-    int chunk_size) {
+    int chunk_size, const ChunkRunner& run_chunk) {
   const int64_t n = static_cast<int64_t>(prompt.size());
   if (n == 0) return absl::InvalidArgumentError("attention-stability check of an empty prompt");
   if (chunk_size <= 0) return absl::InvalidArgumentError("chunk_size must be positive");
@@ -49,9 +49,11 @@ absl::StatusOr<std::vector<LayerSimilarity>> CheckAttentionStability(
     for (int64_t start = 0; start < n; start += chunk_size) {
       const int64_t len = std::min<int64_t>(chunk_size, n - start);
       const PruningPlan plan{pruned_layers, std::span(full_depth).subspan(start, len)};
-      TANDEM_RETURN_IF_ERROR(kv.Forward(prompt.data() + start, len, start, LogitsMode::kNone,
-                                        prune ? &plan : nullptr,
-                                        start + len == n ? &probe : nullptr));
+      auto forward = [&] {
+        return kv.Forward(prompt.data() + start, len, start, LogitsMode::kNone,
+                          prune ? &plan : nullptr, start + len == n ? &probe : nullptr);
+      };
+      TANDEM_RETURN_IF_ERROR(run_chunk ? run_chunk(forward) : forward());
     }
     return absl::OkStatus();
   };

@@ -4,6 +4,7 @@
 // prefill's attention, as the first decode step sees it, follows a full prefill's.
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -31,9 +32,11 @@ struct LayerSimilarity {
 // tokens (as an engine would; it bounds the model's workspace), with every layer and pruned per
 // `settings`, and returns the similarity for each pruned layer, in layer order. Costs two
 // prefills of the prompt and a KV cache of its length. What a pruned batch does to the prompt:
-// min_batch_size is not consulted.
+// min_batch_size is not consulted. `run_chunk`, if set, runs each piece's forward pass (given as
+// a callable), e.g. on a turn of a shared compute pool, so that other engines step between them.
+using ChunkRunner = std::function<absl::Status(const std::function<absl::Status()>& forward)>;
 absl::StatusOr<std::vector<LayerSimilarity>> CheckAttentionStability(
     Model& model, std::span<const int32_t> prompt, const PruningSettings& settings, DType kv_dtype,
-    int chunk_size = 512);
+    int chunk_size = 512, const ChunkRunner& run_chunk = nullptr);
 
 }  // namespace tandem::model

@@ -220,7 +220,9 @@ class WorkerRole final : public ServedRole {
     {
       // Packing the weights computes on the pool too.
       std::optional<engine::ComputeShare::Turn> turn;
-      if (share != nullptr) turn.emplace(share->Acquire(engine::Phase::kPrefill));
+      if (share != nullptr) {
+        turn.emplace(share->Acquire(prefill ? engine::Phase::kPrefill : engine::Phase::kDecode));
+      }
       TANDEM_ASSIGN_OR_RETURN(model_, model::Model::Load(c.model.path, pool, load));
     }
     TANDEM_ASSIGN_OR_RETURN(engine::EngineOptions options,

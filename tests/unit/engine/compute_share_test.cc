@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "common/engine/engine_loop.h"
 #include "tests/unit/testing/eventually.h"
 #include "tests/unit/testing/serving.h"
@@ -294,17 +295,33 @@ TEST_F(SharedEnginesTest, TwoLoopsOnOnePoolMatchTheEngineAlone) {
   EXPECT_GT(after.turns[1], before.turns[1]);
 }
 
-// A task that computes (a forward pass outside a step) waits for its turn like a step.
-TEST_F(SharedEnginesTest, AComputeTaskRunsOnATurn) {
+// A task that computes outside a step takes a turn for each piece, like a step: none while
+// another engine steps, and the pool is free between pieces.
+TEST_F(SharedEnginesTest, ATaskComputesOnATurnPerPiece) {
   EngineLoop loop(MakeEngine(), &share_, Phase::kPrefill);
-  std::atomic<bool> ran{false};
-  {
-    ComputeShare::Turn held = share_.Acquire(Phase::kDecode);
-    loop.PostCompute([&](Engine&) { ran.store(true); });
-    ASSERT_TRUE(testing::Eventually([&] { return share_.Waiting(Phase::kPrefill) == 1; }));
-    EXPECT_FALSE(ran.load());
-  }
-  EXPECT_TRUE(testing::Eventually([&] { return ran.load(); }));
+  std::atomic<int> pieces{0};
+  std::atomic<bool> free_between{false};
+  absl::Notification done;
+  std::optional<ComputeShare::Turn> held;
+  held.emplace(share_.Acquire(Phase::kDecode));
+  const int64_t turns_before = share_.GetStats().turns[static_cast<int>(Phase::kPrefill)];
+  loop.Post([&](Engine&) {
+    auto piece = [&] {
+      pieces.fetch_add(1);
+      return absl::OkStatus();
+    };
+    EXPECT_TRUE(loop.RunOnTurn(piece).ok());
+    free_between.store(!share_.Held());  // between pieces the task holds no turn
+    EXPECT_TRUE(loop.RunOnTurn(piece).ok());
+    done.Notify();
+  });
+  ASSERT_TRUE(testing::Eventually([&] { return share_.Waiting(Phase::kPrefill) == 1; }));
+  EXPECT_EQ(pieces.load(), 0);  // not while another engine steps
+  held.reset();
+  ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_EQ(pieces.load(), 2);
+  EXPECT_TRUE(free_between.load());
+  EXPECT_EQ(share_.GetStats().turns[static_cast<int>(Phase::kPrefill)], turns_before + 2);
 }
 
 // Loops destroyed while both still have work end every request and return the pool idle.

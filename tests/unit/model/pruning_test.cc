@@ -162,19 +162,22 @@ TEST_F(PrunedForwardTest, PruningChangesLogitsUnlessEveryTokenOrNoLayerIsPruned)
   PruningPlan plan{pruned_, last_only};
   ASSERT_TRUE(model_->Forward({&s2, 1}, kv_->pool_base(), kv_->layout(), pruned, &plan).ok());
   double moved = 0;
-  for (size_t i = 0; i < plain.size(); ++i) moved = std::max(moved, double(std::fabs(plain[i] - pruned[i])));
+  for (size_t i = 0; i < plain.size(); ++i)
+    moved = std::max(moved, double(std::fabs(plain[i] - pruned[i])));
   EXPECT_GT(moved, 1e-3);
 
   const std::vector<uint8_t> every(a.size(), 1);
   ForwardSequence s3{a.data(), 20, 0, Table(3, a), LogitsMode::kLast};
   PruningPlan full_plan{pruned_, every};
-  ASSERT_TRUE(model_->Forward({&s3, 1}, kv_->pool_base(), kv_->layout(), all_full, &full_plan).ok());
+  ASSERT_TRUE(
+      model_->Forward({&s3, 1}, kv_->pool_base(), kv_->layout(), all_full, &full_plan).ok());
   EXPECT_EQ(all_full, plain);
 
   const std::vector<uint8_t> no_layers(4, 0);
   ForwardSequence s4{a.data(), 20, 0, Table(4, a), LogitsMode::kLast};
   PruningPlan no_plan{no_layers, last_only};
-  ASSERT_TRUE(model_->Forward({&s4, 1}, kv_->pool_base(), kv_->layout(), none_pruned, &no_plan).ok());
+  ASSERT_TRUE(
+      model_->Forward({&s4, 1}, kv_->pool_base(), kv_->layout(), none_pruned, &no_plan).ok());
   EXPECT_EQ(none_pruned, plain);
 }
 
@@ -209,6 +212,32 @@ TEST_F(PrunedForwardTest, AttentionStabilityIsOneWhereNothingDiffers) {
   ASSERT_TRUE(s.ok()) << s.status();
   for (const auto& l : *s) EXPECT_NEAR(l.cosine, 1.0, 1e-6) << "layer " << l.layer;
   EXPECT_FALSE(CheckAttentionStability(*model_, {}, {.start_layer = 1}, DType::kF32).ok());
+}
+
+// A runner given each piece (a turn on a shared pool, in a worker) sees every piece, in order,
+// and the result is the same as without one.
+TEST_F(PrunedForwardTest, AttentionStabilityRunsEachPieceThroughTheRunner) {
+  const std::vector<int32_t> prompt = Prompt(40, 7);
+  auto direct = CheckAttentionStability(*model_, prompt, {.start_layer = 1}, DType::kF32, 16);
+  ASSERT_TRUE(direct.ok()) << direct.status();
+  int pieces = 0;
+  auto run = [&pieces](const std::function<absl::Status()>& forward) {
+    ++pieces;
+    return forward();
+  };
+  auto via = CheckAttentionStability(*model_, prompt, {.start_layer = 1}, DType::kF32, 16, run);
+  ASSERT_TRUE(via.ok()) << via.status();
+  EXPECT_EQ(pieces, 2 * 3);  // two prefills of 40 tokens in pieces of 16
+  ASSERT_EQ(via->size(), direct->size());
+  for (size_t i = 0; i < via->size(); ++i) EXPECT_EQ((*via)[i].cosine, (*direct)[i].cosine);
+  // A runner's error is the check's.
+  auto failing = [](const std::function<absl::Status()>&) {
+    return absl::UnavailableError("no turn");
+  };
+  EXPECT_EQ(CheckAttentionStability(*model_, prompt, {.start_layer = 1}, DType::kF32, 16, failing)
+                .status()
+                .code(),
+            absl::StatusCode::kUnavailable);
 }
 
 TEST_F(PrunedForwardTest, ResidualGatesScaleTheBranches) {
