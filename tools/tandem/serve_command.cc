@@ -103,6 +103,37 @@ std::string MetricsUrl(const config::TandemConfig& c, const metrics::MetricsServ
   return absl::StrCat("http://", host, ":", server->port(), "/metrics");
 }
 
+// The compute pool of `device`, with its turns counted in `metrics`.
+std::unique_ptr<engine::ComputeShare> MakeShare(const std::string& device, int threads,
+                                                metrics::Metrics& metrics) {
+  const metrics::Metrics::ComputeTurn decode = metrics.ComputeTurns(device, "decode");
+  const metrics::Metrics::ComputeTurn prefill = metrics.ComputeTurns(device, "prefill");
+  return std::make_unique<engine::ComputeShare>(
+      threads, [decode, prefill](engine::Phase phase, double wait_seconds) {
+        const auto& m = phase == engine::Phase::kDecode ? decode : prefill;
+        m.turns->Increment();
+        m.wait_seconds->Increment(wait_seconds);
+      });
+}
+
+// What `tandem serve` prints once serving: where it listens, the mode and why, the pools.
+std::string StartupLine(
+    const config::TandemConfig& c, const ServeLayout& layout, const std::string& mode,
+    const std::string& router, const std::string& metrics_url, int prefill_workers,
+    int store_shards, const std::map<std::string, std::unique_ptr<engine::ComputeShare>>& shares) {
+  std::string compute;
+  for (const auto& [device, share] : shares) {
+    absl::StrAppend(&compute, compute.empty() ? "" : ", ", device, " ", share->pool().num_threads(),
+                    " thread(s) shared");
+  }
+  return absl::StrCat(
+      "tandem serve: model ", ModelId(c), " (", c.model.path, "); router on ", router, "; metrics ",
+      metrics_url, "; ", mode, " (", layout.why, "): ", prefill_workers, " prefill, ",
+      c.serve.decode_workers, " decode worker(s), ", store_shards, " store shard(s); ", compute,
+      "; prefill on ", (layout.colocated ? layout.decode_device : layout.prefill_device).ToString(),
+      ", decode on ", layout.decode_device.ToString());
+}
+
 }  // namespace
 
 absl::StatusOr<config::TandemConfig> EffectiveConfig(const CliArgs& args) {
@@ -132,18 +163,7 @@ absl::Status RunServe(const CliArgs& args) {
   std::map<std::string, std::unique_ptr<engine::ComputeShare>> shares;
   auto share_of = [&](const kernels::DeviceSpec& device) {
     auto& share = shares[device.ToString()];
-    if (share == nullptr) {
-      const metrics::Metrics::ComputeTurn decode =
-          metrics.ComputeTurns(device.ToString(), "decode");
-      const metrics::Metrics::ComputeTurn prefill =
-          metrics.ComputeTurns(device.ToString(), "prefill");
-      share = std::make_unique<engine::ComputeShare>(
-          c.model.threads, [decode, prefill](engine::Phase phase, double wait_seconds) {
-            const auto& m = phase == engine::Phase::kDecode ? decode : prefill;
-            m.turns->Increment();
-            m.wait_seconds->Increment(wait_seconds);
-          });
-    }
+    if (share == nullptr) share = MakeShare(device.ToString(), c.model.threads, metrics);
     return share.get();
   };
   const int prefill_workers = layout.colocated ? 0 : c.serve.prefill_workers;
@@ -187,19 +207,10 @@ absl::Status RunServe(const CliArgs& args) {
   }
   TANDEM_ASSIGN_OR_RETURN(router, StartRouter(inner, metrics));
   loading->Done();
-  std::string compute;
-  for (const auto& [device, share] : shares) {
-    absl::StrAppend(&compute, compute.empty() ? "" : ", ", device, " ", share->pool().num_threads(),
-                    " thread(s) shared");
-  }
-  std::printf(
-      "tandem serve: model %s (%s); router on %s; metrics %s; %s (%s): %d prefill, %d decode "
-      "worker(s), %d store shard(s); %s; prefill on %s, decode on %s\n",
-      ModelId(c).c_str(), c.model.path.c_str(), router->address().c_str(),
-      MetricsUrl(c, metrics_server.get()).c_str(), inner.router.mode.c_str(), layout.why.c_str(),
-      prefill_workers, c.serve.decode_workers, store_shards, compute.c_str(),
-      (layout.colocated ? layout.decode_device : layout.prefill_device).ToString().c_str(),
-      layout.decode_device.ToString().c_str());
+  std::printf("%s\n", StartupLine(c, layout, inner.router.mode, router->address(),
+                                  MetricsUrl(c, metrics_server.get()), prefill_workers,
+                                  store_shards, shares)
+                          .c_str());
   std::fflush(stdout);
 
   const int sig = WaitForSignal(signals);
