@@ -105,10 +105,10 @@ struct CallState::Attempt {
 };
 
 absl::StatusOr<AdmittedRequest> AdmitRequest(const CallEnvironment& env,
-                                             const grpc::ByteBuffer& raw) {
+                                             tandem::v1::GenerateRequest request,
+                                             Clock::time_point arrival) {
   AdmittedRequest admitted;
-  admitted.arrival = Clock::now();
-  TANDEM_ASSIGN_OR_RETURN(tandem::v1::GenerateRequest request, ParseGenerateRequest(raw));
+  admitted.arrival = arrival;
   TANDEM_RETURN_IF_ERROR(ValidateSampling(request.sampling()));
   TANDEM_ASSIGN_OR_RETURN(admitted.prompt,
                           PromptTokens(request, env.tokenizer, env.options.limits));
@@ -121,11 +121,25 @@ absl::StatusOr<AdmittedRequest> AdmitRequest(const CallEnvironment& env,
   return admitted;
 }
 
-CallState::CallState(const CallEnvironment& env,
-                     grpc::ServerWriteReactor<grpc::ByteBuffer>* reactor,
+absl::StatusOr<std::shared_ptr<CallState>> StartCall(const CallEnvironment& env,
+                                                     tandem::v1::GenerateRequest request,
+                                                     std::shared_ptr<ResponseSink> sink,
+                                                     std::chrono::system_clock::time_point deadline,
+                                                     Clock::time_point arrival) {
+  TANDEM_ASSIGN_OR_RETURN(AdmittedRequest admitted,
+                          AdmitRequest(env, std::move(request), arrival));
+  deadline = std::min(deadline, std::chrono::system_clock::now() +
+                                    std::chrono::duration_cast<std::chrono::system_clock::duration>(
+                                        env.options.default_deadline));
+  auto state = std::make_shared<CallState>(env, std::move(sink), deadline, std::move(admitted));
+  state->Start();
+  return state;
+}
+
+CallState::CallState(const CallEnvironment& env, std::shared_ptr<ResponseSink> sink,
                      std::chrono::system_clock::time_point deadline, AdmittedRequest request)
     : env_(env),
-      stream_(reactor),
+      sink_(std::move(sink)),
       deadline_(deadline),
       arrival_(request.arrival),
       key_(env.next_serial.fetch_add(1)),
@@ -431,7 +445,7 @@ void CallState::Complete(FinishReason reason) {
   LeaveRouter(grpc::Status::OK);
 }
 
-void CallState::Send(const GenerateResponse& response) {
+void GrpcSink::Push(const GenerateResponse& response) {
   grpc::ByteBuffer buffer;
   bool own = false;
   if (grpc::SerializationTraits<GenerateResponse>::Serialize(response, &buffer, &own).ok()) {
@@ -461,7 +475,7 @@ void CallState::LeaveRouter(grpc::Status status) {
     ReleasePacing();
     env_.queue.Leave(running, static_cast<int64_t>(prompt_.size()));
     if (call != nullptr) call->TryCancel();
-    stream_.End(status);
+    sink_->End(status);
   });
 }
 
@@ -474,18 +488,18 @@ void CallState::Cancel() {
 }
 
 GenerateCall::GenerateCall(const CallEnvironment& env, grpc::CallbackServerContext* context,
-                           const grpc::ByteBuffer& request) {
-  absl::StatusOr<AdmittedRequest> admitted = AdmitRequest(env, request);
-  if (!admitted.ok()) {
-    Finish(rpc::ToGrpcStatus(admitted.status()));
+                           const grpc::ByteBuffer& raw)
+    : sink_(std::make_shared<GrpcSink>(this)) {
+  const Clock::time_point arrival = Clock::now();
+  absl::StatusOr<tandem::v1::GenerateRequest> request = ParseGenerateRequest(raw);
+  absl::StatusOr<std::shared_ptr<CallState>> state =
+      request.ok() ? StartCall(env, std::move(*request), sink_, context->deadline(), arrival)
+                   : request.status();
+  if (!state.ok()) {
+    Finish(rpc::ToGrpcStatus(state.status()));
     return;
   }
-  const auto now = std::chrono::system_clock::now();
-  auto deadline = now + std::chrono::duration_cast<std::chrono::system_clock::duration>(
-                            env.options.default_deadline);
-  deadline = std::min(deadline, context->deadline());
-  state_ = std::make_shared<CallState>(env, this, deadline, std::move(*admitted));
-  state_->Start();
+  state_ = std::move(*state);
 }
 
 }  // namespace tandem::router

@@ -29,6 +29,7 @@
 #include "common/rpc/server_stream.h"
 #include "router/call_environment.h"
 #include "router/output_assembler.h"
+#include "router/response_sink.h"
 #include "tandem/v1/inference.grpc.pb.h"
 #include "tandem/v1/workers.grpc.pb.h"
 
@@ -43,14 +44,22 @@ struct AdmittedRequest {
   tandem::v1::SamplingParams sampling;
 };
 
-// Parses, validates and admits a Generate request: INVALID_ARGUMENT for bad fields,
-// RESOURCE_EXHAUSTED past the queue limits, UNAVAILABLE while the router shuts down.
+// Validates and admits a Generate request that arrived at `arrival`: INVALID_ARGUMENT for bad
+// fields, RESOURCE_EXHAUSTED past the queue limits, UNAVAILABLE while the router shuts down.
 absl::StatusOr<AdmittedRequest> AdmitRequest(const CallEnvironment& env,
-                                             const grpc::ByteBuffer& raw);
+                                             tandem::v1::GenerateRequest request,
+                                             Clock::time_point arrival);
+
+// Admits `request` and starts it; its responses go to `sink`. Whichever door a request came
+// in by, it runs here. On error nothing was started and `sink` is untouched.
+absl::StatusOr<std::shared_ptr<class CallState>> StartCall(
+    const CallEnvironment& env, tandem::v1::GenerateRequest request,
+    std::shared_ptr<ResponseSink> sink, std::chrono::system_clock::time_point deadline,
+    Clock::time_point arrival);
 
 class CallState : public std::enable_shared_from_this<CallState> {
  public:
-  CallState(const CallEnvironment& env, grpc::ServerWriteReactor<grpc::ByteBuffer>* reactor,
+  CallState(const CallEnvironment& env, std::shared_ptr<ResponseSink> sink,
             std::chrono::system_clock::time_point deadline, AdmittedRequest request);
 
   // Schedules the prefill (through the pacer).
@@ -58,7 +67,7 @@ class CallState : public std::enable_shared_from_this<CallState> {
   // The client went away or the deadline passed.
   void Cancel() ABSL_LOCKS_EXCLUDED(mu_);
 
-  rpc::ServerStream<grpc::ByteBuffer>& stream() { return stream_; }
+  const std::string& id() const { return id_; }
 
   // Decode stream events (from DecodeReader).
   // Returns false when the stream should be cancelled (the request ended at the router).
@@ -96,11 +105,10 @@ class CallState : public std::enable_shared_from_this<CallState> {
   std::vector<int32_t> AllTokens() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool IsEos(int32_t token) const;
 
-  // Responses go out serialized: Generate is a raw method (see RouterService).
-  void Send(const tandem::v1::GenerateResponse& response);
+  void Send(const tandem::v1::GenerateResponse& response) { sink_->Push(response); }
 
   const CallEnvironment& env_;
-  rpc::ServerStream<grpc::ByteBuffer> stream_;
+  const std::shared_ptr<ResponseSink> sink_;
   const std::chrono::system_clock::time_point deadline_;
   const Clock::time_point arrival_;
   const uint64_t key_;  // the pacer's key for this call
@@ -133,18 +141,31 @@ class CallState : public std::enable_shared_from_this<CallState> {
   Clock::time_point last_token_at_ ABSL_GUARDED_BY(mu_);
 };
 
+// The gRPC door: a call's responses, serialized (Generate is a raw method, see RouterService).
+class GrpcSink final : public ResponseSink {
+ public:
+  explicit GrpcSink(grpc::ServerWriteReactor<grpc::ByteBuffer>* reactor) : stream_(reactor) {}
+  void Push(const tandem::v1::GenerateResponse& response) override;
+  void End(const grpc::Status& status) override { stream_.End(status); }
+  rpc::ServerStream<grpc::ByteBuffer>& stream() { return stream_; }
+
+ private:
+  rpc::ServerStream<grpc::ByteBuffer> stream_;
+};
+
 // The server reactor of one Generate call.
 class GenerateCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
   GenerateCall(const CallEnvironment& env, grpc::CallbackServerContext* context,
                const grpc::ByteBuffer& request);
-  void OnWriteDone(bool ok) override { state_->stream().WriteDone(ok); }
+  void OnWriteDone(bool ok) override { sink_->stream().WriteDone(ok); }
   void OnCancel() override {
     if (state_ != nullptr) state_->Cancel();
   }
   void OnDone() override { delete this; }
 
  private:
+  const std::shared_ptr<GrpcSink> sink_;
   std::shared_ptr<CallState> state_;  // null when the request was refused
 };
 

@@ -4,6 +4,7 @@
 
 #include <grpcpp/support/proto_buffer_reader.h>
 
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "common/util/utf8.h"
 #include "tandem/v1/inference_wire.pb.h"
@@ -20,7 +21,23 @@ absl::Status CheckUtf8(const std::string& text, const std::string& field) {
   return absl::InvalidArgumentError(absl::StrCat(field, ": ", s.message()));
 }
 
+constexpr char kFieldPayload[] = "tandem.dev/field";
+
 }  // namespace
+
+absl::Status WithField(absl::Status status, const std::string& field) {
+  status.SetPayload(kFieldPayload, absl::Cord(field));
+  return status;
+}
+
+absl::Status InvalidField(const std::string& field, const std::string& message) {
+  return WithField(absl::InvalidArgumentError(message), field);
+}
+
+std::string FieldOf(const absl::Status& status) {
+  const auto field = status.GetPayload(kFieldPayload);
+  return field.has_value() ? std::string(*field) : std::string();
+}
 
 absl::StatusOr<tandem::v1::GenerateRequest> ParseGenerateRequest(const grpc::ByteBuffer& bytes) {
   tandem::v1::wire::GenerateRequest wire;
@@ -54,28 +71,28 @@ absl::StatusOr<tandem::v1::GenerateRequest> ParseGenerateRequest(const grpc::Byt
 
 absl::Status ValidateSampling(const tandem::v1::SamplingParams& s) {
   if (std::isnan(s.temperature()) || s.temperature() < 0) {
-    return absl::InvalidArgumentError(
+    return InvalidField("sampling.temperature",
         absl::StrCat("sampling.temperature must be >= 0 (0 = greedy), got ", s.temperature()));
   }
   if (std::isnan(s.top_p()) || s.top_p() < 0 || s.top_p() > 1) {
-    return absl::InvalidArgumentError(
+    return InvalidField("sampling.top_p",
         absl::StrCat("sampling.top_p must be in (0, 1] (0 = off), got ", s.top_p()));
   }
   if (s.top_k() < 0) {
-    return absl::InvalidArgumentError(
+    return InvalidField("sampling.top_k",
         absl::StrCat("sampling.top_k must be >= 0 (0 = off), got ", s.top_k()));
   }
   if (s.max_tokens() <= 0) {
-    return absl::InvalidArgumentError(
+    return InvalidField("sampling.max_tokens",
         absl::StrCat("sampling.max_tokens is required and must be > 0, got ", s.max_tokens()));
   }
   if (s.stop_size() > kMaxStopStrings) {
-    return absl::InvalidArgumentError(
+    return InvalidField("sampling.stop",
         absl::StrCat("sampling.stop: at most ", kMaxStopStrings, " strings, got ", s.stop_size()));
   }
   for (int i = 0; i < s.stop_size(); ++i) {
     if (s.stop(i).empty() || s.stop(i).size() > kMaxStopBytes) {
-      return absl::InvalidArgumentError(absl::StrCat("sampling.stop[", i, "] must be 1 to ",
+      return InvalidField("sampling.stop", absl::StrCat("sampling.stop[", i, "] must be 1 to ",
                                                      kMaxStopBytes, " bytes long"));
     }
   }
@@ -88,29 +105,29 @@ absl::StatusOr<std::vector<int32_t>> PromptTokens(const tandem::v1::GenerateRequ
   const bool has_text = !request.prompt().empty();
   const bool has_ids = request.prompt_token_ids_size() > 0;
   if (has_text && has_ids) {
-    return absl::InvalidArgumentError("set exactly one of prompt and prompt_token_ids, not both");
+    return InvalidField("prompt", "set exactly one of prompt and prompt_token_ids, not both");
   }
   if (!has_text && !has_ids) {
-    return absl::InvalidArgumentError("empty prompt: set prompt or prompt_token_ids");
+    return InvalidField("prompt", "empty prompt: set prompt or prompt_token_ids");
   }
   std::vector<int32_t> ids;
   if (has_text) {
     if (tokenizer == nullptr) {
-      return absl::InvalidArgumentError(
-          "this model has no tokenizer.json: send prompt_token_ids instead of prompt");
+      return InvalidField(
+          "prompt", "this model has no tokenizer.json: send prompt_token_ids instead of prompt");
     }
     absl::StatusOr<std::vector<int32_t>> encoded =
         tokenizer->Encode(request.prompt(), /*add_special_tokens=*/true);
     if (!encoded.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("prompt: ", encoded.status().message()));
+      return InvalidField("prompt", absl::StrCat("prompt: ", encoded.status().message()));
     }
     ids = std::move(*encoded);
-    if (ids.empty()) return absl::InvalidArgumentError("prompt encodes to no tokens");
+    if (ids.empty()) return InvalidField("prompt", "prompt encodes to no tokens");
   } else {
     ids.assign(request.prompt_token_ids().begin(), request.prompt_token_ids().end());
     for (size_t i = 0; i < ids.size(); ++i) {
       if (ids[i] < 0 || ids[i] >= limits.vocab_size) {
-        return absl::InvalidArgumentError(absl::StrCat("prompt_token_ids[", i, "] = ", ids[i],
+        return InvalidField("prompt_token_ids", absl::StrCat("prompt_token_ids[", i, "] = ", ids[i],
                                                        " is outside the vocabulary [0, ",
                                                        limits.vocab_size, ")"));
       }
@@ -118,13 +135,13 @@ absl::StatusOr<std::vector<int32_t>> PromptTokens(const tandem::v1::GenerateRequ
   }
   const int64_t n = static_cast<int64_t>(ids.size());
   if (n >= limits.context_length) {
-    return absl::InvalidArgumentError(absl::StrCat("the prompt has ", n,
+    return InvalidField("prompt", absl::StrCat("the prompt has ", n,
                                                    " tokens; the context length is ",
                                                    limits.context_length));
   }
   const int64_t max_tokens = request.sampling().max_tokens();
   if (n + max_tokens > limits.context_length) {
-    return absl::InvalidArgumentError(absl::StrCat(
+    return InvalidField("sampling.max_tokens", absl::StrCat(
         "prompt (", n, " tokens) + sampling.max_tokens (", max_tokens,
         ") exceeds the context length ", limits.context_length));
   }

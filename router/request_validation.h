@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include <grpcpp/support/byte_buffer.h>
@@ -21,6 +23,14 @@ struct ModelLimits {
 // A Generate request off the wire (see inference_wire.proto): InvalidArgument when it does not
 // parse or a text field is not valid UTF-8.
 absl::StatusOr<tandem::v1::GenerateRequest> ParseGenerateRequest(const grpc::ByteBuffer& bytes);
+
+// InvalidArgument with `message`, naming `field` (the request field's path, such as
+// "sampling.max_tokens") in a payload, so a front door can name it in its own terms.
+absl::Status InvalidField(const std::string& field, const std::string& message);
+// `status` naming `field`.
+absl::Status WithField(absl::Status status, const std::string& field);
+// The field an InvalidField (or WithField) error names; empty for other errors.
+std::string FieldOf(const absl::Status& status);
 
 // The sampling fields alone.
 absl::Status ValidateSampling(const tandem::v1::SamplingParams& sampling);

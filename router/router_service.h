@@ -44,6 +44,9 @@ class RouterService final : public tandem::v1::Inference::WithRawCallbackMethod_
   const PrefillPacer& pacer() const { return pacer_; }
   const RouterOptions& options() const { return options_; }
   const TimeSource& clock() const { return env_.clock; }
+  const tokenizer::Tokenizer* tokenizer() const { return tokenizer_; }
+  // What every call shares: the other front doors start their calls with it (StartCall).
+  const CallEnvironment& environment() const { return env_; }
 
   // New requests get UNAVAILABLE from now on; those in flight continue.
   void BeginShutdown() { shutting_down_ = true; }

@@ -10,6 +10,7 @@ packages=(
   libpcre2-dev libutf8proc-dev        # tokenizer: pre-tokenizer regexes, NFC/NFKC
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler  # services
   libyaml-cpp-dev prometheus-cpp-dev  # configuration, /metrics
+  libboost1.74-dev                    # the HTTP front door: Boost.Beast over Asio (headers)
   zlib1g-dev                          # model-inspect: PNG attention maps
   libgtest-dev libgmock-dev libbenchmark-dev
 )

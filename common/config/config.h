@@ -65,6 +65,13 @@ struct RouterConfig {
   double drain_seconds = 30;  // on SIGTERM: time for requests in flight to finish
   double worker_keepalive_seconds = 10;
   double forget_workers_after_seconds = 600;  // gone (removed or expired) this long: freed
+  // The OpenAI-compatible HTTP front door.
+  std::string http_listen;  // host:port; empty: off
+  int http_threads = 2;
+  int64_t http_max_body_bytes = 4 << 20;
+  double http_read_timeout_seconds = 30;
+  double http_write_timeout_seconds = 30;
+  int max_n = 16;  // choices per prompt (n)
 };
 
 struct BalancerConfig {

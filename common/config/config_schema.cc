@@ -262,6 +262,23 @@ std::vector<Field> MakeSchema() {
       Real("router.drain_seconds", TANDEM_CONFIG_REF(router.drain_seconds), 0, 3600,
            "on SIGTERM: how long requests in flight may take to finish (new ones get "
            "UNAVAILABLE and health reports NOT_SERVING) before the server stops"),
+      Str("router.http_listen", TANDEM_CONFIG_REF(router.http_listen), {},
+          "host:port of the OpenAI-compatible HTTP API (/v1/completions, /v1/models, /health, "
+          "/tokenize, /detokenize); empty: off"),
+      Int("router.http_threads", TANDEM_CONFIG_REF(router.http_threads), 1, 64,
+          "I/O threads of the HTTP front door (event-driven: connections do not hold threads)"),
+      Int("router.http_max_body_bytes", TANDEM_CONFIG_REF(router.http_max_body_bytes), 1024,
+          int64_t{1} << 30, "largest HTTP request body; larger ones get 413"),
+      Real("router.http_read_timeout_seconds",
+           TANDEM_CONFIG_REF(router.http_read_timeout_seconds), 0.1, 3600,
+           "time a client has to send a whole HTTP request (and an idle kept-alive connection "
+           "stays open)"),
+      Real("router.http_write_timeout_seconds",
+           TANDEM_CONFIG_REF(router.http_write_timeout_seconds), 0.1, 3600,
+           "time one HTTP write may take: a client that stops reading its stream is disconnected "
+           "and its request aborted"),
+      Int("router.max_n", TANDEM_CONFIG_REF(router.max_n), 1, 128,
+          "most choices per prompt an HTTP request may ask for (n)"),
       Real("balancer.hit_rate_threshold", TANDEM_CONFIG_REF(balancer.hit_rate_threshold), 0, 1,
            "decode KV hit rate below which the balancer engages (the 90% rule)"),
       Real("balancer.hysteresis", TANDEM_CONFIG_REF(balancer.hysteresis), 0, 1,

@@ -16,10 +16,11 @@ namespace {
 constexpr char kUsage[] = R"(usage: tandem COMMAND [flags]
 
   serve [--config FILE] [--set key=value ...] [--model DIR] [--listen HOST:PORT]
-        [--metrics-listen HOST:PORT]
+        [--metrics-listen HOST:PORT] [--http-listen HOST:PORT]
       Router, prefill workers, decode workers and cache-store shards in one process (defaults:
-      the bundled model, 1 prefill, 1 decode, 1 shard; router on 127.0.0.1:8000). Stops on
-      SIGINT/SIGTERM after draining.
+      the bundled model, 1 prefill, 1 decode, 1 shard; router on 127.0.0.1:8000; with
+      --http-listen, the OpenAI-compatible HTTP API too). Stops on SIGINT/SIGTERM after
+      draining.
   router | prefill | decode | cache-store  [same flags as serve]
       One role, for deployments that run each role in its own process or pod.
   generate --addr HOST:PORT (--prompt TEXT | --tokens 1,2,3) [--max-tokens N] [--temperature T]

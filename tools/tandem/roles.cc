@@ -30,6 +30,8 @@
 #include "decode_worker/decode_worker.h"
 #include "prefill_worker/prefill_worker.h"
 #include "router/registry_service.h"
+#include "router/http/http_server.h"
+#include "router/http/openai_door.h"
 #include "router/router_service.h"
 
 namespace tandem::cli {
@@ -279,6 +281,7 @@ class RouterRole final : public ServedRole {
  public:
   ~RouterRole() override {
     if (service_ != nullptr) service_->BeginShutdown();
+    http_.reset();  // HTTP requests still in flight are aborted
     // Streams still in flight (past router.drain_seconds) get a moment, then are cancelled.
     StopServer(std::chrono::seconds(1));
   }
@@ -342,12 +345,43 @@ class RouterRole final : public ServedRole {
                             rpc::StartServer(c.router.listen, {service_.get(), registry_.get()},
                                              {kInference, kRegistry}));
     Serve(std::move(server), {kInference, kRegistry});
+    if (!c.router.http_listen.empty()) TANDEM_RETURN_IF_ERROR(StartHttp(c, m));
     return absl::OkStatus();
   }
 
+  std::string http_address() const override { return http_address_; }
+
  private:
+  absl::Status StartHttp(const config::TandemConfig& c, const model::ModelConfig& m) {
+    door_ = std::make_unique<router::OpenAiDoor>(
+        *service_, router::OpenAiLimits{.model_name = ModelId(c),
+                                        .context_length = m.max_position_embeddings,
+                                        .max_n = c.router.max_n});
+    const auto seconds = [](double s) {
+      return std::chrono::milliseconds(static_cast<int64_t>(s * 1000));
+    };
+    TANDEM_ASSIGN_OR_RETURN(
+        http_, router::HttpServer::Start(
+                   {.listen = c.router.http_listen,
+                    .threads = c.router.http_threads,
+                    .max_body_bytes = static_cast<size_t>(c.router.http_max_body_bytes),
+                    .read_timeout = seconds(c.router.http_read_timeout_seconds),
+                    .write_timeout = seconds(c.router.http_write_timeout_seconds),
+                    .refusal_body = &router::OpenAiDoor::RefusalBody},
+                   [door = door_.get()](router::HttpRequest request,
+                                        std::shared_ptr<router::HttpResponder> responder) {
+                     door->Handle(std::move(request), std::move(responder));
+                   }));
+    const std::string host = c.router.http_listen.substr(0, c.router.http_listen.rfind(':'));
+    http_address_ = absl::StrCat(host, ":", http_->port());
+    return absl::OkStatus();
+  }
+
   std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
   std::unique_ptr<router::RouterService> service_;
+  std::unique_ptr<router::OpenAiDoor> door_;
+  std::unique_ptr<router::HttpServer> http_;  // after door_: stops before it
+  std::string http_address_;
   std::unique_ptr<router::RegistryService> registry_;
   std::chrono::duration<double> drain_{30};
 };

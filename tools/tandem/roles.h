@@ -22,6 +22,8 @@ class Role {
   virtual ~Role() = default;
   // host:port the role serves on (port 0 resolved).
   virtual const std::string& address() const = 0;
+  // host:port of the role's HTTP front door; empty without one.
+  virtual std::string http_address() const { return ""; }
   // Health NOT_SERVING and, for the router, new requests UNAVAILABLE; calls in flight go on.
   virtual void Drain() = 0;
 };

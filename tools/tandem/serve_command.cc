@@ -119,7 +119,8 @@ std::unique_ptr<engine::ComputeShare> MakeShare(const std::string& device, int t
 // What `tandem serve` prints once serving: where it listens, the mode and why, the pools.
 std::string StartupLine(
     const config::TandemConfig& c, const ServeLayout& layout, const std::string& mode,
-    const std::string& router, const std::string& metrics_url, int prefill_workers,
+    const std::string& router, const std::string& http, const std::string& metrics_url,
+    int prefill_workers,
     int store_shards, const std::map<std::string, std::unique_ptr<engine::ComputeShare>>& shares) {
   std::string compute;
   for (const auto& [device, share] : shares) {
@@ -128,7 +129,7 @@ std::string StartupLine(
   }
   return absl::StrCat(
       "tandem serve: model ", ModelId(c), " (", c.model.path, "); router on ", router, "; metrics ",
-      metrics_url, "; ", mode, " (", layout.why, "): ", prefill_workers, " prefill, ",
+      metrics_url, "; ", http.empty() ? "" : absl::StrCat("http ", http, "; "), mode, " (", layout.why, "): ", prefill_workers, " prefill, ",
       c.serve.decode_workers, " decode worker(s), ", store_shards, " store shard(s); ", compute,
       "; prefill on ", (layout.colocated ? layout.decode_device : layout.prefill_device).ToString(),
       ", decode on ", layout.decode_device.ToString());
@@ -144,11 +145,13 @@ absl::StatusOr<config::TandemConfig> EffectiveConfig(const CliArgs& args) {
   TANDEM_RETURN_IF_ERROR(config::ApplyOverrides(c, args.All("set")));
   if (args.Has("model")) c.model.path = *args.String("model");
   if (args.Has("metrics-listen")) c.metrics.listen = *args.String("metrics-listen");
+  if (args.Has("http-listen")) c.router.http_listen = *args.String("http-listen");
   return c;
 }
 
 absl::Status RunServe(const CliArgs& args) {
-  TANDEM_RETURN_IF_ERROR(args.CheckKnown({"config", "set", "model", "listen", "metrics-listen"}));
+  TANDEM_RETURN_IF_ERROR(args.CheckKnown(
+      {"config", "set", "model", "listen", "metrics-listen", "http-listen"}));
   TANDEM_ASSIGN_OR_RETURN(config::TandemConfig c, EffectiveConfig(args));
   if (args.Has("listen")) c.router.listen = *args.String("listen");
   const sigset_t signals = BlockStopSignals();
@@ -208,7 +211,8 @@ absl::Status RunServe(const CliArgs& args) {
   TANDEM_ASSIGN_OR_RETURN(router, StartRouter(inner, metrics));
   loading->Done();
   std::printf("%s\n", StartupLine(c, layout, inner.router.mode, router->address(),
-                                  MetricsUrl(c, metrics_server.get()), prefill_workers,
+                                  router->http_address(), MetricsUrl(c, metrics_server.get()),
+                                  prefill_workers,
                                   store_shards, shares)
                           .c_str());
   std::fflush(stdout);
@@ -224,7 +228,8 @@ absl::Status RunServe(const CliArgs& args) {
 }
 
 absl::Status RunRole(const std::string& role, const CliArgs& args) {
-  TANDEM_RETURN_IF_ERROR(args.CheckKnown({"config", "set", "model", "listen", "metrics-listen"}));
+  TANDEM_RETURN_IF_ERROR(args.CheckKnown(
+      {"config", "set", "model", "listen", "metrics-listen", "http-listen"}));
   TANDEM_ASSIGN_OR_RETURN(config::TandemConfig c, EffectiveConfig(args));
   std::string& listen = role == "router"    ? c.router.listen
                         : role == "prefill" ? c.prefill.listen
@@ -246,8 +251,10 @@ absl::Status RunRole(const std::string& role, const CliArgs& args) {
     TANDEM_ASSIGN_OR_RETURN(started, StartCacheStore(c, metrics));
   }
   loading->Done();
-  std::printf("tandem %s: serving on %s; metrics %s\n", role.c_str(), started->address().c_str(),
-              MetricsUrl(c, metrics_server.get()).c_str());
+  const std::string http = started->http_address();
+  std::printf("tandem %s: serving on %s; metrics %s%s\n", role.c_str(), started->address().c_str(),
+              MetricsUrl(c, metrics_server.get()).c_str(),
+              http.empty() ? "" : absl::StrCat("; http ", http).c_str());
   std::fflush(stdout);
   const int sig = WaitForSignal(signals);
   std::fprintf(stderr, "tandem %s: signal %d, draining\n", role.c_str(), sig);

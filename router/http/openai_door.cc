@@ -1,0 +1,410 @@
+#include "router/http/openai_door.h"
+
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "common/rpc/status.h"
+#include "common/util/log.h"
+#include "router/generate_call.h"
+#include "router/request_validation.h"
+
+namespace tandem::router {
+namespace {
+
+using json = nlohmann::ordered_json;  // keys in the order OpenAI sends them
+using tandem::v1::GenerateResponse;
+
+std::string Dump(const json& v) {
+  return v.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+void ReplyJson(HttpResponder& responder, int status, const json& body, HttpHeaders headers = {}) {
+  responder.Reply(status, "application/json", Dump(body), std::move(headers));
+}
+
+void ReplyError(HttpResponder& responder, const absl::Status& status) {
+  const ApiError e = ToApiError(status);
+  HttpHeaders headers;
+  if (e.http_status == 429) headers.emplace_back("Retry-After", "1");
+  responder.Reply(e.http_status, "application/json", e.body, std::move(headers));
+}
+
+std::string SseEvent(const json& v) { return absl::StrCat("data: ", Dump(v), "\n\n"); }
+
+// One /v1/completions request: its choices (prompts x n), each a CallState of its own, gathered
+// into one response or one SSE stream.
+//
+// Threads: a choice's events arrive on gRPC threads under that CallState's lock (ResponseSink's
+// contract); `mu_` is taken under it and so never held while calling into a CallState.
+// Everything sent to the responder is sent under `mu_`, which keeps the stream in order.
+class CompletionCall : public std::enable_shared_from_this<CompletionCall> {
+ public:
+  CompletionCall(std::shared_ptr<HttpResponder> responder, CompletionRequest request,
+                 int64_t created)
+      : responder_(std::move(responder)),
+        request_(std::move(request)),
+        id_(NewCompletionId()),
+        created_(created) {}
+
+  void Start(const CallEnvironment& env);
+  void OnEvent(int choice, const GenerateResponse& response);
+  void OnEnd(int choice, const grpc::Status& status);
+  void CancelAll();
+
+ private:
+  struct Choice {
+    std::string text;
+    std::string finish_reason;
+    int prompt_tokens = 0;
+    int completion_tokens = 0;
+    int cached_tokens = 0;
+  };
+
+  int num_choices() const { return static_cast<int>(request_.prompts.size()) * request_.n; }
+  json Chunk(json choices) const;
+  void Send(std::string event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Every started choice has ended: the response, or the rest of the stream.
+  // The calls hold this object through their sinks: `states_` is moved into `release`, to be let
+  // go after unlocking.
+  void Finish(std::vector<std::shared_ptr<CallState>>& release)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  json Usage() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const std::shared_ptr<HttpResponder> responder_;
+  const CompletionRequest request_;
+  const std::string id_;
+  const int64_t created_;
+
+  absl::Mutex mu_;
+  std::vector<std::shared_ptr<CallState>> states_ ABSL_GUARDED_BY(mu_);
+  std::vector<Choice> choices_ ABSL_GUARDED_BY(mu_);
+  bool admitted_ ABSL_GUARDED_BY(mu_) = false;  // every choice that could start has
+  bool streaming_ ABSL_GUARDED_BY(mu_) = false;  // the SSE head is out
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  int ended_ ABSL_GUARDED_BY(mu_) = 0;
+  std::optional<absl::Status> error_ ABSL_GUARDED_BY(mu_);  // the first
+  std::vector<std::string> pending_ ABSL_GUARDED_BY(mu_);   // events before the head
+};
+
+class ChoiceSink final : public ResponseSink {
+ public:
+  ChoiceSink(std::shared_ptr<CompletionCall> call, int choice)
+      : call_(std::move(call)), choice_(choice) {}
+  void Push(const GenerateResponse& response) override { call_->OnEvent(choice_, response); }
+  void End(const grpc::Status& status) override { call_->OnEnd(choice_, status); }
+
+ private:
+  const std::shared_ptr<CompletionCall> call_;
+  const int choice_;
+};
+
+void CompletionCall::Start(const CallEnvironment& env) {
+  {
+    absl::MutexLock lock(&mu_);
+    choices_.resize(num_choices());
+  }
+  std::weak_ptr<CompletionCall> weak = weak_from_this();
+  responder_->OnAbort([weak] {
+    if (auto call = weak.lock()) call->CancelAll();
+  });
+  if (!request_.user.empty()) {
+    Log(LogLevel::kInfo, "http", absl::StrCat(id_, ": user \"", request_.user, "\""));
+  }
+  const Clock::time_point arrival = Clock::now();
+  const auto deadline = std::chrono::system_clock::time_point::max();  // the router's default
+  for (int i = 0; i < num_choices(); ++i) {
+    tandem::v1::GenerateRequest r = request_.prompts[i / request_.n];
+    r.set_request_id(absl::StrCat(id_, "-", i));
+    // Each choice of a prompt draws its own stream; choice 0 is what n = 1 would draw.
+    const uint64_t seed = r.sampling().seed();
+    if (seed != 0 && i % request_.n != 0) {
+      const uint64_t s = seed + static_cast<uint64_t>(i % request_.n);
+      r.mutable_sampling()->set_seed(s == 0 ? 1 : s);
+    }
+    absl::StatusOr<std::shared_ptr<CallState>> state =
+        StartCall(env, std::move(r), std::make_shared<ChoiceSink>(shared_from_this(), i),
+                  deadline, arrival);
+    absl::MutexLock lock(&mu_);
+    if (!state.ok()) {
+      error_ = state.status();
+      break;
+    }
+    states_.push_back(*state);
+    if (cancelled_) break;
+  }
+  std::vector<std::shared_ptr<CallState>> cancel, release;
+  {
+    absl::MutexLock lock(&mu_);
+    admitted_ = true;
+    if (error_.has_value() || cancelled_) {
+      cancel = states_;
+    } else if (request_.stream) {
+      streaming_ = true;
+      responder_->StartStream(200, "text/event-stream");
+      for (auto& e : pending_) responder_->Write(std::move(e));
+      pending_.clear();
+    }
+    if (ended_ == static_cast<int>(states_.size())) Finish(release);
+  }
+  for (auto& s : cancel) s->Cancel();
+}
+
+json CompletionCall::Chunk(json choices) const {
+  json chunk = {{"id", id_},
+                {"object", "text_completion"},
+                {"created", created_},
+                {"model", request_.model},
+                {"choices", std::move(choices)}};
+  if (request_.include_usage) chunk["usage"] = nullptr;
+  return chunk;
+}
+
+void CompletionCall::Send(std::string event) {
+  if (streaming_) {
+    responder_->Write(std::move(event));
+  } else if (!admitted_) {
+    pending_.push_back(std::move(event));
+  }
+}
+
+void CompletionCall::OnEvent(int choice, const GenerateResponse& response) {
+  absl::MutexLock lock(&mu_);
+  Choice& c = choices_[choice];
+  if (response.has_chunk()) {
+    const std::string& text = response.chunk().text();
+    if (text.empty()) return;
+    c.text += text;
+    if (request_.stream) {
+      Send(SseEvent(Chunk(json::array({{{"index", choice},
+                                        {"text", text},
+                                        {"logprobs", nullptr},
+                                        {"finish_reason", nullptr}}}))));
+    }
+  } else if (response.has_complete()) {
+    const tandem::v1::Complete& done = response.complete();
+    c.finish_reason = FinishReasonName(done.finish_reason());
+    c.prompt_tokens = done.usage().prompt_tokens();
+    c.completion_tokens = done.usage().completion_tokens();
+    c.cached_tokens = done.usage().cached_prompt_tokens();
+    if (request_.stream) {
+      Send(SseEvent(Chunk(json::array({{{"index", choice},
+                                        {"text", ""},
+                                        {"logprobs", nullptr},
+                                        {"finish_reason", c.finish_reason}}}))));
+    }
+  }
+}
+
+void CompletionCall::OnEnd(int, const grpc::Status& status) {
+  std::vector<std::shared_ptr<CallState>> cancel, release;
+  {
+    absl::MutexLock lock(&mu_);
+    ++ended_;
+    if (!status.ok() && !error_.has_value() && !cancelled_) {
+      // One choice failed: the request has, so the others stop too.
+      error_ = rpc::FromGrpcStatus(status);
+      cancelled_ = true;
+      cancel = states_;
+    }
+    if (admitted_ && ended_ == static_cast<int>(states_.size())) Finish(release);
+  }
+  for (auto& s : cancel) s->Cancel();
+}
+
+void CompletionCall::CancelAll() {
+  std::vector<std::shared_ptr<CallState>> cancel;
+  {
+    absl::MutexLock lock(&mu_);
+    cancelled_ = true;
+    cancel = states_;
+  }
+  for (auto& s : cancel) s->Cancel();
+}
+
+json CompletionCall::Usage() const {
+  int prompt = 0, completion = 0, cached = 0;
+  for (int i = 0; i < num_choices(); ++i) {
+    if (i % request_.n == 0) {  // a prompt counts once, however many choices it has
+      prompt += choices_[i].prompt_tokens;
+      cached += choices_[i].cached_tokens;
+    }
+    completion += choices_[i].completion_tokens;
+  }
+  return {{"prompt_tokens", prompt},
+          {"completion_tokens", completion},
+          {"total_tokens", prompt + completion},
+          {"prompt_tokens_details", {{"cached_tokens", cached}}}};
+}
+
+void CompletionCall::Finish(std::vector<std::shared_ptr<CallState>>& release) {
+  if (finished_) return;
+  finished_ = true;
+  release = std::move(states_);
+  states_.clear();
+  if (error_.has_value() && !streaming_) {
+    ReplyError(*responder_, *error_);
+  } else if (streaming_) {
+    if (error_.has_value()) {
+      responder_->Write(absl::StrCat("data: ", ToApiError(*error_).body, "\n\n"));
+    } else if (request_.include_usage) {
+      json usage = Chunk(json::array());
+      usage["usage"] = Usage();
+      responder_->Write(SseEvent(usage));
+    }
+    responder_->Write("data: [DONE]\n\n");
+    responder_->EndStream();
+  } else {
+    json choices = json::array();
+    for (int i = 0; i < num_choices(); ++i) {
+      choices.push_back({{"index", i},
+                         {"text", choices_[i].text},
+                         {"logprobs", nullptr},
+                         {"finish_reason", choices_[i].finish_reason}});
+    }
+    json body = Chunk(std::move(choices));
+    body["usage"] = Usage();
+    ReplyJson(*responder_, 200, body);
+  }
+}
+
+}  // namespace
+
+OpenAiDoor::OpenAiDoor(RouterService& router, OpenAiLimits limits)
+    : router_(router),
+      limits_(std::move(limits)),
+      created_(std::chrono::duration_cast<std::chrono::seconds>(
+                   std::chrono::system_clock::now().time_since_epoch())
+                   .count()) {}
+
+void OpenAiDoor::Handle(HttpRequest request, std::shared_ptr<HttpResponder> responder) {
+  const std::string path = request.target.substr(0, request.target.find('?'));
+  struct Route {
+    std::string_view path;
+    std::string_view method;
+  };
+  static constexpr Route kRoutes[] = {{"/v1/completions", "POST"}, {"/v1/models", "GET"},
+                                      {"/health", "GET"},          {"/tokenize", "POST"},
+                                      {"/detokenize", "POST"}};
+  for (const Route& route : kRoutes) {
+    if (path != route.path) continue;
+    if (request.method != route.method) {
+      responder->Reply(405, "application/json",
+                       ToApiError(absl::InvalidArgumentError(absl::StrCat(
+                                      request.method, " is not allowed on ", path, "; use ",
+                                      std::string(route.method))))
+                           .body,
+                       {{"Allow", std::string(route.method)}});
+      return;
+    }
+    if (path == "/v1/completions") {
+      Completions(request, std::move(responder));
+    } else if (path == "/v1/models") {
+      Models(*responder);
+    } else if (path == "/health") {
+      Health(*responder);
+    } else if (path == "/tokenize") {
+      Tokenize(request, *responder);
+    } else {
+      Detokenize(request, *responder);
+    }
+    return;
+  }
+  const ApiError e = ToApiError(absl::NotFoundError(absl::StrCat("no route for ", request.method,
+                                                                 " ", path)));
+  responder->Reply(404, "application/json", e.body);
+}
+
+std::pair<std::string, std::string> OpenAiDoor::RefusalBody(int status,
+                                                           const std::string& message) {
+  const absl::StatusCode code = status == 408 ? absl::StatusCode::kDeadlineExceeded
+                                              : absl::StatusCode::kInvalidArgument;
+  ApiError e = ToApiError(absl::Status(code, message));
+  return {"application/json", std::move(e.body)};
+}
+
+void OpenAiDoor::Completions(const HttpRequest& request,
+                             std::shared_ptr<HttpResponder> responder) {
+  absl::StatusOr<CompletionRequest> parsed = ParseCompletionRequest(request.body, limits_);
+  if (!parsed.ok()) {
+    ReplyError(*responder, parsed.status());
+    return;
+  }
+  auto call = std::make_shared<CompletionCall>(std::move(responder), std::move(*parsed), created_);
+  call->Start(router_.environment());
+}
+
+void OpenAiDoor::Models(HttpResponder& responder) {
+  ReplyJson(responder, 200,
+            {{"object", "list"},
+             {"data", json::array({{{"id", limits_.model_name},
+                                    {"object", "model"},
+                                    {"created", created_},
+                                    {"owned_by", "tandem"},
+                                    {"root", limits_.model_name},
+                                    {"max_model_len", limits_.context_length}}})}});
+}
+
+void OpenAiDoor::Health(HttpResponder& responder) {
+  const CallEnvironment& env = router_.environment();
+  std::string why;
+  if (env.shutting_down) {
+    why = "shutting down";
+  } else if (env.decode_pool.available() == 0) {
+    why = "no decode worker is available";
+  } else if (!env.options.colocated && env.prefill_pool.available() == 0) {
+    why = "no prefill worker is available";
+  }
+  if (why.empty()) {
+    ReplyJson(responder, 200, {{"status", "ok"}});
+  } else {
+    ReplyJson(responder, 503, {{"status", "unavailable"}, {"reason", why}});
+  }
+}
+
+void OpenAiDoor::Tokenize(const HttpRequest& request, HttpResponder& responder) {
+  const tokenizer::Tokenizer* tok = router_.tokenizer();
+  absl::StatusOr<TokenizeRequest> parsed = ParseTokenizeRequest(request.body, limits_);
+  if (!parsed.ok()) {
+    ReplyError(responder, parsed.status());
+    return;
+  }
+  if (tok == nullptr) {
+    ReplyError(responder, InvalidField("prompt", "this model has no tokenizer.json"));
+    return;
+  }
+  absl::StatusOr<std::vector<int32_t>> ids = tok->Encode(parsed->prompt, parsed->add_special_tokens);
+  if (!ids.ok()) {
+    ReplyError(responder, InvalidField("prompt", std::string(ids.status().message())));
+    return;
+  }
+  ReplyJson(responder, 200,
+            {{"count", ids->size()}, {"max_model_len", limits_.context_length}, {"tokens", *ids}});
+}
+
+void OpenAiDoor::Detokenize(const HttpRequest& request, HttpResponder& responder) {
+  const tokenizer::Tokenizer* tok = router_.tokenizer();
+  absl::StatusOr<std::vector<int32_t>> ids = ParseDetokenizeRequest(request.body, limits_);
+  if (!ids.ok()) {
+    ReplyError(responder, ids.status());
+    return;
+  }
+  if (tok == nullptr) {
+    ReplyError(responder, InvalidField("tokens", "this model has no tokenizer.json"));
+    return;
+  }
+  absl::StatusOr<std::string> text = tok->Decode(*ids, /*skip_special_tokens=*/false);
+  if (!text.ok()) {
+    ReplyError(responder, InvalidField("tokens", std::string(text.status().message())));
+    return;
+  }
+  ReplyJson(responder, 200, {{"prompt", *text}});
+}
+
+}  // namespace tandem::router

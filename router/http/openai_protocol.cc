@@ -1,0 +1,420 @@
+#include "router/http/openai_protocol.h"
+
+#include <cmath>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "router/request_validation.h"
+
+namespace tandem::router {
+namespace {
+
+using nlohmann::json;
+
+std::string TypeName(const json& v) {
+  if (v.is_number_integer()) return "an integer";
+  if (v.is_number()) return "a number";
+  if (v.is_string()) return "a string";
+  if (v.is_boolean()) return "a boolean";
+  if (v.is_array()) return "an array";
+  if (v.is_object()) return "an object";
+  return "null";
+}
+
+absl::Status WrongType(const std::string& name, const std::string& want, const json& v) {
+  return InvalidField(name, absl::StrCat(name, " must be ", want, ", got ", TypeName(v)));
+}
+
+// The fields of one JSON request object, read by name; whatever is left unread at the end is a
+// field Tandem does not know.
+class Fields {
+ public:
+  explicit Fields(const json& object) : object_(object) {}
+
+  // The value of `name`; null when absent (JSON null reads as absent too).
+  const json* Get(const std::string& name) {
+    seen_.insert(std::string(name));
+    auto it = object_.find(name);
+    if (it == object_.end() || it->is_null()) return nullptr;
+    return &*it;
+  }
+
+  absl::StatusOr<bool> Bool(const std::string& name, bool fallback) {
+    const json* v = Get(name);
+    if (v == nullptr) return fallback;
+    if (!v->is_boolean()) return WrongType(name, "a boolean", *v);
+    return v->get<bool>();
+  }
+
+  absl::StatusOr<double> Number(const std::string& name, double fallback) {
+    const json* v = Get(name);
+    if (v == nullptr) return fallback;
+    if (!v->is_number()) return WrongType(name, "a number", *v);
+    return v->get<double>();
+  }
+
+  absl::StatusOr<int64_t> Integer(const std::string& name, int64_t fallback, int64_t lo,
+                                  int64_t hi) {
+    const json* v = Get(name);
+    if (v == nullptr) return fallback;
+    int64_t x = 0;
+    if (v->is_number_unsigned()) {
+      const uint64_t u = v->get<uint64_t>();
+      if (u > static_cast<uint64_t>(hi)) return OutOfRange(name, lo, hi);
+      x = static_cast<int64_t>(u);
+    } else if (v->is_number_integer()) {
+      x = v->get<int64_t>();
+    } else if (v->is_number_float() && std::isfinite(v->get<double>()) &&
+               v->get<double>() == std::floor(v->get<double>()) && std::abs(v->get<double>()) < 1e15) {
+      x = static_cast<int64_t>(v->get<double>());  // 16.0 is 16, as in JSON Schema
+    } else {
+      return WrongType(name, "an integer", *v);
+    }
+    if (x < lo || x > hi) return OutOfRange(name, lo, hi);
+    return x;
+  }
+
+  absl::StatusOr<std::string> String(const std::string& name) {
+    const json* v = Get(name);
+    if (v == nullptr) return std::string();
+    if (!v->is_string()) return WrongType(name, "a string", *v);
+    return v->get<std::string>();
+  }
+
+  // A field Tandem does not support yet: accepted only at its default (absent, null, or one of
+  // `defaults`).
+  absl::Status Unsupported(const std::string& name, std::initializer_list<json> defaults = {}) {
+    const json* v = Get(name);
+    if (v == nullptr) return absl::OkStatus();
+    for (const json& d : defaults) {
+      if (*v == d) return absl::OkStatus();
+    }
+    return InvalidField(name, absl::StrCat(name, " is not supported by this server"));
+  }
+
+  absl::Status CheckNoOthers() const {
+    for (auto it = object_.begin(); it != object_.end(); ++it) {
+      if (!seen_.contains(it.key())) {
+        return InvalidField(it.key(), absl::StrCat("unrecognized request argument: ", it.key()));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  static absl::Status OutOfRange(const std::string& name, int64_t lo, int64_t hi) {
+    return InvalidField(name, absl::StrCat(name, " must be an integer in [", lo, ", ", hi, "]"));
+  }
+
+  const json& object_;
+  absl::flat_hash_set<std::string> seen_;
+};
+
+absl::StatusOr<json> ParseObject(std::string_view body) {
+  json v = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (v.is_discarded()) {
+    // Parse again for the message (rare: only bad requests pay for it).
+    try {
+      (void)json::parse(body);
+    } catch (const json::exception& e) {
+      return absl::InvalidArgumentError(absl::StrCat("the body is not valid JSON: ", e.what()));
+    }
+    return absl::InvalidArgumentError("the body is not valid JSON");
+  }
+  if (!v.is_object()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the body must be a JSON object, got ", TypeName(v)));
+  }
+  return v;
+}
+
+// prompt: a string, an array of token ids, or an array of either (several prompts).
+absl::StatusOr<std::vector<tandem::v1::GenerateRequest>> ParsePrompts(const json* v,
+                                                                      const OpenAiLimits& limits) {
+  if (v == nullptr) return InvalidField("prompt", "prompt is required");
+  std::vector<tandem::v1::GenerateRequest> out;
+  auto add_ids = [&](const json& ids) -> absl::Status {
+    tandem::v1::GenerateRequest r;
+    for (const json& t : ids) {
+      if (!t.is_number_integer() ||
+          t.get<int64_t>() < std::numeric_limits<int32_t>::min() ||
+          t.get<int64_t>() > std::numeric_limits<int32_t>::max()) {
+        return InvalidField("prompt", "a token-id prompt must hold only 32-bit integers");
+      }
+      r.add_prompt_token_ids(t.get<int32_t>());
+    }
+    if (r.prompt_token_ids_size() == 0) return InvalidField("prompt", "prompt is empty");
+    out.push_back(std::move(r));
+    return absl::OkStatus();
+  };
+  if (v->is_string()) {
+    out.emplace_back().set_prompt(v->get<std::string>());
+  } else if (v->is_array() && !v->empty() && v->front().is_number()) {
+    if (absl::Status s = add_ids(*v); !s.ok()) return s;
+  } else if (v->is_array() && !v->empty()) {
+    if (static_cast<int>(v->size()) > limits.max_prompts) {
+      return InvalidField("prompt", absl::StrCat("at most ", limits.max_prompts,
+                                                 " prompts in one request, got ", v->size()));
+    }
+    for (const json& p : *v) {
+      if (p.is_string()) {
+        out.emplace_back().set_prompt(p.get<std::string>());
+      } else if (p.is_array()) {
+        if (absl::Status s = add_ids(p); !s.ok()) return s;
+      } else {
+        return WrongType("prompt", "a string, an array of token ids, or an array of these", p);
+      }
+    }
+  } else {
+    return v->is_array() ? InvalidField("prompt", "prompt is empty")
+                         : WrongType("prompt", "a string or an array", *v);
+  }
+  for (const auto& r : out) {
+    if (r.prompt_token_ids_size() == 0 && r.prompt().empty()) {
+      return InvalidField("prompt", "prompt is empty");
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<std::string>> ParseStop(const json* v) {
+  std::vector<std::string> stop;
+  if (v == nullptr) return stop;
+  if (v->is_string()) {
+    stop.push_back(v->get<std::string>());
+  } else if (v->is_array()) {
+    for (const json& s : *v) {
+      if (!s.is_string()) return WrongType("stop", "a string or an array of strings", s);
+      stop.push_back(s.get<std::string>());
+    }
+  } else {
+    return WrongType("stop", "a string or an array of strings", *v);
+  }
+  return stop;
+}
+
+absl::Status CheckModel(Fields& f, const OpenAiLimits& limits) {
+  absl::StatusOr<std::string> model = f.String("model");
+  if (!model.ok()) return model.status();
+  if (!model->empty() && *model != limits.model_name) {
+    return WithField(absl::NotFoundError(absl::StrCat("the model `", *model,
+                                                      "` does not exist; this server serves `",
+                                                      limits.model_name, "`")),
+                     "model");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<TokenizeRequest> ParseTokenizeRequest(std::string_view body,
+                                                     const OpenAiLimits& limits) {
+  absl::StatusOr<json> parsed = ParseObject(body);
+  if (!parsed.ok()) return parsed.status();
+  Fields f(*parsed);
+  if (absl::Status s = CheckModel(f, limits); !s.ok()) return s;
+  TokenizeRequest out;
+  const json* prompt = f.Get("prompt");
+  if (prompt == nullptr) return InvalidField("prompt", "prompt is required");
+  if (!prompt->is_string()) return WrongType("prompt", "a string", *prompt);
+  out.prompt = prompt->get<std::string>();
+  absl::StatusOr<bool> special = f.Bool("add_special_tokens", true);
+  if (!special.ok()) return special.status();
+  out.add_special_tokens = *special;
+  if (absl::Status s = f.CheckNoOthers(); !s.ok()) return s;
+  return out;
+}
+
+absl::StatusOr<std::vector<int32_t>> ParseDetokenizeRequest(std::string_view body,
+                                                            const OpenAiLimits& limits) {
+  absl::StatusOr<json> parsed = ParseObject(body);
+  if (!parsed.ok()) return parsed.status();
+  Fields f(*parsed);
+  if (absl::Status s = CheckModel(f, limits); !s.ok()) return s;
+  const json* tokens = f.Get("tokens");
+  if (tokens == nullptr) return InvalidField("tokens", "tokens is required");
+  if (!tokens->is_array()) return WrongType("tokens", "an array of token ids", *tokens);
+  std::vector<int32_t> ids;
+  for (const json& t : *tokens) {
+    if (!t.is_number_integer() || t.get<int64_t>() < 0 ||
+        t.get<int64_t>() >= std::numeric_limits<int32_t>::max()) {
+      return InvalidField("tokens", "tokens must hold only token ids (integers >= 0)");
+    }
+    ids.push_back(t.get<int32_t>());
+  }
+  if (absl::Status s = f.CheckNoOthers(); !s.ok()) return s;
+  return ids;
+}
+
+absl::StatusOr<CompletionRequest> ParseCompletionRequest(std::string_view body,
+                                                         const OpenAiLimits& limits) {
+  absl::StatusOr<json> parsed = ParseObject(body);
+  if (!parsed.ok()) return parsed.status();
+  Fields f(*parsed);
+  CompletionRequest out;
+  if (absl::Status s = CheckModel(f, limits); !s.ok()) return s;
+  out.model = limits.model_name;
+  absl::StatusOr<std::vector<tandem::v1::GenerateRequest>> prompts =
+      ParsePrompts(f.Get("prompt"), limits);
+  if (!prompts.ok()) return prompts.status();
+
+  tandem::v1::SamplingParams sp;
+  // Absent sampling fields take the OpenAI API's defaults (temperature and top_p 1), which
+  // differ from tandem.v1's zero values.
+  absl::StatusOr<int64_t> max_tokens =
+      f.Integer("max_tokens", 16, 1, std::numeric_limits<int32_t>::max());
+  absl::StatusOr<double> temperature = f.Number("temperature", 1.0);
+  absl::StatusOr<double> top_p = f.Number("top_p", 1.0);
+  absl::StatusOr<int64_t> top_k = f.Integer("top_k", 0, -1, std::numeric_limits<int32_t>::max());
+  absl::StatusOr<int64_t> seed = f.Integer("seed", 0, std::numeric_limits<int64_t>::min(),
+                                           std::numeric_limits<int64_t>::max());
+  absl::StatusOr<std::vector<std::string>> stop = ParseStop(f.Get("stop"));
+  absl::StatusOr<bool> ignore_eos = f.Bool("ignore_eos", false);
+  absl::StatusOr<int64_t> n = f.Integer("n", 1, 1, limits.max_n);
+  absl::StatusOr<bool> stream = f.Bool("stream", false);
+  absl::StatusOr<std::string> user = f.String("user");
+  for (const absl::Status& s :
+       {max_tokens.status(), temperature.status(), top_p.status(), top_k.status(), seed.status(),
+        stop.status(), ignore_eos.status(), n.status(), stream.status(), user.status()}) {
+    if (!s.ok()) return s;
+  }
+  if (const json* so = f.Get("stream_options"); so != nullptr) {
+    if (!so->is_object()) return WrongType("stream_options", "an object", *so);
+    if (!*stream) {
+      return InvalidField("stream_options", "stream_options is only allowed when stream is true");
+    }
+    Fields sf(*so);
+    absl::StatusOr<bool> usage = sf.Bool("include_usage", false);
+    if (!usage.ok()) return usage.status();
+    if (absl::Status s = sf.CheckNoOthers(); !s.ok()) {
+      return InvalidField("stream_options", absl::StrCat("stream_options: ", s.message()));
+    }
+    out.include_usage = *usage;
+  }
+  for (absl::Status s : {f.Unsupported("logprobs"), f.Unsupported("echo", {false}),
+                         f.Unsupported("presence_penalty", {0, 0.0}),
+                         f.Unsupported("frequency_penalty", {0, 0.0}),
+                         f.Unsupported("repetition_penalty", {1, 1.0}),
+                         f.Unsupported("best_of", {1}), f.Unsupported("logit_bias", {json::object()}),
+                         f.Unsupported("suffix", {""})}) {
+    if (!s.ok()) return s;
+  }
+  if (absl::Status s = f.CheckNoOthers(); !s.ok()) return s;
+  if (static_cast<int64_t>(prompts->size()) * *n > limits.max_choices) {
+    return InvalidField("n", absl::StrCat("prompts x n must be at most ", limits.max_choices));
+  }
+
+  sp.set_max_tokens(static_cast<int32_t>(*max_tokens));
+  sp.set_temperature(static_cast<float>(*temperature));
+  sp.set_top_p(static_cast<float>(*top_p));
+  sp.set_top_k(static_cast<int32_t>(std::max<int64_t>(0, *top_k)));  // -1: off, as in vLLM
+  sp.set_seed(static_cast<uint64_t>(*seed));
+  for (auto& s : *stop) sp.add_stop(std::move(s));
+  sp.set_ignore_eos(*ignore_eos);
+  for (auto& r : *prompts) *r.mutable_sampling() = sp;
+  out.prompts = std::move(*prompts);
+  out.n = static_cast<int>(*n);
+  out.stream = *stream;
+  out.user = std::move(*user);
+  return out;
+}
+
+std::string OpenAiParam(std::string_view field) {
+  if (field.starts_with("sampling.")) field.remove_prefix(9);
+  if (field == "prompt_token_ids") return "prompt";
+  return std::string(field);
+}
+
+int HttpStatusOf(absl::StatusCode code) {
+  switch (code) {
+    case absl::StatusCode::kOk:
+      return 200;
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kOutOfRange:
+      return 400;
+    case absl::StatusCode::kUnauthenticated:
+      return 401;
+    case absl::StatusCode::kPermissionDenied:
+      return 403;
+    case absl::StatusCode::kNotFound:
+      return 404;
+    case absl::StatusCode::kResourceExhausted:
+      return 429;
+    case absl::StatusCode::kCancelled:
+      return 499;  // the client closed the request (nginx's code): nobody reads it
+    case absl::StatusCode::kUnimplemented:
+      return 501;
+    case absl::StatusCode::kUnavailable:
+      return 503;
+    case absl::StatusCode::kDeadlineExceeded:
+      return 504;
+    default:
+      return 500;
+  }
+}
+
+ApiError ToApiError(const absl::Status& status) {
+  ApiError e;
+  e.http_status = HttpStatusOf(status.code());
+  std::string type = "server_error";
+  std::string code;
+  switch (e.http_status) {
+    case 400:
+      type = "invalid_request_error";
+      break;
+    case 401:
+      type = "authentication_error";
+      code = "invalid_api_key";
+      break;
+    case 403:
+      type = "permission_error";
+      break;
+    case 404:
+      type = "invalid_request_error";
+      code = FieldOf(status) == "model" ? "model_not_found" : "not_found";
+      break;
+    case 429:
+      type = "rate_limit_error";
+      code = "rate_limit_exceeded";
+      break;
+    case 503:
+      type = "service_unavailable_error";
+      break;
+    default:
+      break;
+  }
+  const std::string field = FieldOf(status);
+  using ordered = nlohmann::ordered_json;
+  ordered err = {{"message", std::string(status.message())},
+              {"type", type},
+                 {"param", field.empty() ? ordered(nullptr) : ordered(OpenAiParam(field))},
+                 {"code", code.empty() ? ordered(nullptr) : ordered(code)}};
+  e.body = ordered{{"error", std::move(err)}}.dump(-1, ' ', false,
+                                                   ordered::error_handler_t::replace);
+  return e;
+}
+
+std::string NewCompletionId() {
+  thread_local std::mt19937_64 rng(std::random_device{}());
+  return absl::StrFormat("cmpl-%016x%08x", rng(), static_cast<uint32_t>(rng()));
+}
+
+std::string FinishReasonName(tandem::v1::FinishReason reason) {
+  switch (reason) {
+    case tandem::v1::FINISH_REASON_STOP:
+      return "stop";
+    case tandem::v1::FINISH_REASON_LENGTH:
+      return "length";
+    case tandem::v1::FINISH_REASON_ABORT:
+      return "abort";
+    default:
+      return "stop";
+  }
+}
+
+}  // namespace tandem::router

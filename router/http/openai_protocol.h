@@ -1,0 +1,71 @@
+// The OpenAI HTTP API's JSON, translated to and from tandem.v1 (the gRPC API's messages), so
+// both front doors feed one request path. Parsing checks every field's type and refuses, by
+// name, the fields Tandem does not support when they are set to anything but their default, and
+// fields it does not know at all: nothing a client asks for is silently ignored.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "tandem/v1/inference.pb.h"
+
+namespace tandem::router {
+
+// What the OpenAI door serves, and its limits on what a request may ask for.
+struct OpenAiLimits {
+  std::string model_name;
+  int64_t context_length = 0;
+  int max_n = 16;        // choices per prompt
+  int max_prompts = 16;  // prompts in one /v1/completions request
+  int max_choices = 64;  // prompts x n
+};
+
+// A parsed /v1/completions request: one GenerateRequest per prompt, each `n` times.
+struct CompletionRequest {
+  std::string model;
+  std::vector<tandem::v1::GenerateRequest> prompts;
+  int n = 1;
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+  std::string user;
+};
+
+// InvalidArgument (naming the field) for bad JSON, types, values and unsupported fields;
+// NotFound for another model.
+absl::StatusOr<CompletionRequest> ParseCompletionRequest(std::string_view body,
+                                                         const OpenAiLimits& limits);
+
+// POST /tokenize {"model"?, "prompt", "add_special_tokens"?} (vLLM's shape).
+struct TokenizeRequest {
+  std::string prompt;
+  bool add_special_tokens = true;
+};
+absl::StatusOr<TokenizeRequest> ParseTokenizeRequest(std::string_view body,
+                                                     const OpenAiLimits& limits);
+// POST /detokenize {"model"?, "tokens": [ids]}: the ids.
+absl::StatusOr<std::vector<int32_t>> ParseDetokenizeRequest(std::string_view body,
+                                                            const OpenAiLimits& limits);
+
+// The error body OpenAI clients read: {"error": {"message", "type", "param", "code"}}, with the
+// HTTP status that goes with `status`. `param` names the request field, in the OpenAI API's
+// terms, when the status names one (InvalidField).
+struct ApiError {
+  int http_status = 500;
+  std::string body;  // JSON
+};
+ApiError ToApiError(const absl::Status& status);
+int HttpStatusOf(absl::StatusCode code);
+
+// The OpenAI name of a tandem.v1 request field ("sampling.max_tokens" -> "max_tokens").
+std::string OpenAiParam(std::string_view field);
+
+// "cmpl-" and 24 random hex digits.
+std::string NewCompletionId();
+
+std::string FinishReasonName(tandem::v1::FinishReason reason);
+
+}  // namespace tandem::router

@@ -1,0 +1,179 @@
+#include "router/http/openai_protocol.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "router/request_validation.h"
+
+namespace tandem::router {
+namespace {
+
+const OpenAiLimits kLimits{.model_name = "m", .context_length = 2048, .max_n = 4,
+                           .max_prompts = 3, .max_choices = 8};
+
+absl::StatusOr<CompletionRequest> Parse(const std::string& body) {
+  return ParseCompletionRequest(body, kLimits);
+}
+
+// The OpenAI param an error names (empty when none).
+std::string ParamOf(const absl::Status& s) { return OpenAiParam(FieldOf(s)); }
+
+TEST(OpenAiProtocolTest, AbsentFieldsTakeTheOpenAiDefaults) {
+  CompletionRequest r = Parse(R"({"prompt": "hi"})").value();
+  ASSERT_EQ(r.prompts.size(), 1u);
+  const tandem::v1::SamplingParams& s = r.prompts[0].sampling();
+  EXPECT_EQ(r.prompts[0].prompt(), "hi");
+  EXPECT_EQ(s.max_tokens(), 16);
+  EXPECT_FLOAT_EQ(s.temperature(), 1.0f);  // not tandem.v1's 0 (greedy)
+  EXPECT_FLOAT_EQ(s.top_p(), 1.0f);
+  EXPECT_EQ(s.top_k(), 0);
+  EXPECT_EQ(s.seed(), 0u);
+  EXPECT_EQ(r.n, 1);
+  EXPECT_FALSE(r.stream);
+  EXPECT_EQ(r.model, "m");
+  // null reads as absent.
+  EXPECT_EQ(Parse(R"({"prompt": "hi", "max_tokens": null, "stop": null})")
+                ->prompts[0].sampling().max_tokens(),
+            16);
+}
+
+TEST(OpenAiProtocolTest, EverySupportedFieldReachesTheRequest) {
+  CompletionRequest r =
+      Parse(R"({"model": "m", "prompt": [1, 2, 3], "max_tokens": 7, "temperature": 0.5,
+                "top_p": 0.9, "top_k": 40, "seed": -3, "stop": ["a", "bc"], "n": 2,
+                "ignore_eos": true, "stream": true, "stream_options": {"include_usage": true},
+                "user": "u1", "echo": false, "logprobs": null, "presence_penalty": 0,
+                "frequency_penalty": 0.0, "repetition_penalty": 1, "best_of": 1,
+                "logit_bias": {}, "suffix": ""})")
+          .value();
+  ASSERT_EQ(r.prompts.size(), 1u);
+  EXPECT_EQ(std::vector<int32_t>(r.prompts[0].prompt_token_ids().begin(),
+                                 r.prompts[0].prompt_token_ids().end()),
+            (std::vector<int32_t>{1, 2, 3}));
+  const tandem::v1::SamplingParams& s = r.prompts[0].sampling();
+  EXPECT_EQ(s.max_tokens(), 7);
+  EXPECT_FLOAT_EQ(s.temperature(), 0.5f);
+  EXPECT_FLOAT_EQ(s.top_p(), 0.9f);
+  EXPECT_EQ(s.top_k(), 40);
+  EXPECT_EQ(s.seed(), static_cast<uint64_t>(int64_t{-3}));
+  ASSERT_EQ(s.stop_size(), 2);
+  EXPECT_EQ(s.stop(1), "bc");
+  EXPECT_TRUE(s.ignore_eos());
+  EXPECT_EQ(r.n, 2);
+  EXPECT_TRUE(r.stream);
+  EXPECT_TRUE(r.include_usage);
+  EXPECT_EQ(r.user, "u1");
+  EXPECT_EQ(Parse(R"({"prompt": "x", "top_k": -1})")->prompts[0].sampling().top_k(), 0);
+  EXPECT_EQ(Parse(R"({"prompt": "x", "max_tokens": 16.0})")->prompts[0].sampling().max_tokens(),
+            16);
+  EXPECT_EQ(Parse(R"({"prompt": "x", "stop": "end"})")->prompts[0].sampling().stop(0), "end");
+}
+
+TEST(OpenAiProtocolTest, SeveralPromptsInOneRequest) {
+  CompletionRequest r = Parse(R"({"prompt": ["a", [5, 6]], "max_tokens": 3})").value();
+  ASSERT_EQ(r.prompts.size(), 2u);
+  EXPECT_EQ(r.prompts[0].prompt(), "a");
+  EXPECT_EQ(r.prompts[1].prompt_token_ids_size(), 2);
+  EXPECT_EQ(r.prompts[1].sampling().max_tokens(), 3);
+  EXPECT_EQ(ParamOf(Parse(R"({"prompt": ["a", "b", "c", "d"]})").status()), "prompt");
+  EXPECT_EQ(ParamOf(Parse(R"({"prompt": ["a", "b", "c"], "n": 3})").status()), "n");
+}
+
+TEST(OpenAiProtocolTest, BadRequestsNameTheirField) {
+  struct Case {
+    const char* body;
+    absl::StatusCode code;
+    const char* param;
+  };
+  const Case cases[] = {
+      {R"({"prompt": 5})", absl::StatusCode::kInvalidArgument, "prompt"},
+      {R"({})", absl::StatusCode::kInvalidArgument, "prompt"},
+      {R"({"prompt": ""})", absl::StatusCode::kInvalidArgument, "prompt"},
+      {R"({"prompt": []})", absl::StatusCode::kInvalidArgument, "prompt"},
+      {R"({"prompt": [1, 2.5]})", absl::StatusCode::kInvalidArgument, "prompt"},
+      {R"({"prompt": [1, 99999999999]})", absl::StatusCode::kInvalidArgument, "prompt"},
+      {R"({"prompt": "x", "max_tokens": 0})", absl::StatusCode::kInvalidArgument, "max_tokens"},
+      {R"({"prompt": "x", "max_tokens": 1e30})", absl::StatusCode::kInvalidArgument, "max_tokens"},
+      {R"({"prompt": "x", "max_tokens": 2.5})", absl::StatusCode::kInvalidArgument, "max_tokens"},
+      {R"({"prompt": "x", "max_tokens": "8"})", absl::StatusCode::kInvalidArgument, "max_tokens"},
+      {R"({"prompt": "x", "temperature": "hot"})", absl::StatusCode::kInvalidArgument,
+       "temperature"},
+      {R"({"prompt": "x", "top_k": -2})", absl::StatusCode::kInvalidArgument, "top_k"},
+      {R"({"prompt": "x", "seed": 1.5})", absl::StatusCode::kInvalidArgument, "seed"},
+      {R"({"prompt": "x", "stop": [1]})", absl::StatusCode::kInvalidArgument, "stop"},
+      {R"({"prompt": "x", "n": 0})", absl::StatusCode::kInvalidArgument, "n"},
+      {R"({"prompt": "x", "n": 5})", absl::StatusCode::kInvalidArgument, "n"},
+      {R"({"prompt": "x", "stream": "yes"})", absl::StatusCode::kInvalidArgument, "stream"},
+      {R"({"prompt": "x", "stream_options": {"include_usage": true}})",
+       absl::StatusCode::kInvalidArgument, "stream_options"},
+      {R"({"prompt": "x", "stream": true, "stream_options": {"other": 1}})",
+       absl::StatusCode::kInvalidArgument, "stream_options"},
+      {R"({"prompt": "x", "logprobs": 2})", absl::StatusCode::kInvalidArgument, "logprobs"},
+      {R"({"prompt": "x", "echo": true})", absl::StatusCode::kInvalidArgument, "echo"},
+      {R"({"prompt": "x", "presence_penalty": 0.5})", absl::StatusCode::kInvalidArgument,
+       "presence_penalty"},
+      {R"({"prompt": "x", "best_of": 2})", absl::StatusCode::kInvalidArgument, "best_of"},
+      {R"({"prompt": "x", "logit_bias": {"1": 5}})", absl::StatusCode::kInvalidArgument,
+       "logit_bias"},
+      {R"({"prompt": "x", "tools": []})", absl::StatusCode::kInvalidArgument, "tools"},
+      {R"({"prompt": "x", "model": "other"})", absl::StatusCode::kNotFound, "model"},
+      {R"({"prompt": "x", "model": 3})", absl::StatusCode::kInvalidArgument, "model"},
+  };
+  for (const Case& c : cases) {
+    absl::StatusOr<CompletionRequest> r = Parse(c.body);
+    ASSERT_FALSE(r.ok()) << c.body;
+    EXPECT_EQ(r.status().code(), c.code) << c.body << ": " << r.status();
+    EXPECT_EQ(ParamOf(r.status()), c.param) << c.body << ": " << r.status();
+    EXPECT_FALSE(r.status().message().empty());
+  }
+  for (const char* body : {"", "{", "[1]", "\"x\"", "{\"prompt\": \"x\"} trailing"}) {
+    absl::StatusOr<CompletionRequest> r = Parse(body);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << body;
+    EXPECT_EQ(ParamOf(r.status()), "") << body;
+  }
+}
+
+TEST(OpenAiProtocolTest, ErrorBodiesHaveOpenAisShape) {
+  const ApiError e = ToApiError(InvalidField("sampling.max_tokens", "too many"));
+  EXPECT_EQ(e.http_status, 400);
+  const nlohmann::json body = nlohmann::json::parse(e.body);
+  EXPECT_EQ(body["error"]["message"], "too many");
+  EXPECT_EQ(body["error"]["type"], "invalid_request_error");
+  EXPECT_EQ(body["error"]["param"], "max_tokens");
+  EXPECT_TRUE(body["error"]["code"].is_null());
+  EXPECT_EQ(ToApiError(absl::ResourceExhaustedError("queue full")).http_status, 429);
+  EXPECT_EQ(ToApiError(absl::UnavailableError("no worker")).http_status, 503);
+  EXPECT_EQ(ToApiError(absl::DeadlineExceededError("late")).http_status, 504);
+  EXPECT_EQ(ToApiError(absl::InternalError("bug")).http_status, 500);
+  const ApiError model = ToApiError(Parse(R"({"prompt": "x", "model": "gpt"})").status());
+  EXPECT_EQ(model.http_status, 404);
+  EXPECT_EQ(nlohmann::json::parse(model.body)["error"]["code"], "model_not_found");
+  EXPECT_EQ(OpenAiParam("prompt_token_ids"), "prompt");
+}
+
+TEST(OpenAiProtocolTest, TokenizeAndDetokenizeRequests) {
+  TokenizeRequest t = ParseTokenizeRequest(R"({"prompt": "hi", "add_special_tokens": false})",
+                                           kLimits)
+                          .value();
+  EXPECT_EQ(t.prompt, "hi");
+  EXPECT_FALSE(t.add_special_tokens);
+  EXPECT_FALSE(ParseTokenizeRequest(R"({"prompt": 1})", kLimits).ok());
+  EXPECT_FALSE(ParseTokenizeRequest(R"({"prompt": "x", "extra": 1})", kLimits).ok());
+  EXPECT_EQ(ParseDetokenizeRequest(R"({"tokens": [3, 4]})", kLimits).value(),
+            (std::vector<int32_t>{3, 4}));
+  EXPECT_FALSE(ParseDetokenizeRequest(R"({"tokens": [-1]})", kLimits).ok());
+  EXPECT_FALSE(ParseDetokenizeRequest(R"({"tokens": "1"})", kLimits).ok());
+  EXPECT_EQ(ParseDetokenizeRequest(R"({"tokens": [1], "model": "z"})", kLimits).status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST(OpenAiProtocolTest, CompletionIdsAreUnique) {
+  const std::string a = NewCompletionId(), b = NewCompletionId();
+  EXPECT_EQ(a.rfind("cmpl-", 0), 0u);
+  EXPECT_EQ(a.size(), 5u + 24u);
+  EXPECT_NE(a, b);
+}
+
+}  // namespace
+}  // namespace tandem::router
