@@ -8,6 +8,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_replace.h"
 #include "router/request_validation.h"
 
 namespace tandem::router {
@@ -390,7 +391,10 @@ ApiError ToApiError(const absl::Status& status) {
   }
   const std::string field = FieldOf(status);
   using ordered = nlohmann::ordered_json;
-  ordered err = {{"message", std::string(status.message())},
+  // The router's messages name tandem.v1 fields; say them in the OpenAI API's terms.
+  const std::string message = absl::StrReplaceAll(
+      status.message(), {{"sampling.", ""}, {"prompt_token_ids", "prompt"}});
+  ordered err = {{"message", message},
               {"type", type},
                  {"param", field.empty() ? ordered(nullptr) : ordered(OpenAiParam(field))},
                  {"code", code.empty() ? ordered(nullptr) : ordered(code)}};

@@ -1,0 +1,85 @@
+// Drives Tandem's HTTP front door with the official `openai` npm client (a client Tandem did not
+// write) and prints what it saw as one JSON line, for http_api_test.py to check.
+// usage: node openai_client.js NODE_MODULES BASE_URL MODEL
+'use strict';
+
+const [, , modules, baseURL, model] = process.argv;
+const OpenAI = require(require.resolve('openai', { paths: [modules] }));
+
+const client = new OpenAI({ baseURL: `${baseURL}/v1`, apiKey: 'unused', maxRetries: 0 });
+const prompt = 'def quicksort(arr):';
+
+async function errorOf(promise) {
+  try {
+    await promise;
+    return null;
+  } catch (e) {
+    return { status: e.status, param: e.param ?? null, type: e.type ?? null, code: e.code ?? null,
+             message: e.message };
+  }
+}
+
+async function main() {
+  const out = {};
+  const greedy = await client.completions.create({ model, prompt, max_tokens: 40, temperature: 0 });
+  out.greedy = { text: greedy.choices[0].text, finish: greedy.choices[0].finish_reason,
+                 usage: greedy.usage, id: greedy.id, object: greedy.object };
+
+  const stream = await client.completions.create({
+    model, prompt, max_tokens: 40, temperature: 0, stream: true,
+    stream_options: { include_usage: true } });
+  const s = { text: '', finish: null, usage: null, events: 0 };
+  for await (const chunk of stream) {
+    s.events++;
+    if (chunk.usage) s.usage = chunk.usage;
+    for (const c of chunk.choices) {
+      s.text += c.text;
+      if (c.finish_reason) s.finish = c.finish_reason;
+    }
+  }
+  out.stream = s;
+
+  // n choices with a seed: the same seed draws the same choices again.
+  const seeded = () => client.completions.create({ model, prompt, max_tokens: 12, temperature: 1,
+                                                   n: 3, seed: 1234 });
+  const a = await seeded();
+  const b = await seeded();
+  out.seeded = { a: a.choices.map((c) => c.text), b: b.choices.map((c) => c.text),
+                 indexes: a.choices.map((c) => c.index) };
+
+  // A stop string from the middle of the greedy text.
+  const stop = greedy.choices[0].text.slice(10, 14);
+  const stopped = await client.completions.create({ model, prompt, max_tokens: 40, temperature: 0,
+                                                    stop: [stop] });
+  out.stop = { stop, text: stopped.choices[0].text, finish: stopped.choices[0].finish_reason };
+
+  out.errors = {
+    logprobs: await errorOf(client.completions.create({ model, prompt, max_tokens: 4,
+                                                        logprobs: 3 })),
+    model: await errorOf(client.completions.create({ model: 'no-such-model', prompt,
+                                                     max_tokens: 4 })),
+    max_tokens: await errorOf(client.completions.create({ model, prompt, max_tokens: 100000 })),
+  };
+  out.models = (await client.models.list()).data;
+
+  // A client that aborts mid-stream.
+  const ac = new AbortController();
+  const long = await client.completions.create(
+    { model, prompt, max_tokens: 1500, temperature: 0, ignore_eos: true, stream: true },
+    { signal: ac.signal });
+  let got = 0;
+  try {
+    for await (const chunk of long) {
+      if (chunk.choices.length > 0 && ++got === 3) ac.abort();
+    }
+  } catch (e) {
+    if (e.name !== 'AbortError' && !ac.signal.aborted) throw e;
+  }
+  out.abort = { aborted: ac.signal.aborted, got };
+  console.log(JSON.stringify(out));
+}
+
+main().catch((e) => {
+  console.error(e);
+  process.exit(1);
+});
