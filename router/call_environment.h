@@ -21,11 +21,15 @@
 
 namespace tandem::router {
 
+// The front door a request came in by; its metrics carry it as the `api` label.
+enum class Door { kGrpc, kHttp };
+
 struct CallEnvironment {
   const RouterOptions& options;
   const tokenizer::Tokenizer* tokenizer;  // null: token-id prompts only
   uint64_t model_hash;                    // of options.model_id, the first link of block hashes
-  const metrics::RoleMetrics& metrics;    // handles may be null (no registry)
+  const metrics::RoleMetrics& metrics;    // the gRPC door's; handles may be null (no registry)
+  const metrics::RoleMetrics& http_metrics;  // the HTTP door's (the gauges are shared)
   WorkerPool& prefill_pool;
   WorkerPool& decode_pool;
   Balancer& balancer;
@@ -36,6 +40,9 @@ struct CallEnvironment {
   std::atomic<bool>& shutting_down;
 
   bool BalancerEngaged() const { return balancer.engaged(clock.Now()); }
+  const metrics::RoleMetrics& MetricsOf(Door door) const {
+    return door == Door::kHttp ? http_metrics : metrics;
+  }
 };
 
 }  // namespace tandem::router

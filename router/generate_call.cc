@@ -106,9 +106,10 @@ struct CallState::Attempt {
 
 absl::StatusOr<AdmittedRequest> AdmitRequest(const CallEnvironment& env,
                                              tandem::v1::GenerateRequest request,
-                                             Clock::time_point arrival) {
+                                             Clock::time_point arrival, Door door) {
   AdmittedRequest admitted;
   admitted.arrival = arrival;
+  admitted.door = door;
   TANDEM_RETURN_IF_ERROR(ValidateSampling(request.sampling()));
   TANDEM_ASSIGN_OR_RETURN(admitted.prompt,
                           PromptTokens(request, env.tokenizer, env.options.limits));
@@ -125,9 +126,9 @@ absl::StatusOr<std::shared_ptr<CallState>> StartCall(const CallEnvironment& env,
                                                      tandem::v1::GenerateRequest request,
                                                      std::shared_ptr<ResponseSink> sink,
                                                      std::chrono::system_clock::time_point deadline,
-                                                     Clock::time_point arrival) {
+                                                     Clock::time_point arrival, Door door) {
   TANDEM_ASSIGN_OR_RETURN(AdmittedRequest admitted,
-                          AdmitRequest(env, std::move(request), arrival));
+                          AdmitRequest(env, std::move(request), arrival, door));
   deadline = std::min(deadline, std::chrono::system_clock::now() +
                                     std::chrono::duration_cast<std::chrono::system_clock::duration>(
                                         env.options.default_deadline));
@@ -139,6 +140,7 @@ absl::StatusOr<std::shared_ptr<CallState>> StartCall(const CallEnvironment& env,
 CallState::CallState(const CallEnvironment& env, std::shared_ptr<ResponseSink> sink,
                      std::chrono::system_clock::time_point deadline, AdmittedRequest request)
     : env_(env),
+      metrics_(env.MetricsOf(request.door)),
       sink_(std::move(sink)),
       deadline_(deadline),
       arrival_(request.arrival),
@@ -154,7 +156,7 @@ void CallState::Start() {
     output_.emplace(env_.tokenizer,
                     std::vector<std::string>(sampling_.stop().begin(), sampling_.stop().end()));
   }
-  Add(env_.metrics.prompt_tokens, static_cast<double>(prompt_.size()));
+  Add(metrics_.prompt_tokens, static_cast<double>(prompt_.size()));
   SchedulePrefill(static_cast<int64_t>(hashes_.size()) * env_.options.kv_bytes_per_block,
                   /*high_priority=*/false);
 }
@@ -259,7 +261,7 @@ void CallState::OnPrefillDone(Worker* worker, std::shared_ptr<Attempt> attempt,
     if (cached_prompt_tokens_ < 0) cached_prompt_tokens_ = r.cached_prompt_tokens();
     queue_seconds_ += r.queue_seconds();
     prefill_seconds_ += r.prefill_seconds();
-    Observe(env_.metrics.prefill_time, r.prefill_seconds());
+    Observe(metrics_.prefill_time, r.prefill_seconds());
     const FinishReason finish = !sampling_.ignore_eos() && IsEos(r.first_token())
                                     ? tandem::v1::FINISH_REASON_STOP
                                     : tandem::v1::FINISH_REASON_UNSPECIFIED;
@@ -302,7 +304,7 @@ bool CallState::OnDecodeMessage(const tandem::v1::DecodeResponse& message) {
     first_decode_message_ = false;
     env_.balancer.RecordLookups(message.kv_hits(), message.kv_misses(), env_.clock.Now());
     transfer_seconds_ += message.kv_transfer_seconds();
-    Observe(env_.metrics.kv_transfer_time, message.kv_transfer_seconds());
+    Observe(metrics_.kv_transfer_time, message.kv_transfer_seconds());
     // Decode has taken the KV up: it no longer counts as prefilled ahead.
     deferred_.push_back([self = shared_from_this()] { self->ReleasePacing(); });
     if (!running_) {
@@ -381,15 +383,15 @@ bool CallState::Emit(const std::vector<int32_t>& tokens, FinishReason finish) {
   if (n > 0) {
     if (!first_token_at_.has_value()) {
       first_token_at_ = now;
-      Observe(env_.metrics.time_to_first_token, Seconds(now - arrival_));
-      if (n > 1) Observe(env_.metrics.inter_token_latency, 0);
+      Observe(metrics_.time_to_first_token, Seconds(now - arrival_));
+      if (n > 1) Observe(metrics_.inter_token_latency, 0);
     } else {
       for (int i = 0; i < n; ++i) {
-        Observe(env_.metrics.inter_token_latency, Seconds(now - last_token_at_) / n);
+        Observe(metrics_.inter_token_latency, Seconds(now - last_token_at_) / n);
       }
     }
     last_token_at_ = now;
-    Add(env_.metrics.generation_tokens, n);
+    Add(metrics_.generation_tokens, n);
   }
   generated_.insert(generated_.end(), delta->token_ids.begin(), delta->token_ids.end());
   const bool at_limit = static_cast<int>(generated_.size()) >= sampling_.max_tokens();
@@ -432,12 +434,12 @@ void CallState::Complete(FinishReason reason) {
     t->set_decode(Seconds(now - *first_token_at_));
   }
   Send(response);
-  Observe(env_.metrics.e2e_request_latency, Seconds(now - arrival_));
+  Observe(metrics_.e2e_request_latency, Seconds(now - arrival_));
   if (first_token_at_.has_value()) {
-    Observe(env_.metrics.decode_time, Seconds(now - *first_token_at_));
+    Observe(metrics_.decode_time, Seconds(now - *first_token_at_));
   }
-  Observe(env_.metrics.request_queue_time, queue_seconds_);
-  const metrics::RoleMetrics& m = env_.metrics;
+  Observe(metrics_.request_queue_time, queue_seconds_);
+  const metrics::RoleMetrics& m = metrics_;
   Add(reason == tandem::v1::FINISH_REASON_STOP     ? m.finished_stop
       : reason == tandem::v1::FINISH_REASON_LENGTH ? m.finished_length
                                                    : m.finished_abort,
@@ -455,8 +457,8 @@ void GrpcSink::Push(const GenerateResponse& response) {
 
 void CallState::Fail(const grpc::Status& status) {
   if (phase_ == Phase::kDone) return;
-  Add(status.error_code() == grpc::StatusCode::CANCELLED ? env_.metrics.finished_abort
-                                                         : env_.metrics.finished_error,
+  Add(status.error_code() == grpc::StatusCode::CANCELLED ? metrics_.finished_abort
+                                                         : metrics_.finished_error,
       1);
   LeaveRouter(status);
 }
@@ -493,8 +495,9 @@ GenerateCall::GenerateCall(const CallEnvironment& env, grpc::CallbackServerConte
   const Clock::time_point arrival = Clock::now();
   absl::StatusOr<tandem::v1::GenerateRequest> request = ParseGenerateRequest(raw);
   absl::StatusOr<std::shared_ptr<CallState>> state =
-      request.ok() ? StartCall(env, std::move(*request), sink_, context->deadline(), arrival)
-                   : request.status();
+      request.ok()
+          ? StartCall(env, std::move(*request), sink_, context->deadline(), arrival, Door::kGrpc)
+          : request.status();
   if (!state.ok()) {
     Finish(rpc::ToGrpcStatus(state.status()));
     return;

@@ -42,20 +42,21 @@ struct AdmittedRequest {
   std::vector<int32_t> prompt;
   std::vector<uint64_t> hashes;  // chained block hashes of the prompt
   tandem::v1::SamplingParams sampling;
+  Door door = Door::kGrpc;
 };
 
 // Validates and admits a Generate request that arrived at `arrival`: INVALID_ARGUMENT for bad
 // fields, RESOURCE_EXHAUSTED past the queue limits, UNAVAILABLE while the router shuts down.
 absl::StatusOr<AdmittedRequest> AdmitRequest(const CallEnvironment& env,
                                              tandem::v1::GenerateRequest request,
-                                             Clock::time_point arrival);
+                                             Clock::time_point arrival, Door door);
 
 // Admits `request` and starts it; its responses go to `sink`. Whichever door a request came
 // in by, it runs here. On error nothing was started and `sink` is untouched.
 absl::StatusOr<std::shared_ptr<class CallState>> StartCall(
     const CallEnvironment& env, tandem::v1::GenerateRequest request,
     std::shared_ptr<ResponseSink> sink, std::chrono::system_clock::time_point deadline,
-    Clock::time_point arrival);
+    Clock::time_point arrival, Door door);
 
 class CallState : public std::enable_shared_from_this<CallState> {
  public:
@@ -108,6 +109,7 @@ class CallState : public std::enable_shared_from_this<CallState> {
   void Send(const tandem::v1::GenerateResponse& response) { sink_->Push(response); }
 
   const CallEnvironment& env_;
+  const metrics::RoleMetrics& metrics_;  // of the door the request came in by
   const std::shared_ptr<ResponseSink> sink_;
   const std::chrono::system_clock::time_point deadline_;
   const Clock::time_point arrival_;

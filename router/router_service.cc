@@ -11,7 +11,9 @@ RouterService::RouterService(const RouterOptions& options, const tokenizer::Toke
                              metrics::Metrics* metrics)
     : options_(options),
       tokenizer_(tokenizer),
-      metrics_(metrics != nullptr ? metrics->ForRole("router") : metrics::RoleMetrics{}),
+      metrics_(metrics != nullptr ? metrics->ForRole("router", "grpc") : metrics::RoleMetrics{}),
+      http_metrics_(metrics != nullptr ? metrics->ForRole("router", "http")
+                                       : metrics::RoleMetrics{}),
       prefill_pool_("prefill", options.pool),
       decode_pool_("decode", options.pool),
       balancer_(options.balancer,
@@ -24,6 +26,7 @@ RouterService::RouterService(const RouterOptions& options, const tokenizer::Toke
            .tokenizer = tokenizer_,
            .model_hash = kv::HashModelId(options_.model_id),
            .metrics = metrics_,
+           .http_metrics = http_metrics_,
            .prefill_pool = prefill_pool_,
            .decode_pool = decode_pool_,
            .balancer = balancer_,

@@ -72,7 +72,8 @@ class RouterService final : public tandem::v1::Inference::WithRawCallbackMethod_
  private:
   const RouterOptions options_;
   const tokenizer::Tokenizer* const tokenizer_;
-  metrics::RoleMetrics metrics_;  // all null without a registry
+  metrics::RoleMetrics metrics_;  // api="grpc"; all null without a registry
+  metrics::RoleMetrics http_metrics_;  // api="http"
   WorkerPool prefill_pool_;
   WorkerPool decode_pool_;
   Balancer balancer_;

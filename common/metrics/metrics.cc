@@ -218,37 +218,38 @@ StoreMetrics Metrics::ForShard(const std::string& address) {
   return m;
 }
 
-RoleMetrics Metrics::ForRole(const std::string& role) {
+RoleMetrics Metrics::ForRole(const std::string& role, const std::string& api) {
   const prometheus::Labels l = {{"role", role}};
-  auto with = [&](std::string_view key, std::string_view value) {
-    prometheus::Labels out = l;
-    out.emplace(std::string(key), std::string(value));
-    return out;
+  prometheus::Labels per_request = l;  // what each request adds to
+  if (!api.empty()) per_request.emplace("api", api);
+  auto with = [](prometheus::Labels labels, std::string_view key, std::string_view value) {
+    labels.emplace(std::string(key), std::string(value));
+    return labels;
   };
   RoleMetrics m;
-  m.time_to_first_token = &ttft_.Add(l, LatencyBuckets());
-  m.inter_token_latency = &itl_.Add(l, ShortBuckets());
-  m.e2e_request_latency = &e2e_.Add(l, LatencyBuckets());
-  m.request_queue_time = &queue_.Add(l, LatencyBuckets());
+  m.time_to_first_token = &ttft_.Add(per_request, LatencyBuckets());
+  m.inter_token_latency = &itl_.Add(per_request, ShortBuckets());
+  m.e2e_request_latency = &e2e_.Add(per_request, LatencyBuckets());
+  m.request_queue_time = &queue_.Add(per_request, LatencyBuckets());
   m.prefill_time = &prefill_.Add(l, LatencyBuckets());
-  m.decode_time = &decode_.Add(l, LatencyBuckets());
+  m.decode_time = &decode_.Add(per_request, LatencyBuckets());
   m.kv_transfer_time = &kv_transfer_.Add(l, ShortBuckets());
   m.kv_transfer_bytes = &kv_transfer_bytes_.Add(l);
   m.kv_cache_usage = &kv_usage_.Add(l);
   m.kv_requantized_blocks = &kv_requantized_.Add(l);
-  m.kv_lookup_hits = &kv_lookups_.Add(with("result", "hit"));
-  m.kv_lookup_misses = &kv_lookups_.Add(with("result", "miss"));
+  m.kv_lookup_hits = &kv_lookups_.Add(with(l, "result", "hit"));
+  m.kv_lookup_misses = &kv_lookups_.Add(with(l, "result", "miss"));
   m.requests_running = &running_.Add(l);
   m.requests_waiting = &waiting_.Add(l);
-  m.prompt_tokens = &prompt_tokens_.Add(l);
-  m.generation_tokens = &generation_tokens_.Add(l);
-  m.finished_stop = &requests_.Add(with("finish_reason", "stop"));
-  m.finished_length = &requests_.Add(with("finish_reason", "length"));
-  m.finished_abort = &requests_.Add(with("finish_reason", "abort"));
-  m.finished_error = &requests_.Add(with("finish_reason", "error"));
+  m.prompt_tokens = &prompt_tokens_.Add(per_request);
+  m.generation_tokens = &generation_tokens_.Add(per_request);
+  m.finished_stop = &requests_.Add(with(per_request, "finish_reason", "stop"));
+  m.finished_length = &requests_.Add(with(per_request, "finish_reason", "length"));
+  m.finished_abort = &requests_.Add(with(per_request, "finish_reason", "abort"));
+  m.finished_error = &requests_.Add(with(per_request, "finish_reason", "error"));
   m.pruned_layers = &pruned_layers_.Add(l);
-  m.stability_checks = &stability_checks_.Add(with("result", "ok"));
-  m.stability_alerts = &stability_checks_.Add(with("result", "alert"));
+  m.stability_checks = &stability_checks_.Add(with(l, "result", "ok"));
+  m.stability_alerts = &stability_checks_.Add(with(l, "result", "alert"));
   return m;
 }
 

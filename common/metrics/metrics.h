@@ -84,8 +84,11 @@ class Metrics {
   Metrics(const Metrics&) = delete;
   Metrics& operator=(const Metrics&) = delete;
 
-  // Handles for `role`; repeated calls for one role return the same metrics.
-  RoleMetrics ForRole(const std::string& role);
+  // Handles for `role`; repeated calls for one role return the same metrics. With `api` (the
+  // router: "grpc" or "http", the front door a request came in by) the metrics each request
+  // adds to (latencies, tokens, tandem_requests_total) carry an `api` label as well; the role's
+  // gauges and its prefill and KV-transfer metrics do not, so every door shares them.
+  RoleMetrics ForRole(const std::string& role, const std::string& api = "");
   // The router's balancer and worker-pool metrics, registered by the first call, so processes
   // without a router export none of them. A colocated router has no prefill pool, hence no
   // tandem_workers{pool="prefill"} (its prefill_workers is null); the first call decides.

@@ -130,7 +130,7 @@ void CompletionCall::Start(const CallEnvironment& env) {
     }
     absl::StatusOr<std::shared_ptr<CallState>> state =
         StartCall(env, std::move(r), std::make_shared<ChoiceSink>(shared_from_this(), i),
-                  deadline, arrival);
+                  deadline, arrival, Door::kHttp);
     absl::MutexLock lock(&mu_);
     if (!state.ok()) {
       error_ = state.status();

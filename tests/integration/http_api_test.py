@@ -148,6 +148,15 @@ def check_openai_client(serve, modules):
     assert out["abort"]["aborted"] and 3 <= out["abort"]["got"] < 1500, out["abort"]
     cluster.wait_for(serve.idle, 5, "the aborted request to leave every worker")
     print("openai client: the aborted stream left no request or KV block behind")
+    # Each door counts its own requests (the api label); `tandem generate` came in by gRPC.
+    http = serve.metric("tandem_requests_total",
+                        {"role": "router", "api": "http", "finish_reason": "length"})
+    grpc = serve.metric("tandem_requests_total",
+                        {"role": "router", "api": "grpc", "finish_reason": "length"})
+    aborted = serve.metric("tandem_requests_total",
+                           {"role": "router", "api": "http", "finish_reason": "abort"})
+    print(f"metrics: requests finished by length: http {http}, grpc {grpc}; http aborted {aborted}")
+    assert http >= 8 and grpc == 1 and aborted >= 1, (http, grpc, aborted)
 
 
 def check_curl(serve):

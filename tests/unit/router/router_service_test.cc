@@ -89,7 +89,8 @@ TEST_F(RouterServiceTest, ConcurrentStreamsEqualOneEngine) {
   }
   EXPECT_TRUE(testing::Eventually([&] { return AllBlocksFree(); }, std::chrono::seconds(5)));
   EXPECT_NE(
-      metrics_.Serialize().find("tandem_time_to_first_token_seconds_count{role=\"router\"} 12"),
+      metrics_.Serialize().find(
+          "tandem_time_to_first_token_seconds_count{api=\"grpc\",role=\"router\"} 12"),
       std::string::npos);
   // Balancer idle: the recommended ratio is the pools' own, 2:2, as the registry publishes it.
   RegistryService registry(*router_, std::chrono::seconds(1), &metrics_);
