@@ -49,10 +49,11 @@ void Add(prometheus::Counter* c, double v) {
 // Reads one Decode stream into its CallState; deletes itself when the call is done.
 class DecodeReader final : public grpc::ClientReadReactor<tandem::v1::DecodeResponse> {
  public:
-  DecodeReader(std::shared_ptr<CallState> call, Worker* worker,
+  DecodeReader(std::shared_ptr<CallState> call, Worker* worker, int64_t charged,
                std::shared_ptr<grpc::ClientContext> context, tandem::v1::DecodeRequest request)
       : call_(std::move(call)),
         worker_(worker),
+        charged_(charged),
         context_(std::move(context)),
         request_(std::move(request)) {
     worker_->decode->async()->Decode(context_.get(), &request_, this);
@@ -70,13 +71,14 @@ class DecodeReader final : public grpc::ClientReadReactor<tandem::v1::DecodeResp
   }
 
   void OnDone(const grpc::Status& status) override {
-    call_->OnDecodeDone(worker_, status);
+    call_->OnDecodeDone(worker_, charged_, status);
     delete this;
   }
 
  private:
   std::shared_ptr<CallState> call_;
   Worker* const worker_;
+  const int64_t charged_;  // the tokens the decode pool counted, for End
   std::shared_ptr<grpc::ClientContext> context_;
   tandem::v1::DecodeRequest request_;
   tandem::v1::DecodeResponse message_;
@@ -102,6 +104,7 @@ struct CallState::Attempt {
   tandem::v1::PrefillRequest request;
   tandem::v1::PrefillResponse response;
   Clock::time_point start = Clock::now();
+  int64_t charged = 0;  // the tokens of work the pool counted (WorkerPool::Begin)
 };
 
 absl::StatusOr<AdmittedRequest> AdmitRequest(const CallEnvironment& env,
@@ -232,7 +235,8 @@ void CallState::RunPrefill(bool high_priority) {
     *attempt->request.mutable_sampling() = sampling_;
     attempt->request.set_high_priority(high_priority);
     call_ = std::shared_ptr<grpc::ClientContext>(attempt, &attempt->context);
-    env_.prefill_pool.Begin(worker, attempt->request.token_ids_size(), hashes_);
+    attempt->charged = env_.prefill_pool.Begin(worker, attempt->request.token_ids_size(), hashes_,
+                                               /*uncached_only=*/true);
   }
   auto self = shared_from_this();
   worker->prefill->async()->Prefill(&attempt->context, &attempt->request, &attempt->response,
@@ -245,7 +249,10 @@ void CallState::OnPrefillDone(Worker* worker, std::shared_ptr<Attempt> attempt,
                               const grpc::Status& status) {
   // The pool may forget a worker gone long once nothing is in flight to it: end after its last
   // use here.
-  absl::Cleanup end = [&] { env_.prefill_pool.End(worker, attempt->request.token_ids_size()); };
+  bool ended = false;
+  absl::Cleanup end = [&] {
+    if (!ended) env_.prefill_pool.End(worker, attempt->charged);
+  };
   tandem::v1::KvHandle kv;
   {
     Lock lock(this);
@@ -259,6 +266,11 @@ void CallState::OnPrefillDone(Worker* worker, std::shared_ptr<Attempt> attempt,
     }
     const tandem::v1::PrefillResponse& r = attempt->response;
     if (cached_prompt_tokens_ < 0) cached_prompt_tokens_ = r.cached_prompt_tokens();
+    // The worker's part is done (and `worker` not used again): its load goes before the first
+    // token goes out, since that may start more work for it (the other choices of an HTTP
+    // request, n > 1, which should find their prompt's blocks on an idle worker).
+    env_.prefill_pool.End(worker, attempt->charged);
+    ended = true;
     queue_seconds_ += r.queue_seconds();
     prefill_seconds_ += r.prefill_seconds();
     Observe(metrics_.prefill_time, r.prefill_seconds());
@@ -275,6 +287,7 @@ void CallState::StartDecode(const tandem::v1::KvHandle& kv) {
   std::shared_ptr<grpc::ClientContext> context = NewContext();
   tandem::v1::DecodeRequest request;
   Worker* worker = nullptr;
+  int64_t charged = 0;
   {
     Lock lock(this);
     if (phase_ == Phase::kDone) return;
@@ -292,9 +305,9 @@ void CallState::StartDecode(const tandem::v1::KvHandle& kv) {
     *request.mutable_kv() = kv;
     request.set_fail_on_miss(!rescheduled_ && env_.BalancerEngaged());
     call_ = context;
-    env_.decode_pool.Begin(worker, request.token_ids_size(), hashes_);
+    charged = env_.decode_pool.Begin(worker, request.token_ids_size(), hashes_);
   }
-  new DecodeReader(shared_from_this(), worker, std::move(context), std::move(request));
+  new DecodeReader(shared_from_this(), worker, charged, std::move(context), std::move(request));
 }
 
 bool CallState::OnDecodeMessage(const tandem::v1::DecodeResponse& message) {
@@ -323,8 +336,8 @@ bool CallState::OnDecodeMessage(const tandem::v1::DecodeResponse& message) {
   return !Emit(tokens, finish) || finish != tandem::v1::FINISH_REASON_UNSPECIFIED;
 }
 
-void CallState::OnDecodeDone(Worker* worker, const grpc::Status& status) {
-  absl::Cleanup end = [&] { env_.decode_pool.End(worker, 0); };  // after its last use
+void CallState::OnDecodeDone(Worker* worker, int64_t charged, const grpc::Status& status) {
+  absl::Cleanup end = [&] { env_.decode_pool.End(worker, charged); };  // after its last use
   bool reprefill = false;
   {
     Lock lock(this);
@@ -447,7 +460,7 @@ void CallState::Complete(FinishReason reason) {
   LeaveRouter(grpc::Status::OK);
 }
 
-void GrpcSink::Push(const GenerateResponse& response) {
+void GrpcSink::Push(const GenerateResponse& response, std::vector<std::function<void()>>&) {
   grpc::ByteBuffer buffer;
   bool own = false;
   if (grpc::SerializationTraits<GenerateResponse>::Serialize(response, &buffer, &own).ok()) {

@@ -73,7 +73,8 @@ class CallState : public std::enable_shared_from_this<CallState> {
   // Decode stream events (from DecodeReader).
   // Returns false when the stream should be cancelled (the request ended at the router).
   bool OnDecodeMessage(const tandem::v1::DecodeResponse& message);
-  void OnDecodeDone(Worker* worker, const grpc::Status& status);
+  // `charged`: the tokens the decode pool counted for this call (WorkerPool::Begin).
+  void OnDecodeDone(Worker* worker, int64_t charged, const grpc::Status& status);
 
  private:
   struct Attempt;
@@ -106,7 +107,9 @@ class CallState : public std::enable_shared_from_this<CallState> {
   std::vector<int32_t> AllTokens() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool IsEos(int32_t token) const;
 
-  void Send(const tandem::v1::GenerateResponse& response) { sink_->Push(response); }
+  void Send(const tandem::v1::GenerateResponse& response) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    sink_->Push(response, deferred_);
+  }
 
   const CallEnvironment& env_;
   const metrics::RoleMetrics& metrics_;  // of the door the request came in by
@@ -147,7 +150,8 @@ class CallState : public std::enable_shared_from_this<CallState> {
 class GrpcSink final : public ResponseSink {
  public:
   explicit GrpcSink(grpc::ServerWriteReactor<grpc::ByteBuffer>* reactor) : stream_(reactor) {}
-  void Push(const tandem::v1::GenerateResponse& response) override;
+  void Push(const tandem::v1::GenerateResponse& response,
+            std::vector<std::function<void()>>& after_unlock) override;
   void End(const grpc::Status& status) override { stream_.End(status); }
   rpc::ServerStream<grpc::ByteBuffer>& stream() { return stream_; }
 

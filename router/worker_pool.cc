@@ -202,13 +202,16 @@ WorkerPool::State* WorkerPool::Find(Worker* worker) {
   return nullptr;
 }
 
-void WorkerPool::Begin(Worker* worker, int64_t tokens, std::span<const uint64_t> hashes) {
+int64_t WorkerPool::Begin(Worker* worker, int64_t tokens, std::span<const uint64_t> hashes,
+                          bool uncached_only) {
   absl::MutexLock lock(&mu_);
   State* s = Find(worker);
-  if (s == nullptr) return;
+  if (s == nullptr) return 0;
+  if (uncached_only) tokens = std::max<int64_t>(0, tokens - Matched(*s, hashes) * options_.block_size);
   ++s->inflight_requests;
   s->inflight_tokens += tokens;
   for (uint64_t h : hashes) Remember(*s, h, options_.index_capacity);
+  return tokens;
 }
 
 void WorkerPool::Remember(State& s, uint64_t hash, size_t capacity) {

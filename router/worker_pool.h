@@ -87,8 +87,12 @@ class WorkerPool {
   Worker* PickPrefill(std::span<const uint64_t> hashes, const std::vector<Worker*>& exclude);
   Worker* PickDecode(std::span<const uint64_t> hashes, const std::vector<Worker*>& exclude);
 
-  // Load the router placed on `worker`; `tokens` is the work in tokens.
-  void Begin(Worker* worker, int64_t tokens, std::span<const uint64_t> hashes);
+  // Load the router placed on `worker`: a request of `tokens` tokens whose prompt blocks are
+  // `hashes`. With `uncached_only` (prefill) the work counted is the tokens past the prefix the
+  // worker is believed to hold, since it computes only those. Returns the tokens counted, for
+  // End.
+  int64_t Begin(Worker* worker, int64_t tokens, std::span<const uint64_t> hashes,
+                bool uncached_only = false);
   void End(Worker* worker, int64_t tokens);
   // Takes the worker out of rotation for the backoff period.
   void MarkFailed(Worker* worker);

@@ -17,12 +17,12 @@ tandem=build/tools/tandem/tandem
 echo "== model"
 build/tools/model_inspect/model-inspect info --model "$model"
 
-# Starts `tandem serve` with extra arguments "$@"; sets serve_pid, addr, metrics; prints the
-# startup line (which mode it chose, and why).
+# Starts `tandem serve` with extra arguments "$@"; sets serve_pid, addr, http, metrics; prints
+# the startup line (which mode it chose, and why).
 serve() {
   log=$(mktemp)
-  "$tandem" serve --model "$model" --listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 "$@" \
-    >"$log" 2>&1 &
+  "$tandem" serve --model "$model" --listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 \
+    --http-listen 127.0.0.1:0 "$@" >"$log" 2>&1 &
   serve_pid=$!
   for _ in $(seq 300); do
     grep -q "router on" "$log" && break
@@ -31,6 +31,7 @@ serve() {
   done
   grep "router on" "$log"
   addr=$(grep -o 'router on [^;]*' "$log" | cut -d' ' -f3)
+  http=$(grep -o '; http [^;]*' "$log" | cut -d' ' -f3)
   metrics=$(grep -o 'http://[^;]*/metrics' "$log")
 }
 stop() {
@@ -48,6 +49,14 @@ echo "== tandem generate --prompt '$prompt' (greedy, 96 tokens, streamed)"
 echo "== the same, sampled (temperature 0.8, top-p 0.95, seed 7)"
 "$tandem" generate --addr "$addr" --prompt "$prompt" --max-tokens 96 \
   --temperature 0.8 --top-p 0.95 --seed 7
+echo "== the OpenAI-compatible HTTP API at http://$http (curl; any OpenAI client works)"
+echo "\$ curl http://$http/v1/completions -d '{\"prompt\": \"$prompt\", \"max_tokens\": 24, \"temperature\": 0}'"
+curl -s "http://$http/v1/completions" -H 'Content-Type: application/json' \
+  -d "{\"prompt\": \"$prompt\", \"max_tokens\": 24, \"temperature\": 0}"
+echo
+echo "== the same, streamed as server-sent events (stream: true)"
+curl -sN "http://$http/v1/completions" -H 'Content-Type: application/json' \
+  -d "{\"prompt\": \"$prompt\", \"max_tokens\": 6, \"temperature\": 0, \"stream\": true}"
 echo "== a few of the metrics at $metrics"
 if command -v curl >/dev/null; then
   curl -s "$metrics" | grep -E '^tandem_(requests_total|generation_tokens_total|time_to_first_token_seconds_(sum|count))\{' \

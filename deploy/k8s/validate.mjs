@@ -268,14 +268,24 @@ function checkPolicy(name, objects, errors) {
     if (flag("--metrics-listen") !== "0.0.0.0:9090") err(w, "--metrics-listen should be 0.0.0.0:9090");
     if (component === "prefill" || component === "decode") {
       const sets = args.filter((_, i) => args[i - 1] === "--set");
-      if (!sets.includes(`${component}.router=tandem-router:8000`)) err(w, `needs --set ${component}.router=tandem-router:8000`);
+      if (!sets.includes(`${component}.router=tandem-router-registry:8000`)) err(w, `needs --set ${component}.router=tandem-router-registry:8000`);
       if (!sets.includes(`${component}.advertise=$(POD_IP)`)) err(w, `needs --set ${component}.advertise=$(POD_IP) (the listen port is added)`);
       if (!(c.env || []).some((e) => e.name === "POD_IP" && e.valueFrom?.fieldRef?.fieldPath === "status.podIP")) {
         err(w, "needs env POD_IP from status.podIP");
       }
     }
+    if (component === "router") {
+      // Ready only while it can serve (GET /health on the HTTP door), not merely loaded.
+      if (ports.http !== 8080) err(w, "container port http should be 8080");
+      if (flag("--http-listen") !== "0.0.0.0:8080") err(w, "--http-listen should be 0.0.0.0:8080");
+      const r = c.readinessProbe?.httpGet;
+      if (r?.path !== "/health" || (r?.port !== "http" && r?.port !== 8080)) {
+        err(w, "readinessProbe should be GET /health on port http");
+      }
+    }
     for (const probe of ["startupProbe", "readinessProbe", "livenessProbe"]) {
       const p = c[probe];
+      if (component === "router" && probe === "readinessProbe") continue;
       if (!p?.grpc) { err(w, `container ${c.name}: ${probe} must be a gRPC probe`); continue; }
       if (p.grpc.port !== want.port) err(w, `${probe} should probe port ${want.port}`);
       const svc = p.grpc.service ?? "";
@@ -346,8 +356,15 @@ function checkPolicy(name, objects, errors) {
     }
   }
   const routerSvc = byKind("Service").find((s) => s.metadata.name === "tandem-router");
-  if (!routerSvc || routerSvc.spec.type !== "ClusterIP" || !routerSvc.spec.ports?.some((p) => p.port === 8000 && p.appProtocol === "grpc")) {
-    err(null, "Service tandem-router must be ClusterIP with port 8000, appProtocol grpc");
+  if (!routerSvc || routerSvc.spec.type !== "ClusterIP" || !routerSvc.spec.ports?.some((p) => p.port === 8000 && p.appProtocol === "grpc") ||
+      !routerSvc.spec.ports?.some((p) => p.port === 8080 && p.targetPort === "http")) {
+    err(null, "Service tandem-router must be ClusterIP with port 8000 (appProtocol grpc) and 8080 (http)");
+  }
+  // Workers register before the router is ready (it is ready once they have).
+  const registrySvc = byKind("Service").find((s) => s.metadata.name === "tandem-router-registry");
+  if (!registrySvc || registrySvc.spec.publishNotReadyAddresses !== true ||
+      !registrySvc.spec.ports?.some((p) => p.port === 8000 && p.targetPort === "grpc")) {
+    err(null, "Service tandem-router-registry must publish not-ready addresses on port 8000");
   }
   for (const p of pdbs) {
     if (!workloads.some((w) => matches(p.spec.selector, w.spec.template.metadata.labels))) err(p, "selects no workload's pods");

@@ -38,22 +38,27 @@ void ReplyError(HttpResponder& responder, const absl::Status& status) {
 std::string SseEvent(const json& v) { return absl::StrCat("data: ", Dump(v), "\n\n"); }
 
 // One /v1/completions request: its choices (prompts x n), each a CallState of its own, gathered
-// into one response or one SSE stream.
+// into one response or one SSE stream. Of a prompt's n choices the first starts alone; the rest
+// start once it has its first token, so they find the prompt's KV blocks cached and prefill only
+// what is left of its last block (one prefill for the n, as the issue asks).
 //
 // Threads: a choice's events arrive on gRPC threads under that CallState's lock (ResponseSink's
 // contract); `mu_` is taken under it and so never held while calling into a CallState.
 // Everything sent to the responder is sent under `mu_`, which keeps the stream in order.
 class CompletionCall : public std::enable_shared_from_this<CompletionCall> {
  public:
-  CompletionCall(std::shared_ptr<HttpResponder> responder, CompletionRequest request,
-                 int64_t created)
-      : responder_(std::move(responder)),
+  CompletionCall(const CallEnvironment& env, std::shared_ptr<HttpResponder> responder,
+                 CompletionRequest request, int64_t created)
+      : env_(env),
+        responder_(std::move(responder)),
         request_(std::move(request)),
         id_(NewCompletionId()),
-        created_(created) {}
+        created_(created),
+        arrival_(Clock::now()) {}
 
-  void Start(const CallEnvironment& env);
-  void OnEvent(int choice, const GenerateResponse& response);
+  void Start();
+  void OnEvent(int choice, const GenerateResponse& response,
+               std::vector<std::function<void()>>& after_unlock);
   void OnEnd(int choice, const grpc::Status& status);
   void CancelAll();
 
@@ -67,24 +72,37 @@ class CompletionCall : public std::enable_shared_from_this<CompletionCall> {
   };
 
   int num_choices() const { return static_cast<int>(request_.prompts.size()) * request_.n; }
+  // Starts choice `i`; false when it could not (the request has failed).
+  bool StartChoice(int i) ABSL_LOCKS_EXCLUDED(mu_);
+  // Starts choices 1..n-1 of prompt `p`, unless the request has already failed or been
+  // cancelled.
+  void StartSiblings(int p) ABSL_LOCKS_EXCLUDED(mu_);
   json Chunk(json choices) const;
   void Send(std::string event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Every started choice has ended: the response, or the rest of the stream.
-  // The calls hold this object through their sinks: `states_` is moved into `release`, to be let
-  // go after unlocking.
-  void Finish(std::vector<std::shared_ptr<CallState>>& release)
+  // Once every choice has started (or never will) and ended: the response, or the rest of the
+  // stream. The calls hold this object through their sinks: `states_` is moved into `release`,
+  // to be let go after unlocking.
+  void MaybeFinish(std::vector<std::shared_ptr<CallState>>& release)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The first error ends the request: the other choices are cancelled (returned, to cancel
+  // after unlocking).
+  std::vector<std::shared_ptr<CallState>> Fail(absl::Status status)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   json Usage() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  const CallEnvironment& env_;
   const std::shared_ptr<HttpResponder> responder_;
   const CompletionRequest request_;
   const std::string id_;
   const int64_t created_;
+  const Clock::time_point arrival_;
 
   absl::Mutex mu_;
   std::vector<std::shared_ptr<CallState>> states_ ABSL_GUARDED_BY(mu_);
   std::vector<Choice> choices_ ABSL_GUARDED_BY(mu_);
-  bool admitted_ ABSL_GUARDED_BY(mu_) = false;  // every choice that could start has
+  std::vector<bool> siblings_started_ ABSL_GUARDED_BY(mu_);  // per prompt
+  int unstarted_ ABSL_GUARDED_BY(mu_) = 0;  // choices neither started nor given up
+  bool admitted_ ABSL_GUARDED_BY(mu_) = false;   // each prompt's first choice has started
   bool streaming_ ABSL_GUARDED_BY(mu_) = false;  // the SSE head is out
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
@@ -97,7 +115,10 @@ class ChoiceSink final : public ResponseSink {
  public:
   ChoiceSink(std::shared_ptr<CompletionCall> call, int choice)
       : call_(std::move(call)), choice_(choice) {}
-  void Push(const GenerateResponse& response) override { call_->OnEvent(choice_, response); }
+  void Push(const GenerateResponse& response,
+            std::vector<std::function<void()>>& after_unlock) override {
+    call_->OnEvent(choice_, response, after_unlock);
+  }
   void End(const grpc::Status& status) override { call_->OnEnd(choice_, status); }
 
  private:
@@ -105,10 +126,12 @@ class ChoiceSink final : public ResponseSink {
   const int choice_;
 };
 
-void CompletionCall::Start(const CallEnvironment& env) {
+void CompletionCall::Start() {
   {
     absl::MutexLock lock(&mu_);
     choices_.resize(num_choices());
+    siblings_started_.assign(request_.prompts.size(), request_.n == 1);
+    unstarted_ = num_choices();
   }
   std::weak_ptr<CompletionCall> weak = weak_from_this();
   responder_->OnAbort([weak] {
@@ -117,32 +140,17 @@ void CompletionCall::Start(const CallEnvironment& env) {
   if (!request_.user.empty()) {
     Log(LogLevel::kInfo, "http", absl::StrCat(id_, ": user \"", request_.user, "\""));
   }
-  const Clock::time_point arrival = Clock::now();
-  const auto deadline = std::chrono::system_clock::time_point::max();  // the router's default
-  for (int i = 0; i < num_choices(); ++i) {
-    tandem::v1::GenerateRequest r = request_.prompts[i / request_.n];
-    r.set_request_id(absl::StrCat(id_, "-", i));
-    // Each choice of a prompt draws its own stream; choice 0 is what n = 1 would draw.
-    const uint64_t seed = r.sampling().seed();
-    if (seed != 0 && i % request_.n != 0) {
-      const uint64_t s = seed + static_cast<uint64_t>(i % request_.n);
-      r.mutable_sampling()->set_seed(s == 0 ? 1 : s);
-    }
-    absl::StatusOr<std::shared_ptr<CallState>> state =
-        StartCall(env, std::move(r), std::make_shared<ChoiceSink>(shared_from_this(), i),
-                  deadline, arrival, Door::kHttp);
-    absl::MutexLock lock(&mu_);
-    if (!state.ok()) {
-      error_ = state.status();
-      break;
-    }
-    states_.push_back(*state);
-    if (cancelled_) break;
-  }
+  const int prompts = static_cast<int>(request_.prompts.size());
+  int p = 0;  // the first prompt whose first choice did not start, if any
+  while (p < prompts && StartChoice(p * request_.n)) ++p;
   std::vector<std::shared_ptr<CallState>> cancel, release;
   {
     absl::MutexLock lock(&mu_);
     admitted_ = true;
+    if (p < prompts) {  // its siblings and the prompts after it never start
+      unstarted_ -= request_.n - 1 + (prompts - p - 1) * request_.n;
+      for (int q = p; q < prompts; ++q) siblings_started_[q] = true;
+    }
     if (error_.has_value() || cancelled_) {
       cancel = states_;
     } else if (request_.stream) {
@@ -151,11 +159,67 @@ void CompletionCall::Start(const CallEnvironment& env) {
       for (auto& e : pending_) responder_->Write(std::move(e));
       pending_.clear();
     }
-    if (ended_ == static_cast<int>(states_.size())) Finish(release);
+    MaybeFinish(release);
   }
   for (auto& s : cancel) s->Cancel();
 }
 
+bool CompletionCall::StartChoice(int i) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (error_.has_value() || cancelled_) {
+      --unstarted_;
+      return false;
+    }
+  }
+  tandem::v1::GenerateRequest r = request_.prompts[i / request_.n];
+  r.set_request_id(absl::StrCat(id_, "-", i));
+  // Each choice of a prompt draws its own stream; choice 0 is what n = 1 would draw.
+  const uint64_t seed = r.sampling().seed();
+  if (seed != 0 && i % request_.n != 0) {
+    const uint64_t s = seed + static_cast<uint64_t>(i % request_.n);
+    r.mutable_sampling()->set_seed(s == 0 ? 1 : s);
+  }
+  const auto deadline = std::chrono::system_clock::time_point::max();  // the router's default
+  absl::StatusOr<std::shared_ptr<CallState>> state =
+      StartCall(env_, std::move(r), std::make_shared<ChoiceSink>(shared_from_this(), i), deadline,
+                arrival_, Door::kHttp);
+  std::vector<std::shared_ptr<CallState>> cancel, release;
+  bool ok = state.ok();
+  {
+    absl::MutexLock lock(&mu_);
+    --unstarted_;
+    if (ok) {
+      states_.push_back(*state);
+      if (cancelled_) cancel.push_back(*state);
+    } else {
+      cancel = Fail(state.status());
+    }
+    MaybeFinish(release);
+  }
+  for (auto& s : cancel) s->Cancel();
+  return ok && cancel.empty();
+}
+
+void CompletionCall::StartSiblings(int p) {
+  for (int j = 1; j < request_.n; ++j) {
+    if (!StartChoice(p * request_.n + j)) {
+      // The rest never start.
+      std::vector<std::shared_ptr<CallState>> release;
+      absl::MutexLock lock(&mu_);
+      unstarted_ -= request_.n - 1 - j;
+      MaybeFinish(release);
+      return;
+    }
+  }
+}
+
+std::vector<std::shared_ptr<CallState>> CompletionCall::Fail(absl::Status status) {
+  if (error_.has_value() || cancelled_) return {};
+  error_ = std::move(status);
+  cancelled_ = true;
+  return states_;
+}
 json CompletionCall::Chunk(json choices) const {
   json chunk = {{"id", id_},
                 {"object", "text_completion"},
@@ -174,9 +238,16 @@ void CompletionCall::Send(std::string event) {
   }
 }
 
-void CompletionCall::OnEvent(int choice, const GenerateResponse& response) {
+void CompletionCall::OnEvent(int choice, const GenerateResponse& response,
+                             std::vector<std::function<void()>>& after_unlock) {
   absl::MutexLock lock(&mu_);
   Choice& c = choices_[choice];
+  const int prompt = choice / request_.n;
+  if (!siblings_started_[prompt]) {
+    // The first choice has its first token: the prompt's blocks are cached for the others.
+    siblings_started_[prompt] = true;
+    after_unlock.push_back([self = shared_from_this(), prompt] { self->StartSiblings(prompt); });
+  }
   if (response.has_chunk()) {
     const std::string& text = response.chunk().text();
     if (text.empty()) return;
@@ -202,20 +273,23 @@ void CompletionCall::OnEvent(int choice, const GenerateResponse& response) {
   }
 }
 
-void CompletionCall::OnEnd(int, const grpc::Status& status) {
+void CompletionCall::OnEnd(int choice, const grpc::Status& status) {
   std::vector<std::shared_ptr<CallState>> cancel, release;
+  bool start_siblings = false;
+  const int prompt = choice / request_.n;
   {
     absl::MutexLock lock(&mu_);
     ++ended_;
-    if (!status.ok() && !error_.has_value() && !cancelled_) {
-      // One choice failed: the request has, so the others stop too.
-      error_ = rpc::FromGrpcStatus(status);
-      cancelled_ = true;
-      cancel = states_;
+    // One choice failed: the request has, so the others stop too.
+    if (!status.ok() && !cancelled_) cancel = Fail(rpc::FromGrpcStatus(status));
+    if (!siblings_started_[prompt]) {  // it ended before its first token: they never will
+      siblings_started_[prompt] = true;
+      start_siblings = true;
     }
-    if (admitted_ && ended_ == static_cast<int>(states_.size())) Finish(release);
+    MaybeFinish(release);
   }
   for (auto& s : cancel) s->Cancel();
+  if (start_siblings) StartSiblings(prompt);
 }
 
 void CompletionCall::CancelAll() {
@@ -243,8 +317,10 @@ json CompletionCall::Usage() const {
           {"prompt_tokens_details", {{"cached_tokens", cached}}}};
 }
 
-void CompletionCall::Finish(std::vector<std::shared_ptr<CallState>>& release) {
-  if (finished_) return;
+void CompletionCall::MaybeFinish(std::vector<std::shared_ptr<CallState>>& release) {
+  if (finished_ || !admitted_ || unstarted_ > 0 || ended_ < static_cast<int>(states_.size())) {
+    return;
+  }
   finished_ = true;
   release = std::move(states_);
   states_.clear();
@@ -336,8 +412,9 @@ void OpenAiDoor::Completions(const HttpRequest& request,
     ReplyError(*responder, parsed.status());
     return;
   }
-  auto call = std::make_shared<CompletionCall>(std::move(responder), std::move(*parsed), created_);
-  call->Start(router_.environment());
+  auto call = std::make_shared<CompletionCall>(router_.environment(), std::move(responder),
+                                               std::move(*parsed), created_);
+  call->Start();
 }
 
 void OpenAiDoor::Models(HttpResponder& responder) {

@@ -538,7 +538,7 @@ def case_serve():
             roles = ("router", "decode") + (("prefill",) if mode == "disaggregated" else ())
             for role in roles:
                 assert f'tandem_requests_running{{role="{role}"}}' in text, role
-            assert 'tandem_requests_total{finish_reason="length",role="router"} 13' in text
+            assert 'tandem_requests_total{api="grpc",finish_reason="length",role="router"} 13' in text
             for phase in ("decode",) + (("prefill",) if mode == "disaggregated" else ()):
                 turns = cluster.metric_value(m.group(2), "tandem_compute_turns_total",
                                              {"device": "cpu", "phase": phase})

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/notification.h"
 #include "router/http/http_server.h"
 #include "tests/unit/router/raw_http_client.h"
 #include "tests/unit/router/router_cluster.h"
@@ -63,6 +64,22 @@ class OpenAiDoorTest : public testing::RouterClusterTest {
     return {std::stoi(r.substr(9, 3)), r.substr(head + 4)};
   }
 
+  // Prefix-cache block hits of every prefill engine, since it started.
+  int64_t PrefillHits() {
+    int64_t hits = 0;
+    for (auto& loop : prefill_loops_) {
+      auto done = std::make_shared<absl::Notification>();
+      auto n = std::make_shared<int64_t>(0);
+      loop->Post([done, n](engine::Engine& e) {
+        *n = e.KvStats().hits;
+        done->Notify();
+      });
+      EXPECT_TRUE(done->WaitForNotificationWithTimeout(absl::Seconds(30)));
+      hits += *n;
+    }
+    return hits;
+  }
+
   std::unique_ptr<OpenAiDoor> door_;
   std::unique_ptr<HttpServer> http_;
 };
@@ -100,6 +117,20 @@ TEST_F(OpenAiDoorTest, NChoicesOfSeveralPrompts) {
   EXPECT_EQ(r["usage"]["prompt_tokens"], 5);  // each prompt once
   EXPECT_EQ(r["usage"]["completion_tokens"], 24);
   EXPECT_TRUE(AllBlocksFree());
+}
+
+TEST_F(OpenAiDoorTest, NChoicesShareOnePrefillOfThePrompt) {
+  StartDoor();
+  json prompt = json::array();
+  for (int i = 0; i < 40; ++i) prompt.push_back((i * 7 + 3) % 128);  // 2 whole blocks of 16
+  const int64_t before = PrefillHits();
+  const auto [status, body] = Call(Post(
+      "/v1/completions",
+      json{{"prompt", prompt}, {"n", 4}, {"max_tokens", 3}, {"temperature", 0.7}}.dump()));
+  ASSERT_EQ(status, 200) << body;
+  EXPECT_EQ(json::parse(body)["choices"].size(), 4u);
+  // The first choice prefilled the prompt; the other three found its 2 blocks cached.
+  EXPECT_GE(PrefillHits() - before, 3 * 2);
 }
 
 TEST_F(OpenAiDoorTest, StreamEndsWithFinishUsageAndDone) {

@@ -52,6 +52,22 @@ TEST_F(WorkerPoolTest, ResidentPrefixWinsForDecodeEvenUnderLoad) {
   EXPECT_EQ(Name(pool_.PickPrefill(prompt_, {})), "b:1");
 }
 
+TEST_F(WorkerPoolTest, PrefillWorkCountsOnlyTheTokensPastTheHeldPrefix) {
+  Worker* b = pool_.PickPrefill({}, {a_first_});
+  EXPECT_EQ(pool_.Begin(b, 70, prompt_, /*uncached_only=*/true), 70);  // b knew nothing
+  pool_.End(b, 70);
+  // Again on b: its 4 blocks of 16 are held, so 6 tokens of work, not 70. Choices of one
+  // prompt (n > 1) so stay on the worker that has their prefix: 6/16 = 0 queued blocks and
+  // none uncached on b, against 4 uncached on a.
+  EXPECT_EQ(pool_.Begin(b, 70, prompt_, /*uncached_only=*/true), 6);
+  EXPECT_EQ(Name(pool_.PickPrefill(prompt_, {})), "b:1");
+  // Without uncached_only every token counts (decode: the KV it holds).
+  EXPECT_EQ(pool_.Begin(b, 70, prompt_), 70);
+  pool_.End(b, 6);
+  pool_.End(b, 70);
+  EXPECT_EQ(Name(pool_.PickPrefill({}, {})), "a:1");  // b's load is gone: a tie again
+}
+
 TEST_F(WorkerPoolTest, FailedAndExcludedWorkersAreAvoidedWhileOthersRemain) {
   Worker* a = pool_.PickDecode({}, {});
   pool_.MarkFailed(a);
