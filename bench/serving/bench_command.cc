@@ -75,7 +75,7 @@ RunDescription Describe(const BenchOptions& o, const tandem::v1::ModelInfo* mode
 
 absl::Status RunBenchCommand(const CliArgs& args) {
   TANDEM_ASSIGN_OR_RETURN(BenchOptions o, ParseBenchOptions(args));
-  LoadClient client(o.addr, o.connections);
+  LoadClient client(o.addr, o.connections, o.api);
   TANDEM_RETURN_IF_ERROR(client.Connect(std::min(o.timeout_s, 30.0)));
   absl::StatusOr<tandem::v1::ModelInfo> model = client.GetModelInfo(std::min(o.timeout_s, 30.0));
   if (!model.ok()) {

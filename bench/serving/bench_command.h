@@ -12,7 +12,7 @@
 namespace tandem::bench {
 
 inline constexpr char kBenchUsage[] =
-    "usage: tandem bench --addr HOST:PORT [flags]\n"
+    "usage: tandem bench --addr HOST:PORT [--api grpc|http] [flags]\n"
     "  Open-loop load: requests arrive as a Poisson process and are sent on time whether or\n"
     "  not earlier ones finished. Every request sets max_tokens and ignore_eos.\n"
     "  --num-requests N         requests to send (default 1000; with --dataset, its lines)\n"
@@ -31,7 +31,11 @@ inline constexpr char kBenchUsage[] =
     "  --slo-tpot-ms MS         goodput: time per output token at most MS\n"
     "  --json-out FILE          also write the report as JSON\n"
     "  --progress[=true|false]  progress bar on stderr (default: when stderr is a terminal)\n"
-    "  --connections K          gRPC connections to spread the streams over (default 4)\n";
+    "  --connections K          gRPC connections to spread the streams over (default 4);\n"
+    "                           with --api http, the client's I/O threads (at most 4)\n"
+    "  --api grpc|http          grpc: tandem.v1.Inference/Generate (default); http: streamed\n"
+    "                           POST /v1/completions to an OpenAI-compatible server, one\n"
+    "                           connection per request (random prompts need --vocab-size)\n";
 
 // Flags of `tandem bench` that take no value; pass them to CliArgs::Parse.
 inline std::set<std::string> BenchSwitches() { return {"progress"}; }

@@ -17,7 +17,7 @@ const std::set<std::string>& KnownFlags() {
       "addr",      "num-requests",    "request-rate", "max-concurrency",  "seed",
       "input-len", "input-len-range", "output-len",   "output-len-range", "vocab-size",
       "dataset",   "timeout-seconds", "slo-ttft-ms",  "slo-tpot-ms",      "json-out",
-      "progress",  "connections"};
+      "progress",  "connections",     "api"};
   return known;
 }
 
@@ -141,6 +141,10 @@ absl::StatusOr<BenchOptions> ParseBenchOptions(const CliArgs& args) {
   TANDEM_ASSIGN_OR_RETURN(o.progress, Progress(args));
   TANDEM_ASSIGN_OR_RETURN(int64_t connections, IntIn(args, "connections", o.connections, 1, 256));
   o.connections = static_cast<int>(connections);
+  o.api = args.StringOr("api", o.api);
+  if (o.api != "grpc" && o.api != "http") {
+    return OutOfRange("api", absl::StrCat("must be grpc or http, got \"", o.api, "\""));
+  }
   return o;
 }
 

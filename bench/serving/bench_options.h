@@ -15,7 +15,8 @@ namespace tandem::bench {
 enum class ProgressMode { kAuto, kOn, kOff };  // kAuto: only when stderr is a terminal
 
 struct BenchOptions {
-  std::string addr;  // HOST:PORT of a tandem.v1.Inference server
+  std::string addr;  // HOST:PORT of a tandem.v1.Inference server (api "http": an OpenAI one)
+  std::string api = "grpc";  // grpc | http (POST /v1/completions, streamed)
   int64_t num_requests = 1000;
   // Requests/s of the Poisson arrivals; +infinity (the default) sends all at once.
   double request_rate = std::numeric_limits<double>::infinity();

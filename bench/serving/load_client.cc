@@ -10,6 +10,7 @@
 #include "absl/time/time.h"
 #include "bench/serving/generate_call.h"
 #include "common/rpc/status.h"
+#include "common/util/status_macros.h"
 
 namespace tandem::bench {
 namespace {
@@ -83,8 +84,10 @@ class ProgressReporter {
 
 }  // namespace
 
-LoadClient::LoadClient(const std::string& addr, int connections) : addr_(addr) {
-  for (int i = 0; i < std::max(connections, 1); ++i) {
+LoadClient::LoadClient(const std::string& addr, int connections, const std::string& api)
+    : addr_(addr), connections_(std::max(connections, 1)) {
+  if (api == "http") return;  // Connect creates the HTTP calls
+  for (int i = 0; i < connections_; ++i) {
     grpc::ChannelArguments args;
     // Channels with different arguments never share a subchannel, hence a connection.
     args.SetInt("tandem.bench.connection", i);
@@ -95,7 +98,13 @@ LoadClient::LoadClient(const std::string& addr, int connections) : addr_(addr) {
   }
 }
 
+LoadClient::~LoadClient() = default;
+
 absl::Status LoadClient::Connect(double timeout_s) {
+  if (channels_.empty()) {
+    TANDEM_ASSIGN_OR_RETURN(http_, HttpCalls::Create(addr_, std::min(connections_, 4)));
+    return http_->GetModel(timeout_s).status();
+  }
   const auto deadline = std::chrono::system_clock::now() +
                         std::chrono::duration_cast<std::chrono::system_clock::duration>(
                             std::chrono::duration<double>(timeout_s));
@@ -118,6 +127,13 @@ absl::Status LoadClient::Connect(double timeout_s) {
 }
 
 absl::StatusOr<tandem::v1::ModelInfo> LoadClient::GetModelInfo(double timeout_s) {
+  if (http_ != nullptr) {  // what /v1/models says: no vocabulary size
+    TANDEM_ASSIGN_OR_RETURN(HttpModelInfo m, http_->GetModel(timeout_s));
+    tandem::v1::ModelInfo info;
+    info.set_name(m.name);
+    info.set_context_length(static_cast<int32_t>(m.context_length));
+    return info;
+  }
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() +
                        std::chrono::duration_cast<std::chrono::system_clock::duration>(
@@ -152,8 +168,13 @@ LoadResult LoadClient::Run(const std::vector<BenchRequest>& requests,
     RequestRecord& record = result.records[i];
     record.scheduled_s = offsets_s[i];
     tracker->Started();
-    GenerateCall::Start(*stubs_[i % stubs_.size()], requests[i], timeout, clock, record,
-                        [tracker](bool ok) { tracker->Finished(ok); });
+    auto done = [tracker](bool ok) { tracker->Finished(ok); };
+    if (http_ != nullptr) {
+      http_->Start(requests[i], timeout, clock, record, std::move(done));
+    } else {
+      GenerateCall::Start(*stubs_[i % stubs_.size()], requests[i], timeout, clock, record,
+                          std::move(done));
+    }
   }
   while (!tracker->WaitForDone(static_cast<int64_t>(n), kTick)) {
     progress.Tick(static_cast<int64_t>(n));

@@ -1,5 +1,7 @@
 // The open-loop driver: sends each request at its scheduled time, whether or not earlier ones
-// have finished, over a few gRPC connections, and collects one RequestRecord per request.
+// have finished, and collects one RequestRecord per request. Requests go through
+// tandem.v1.Inference/Generate over a few gRPC connections, or (api "http") as streaming
+// POST /v1/completions calls, a connection each (http_calls.h).
 #pragma once
 
 #include <cstdint>
@@ -10,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "bench/serving/dataset.h"
+#include "bench/serving/http_calls.h"
 #include "bench/serving/progress_bar.h"
 #include "bench/serving/request_record.h"
 #include "tandem/v1/inference.grpc.pb.h"
@@ -36,8 +39,10 @@ struct LoadResult {
 class LoadClient {
  public:
   // `connections` channels to `addr` (HOST:PORT), each its own TCP connection, used round
-  // robin, so one HTTP/2 connection's stream limit or flow control does not cap the load.
-  LoadClient(const std::string& addr, int connections);
+  // robin, so one HTTP/2 connection's stream limit or flow control does not cap the load. With
+  // `api` "http", `addr` is an OpenAI-compatible HTTP server and `connections` its I/O threads.
+  LoadClient(const std::string& addr, int connections, const std::string& api = "grpc");
+  ~LoadClient();
 
   // Opens every connection, so the first requests of a run do not pay for TCP and HTTP/2
   // setup; UNAVAILABLE naming the address when one is not ready within `timeout_s`.
@@ -52,6 +57,8 @@ class LoadClient {
 
  private:
   std::string addr_;
+  const int connections_;
+  std::unique_ptr<HttpCalls> http_;  // api "http"
   std::vector<std::shared_ptr<grpc::Channel>> channels_;
   std::vector<std::unique_ptr<tandem::v1::Inference::Stub>> stubs_;
 };

@@ -101,9 +101,9 @@ class Session : public std::enable_shared_from_this<Session> {
  private:
   struct Out {
     enum Kind { kFull, kHead, kData, kLast } kind = kFull;
-    std::unique_ptr<http::response<http::string_body>> full;
-    std::unique_ptr<http::response<http::empty_body>> head;
-    std::string data;
+    std::unique_ptr<http::response<http::string_body>> full = nullptr;
+    std::unique_ptr<http::response<http::empty_body>> head = nullptr;
+    std::string data = "";
   };
 
   bool Answering(uint64_t generation) const {

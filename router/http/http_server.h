@@ -26,7 +26,7 @@
 namespace tandem::router {
 
 struct HttpServerOptions {
-  std::string listen;  // HOST:PORT; port 0 picks a free one
+  std::string listen = "";  // HOST:PORT; port 0 picks a free one
   int threads = 1;
   size_t max_header_bytes = 16 << 10;
   size_t max_body_bytes = 4 << 20;  // larger bodies get 413
@@ -41,7 +41,7 @@ struct HttpServerOptions {
   // The body of a response the server makes itself (413, 431, 408, 400 for malformed HTTP),
   // as {content type, body}; null: plain text.
   std::function<std::pair<std::string, std::string>(int status, const std::string& message)>
-      refusal_body;
+      refusal_body = nullptr;
 };
 
 using HttpHeaders = std::vector<std::pair<std::string, std::string>>;

@@ -54,7 +54,15 @@ class CompletionCall : public std::enable_shared_from_this<CompletionCall> {
         request_(std::move(request)),
         id_(NewCompletionId()),
         created_(created),
-        arrival_(Clock::now()) {}
+        arrival_(Clock::now()) {
+    // Chunk({{"index": ...}}) as text, split around the index and the text.
+    json head = Chunk(json::array());
+    head.erase("usage");
+    std::string h = Dump(head);
+    event_head_ = absl::StrCat("data: ", h.substr(0, h.size() - 2), "{\"index\":");  // "[]}"
+    event_tail_ = absl::StrCat(",\"logprobs\":null,\"finish_reason\":null}]",
+                               request_.include_usage ? ",\"usage\":null" : "", "}\n\n");
+  }
 
   void Start();
   void OnEvent(int choice, const GenerateResponse& response,
@@ -78,6 +86,9 @@ class CompletionCall : public std::enable_shared_from_this<CompletionCall> {
   // cancelled.
   void StartSiblings(int p) ABSL_LOCKS_EXCLUDED(mu_);
   json Chunk(json choices) const;
+  // The SSE event of one text delta: Chunk's JSON, written without building a JSON tree (this
+  // runs once per token per stream).
+  std::string TextEvent(int choice, const std::string& text) const;
   void Send(std::string event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Once every choice has started (or never will) and ended: the response, or the rest of the
   // stream. The calls hold this object through their sinks: `states_` is moved into `release`,
@@ -96,6 +107,8 @@ class CompletionCall : public std::enable_shared_from_this<CompletionCall> {
   const std::string id_;
   const int64_t created_;
   const Clock::time_point arrival_;
+  std::string event_head_;  // a text event up to the choice's index
+  std::string event_tail_;  // and after its text
 
   absl::Mutex mu_;
   std::vector<std::shared_ptr<CallState>> states_ ABSL_GUARDED_BY(mu_);
@@ -230,6 +243,12 @@ json CompletionCall::Chunk(json choices) const {
   return chunk;
 }
 
+std::string CompletionCall::TextEvent(int choice, const std::string& text) const {
+  return absl::StrCat(event_head_, choice, ",\"text\":",
+                      json(text).dump(-1, ' ', false, json::error_handler_t::replace),
+                      event_tail_);
+}
+
 void CompletionCall::Send(std::string event) {
   if (streaming_) {
     responder_->Write(std::move(event));
@@ -252,12 +271,7 @@ void CompletionCall::OnEvent(int choice, const GenerateResponse& response,
     const std::string& text = response.chunk().text();
     if (text.empty()) return;
     c.text += text;
-    if (request_.stream) {
-      Send(SseEvent(Chunk(json::array({{{"index", choice},
-                                        {"text", text},
-                                        {"logprobs", nullptr},
-                                        {"finish_reason", nullptr}}}))));
-    }
+    if (request_.stream) Send(TextEvent(choice, text));
   } else if (response.has_complete()) {
     const tandem::v1::Complete& done = response.complete();
     c.finish_reason = FinishReasonName(done.finish_reason());
