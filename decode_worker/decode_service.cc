@@ -124,6 +124,7 @@ class DecodeCall final : public grpc::ServerWriteReactor<DecodeResponse> {
       }
       DecodeResponse msg;
       for (int32_t t : out.new_tokens) msg.add_token_ids(t);
+      for (const model::TokenLogprobs& lp : out.logprobs) rpc::ToProto(lp, msg.add_logprobs());
       if (!stream->first_sent) {
         stream->first_sent = true;
         msg.set_kv_hits(stream->hits);

@@ -95,6 +95,9 @@ class PrefillCall final : public grpc::ServerUnaryReactor {
       auto exported = engine::ExportPromptBlocks(engine, prompt, salt);
       auto result = std::make_shared<tandem::v1::PrefillResponse>();
       result->set_first_token(out.new_tokens.back());
+      if (!out.logprobs.empty()) {
+        rpc::ToProto(out.logprobs.back(), result->mutable_first_token_logprobs());
+      }
       result->set_cached_prompt_tokens(out.cached_prompt_tokens);
       // Time in this worker: waiting in the engine's queue, then computing.
       const double here = std::chrono::duration<double>(Clock::now() - start).count();

@@ -277,7 +277,9 @@ void CallState::OnPrefillDone(Worker* worker, std::shared_ptr<Attempt> attempt,
     const FinishReason finish = !sampling_.ignore_eos() && IsEos(r.first_token())
                                     ? tandem::v1::FINISH_REASON_STOP
                                     : tandem::v1::FINISH_REASON_UNSPECIFIED;
-    if (Emit({r.first_token()}, finish)) return;
+    Logprobs first;
+    if (r.has_first_token_logprobs()) *first.Add() = r.first_token_logprobs();
+    if (Emit({r.first_token()}, first, finish)) return;
     kv = r.kv();
   }
   StartDecode(kv);
@@ -333,7 +335,8 @@ bool CallState::OnDecodeMessage(const tandem::v1::DecodeResponse& message) {
   // A worker that finished ends its stream by itself; anything else that ends the request
   // here (a stop string, max_tokens) cancels it.
   if (finish != tandem::v1::FINISH_REASON_UNSPECIFIED) call_.reset();
-  return !Emit(tokens, finish) || finish != tandem::v1::FINISH_REASON_UNSPECIFIED;
+  return !Emit(tokens, message.logprobs(), finish) ||
+         finish != tandem::v1::FINISH_REASON_UNSPECIFIED;
 }
 
 void CallState::OnDecodeDone(Worker* worker, int64_t charged, const grpc::Status& status) {
@@ -385,7 +388,8 @@ bool CallState::Retry(WorkerPool& pool, Worker* worker, const grpc::Status& stat
   return true;
 }
 
-bool CallState::Emit(const std::vector<int32_t>& tokens, FinishReason finish) {
+bool CallState::Emit(const std::vector<int32_t>& tokens, const Logprobs& logprobs,
+                     FinishReason finish) {
   absl::StatusOr<OutputAssembler::Delta> delta = output_->Add(tokens);
   if (!delta.ok()) {
     Fail(rpc::ToGrpcStatus(delta.status()));
@@ -415,6 +419,10 @@ bool CallState::Emit(const std::vector<int32_t>& tokens, FinishReason finish) {
     response.set_request_id(id_);
     tandem::v1::Chunk* chunk = response.mutable_chunk();
     for (int32_t t : delta->token_ids) chunk->add_token_ids(t);
+    // The tokens a stop string cut off are gone, and their log-probabilities with them.
+    for (int i = 0; i < static_cast<int>(delta->token_ids.size()) && i < logprobs.size(); ++i) {
+      *chunk->add_logprobs() = logprobs[i];
+    }
     chunk->set_text(std::move(delta->text));
     Send(response);
   }

@@ -95,8 +95,10 @@ class CallState : public std::enable_shared_from_this<CallState> {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Passes tokens to the client; finishes the request on a stop string, on `finish` or at
   // max_tokens. Returns true when the request has ended.
-  bool Emit(const std::vector<int32_t>& tokens, tandem::v1::FinishReason finish)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `logprobs`: one per token when the request asked for them, else empty.
+  using Logprobs = google::protobuf::RepeatedPtrField<tandem::v1::TokenLogprobs>;
+  bool Emit(const std::vector<int32_t>& tokens, const Logprobs& logprobs,
+            tandem::v1::FinishReason finish) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Complete(tandem::v1::FinishReason reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends with an error status; safe to call once the phase is kDone (no-op).
   void Fail(const grpc::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -14,6 +14,7 @@ namespace {
 
 constexpr int kMaxStopStrings = 16;
 constexpr size_t kMaxStopBytes = 256;
+constexpr int kMaxLogprobs = 20;
 
 absl::Status CheckUtf8(const std::string& text, const std::string& field) {
   const absl::Status s = ValidateUtf8(text);
@@ -66,6 +67,11 @@ absl::StatusOr<tandem::v1::GenerateRequest> ParseGenerateRequest(const grpc::Byt
     s->add_stop(ws.stop(i));
   }
   s->set_ignore_eos(ws.ignore_eos());
+  s->set_presence_penalty(ws.presence_penalty());
+  s->set_frequency_penalty(ws.frequency_penalty());
+  s->set_repetition_penalty(ws.repetition_penalty());
+  s->set_logprobs(ws.logprobs());
+  s->set_top_logprobs(ws.top_logprobs());
   return r;
 }
 
@@ -85,6 +91,28 @@ absl::Status ValidateSampling(const tandem::v1::SamplingParams& s) {
   if (s.max_tokens() <= 0) {
     return InvalidField("sampling.max_tokens",
         absl::StrCat("sampling.max_tokens is required and must be > 0, got ", s.max_tokens()));
+  }
+  for (const auto& [name, v] :
+       {std::pair<const char*, float>{"sampling.presence_penalty", s.presence_penalty()},
+        {"sampling.frequency_penalty", s.frequency_penalty()}}) {
+    if (std::isnan(v) || v < -2 || v > 2) {
+      return InvalidField(name, absl::StrCat(name, " must be in [-2, 2] (0 = off), got ", v));
+    }
+  }
+  if (std::isnan(s.repetition_penalty()) || std::isinf(s.repetition_penalty()) ||
+      s.repetition_penalty() < 0) {
+    return InvalidField("sampling.repetition_penalty",
+                        absl::StrCat("sampling.repetition_penalty must be > 0 (0 = off), got ",
+                                     s.repetition_penalty()));
+  }
+  if (s.top_logprobs() < 0 || s.top_logprobs() > kMaxLogprobs) {
+    return InvalidField("sampling.top_logprobs",
+                        absl::StrCat("sampling.top_logprobs must be in [0, ", kMaxLogprobs,
+                                     "], got ", s.top_logprobs()));
+  }
+  if (s.top_logprobs() > 0 && !s.logprobs()) {
+    return InvalidField("sampling.top_logprobs",
+                        "sampling.top_logprobs needs sampling.logprobs set");
   }
   if (s.stop_size() > kMaxStopStrings) {
     return InvalidField("sampling.stop",

@@ -31,6 +31,7 @@ Engine::Sequence::Sequence(Request r, int64_t id, const kv::EvictionPolicy& evic
   prompt_len = static_cast<int>(tokens.size()) - request.num_generated;
   completion_tokens = request.num_generated;
   sampler.Skip(request.num_generated);
+  sampler.SetHistory(tokens, request.num_generated);
 }
 
 namespace {
@@ -370,11 +371,14 @@ absl::Status Engine::RunBatch(std::vector<RequestOutput>& outputs) {
     if (forward_[i].logits == model::LogitsMode::kNone) continue;
     std::span<const float> row_logits(logits_.data() + row * vocab, vocab);
     ++row;
-    int32_t token = seq.sampler.Sample(row_logits);
+    model::TokenLogprobs logprobs;
+    const bool want_logprobs = seq.request.sampling.logprobs >= 0;
+    int32_t token = seq.sampler.Sample(row_logits, want_logprobs ? &logprobs : nullptr);
     seq.tokens.push_back(token);
     ++seq.completion_tokens;
     RequestOutput out = MakeOutput(seq);
     out.new_tokens.push_back(token);
+    if (want_logprobs) out.logprobs.push_back(std::move(logprobs));
     if (seq.request.return_logits) out.logits.assign(row_logits.begin(), row_logits.end());
     FinishReason reason = CheckStop(seq, token);
     if (reason != FinishReason::kNone) {

@@ -52,6 +52,8 @@ struct RequestOutput {
   int completion_tokens = 0;
   double queue_seconds = 0;  // from AddRequest to its first step (0 until admitted)
   std::vector<float> logits;  // when Request::return_logits and a token was sampled
+  // With sampling.logprobs >= 0: one per new token.
+  std::vector<model::TokenLogprobs> logprobs;
 };
 
 }  // namespace tandem::engine

@@ -17,6 +17,20 @@ absl::Status SamplingParams::Validate() const {
         absl::StrCat("top_p must be in (0, 1] (0 = off), got ", top_p));
   }
   if (top_k < 0) return absl::InvalidArgumentError(absl::StrCat("top_k must be >= 0, got ", top_k));
+  for (const auto& [name, v] : {std::pair<const char*, float>{"presence_penalty", presence_penalty},
+                                {"frequency_penalty", frequency_penalty}}) {
+    if (!std::isfinite(v) || v < -2 || v > 2) {
+      return absl::InvalidArgumentError(absl::StrCat(name, " must be in [-2, 2], got ", v));
+    }
+  }
+  if (!std::isfinite(repetition_penalty) || repetition_penalty <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("repetition_penalty must be > 0 (1 = off), got ", repetition_penalty));
+  }
+  if (logprobs < -1 || logprobs > kMaxLogprobs) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("logprobs must be in [0, ", kMaxLogprobs, "], got ", logprobs));
+  }
   return absl::OkStatus();
 }
 
@@ -35,7 +49,66 @@ void Sampler::Skip(int n) {
   if (n > 0 && params_.temperature != 0.0f && params_.top_k != 1) rng_.discard(n);
 }
 
-int32_t Sampler::Sample(std::span<const float> logits) {
+void Sampler::SetHistory(std::span<const int32_t> tokens, int num_generated) {
+  if (!params_.has_penalties()) return;
+  const size_t prompt = tokens.size() - std::min<size_t>(tokens.size(), num_generated);
+  if (params_.repetition_penalty != 1) prompt_.insert(tokens.begin(), tokens.begin() + prompt);
+  for (size_t i = prompt; i < tokens.size(); ++i) ++generated_[tokens[i]];
+}
+
+std::span<const float> Sampler::Penalized(std::span<const float> logits) {
+  if (!params_.has_penalties()) return logits;
+  scratch_.assign(logits.begin(), logits.end());
+  const float rp = params_.repetition_penalty;
+  auto repeat = [&](int32_t t) {
+    float& l = scratch_[t];
+    l = l > 0 ? l / rp : l * rp;
+  };
+  if (rp != 1) {
+    for (int32_t t : prompt_) {
+      if (t >= 0 && t < static_cast<int32_t>(scratch_.size())) repeat(t);
+    }
+  }
+  for (const auto& [t, n] : generated_) {
+    if (t < 0 || t >= static_cast<int32_t>(scratch_.size())) continue;
+    if (rp != 1 && !prompt_.contains(t)) repeat(t);  // once per token, prompt or output
+    scratch_[t] -= params_.presence_penalty + params_.frequency_penalty * static_cast<float>(n);
+  }
+  return scratch_;
+}
+
+int32_t Sampler::Sample(std::span<const float> logits, TokenLogprobs* logprobs) {
+  const std::span<const float> processed = Penalized(logits);
+  const int32_t token = Draw(processed);
+  if (logprobs != nullptr && params_.logprobs >= 0) FillLogprobs(processed, token, *logprobs);
+  if (params_.has_penalties()) ++generated_[token];
+  return token;
+}
+
+void Sampler::FillLogprobs(std::span<const float> logits, int32_t token, TokenLogprobs& out) {
+  // log softmax(l / T) = l / T - max - log sum exp(l / T - max), in double for the sum.
+  const double inv_t = params_.temperature > 0 ? 1.0 / params_.temperature : 1.0;
+  const float max = logits[ArgMax(logits)];
+  double sum = 0;
+  for (float l : logits) sum += std::exp((static_cast<double>(l) - max) * inv_t);
+  const double log_sum = std::log(sum);
+  auto logprob = [&](int32_t t) {
+    return static_cast<float>((static_cast<double>(logits[t]) - max) * inv_t - log_sum);
+  };
+  out.logprob = logprob(token);
+  out.top.clear();
+  const int k = std::min<int>(params_.logprobs, static_cast<int>(logits.size()));
+  if (k == 0) return;
+  candidates_.resize(logits.size());
+  for (size_t i = 0; i < logits.size(); ++i) candidates_[i] = {logits[i], static_cast<int32_t>(i)};
+  std::partial_sort(candidates_.begin(), candidates_.begin() + k, candidates_.end(),
+                    [](const auto& a, const auto& b) {
+                      return a.first > b.first || (a.first == b.first && a.second < b.second);
+                    });
+  for (int i = 0; i < k; ++i) out.top.emplace_back(candidates_[i].second, logprob(candidates_[i].second));
+}
+
+int32_t Sampler::Draw(std::span<const float> logits) {
   if (params_.temperature == 0.0f || params_.top_k == 1) return ArgMax(logits);
   const int64_t vocab = static_cast<int64_t>(logits.size());
   candidates_.resize(vocab);

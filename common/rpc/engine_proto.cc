@@ -10,7 +10,19 @@ model::SamplingParams ToSamplingParams(const tandem::v1::SamplingParams& samplin
   p.top_p = sampling.top_p();
   p.top_k = sampling.top_k();
   p.seed = sampling.seed();
+  p.presence_penalty = sampling.presence_penalty();
+  p.frequency_penalty = sampling.frequency_penalty();
+  p.repetition_penalty = sampling.repetition_penalty() == 0 ? 1.0f : sampling.repetition_penalty();
+  p.logprobs = sampling.logprobs() ? sampling.top_logprobs() : -1;
   return p;
+}
+
+void ToProto(const model::TokenLogprobs& logprobs, tandem::v1::TokenLogprobs* out) {
+  out->set_logprob(logprobs.logprob);
+  for (const auto& [token, logprob] : logprobs.top) {
+    out->add_top_token_ids(token);
+    out->add_top_logprobs(logprob);
+  }
 }
 
 tandem::v1::FinishReason ToProto(engine::FinishReason reason) {

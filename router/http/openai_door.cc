@@ -8,8 +8,10 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "common/rpc/status.h"
+#include "common/util/utf8.h"
 #include "common/util/log.h"
 #include "router/generate_call.h"
 #include "router/request_validation.h"
@@ -50,6 +52,7 @@ class CompletionCall : public std::enable_shared_from_this<CompletionCall> {
   CompletionCall(const CallEnvironment& env, std::shared_ptr<HttpResponder> responder,
                  CompletionRequest request, int64_t created)
       : env_(env),
+        want_logprobs_(request.prompts[0].sampling().logprobs()),
         responder_(std::move(responder)),
         request_(std::move(request)),
         id_(NewCompletionId()),
@@ -73,6 +76,11 @@ class CompletionCall : public std::enable_shared_from_this<CompletionCall> {
  private:
   struct Choice {
     std::string text;
+    json logprobs = {{"tokens", json::array()},  // OpenAI's completions logprobs object
+                     {"token_logprobs", json::array()},
+                     {"top_logprobs", json::array()},
+                     {"text_offset", json::array()}};
+    int64_t token_bytes = 0;  // of the token strings so far: the next text_offset
     std::string finish_reason;
     int prompt_tokens = 0;
     int completion_tokens = 0;
@@ -101,7 +109,14 @@ class CompletionCall : public std::enable_shared_from_this<CompletionCall> {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   json Usage() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // The log-probabilities of one chunk's tokens, appended to `choice`'s; returns the chunk's
+  // own, for its SSE event.
+  json AddLogprobs(Choice& choice, const tandem::v1::Chunk& chunk) const;
+  // How a token reads in logprobs: its text, or "bytes:\xNN..." when it is part of a character.
+  std::string TokenText(int32_t id) const;
+
   const CallEnvironment& env_;
+  const bool want_logprobs_;
   const std::shared_ptr<HttpResponder> responder_;
   const CompletionRequest request_;
   const std::string id_;
@@ -249,6 +264,40 @@ std::string CompletionCall::TextEvent(int choice, const std::string& text) const
                       event_tail_);
 }
 
+std::string CompletionCall::TokenText(int32_t id) const {
+  if (env_.tokenizer == nullptr) return absl::StrCat("token_id:", id);
+  absl::StatusOr<std::string> bytes = env_.tokenizer->DecodeBytes({id}, false);
+  if (!bytes.ok()) return absl::StrCat("token_id:", id);
+  if (ValidateUtf8(*bytes).ok()) return *std::move(bytes);
+  std::string out = "bytes:";
+  for (unsigned char b : *bytes) absl::StrAppend(&out, absl::StrFormat("\\x%02x", b));
+  return out;
+}
+
+json CompletionCall::AddLogprobs(Choice& choice, const tandem::v1::Chunk& chunk) const {
+  json own = {{"tokens", json::array()},
+              {"token_logprobs", json::array()},
+              {"top_logprobs", json::array()},
+              {"text_offset", json::array()}};
+  for (int i = 0; i < chunk.token_ids_size() && i < chunk.logprobs_size(); ++i) {
+    const tandem::v1::TokenLogprobs& lp = chunk.logprobs(i);
+    const std::string text = TokenText(chunk.token_ids(i));
+    json top = json::object();
+    for (int j = 0; j < lp.top_token_ids_size() && j < lp.top_logprobs_size(); ++j) {
+      top[TokenText(lp.top_token_ids(j))] = lp.top_logprobs(j);
+    }
+    own["tokens"].push_back(text);
+    own["token_logprobs"].push_back(lp.logprob());
+    own["top_logprobs"].push_back(std::move(top));
+    own["text_offset"].push_back(choice.token_bytes);
+    choice.token_bytes += static_cast<int64_t>(text.size());
+  }
+  for (const char* key : {"tokens", "token_logprobs", "top_logprobs", "text_offset"}) {
+    for (const json& v : own[key]) choice.logprobs[key].push_back(v);
+  }
+  return own;
+}
+
 void CompletionCall::Send(std::string event) {
   if (streaming_) {
     responder_->Write(std::move(event));
@@ -269,8 +318,18 @@ void CompletionCall::OnEvent(int choice, const GenerateResponse& response,
   }
   if (response.has_chunk()) {
     const std::string& text = response.chunk().text();
-    if (text.empty()) return;
     c.text += text;
+    if (want_logprobs_) {
+      json lp = AddLogprobs(c, response.chunk());
+      if (request_.stream) {
+        Send(SseEvent(Chunk(json::array({{{"index", choice},
+                                          {"text", text},
+                                          {"logprobs", std::move(lp)},
+                                          {"finish_reason", nullptr}}}))));
+      }
+      return;
+    }
+    if (text.empty()) return;
     if (request_.stream) Send(TextEvent(choice, text));
   } else if (response.has_complete()) {
     const tandem::v1::Complete& done = response.complete();
@@ -355,7 +414,7 @@ void CompletionCall::MaybeFinish(std::vector<std::shared_ptr<CallState>>& releas
     for (int i = 0; i < num_choices(); ++i) {
       choices.push_back({{"index", i},
                          {"text", choices_[i].text},
-                         {"logprobs", nullptr},
+                         {"logprobs", want_logprobs_ ? choices_[i].logprobs : json(nullptr)},
                          {"finish_reason", choices_[i].finish_reason}});
     }
     json body = Chunk(std::move(choices));

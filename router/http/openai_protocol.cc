@@ -120,7 +120,8 @@ absl::StatusOr<json> ParseObject(std::string_view body) {
   if (v.is_discarded()) {
     // Parse again for the message (rare: only bad requests pay for it).
     try {
-      (void)json::parse(body);
+      json again = json::parse(body);
+      return absl::InternalError(absl::StrCat("the body parsed the second time: ", again.dump()));
     } catch (const json::exception& e) {
       return absl::InvalidArgumentError(absl::StrCat("the body is not valid JSON: ", e.what()));
     }
@@ -210,6 +211,8 @@ absl::Status CheckModel(Fields& f, const OpenAiLimits& limits) {
   return absl::OkStatus();
 }
 
+constexpr int kMaxLogprobs = 20;
+
 }  // namespace
 
 absl::StatusOr<TokenizeRequest> ParseTokenizeRequest(std::string_view body,
@@ -278,10 +281,20 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(std::string_view body,
   absl::StatusOr<int64_t> n = f.Integer("n", 1, 1, limits.max_n);
   absl::StatusOr<bool> stream = f.Bool("stream", false);
   absl::StatusOr<std::string> user = f.String("user");
+  absl::StatusOr<double> presence = f.Number("presence_penalty", 0);
+  absl::StatusOr<double> frequency = f.Number("frequency_penalty", 0);
+  absl::StatusOr<double> repetition = f.Number("repetition_penalty", 1);
+  // null (absent) is off; 0 asks for the sampled token's alone.
+  absl::StatusOr<int64_t> logprobs = f.Integer("logprobs", -1, 0, kMaxLogprobs);
   for (const absl::Status& s :
        {max_tokens.status(), temperature.status(), top_p.status(), top_k.status(), seed.status(),
-        stop.status(), ignore_eos.status(), n.status(), stream.status(), user.status()}) {
+        stop.status(), ignore_eos.status(), n.status(), stream.status(), user.status(),
+        presence.status(), frequency.status(), repetition.status(), logprobs.status()}) {
     if (!s.ok()) return s;
+  }
+  if (*repetition <= 0) {
+    return InvalidField("repetition_penalty",
+                        absl::StrCat("repetition_penalty must be > 0 (1 = off), got ", *repetition));
   }
   if (const json* so = f.Get("stream_options"); so != nullptr) {
     if (!so->is_object()) return WrongType("stream_options", "an object", *so);
@@ -296,11 +309,8 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(std::string_view body,
     }
     out.include_usage = *usage;
   }
-  for (absl::Status s : {f.Unsupported("logprobs"), f.Unsupported("echo", {false}),
-                         f.Unsupported("presence_penalty", {0, 0.0}),
-                         f.Unsupported("frequency_penalty", {0, 0.0}),
-                         f.Unsupported("repetition_penalty", {1, 1.0}),
-                         f.Unsupported("best_of", {1}), f.Unsupported("logit_bias", {json::object()}),
+  for (absl::Status s : {f.Unsupported("echo", {false}), f.Unsupported("best_of", {1}),
+                         f.Unsupported("logit_bias", {json::object()}),
                          f.Unsupported("suffix", {""})}) {
     if (!s.ok()) return s;
   }
@@ -316,6 +326,13 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(std::string_view body,
   sp.set_seed(static_cast<uint64_t>(*seed));
   for (auto& s : *stop) sp.add_stop(std::move(s));
   sp.set_ignore_eos(*ignore_eos);
+  sp.set_presence_penalty(static_cast<float>(*presence));
+  sp.set_frequency_penalty(static_cast<float>(*frequency));
+  sp.set_repetition_penalty(static_cast<float>(*repetition));
+  if (*logprobs >= 0) {
+    sp.set_logprobs(true);
+    sp.set_top_logprobs(static_cast<int32_t>(*logprobs));
+  }
   for (auto& r : *prompts) *r.mutable_sampling() = sp;
   out.prompts = std::move(*prompts);
   out.n = static_cast<int>(*n);

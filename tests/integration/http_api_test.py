@@ -138,9 +138,23 @@ def check_openai_client(serve, modules):
     st = out["stop"]
     print(f"openai client, stop {st['stop']!r}: {st['text']!r}")
     assert st["finish"] == "stop" and st["text"] == want[:want.index(st["stop"])], (st, want)
+    lp = out["logprobs"]
+    lps = lp["logprobs"]
+    print(f"openai client, logprobs=3: tokens {lps['tokens']}, "
+          f"token_logprobs {[round(x, 3) for x in lps['token_logprobs']]}")
+    assert "".join(lps["tokens"]) == lp["text"] == want[:len(lp["text"])], (lp, want)
+    assert len(lps["token_logprobs"]) == len(lps["top_logprobs"]) == len(lps["tokens"]) == 8, lps
+    for tok, value, top, offset, prefix in zip(lps["tokens"], lps["token_logprobs"],
+                                               lps["top_logprobs"], lps["text_offset"],
+                                               (lp["text"][:k] for k in range(len(lp["text"])))):
+        assert value <= 0 and len(top) <= 3 and abs(top[tok] - value) < 1e-6, (tok, value, top)
+        assert max(top.values()) == top[tok], (tok, top)  # greedy: the most likely
+    assert lps["text_offset"][0] == 0, lps
+    assert out["penalized"] != want, "frequency and presence penalties changed nothing"
+    print(f"openai client, penalties: {out['penalized']!r}")
     e = out["errors"]
     print(f"openai client, errors: {e}")
-    assert e["logprobs"]["status"] == 400 and e["logprobs"]["param"] == "logprobs", e
+    assert e["echo"]["status"] == 400 and e["echo"]["param"] == "echo", e
     assert e["model"]["status"] == 404 and e["model"]["code"] == "model_not_found", e
     assert e["max_tokens"]["status"] == 400 and e["max_tokens"]["param"] == "max_tokens", e
     assert [m["id"] for m in out["models"]] == ["tandem-py-8l"], out["models"]

@@ -53,9 +53,18 @@ async function main() {
                                                     stop: [stop] });
   out.stop = { stop, text: stopped.choices[0].text, finish: stopped.choices[0].finish_reason };
 
+  // Log-probabilities: greedy, so each sampled token is its own top alternative.
+  const lp = await client.completions.create({ model, prompt, max_tokens: 8, temperature: 0,
+                                               logprobs: 3 });
+  out.logprobs = { text: lp.choices[0].text, logprobs: lp.choices[0].logprobs };
+  // Penalties change what greedy decoding says.
+  const penalized = await client.completions.create({ model, prompt, max_tokens: 40,
+                                                      temperature: 0, frequency_penalty: 1.5,
+                                                      presence_penalty: 1.0 });
+  out.penalized = penalized.choices[0].text;
+
   out.errors = {
-    logprobs: await errorOf(client.completions.create({ model, prompt, max_tokens: 4,
-                                                        logprobs: 3 })),
+    echo: await errorOf(client.completions.create({ model, prompt, max_tokens: 4, echo: true })),
     model: await errorOf(client.completions.create({ model: 'no-such-model', prompt,
                                                      max_tokens: 4 })),
     max_tokens: await errorOf(client.completions.create({ model, prompt, max_tokens: 100000 })),

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/engine/engine.h"
 #include "common/kv/kv_cache_manager.h"
 #include "common/model/model.h"
@@ -189,6 +190,10 @@ absl::Status RunGenerate(const CliArgs& args) {
                                           "top-p",
                                           "top-k",
                                           "seed",
+                                          "presence-penalty",
+                                          "frequency-penalty",
+                                          "repetition-penalty",
+                                          "logprobs",
                                           "ignore-eos",
                                           "kv-dtype",
                                           "kv-sink-tokens",
@@ -216,10 +221,18 @@ absl::Status RunGenerate(const CliArgs& args) {
   TANDEM_ASSIGN_OR_RETURN(int64_t top_k, args.IntOr("top-k", 0));
   TANDEM_ASSIGN_OR_RETURN(int64_t seed, args.IntOr("seed", 0));
   request.max_tokens = static_cast<int>(std::clamp<int64_t>(max_tokens, -1, 1 << 30));
+  TANDEM_ASSIGN_OR_RETURN(double presence, args.DoubleOr("presence-penalty", 0.0));
+  TANDEM_ASSIGN_OR_RETURN(double frequency, args.DoubleOr("frequency-penalty", 0.0));
+  TANDEM_ASSIGN_OR_RETURN(double repetition, args.DoubleOr("repetition-penalty", 1.0));
+  TANDEM_ASSIGN_OR_RETURN(int64_t top_logprobs, args.IntOr("logprobs", -1));
   request.sampling = {.temperature = static_cast<float>(temperature),
                       .top_p = static_cast<float>(top_p),
                       .top_k = static_cast<int>(std::clamp<int64_t>(top_k, -1, 1 << 30)),
-                      .seed = static_cast<uint64_t>(seed)};
+                      .seed = static_cast<uint64_t>(seed),
+                      .presence_penalty = static_cast<float>(presence),
+                      .frequency_penalty = static_cast<float>(frequency),
+                      .repetition_penalty = static_cast<float>(repetition),
+                      .logprobs = static_cast<int>(std::clamp<int64_t>(top_logprobs, -2, 1 << 20))};
   TANDEM_ASSIGN_OR_RETURN(auto pool, MakePool(args));
   TANDEM_ASSIGN_OR_RETURN(auto model, LoadModel(args, *pool));
   engine::EngineOptions options;
@@ -241,6 +254,7 @@ absl::Status RunGenerate(const CliArgs& args) {
   TANDEM_ASSIGN_OR_RETURN(auto engine, engine::Engine::Create(*model, options));
   TANDEM_RETURN_IF_ERROR(engine->AddRequest(std::move(request)));
   std::vector<int32_t> generated;
+  std::vector<model::TokenLogprobs> logprobs;
   engine::FinishReason finish = engine::FinishReason::kNone;
   auto t0 = Clock::now();
   Clock::time_point first_token;
@@ -249,12 +263,19 @@ absl::Status RunGenerate(const CliArgs& args) {
     for (const auto& out : outputs) {
       if (generated.empty() && !out.new_tokens.empty()) first_token = Clock::now();
       generated.insert(generated.end(), out.new_tokens.begin(), out.new_tokens.end());
+      logprobs.insert(logprobs.end(), out.logprobs.begin(), out.logprobs.end());
       if (out.finish == engine::FinishReason::kError) return out.error;
       if (out.finish != engine::FinishReason::kNone) finish = out.finish;
     }
   }
   auto t1 = Clock::now();
   TANDEM_RETURN_IF_ERROR(PrintGenerated(generated, prompt));
+  // One line per token: "logprob ID LOGPROB TOP_ID:LOGPROB ...".
+  for (size_t i = 0; i < logprobs.size() && i < generated.size(); ++i) {
+    std::string line = absl::StrFormat("logprob %d %.9g", generated[i], logprobs[i].logprob);
+    for (const auto& [id, lp] : logprobs[i].top) absl::StrAppendFormat(&line, " %d:%.9g", id, lp);
+    std::printf("%s\n", line.c_str());
+  }
   double decode_s = generated.size() > 1 ? Seconds(first_token, t1) : 0;
   std::fprintf(stderr,
                "generate: prompt %zu tokens, %zu generated (finish: %s); prefill %.3f s "

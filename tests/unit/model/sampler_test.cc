@@ -53,11 +53,73 @@ TEST(SamplerTest, SameSeedSameSequence) {
   EXPECT_NE(draw(42), draw(43));
 }
 
+TEST(SamplerTest, LogprobsAreTheLogSoftmaxAfterTemperature) {
+  // p = softmax([0, ln 2, ln 5] / 0.5) = [1, 4, 25] / 30.
+  std::vector<float> logits = {0.0f, std::log(2.0f), std::log(5.0f)};
+  Sampler s({.temperature = 0.5f, .seed = 3, .logprobs = 2});
+  TokenLogprobs lp;
+  const int32_t token = s.Sample(logits, &lp);
+  const double p[] = {1.0 / 30, 4.0 / 30, 25.0 / 30};
+  EXPECT_NEAR(lp.logprob, std::log(p[token]), 1e-6);
+  ASSERT_EQ(lp.top.size(), 2u);
+  EXPECT_EQ(lp.top[0].first, 2);
+  EXPECT_NEAR(lp.top[0].second, std::log(p[2]), 1e-6);
+  EXPECT_EQ(lp.top[1].first, 1);
+  // Greedy counts as temperature 1; logprobs 0 is the sampled token's alone.
+  Sampler g({.logprobs = 0});
+  EXPECT_EQ(g.Sample(logits, &lp), 2);
+  EXPECT_NEAR(lp.logprob, std::log(5.0 / 8), 1e-6);
+  EXPECT_TRUE(lp.top.empty());
+}
+
+TEST(SamplerTest, PenaltiesFollowVllm) {
+  // Token 0 was in the prompt, token 1 generated twice, token 2 never seen.
+  std::vector<float> logits = {2.0f, 1.0f, 0.5f, -1.0f};
+  const std::vector<int32_t> history = {0, 3, 1, 1};  // prompt {0, 3}, then 1, 1 generated
+  auto greedy_after = [&](SamplingParams params) {
+    params.logprobs = 3;
+    Sampler s(params);
+    s.SetHistory(history, 2);
+    TokenLogprobs lp;
+    s.Sample(logits, &lp);
+    std::vector<float> out(4);
+    for (const auto& [t, v] : lp.top) out[t] = v;
+    return std::make_pair(lp, out);
+  };
+  // frequency 0.4 + presence 0.3 on token 1: 1.0 - 0.3 - 0.4 * 2 = -0.1; nothing else moves.
+  auto [f, fv] = greedy_after({.presence_penalty = 0.3f, .frequency_penalty = 0.4f});
+  const double z = std::exp(2.0) + std::exp(-0.1) + std::exp(0.5) + std::exp(-1.0);
+  EXPECT_NEAR(fv[0], 2.0 - std::log(z), 1e-5);
+  EXPECT_NEAR(fv[2], 0.5 - std::log(z), 1e-5);
+  EXPECT_NEAR(f.top[2].second, -0.1 - std::log(z), 1e-5);  // token 1 fell to third
+  EXPECT_EQ(f.top[2].first, 1);
+  // repetition 2 on prompt and output tokens: 0 -> 1.0, 3 -> -2.0, 1 -> 0.5; 2 untouched.
+  auto [r, rv] = greedy_after({.repetition_penalty = 2.0f});
+  const double zr = std::exp(1.0) + std::exp(0.5) + std::exp(0.5) + std::exp(-2.0);
+  EXPECT_NEAR(rv[0], 1.0 - std::log(zr), 1e-5);
+  EXPECT_NEAR(r.logprob, 1.0 - std::log(zr), 1e-5);
+}
+
+TEST(SamplerTest, PenaltiesCountWhatTheSamplerGenerates) {
+  // Two tokens with equal logits: frequency 0.5 makes greedy alternate between them.
+  std::vector<float> logits = {1.0f, 1.0f};
+  Sampler s({.frequency_penalty = 0.5f});
+  s.SetHistory(std::vector<int32_t>{5}, 0);
+  std::vector<int32_t> got;
+  for (int i = 0; i < 4; ++i) got.push_back(s.Sample(logits));
+  EXPECT_EQ(got, (std::vector<int32_t>{0, 1, 0, 1}));
+}
+
 TEST(SamplerTest, ValidatesParameters) {
   EXPECT_TRUE(SamplingParams{}.Validate().ok());
   EXPECT_FALSE(SamplingParams{.temperature = -0.1f}.Validate().ok());
   EXPECT_FALSE(SamplingParams{.temperature = NAN}.Validate().ok());
   EXPECT_FALSE(SamplingParams{.top_p = 1.01f}.Validate().ok());
+  EXPECT_FALSE(SamplingParams{.presence_penalty = 2.5f}.Validate().ok());
+  EXPECT_FALSE(SamplingParams{.frequency_penalty = -3.0f}.Validate().ok());
+  EXPECT_FALSE(SamplingParams{.repetition_penalty = 0.0f}.Validate().ok());
+  EXPECT_FALSE(SamplingParams{.logprobs = 21}.Validate().ok());
+  EXPECT_TRUE(SamplingParams{.logprobs = 20}.Validate().ok());
   EXPECT_FALSE(SamplingParams{.top_p = -0.5f}.Validate().ok());
   EXPECT_FALSE(SamplingParams{.top_k = -1}.Validate().ok());
 }

@@ -43,8 +43,8 @@ TEST(OpenAiProtocolTest, EverySupportedFieldReachesTheRequest) {
       Parse(R"({"model": "m", "prompt": [1, 2, 3], "max_tokens": 7, "temperature": 0.5,
                 "top_p": 0.9, "top_k": 40, "seed": -3, "stop": ["a", "bc"], "n": 2,
                 "ignore_eos": true, "stream": true, "stream_options": {"include_usage": true},
-                "user": "u1", "echo": false, "logprobs": null, "presence_penalty": 0,
-                "frequency_penalty": 0.0, "repetition_penalty": 1, "best_of": 1,
+                "user": "u1", "echo": false, "logprobs": 3, "presence_penalty": 0.5,
+                "frequency_penalty": -0.25, "repetition_penalty": 1.5, "best_of": 1,
                 "logit_bias": {}, "suffix": ""})")
           .value();
   ASSERT_EQ(r.prompts.size(), 1u);
@@ -60,11 +60,21 @@ TEST(OpenAiProtocolTest, EverySupportedFieldReachesTheRequest) {
   ASSERT_EQ(s.stop_size(), 2);
   EXPECT_EQ(s.stop(1), "bc");
   EXPECT_TRUE(s.ignore_eos());
+  EXPECT_FLOAT_EQ(s.presence_penalty(), 0.5f);
+  EXPECT_FLOAT_EQ(s.frequency_penalty(), -0.25f);
+  EXPECT_FLOAT_EQ(s.repetition_penalty(), 1.5f);
+  EXPECT_TRUE(s.logprobs());
+  EXPECT_EQ(s.top_logprobs(), 3);
   EXPECT_EQ(r.n, 2);
   EXPECT_TRUE(r.stream);
   EXPECT_TRUE(r.include_usage);
   EXPECT_EQ(r.user, "u1");
   EXPECT_EQ(Parse(R"({"prompt": "x", "top_k": -1})")->prompts[0].sampling().top_k(), 0);
+  // logprobs: null is off, 0 the sampled token's alone.
+  EXPECT_FALSE(Parse(R"({"prompt": "x", "logprobs": null})")->prompts[0].sampling().logprobs());
+  EXPECT_TRUE(Parse(R"({"prompt": "x", "logprobs": 0})")->prompts[0].sampling().logprobs());
+  EXPECT_EQ(Parse(R"({"prompt": "x", "logprobs": 0})")->prompts[0].sampling().top_logprobs(), 0);
+  EXPECT_FLOAT_EQ(Parse(R"({"prompt": "x"})")->prompts[0].sampling().repetition_penalty(), 1.0f);
   EXPECT_EQ(Parse(R"({"prompt": "x", "max_tokens": 16.0})")->prompts[0].sampling().max_tokens(),
             16);
   EXPECT_EQ(Parse(R"({"prompt": "x", "stop": "end"})")->prompts[0].sampling().stop(0), "end");
@@ -109,10 +119,13 @@ TEST(OpenAiProtocolTest, BadRequestsNameTheirField) {
        absl::StatusCode::kInvalidArgument, "stream_options"},
       {R"({"prompt": "x", "stream": true, "stream_options": {"other": 1}})",
        absl::StatusCode::kInvalidArgument, "stream_options"},
-      {R"({"prompt": "x", "logprobs": 2})", absl::StatusCode::kInvalidArgument, "logprobs"},
+      {R"({"prompt": "x", "logprobs": 21})", absl::StatusCode::kInvalidArgument, "logprobs"},
+      {R"({"prompt": "x", "logprobs": true})", absl::StatusCode::kInvalidArgument, "logprobs"},
       {R"({"prompt": "x", "echo": true})", absl::StatusCode::kInvalidArgument, "echo"},
-      {R"({"prompt": "x", "presence_penalty": 0.5})", absl::StatusCode::kInvalidArgument,
+      {R"({"prompt": "x", "presence_penalty": "high"})", absl::StatusCode::kInvalidArgument,
        "presence_penalty"},
+      {R"({"prompt": "x", "repetition_penalty": 0})", absl::StatusCode::kInvalidArgument,
+       "repetition_penalty"},
       {R"({"prompt": "x", "best_of": 2})", absl::StatusCode::kInvalidArgument, "best_of"},
       {R"({"prompt": "x", "logit_bias": {"1": 5}})", absl::StatusCode::kInvalidArgument,
        "logit_bias"},

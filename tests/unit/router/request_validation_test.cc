@@ -101,6 +101,29 @@ TEST_F(RequestValidationTest, SamplingRanges) {
   ExpectInvalid("sampling.stop[0]");
   request_.mutable_sampling()->clear_stop();
   EXPECT_TRUE(Check().ok());
+  request_.mutable_sampling()->set_presence_penalty(2.5f);
+  ExpectInvalid("presence_penalty");
+  request_.mutable_sampling()->set_presence_penalty(-2.0f);
+  request_.mutable_sampling()->set_frequency_penalty(-2.1f);
+  ExpectInvalid("frequency_penalty");
+  request_.mutable_sampling()->set_frequency_penalty(2.0f);
+  request_.mutable_sampling()->set_repetition_penalty(-1.0f);
+  ExpectInvalid("repetition_penalty");
+  request_.mutable_sampling()->set_repetition_penalty(0.0f);  // off
+  request_.mutable_sampling()->set_top_logprobs(3);
+  ExpectInvalid("top_logprobs needs sampling.logprobs");
+  request_.mutable_sampling()->set_logprobs(true);
+  request_.mutable_sampling()->set_top_logprobs(21);
+  ExpectInvalid("top_logprobs");
+  request_.mutable_sampling()->set_top_logprobs(20);
+  EXPECT_TRUE(Check().ok());
+  EXPECT_EQ(FieldOf(ValidateSampling([] {
+              tandem::v1::SamplingParams p;
+              p.set_max_tokens(1);
+              p.set_top_logprobs(-1);
+              return p;
+            }())),
+            "sampling.top_logprobs");
 }
 
 }  // namespace
@@ -129,6 +152,11 @@ TEST(ParseGenerateRequestTest, ReadsEveryFieldOfThePublicMessage) {
   s->add_stop("\n\n");
   s->add_stop("。");
   s->set_ignore_eos(true);
+  s->set_presence_penalty(0.25f);
+  s->set_frequency_penalty(-1.0f);
+  s->set_repetition_penalty(1.1f);
+  s->set_logprobs(true);
+  s->set_top_logprobs(4);
   auto parsed = ParseGenerateRequest(Serialize(r.SerializeAsString()));
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   EXPECT_EQ(parsed->SerializeAsString(), r.SerializeAsString());

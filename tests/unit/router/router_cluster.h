@@ -24,6 +24,7 @@ namespace tandem::testing {
 
 struct Result {
   std::vector<int32_t> tokens;
+  std::vector<tandem::v1::TokenLogprobs> logprobs;
   tandem::v1::Complete complete;
   int chunks = 0;
   grpc::Status status;
@@ -126,6 +127,8 @@ class RouterClusterTest : public TinyModelTest {
       if (msg.has_chunk()) {
         r.tokens.insert(r.tokens.end(), msg.chunk().token_ids().begin(),
                         msg.chunk().token_ids().end());
+        r.logprobs.insert(r.logprobs.end(), msg.chunk().logprobs().begin(),
+                          msg.chunk().logprobs().end());
         if (on_chunk) on_chunk(++r.chunks, context);
       } else {
         r.complete = msg.complete();

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "absl/synchronization/mutex.h"
+#include "common/rpc/engine_proto.h"
 #include "absl/synchronization/notification.h"
 #include "cache_store/cache_store_service.h"
 #include "decode_worker/decode_service.h"
@@ -96,6 +97,41 @@ TEST_F(RouterServiceTest, ConcurrentStreamsEqualOneEngine) {
   RegistryService registry(*router_, std::chrono::seconds(1), &metrics_);
   EXPECT_EQ(SampleValue(metrics_.Serialize(), "tandem_balancer_recommended_prefill_decode_ratio"),
             1.0);
+}
+
+TEST_F(RouterServiceTest, LogprobsAndPenaltiesCrossTheWholePath) {
+  StartCluster();
+  const std::vector<int32_t> prompt = Prompt(37, 5);
+  tandem::v1::GenerateRequest request = Request(prompt, 12);
+  tandem::v1::SamplingParams* s = request.mutable_sampling();
+  s->set_frequency_penalty(1.5f);
+  s->set_presence_penalty(0.5f);
+  s->set_repetition_penalty(1.2f);
+  s->set_logprobs(true);
+  s->set_top_logprobs(3);
+  const Result r = Generate(request);
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  // The same request on one engine: the prefill worker's first token and the decode worker's
+  // others must agree with it, penalties and log-probabilities included.
+  engine::Request direct = testing::GreedyRequest("x", prompt, 12);
+  direct.sampling = rpc::ToSamplingParams(request.sampling());
+  auto e = MakeEngine();
+  const testing::RunResult want = testing::RunToCompletion(*e, direct);
+  EXPECT_EQ(r.tokens, want.tokens);
+  EXPECT_NE(want.tokens, Expected(prompt, 12)) << "the penalties changed nothing";
+  ASSERT_EQ(r.logprobs.size(), want.logprobs.size());
+  ASSERT_EQ(r.logprobs.size(), 12u);
+  for (size_t i = 0; i < r.logprobs.size(); ++i) {
+    EXPECT_NEAR(r.logprobs[i].logprob(), want.logprobs[i].logprob, 1e-5) << i;
+    ASSERT_EQ(r.logprobs[i].top_token_ids_size(), 3) << i;
+    for (int j = 0; j < 3; ++j) {
+      EXPECT_EQ(r.logprobs[i].top_token_ids(j), want.logprobs[i].top[j].first) << i;
+      EXPECT_NEAR(r.logprobs[i].top_logprobs(j), want.logprobs[i].top[j].second, 1e-5) << i;
+    }
+    EXPECT_EQ(r.logprobs[i].top_token_ids(0), r.tokens[i]) << "greedy takes the most likely";
+  }
+  // Without logprobs, none are sent.
+  EXPECT_TRUE(Generate(Request(prompt, 3)).logprobs.empty());
 }
 
 TEST_F(RouterServiceTest, BadInputIsInvalidArgument) {

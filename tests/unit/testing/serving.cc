@@ -37,6 +37,7 @@ RunResult RunToCompletion(engine::Engine& engine, engine::Request request) {
     for (const auto& o : *outputs) {
       if (result.cached_prompt_tokens < 0) result.cached_prompt_tokens = o.cached_prompt_tokens;
       result.tokens.insert(result.tokens.end(), o.new_tokens.begin(), o.new_tokens.end());
+      result.logprobs.insert(result.logprobs.end(), o.logprobs.begin(), o.logprobs.end());
     }
   }
   return result;
