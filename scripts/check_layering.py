@@ -12,8 +12,8 @@ import sys
 import tempfile
 
 ROLES = {"router", "prefill_worker", "decode_worker", "cache_store"}
-COMMON = {"util", "kernels", "kv", "model", "engine", "tokenizer", "config", "metrics", "rpc",
-          "store"}
+COMMON = {"util", "kernels", "kv", "model", "engine", "tokenizer", "chat", "config", "metrics",
+          "rpc", "store"}
 # What each unit may include besides itself and the generated protos (tandem/v1/...).
 ALLOWED = {
     "common/util": set(),
@@ -22,6 +22,7 @@ ALLOWED = {
     "common/model": {"common/util", "common/kernels", "common/kv:format"},
     "common/engine": {"common/util", "common/kv", "common/model"},
     "common/tokenizer": {"common/util"},
+    "common/chat": {"common/util"},
     "common/config": {"common/util"},
     "common/metrics": {"common/util"},
     "common/store": {"common/util", "common/rpc"},

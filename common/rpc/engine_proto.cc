@@ -17,6 +17,19 @@ model::SamplingParams ToSamplingParams(const tandem::v1::SamplingParams& samplin
   return p;
 }
 
+const char* FinishReasonName(tandem::v1::FinishReason reason) {
+  switch (reason) {
+    case tandem::v1::FINISH_REASON_STOP:
+      return "stop";
+    case tandem::v1::FINISH_REASON_LENGTH:
+      return "length";
+    case tandem::v1::FINISH_REASON_ABORT:
+      return "abort";
+    default:
+      return "unspecified";
+  }
+}
+
 void ToProto(const model::TokenLogprobs& logprobs, tandem::v1::TokenLogprobs* out) {
   out->set_logprob(logprobs.logprob);
   for (const auto& [token, logprob] : logprobs.top) {

@@ -14,6 +14,8 @@ namespace tandem::rpc {
 // Sampling fields of the public API as the engine takes them (proto3 zero values = defaults).
 model::SamplingParams ToSamplingParams(const tandem::v1::SamplingParams& sampling);
 void ToProto(const model::TokenLogprobs& logprobs, tandem::v1::TokenLogprobs* out);
+// "stop", "length", "abort", or "unspecified".
+const char* FinishReasonName(tandem::v1::FinishReason reason);
 
 // kNone and kError have no finish reason on the wire (UNSPECIFIED).
 tandem::v1::FinishReason ToProto(engine::FinishReason reason);

@@ -169,7 +169,9 @@ void CompletionCall::OnEvent(int choice, const GenerateResponse& response,
     if (request_.stream) Send(format_.TextEvent(choice, text));
   } else if (response.has_complete()) {
     const tandem::v1::Complete& done = response.complete();
-    c.result.finish_reason = FinishReasonName(done.finish_reason());
+    // A request ends by a stop or its length (an abort ends it with an error instead).
+    c.result.finish_reason = done.finish_reason() == tandem::v1::FINISH_REASON_LENGTH ? "length"
+                                                                                         : "stop";
     c.prompt_tokens = done.usage().prompt_tokens();
     c.completion_tokens = done.usage().completion_tokens();
     c.cached_tokens = done.usage().cached_prompt_tokens();

@@ -6,7 +6,9 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include <limits>
 #include "router/http/completion_call.h"
 #include "router/http/openai_format.h"
 #include "router/request_validation.h"
@@ -18,9 +20,11 @@ using json = OrderedJson;
 
 }  // namespace
 
-OpenAiDoor::OpenAiDoor(RouterService& router, OpenAiLimits limits)
+OpenAiDoor::OpenAiDoor(RouterService& router, OpenAiLimits limits,
+                       absl::StatusOr<chat::ChatTemplateConfig> chat)
     : router_(router),
       limits_(std::move(limits)),
+      chat_(std::move(chat)),
       created_(std::chrono::duration_cast<std::chrono::seconds>(
                    std::chrono::system_clock::now().time_since_epoch())
                    .count()) {}
@@ -31,8 +35,11 @@ void OpenAiDoor::Handle(HttpRequest request, std::shared_ptr<HttpResponder> resp
     std::string_view path;
     std::string_view method;
   };
-  static constexpr Route kRoutes[] = {{"/v1/completions", "POST"}, {"/v1/models", "GET"},
-                                      {"/health", "GET"},          {"/tokenize", "POST"},
+  static constexpr Route kRoutes[] = {{"/v1/completions", "POST"},
+                                      {"/v1/chat/completions", "POST"},
+                                      {"/v1/models", "GET"},
+                                      {"/health", "GET"},
+                                      {"/tokenize", "POST"},
                                       {"/detokenize", "POST"}};
   for (const Route& route : kRoutes) {
     if (path != route.path) continue;
@@ -47,6 +54,8 @@ void OpenAiDoor::Handle(HttpRequest request, std::shared_ptr<HttpResponder> resp
     }
     if (path == "/v1/completions") {
       Completions(request, std::move(responder));
+    } else if (path == "/v1/chat/completions") {
+      ChatCompletions(request, std::move(responder));
     } else if (path == "/v1/models") {
       Models(*responder);
     } else if (path == "/health") {
@@ -82,6 +91,74 @@ void OpenAiDoor::Completions(const HttpRequest& request,
   auto call = std::make_shared<CompletionCall>(router_.environment(), std::move(responder),
                                                std::move(*parsed), std::move(format));
   call->Start();
+}
+
+void OpenAiDoor::ChatCompletions(const HttpRequest& request,
+                                 std::shared_ptr<HttpResponder> responder) {
+  absl::StatusOr<ChatRequest> parsed = ParseChatRequest(request.body, limits_);
+  absl::StatusOr<std::vector<int32_t>> prompt =
+      parsed.ok() ? ChatPrompt(*parsed) : absl::StatusOr<std::vector<int32_t>>(parsed.status());
+  if (!prompt.ok()) {
+    ReplyError(*responder, prompt.status());
+    return;
+  }
+  // No max_tokens: what the context has room for after the prompt.
+  const int64_t room = limits_.context_length - static_cast<int64_t>(prompt->size());
+  const int64_t max_tokens = parsed->max_tokens > 0 ? parsed->max_tokens : room;
+  if (max_tokens <= 0) {
+    ReplyError(*responder, InvalidField("messages", absl::StrCat("the prompt has ", prompt->size(),
+                                                                 " tokens; the context length is ",
+                                                                 limits_.context_length)));
+    return;
+  }
+  tandem::v1::GenerateRequest generate;
+  generate.mutable_prompt_token_ids()->Add(prompt->begin(), prompt->end());
+  *generate.mutable_sampling() = parsed->sampling;
+  generate.mutable_sampling()->set_max_tokens(
+      static_cast<int32_t>(std::min<int64_t>(max_tokens, std::numeric_limits<int32_t>::max())));
+  CompletionRequest completion = std::move(parsed->completion);
+  completion.prompts = {std::move(generate)};
+  ResponseFormat format(Endpoint::kChat, completion.model, created_, completion.include_usage);
+  auto call = std::make_shared<CompletionCall>(router_.environment(), std::move(responder),
+                                               std::move(completion), std::move(format));
+  call->Start();
+}
+
+absl::StatusOr<std::vector<int32_t>> OpenAiDoor::ChatPrompt(const ChatRequest& request) const {
+  if (!chat_.ok()) {
+    return InvalidField("messages", absl::StrCat("this model serves no chat template: ",
+                                                 chat_.status().message()));
+  }
+  const tokenizer::Tokenizer* tok = router_.tokenizer();
+  if (tok == nullptr) return InvalidField("messages", "this model has no tokenizer.json");
+  // The request's template arguments first, so they cannot replace the conversation.
+  json context = request.template_kwargs;
+  context["messages"] = request.messages;
+  context["add_generation_prompt"] = request.add_generation_prompt;
+  context["bos_token"] = chat_->bos_token;
+  context["eos_token"] = chat_->eos_token;
+  absl::StatusOr<std::string> text = chat_->tmpl->Render(context);
+  if (!text.ok()) {
+    return WithField(absl::Status(text.status().code(),
+                                  absl::StrCat("chat template: ", text.status().message())),
+                     "messages");
+  }
+  if (request.continue_final_message) {
+    // As transformers does: the text ends where the final message's content does, so the
+    // model continues it rather than starting a new turn.
+    std::string final = request.messages.back()["content"].get<std::string>();
+    final = std::string(absl::StripAsciiWhitespace(final));
+    const size_t at = final.empty() ? std::string::npos : text->rfind(final);
+    if (at == std::string::npos) {
+      return InvalidField("continue_final_message",
+                          "the chat template did not render the final message's content");
+    }
+    text->resize(at + final.size());
+  }
+  absl::StatusOr<std::vector<int32_t>> ids = tok->Encode(*text, /*add_special_tokens=*/false);
+  if (!ids.ok()) return InvalidField("messages", std::string(ids.status().message()));
+  if (ids->empty()) return InvalidField("messages", "the conversation renders to no tokens");
+  return ids;
 }
 
 void OpenAiDoor::Models(HttpResponder& responder) {

@@ -3,6 +3,7 @@
 // behaves the same whichever door it came in by.
 //
 //   POST /v1/completions   text or token-id prompts, n choices, SSE streaming
+//   POST /v1/chat/completions  messages rendered with the model's own chat template
 //   GET  /v1/models        the served model and its context length
 //   GET  /health           200 while a prefill and a decode worker are usable, else 503
 //   POST /tokenize, /detokenize
@@ -12,6 +13,8 @@
 
 #include <memory>
 
+#include "absl/status/statusor.h"
+#include "common/chat/chat_template.h"
 #include "router/http/http_server.h"
 #include "router/http/openai_protocol.h"
 #include "router/router_service.h"
@@ -20,8 +23,11 @@ namespace tandem::router {
 
 class OpenAiDoor {
  public:
-  // `router` must outlive the door and every request it started.
-  OpenAiDoor(RouterService& router, OpenAiLimits limits);
+  // `router` must outlive the door and every request it started. `chat` is the model's chat
+  // template, or why there is none (chat requests are refused with it).
+  OpenAiDoor(RouterService& router, OpenAiLimits limits,
+             absl::StatusOr<chat::ChatTemplateConfig> chat =
+                 absl::NotFoundError("no chat template was loaded"));
 
   void Handle(HttpRequest request, std::shared_ptr<HttpResponder> responder);
   // The server's own refusals (413, 431, ...) as OpenAI error bodies.
@@ -29,6 +35,9 @@ class OpenAiDoor {
 
  private:
   void Completions(const HttpRequest& request, std::shared_ptr<HttpResponder> responder);
+  void ChatCompletions(const HttpRequest& request, std::shared_ptr<HttpResponder> responder);
+  // The prompt of a chat request: its messages through the template, tokenized.
+  absl::StatusOr<std::vector<int32_t>> ChatPrompt(const ChatRequest& request) const;
   void Models(HttpResponder& responder);
   void Health(HttpResponder& responder);
   void Tokenize(const HttpRequest& request, HttpResponder& responder);
@@ -36,6 +45,7 @@ class OpenAiDoor {
 
   RouterService& router_;
   const OpenAiLimits limits_;
+  const absl::StatusOr<chat::ChatTemplateConfig> chat_;
   const int64_t created_;  // the models' "created" time: when the door opened
 };
 

@@ -254,23 +254,14 @@ absl::StatusOr<std::vector<int32_t>> ParseDetokenizeRequest(std::string_view bod
   return ids;
 }
 
-absl::StatusOr<CompletionRequest> ParseCompletionRequest(std::string_view body,
-                                                         const OpenAiLimits& limits) {
-  absl::StatusOr<json> parsed = ParseObject(body);
-  if (!parsed.ok()) return parsed.status();
-  Fields f(*parsed);
-  CompletionRequest out;
-  if (absl::Status s = CheckModel(f, limits); !s.ok()) return s;
-  out.model = limits.model_name;
-  absl::StatusOr<std::vector<tandem::v1::GenerateRequest>> prompts =
-      ParsePrompts(f.Get("prompt"), limits);
-  if (!prompts.ok()) return prompts.status();
+namespace {
 
-  tandem::v1::SamplingParams sp;
-  // Absent sampling fields take the OpenAI API's defaults (temperature and top_p 1), which
-  // differ from tandem.v1's zero values.
-  absl::StatusOr<int64_t> max_tokens =
-      f.Integer("max_tokens", 16, 1, std::numeric_limits<int32_t>::max());
+// What both endpoints read alike: the sampling fields (with the OpenAI API's defaults, which
+// differ from tandem.v1's zero values: temperature and top_p 1), n, streaming and the fields
+// Tandem refuses. `max_tokens` (the endpoint's default) and the log-probability fields are the
+// caller's.
+absl::Status ParseShared(Fields& f, const OpenAiLimits& limits, CompletionRequest& out,
+                         tandem::v1::SamplingParams& sp) {
   absl::StatusOr<double> temperature = f.Number("temperature", 1.0);
   absl::StatusOr<double> top_p = f.Number("top_p", 1.0);
   absl::StatusOr<int64_t> top_k = f.Integer("top_k", 0, -1, std::numeric_limits<int32_t>::max());
@@ -284,12 +275,10 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(std::string_view body,
   absl::StatusOr<double> presence = f.Number("presence_penalty", 0);
   absl::StatusOr<double> frequency = f.Number("frequency_penalty", 0);
   absl::StatusOr<double> repetition = f.Number("repetition_penalty", 1);
-  // null (absent) is off; 0 asks for the sampled token's alone.
-  absl::StatusOr<int64_t> logprobs = f.Integer("logprobs", -1, 0, kMaxLogprobs);
   for (const absl::Status& s :
-       {max_tokens.status(), temperature.status(), top_p.status(), top_k.status(), seed.status(),
-        stop.status(), ignore_eos.status(), n.status(), stream.status(), user.status(),
-        presence.status(), frequency.status(), repetition.status(), logprobs.status()}) {
+       {temperature.status(), top_p.status(), top_k.status(), seed.status(), stop.status(),
+        ignore_eos.status(), n.status(), stream.status(), user.status(), presence.status(),
+        frequency.status(), repetition.status()}) {
     if (!s.ok()) return s;
   }
   if (*repetition <= 0) {
@@ -310,16 +299,9 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(std::string_view body,
     out.include_usage = *usage;
   }
   for (absl::Status s : {f.Unsupported("echo", {false}), f.Unsupported("best_of", {1}),
-                         f.Unsupported("logit_bias", {json::object()}),
-                         f.Unsupported("suffix", {""})}) {
+                         f.Unsupported("logit_bias", {json::object()})}) {
     if (!s.ok()) return s;
   }
-  if (absl::Status s = f.CheckNoOthers(); !s.ok()) return s;
-  if (static_cast<int64_t>(prompts->size()) * *n > limits.max_choices) {
-    return InvalidField("n", absl::StrCat("prompts x n must be at most ", limits.max_choices));
-  }
-
-  sp.set_max_tokens(static_cast<int32_t>(*max_tokens));
   sp.set_temperature(static_cast<float>(*temperature));
   sp.set_top_p(static_cast<float>(*top_p));
   sp.set_top_k(static_cast<int32_t>(std::max<int64_t>(0, *top_k)));  // -1: off, as in vLLM
@@ -329,15 +311,165 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(std::string_view body,
   sp.set_presence_penalty(static_cast<float>(*presence));
   sp.set_frequency_penalty(static_cast<float>(*frequency));
   sp.set_repetition_penalty(static_cast<float>(*repetition));
+  out.model = limits.model_name;
+  out.n = static_cast<int>(*n);
+  out.stream = *stream;
+  out.user = std::move(*user);
+  return absl::OkStatus();
+}
+
+// content: a string, null, or text parts [{"type": "text", "text": ...}] (joined with "\n",
+// as vLLM does for templates that take a string).
+absl::StatusOr<std::string> ParseContent(const json* content, size_t i) {
+  const std::string field = absl::StrCat("messages[", i, "].content");
+  if (content == nullptr) return std::string();
+  if (content->is_string()) return content->get<std::string>();
+  if (!content->is_array()) return WrongType(field, "a string or an array of text parts", *content);
+  std::string text;
+  for (const json& part : *content) {
+    if (!part.is_object() || !part.contains("type") || !part["type"].is_string()) {
+      return InvalidField(field, absl::StrCat(field, ": each part must be {\"type\": ...}"));
+    }
+    const std::string type = part["type"].get<std::string>();
+    if (type != "text") {
+      return InvalidField(field, absl::StrCat(field, ": content parts of type '", type,
+                                              "' are not supported (text only)"));
+    }
+    if (!part.contains("text") || !part["text"].is_string()) {
+      return InvalidField(field, absl::StrCat(field, ": a text part needs a string \"text\""));
+    }
+    if (!text.empty()) text += "\n";
+    text += part["text"].get<std::string>();
+  }
+  return text;
+}
+
+absl::StatusOr<nlohmann::ordered_json> ParseMessages(const json* messages) {
+  if (messages == nullptr) return InvalidField("messages", "messages is required");
+  if (!messages->is_array() || messages->empty()) {
+    return InvalidField("messages", "messages must be a non-empty array");
+  }
+  if (messages->size() > 4096) {
+    return InvalidField("messages", "at most 4096 messages in one request");
+  }
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (size_t i = 0; i < messages->size(); ++i) {
+    const json& m = (*messages)[i];
+    const std::string where = absl::StrCat("messages[", i, "]");
+    if (!m.is_object()) return WrongType(where, "an object", m);
+    Fields mf(m);
+    absl::StatusOr<std::string> role = mf.String("role");
+    if (!role.ok()) return InvalidField("messages", std::string(role.status().message()));
+    if (*role != "system" && *role != "user" && *role != "assistant" && *role != "developer") {
+      return InvalidField("messages", absl::StrCat(where, ".role must be system, user, "
+                                                          "assistant or developer, got '",
+                                                   *role, "'"));
+    }
+    absl::StatusOr<std::string> content = ParseContent(mf.Get("content"), i);
+    if (!content.ok()) return content.status();
+    absl::StatusOr<std::string> name = mf.String("name");
+    if (!name.ok()) return InvalidField("messages", std::string(name.status().message()));
+    for (absl::Status s : {mf.Unsupported("tool_calls", {json::array()}),
+                           mf.Unsupported("function_call"), mf.Unsupported("refusal")}) {
+      if (!s.ok()) return InvalidField("messages", absl::StrCat(where, ": ", s.message()));
+    }
+    if (absl::Status s = mf.CheckNoOthers(); !s.ok()) {
+      return InvalidField("messages", absl::StrCat(where, ": ", s.message()));
+    }
+    nlohmann::ordered_json msg = {{"role", *role}, {"content", *content}};
+    if (!name->empty()) msg["name"] = *name;
+    out.push_back(std::move(msg));
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<CompletionRequest> ParseCompletionRequest(std::string_view body,
+                                                         const OpenAiLimits& limits) {
+  absl::StatusOr<json> parsed = ParseObject(body);
+  if (!parsed.ok()) return parsed.status();
+  Fields f(*parsed);
+  CompletionRequest out;
+  if (absl::Status s = CheckModel(f, limits); !s.ok()) return s;
+  absl::StatusOr<std::vector<tandem::v1::GenerateRequest>> prompts =
+      ParsePrompts(f.Get("prompt"), limits);
+  if (!prompts.ok()) return prompts.status();
+  tandem::v1::SamplingParams sp;
+  if (absl::Status s = ParseShared(f, limits, out, sp); !s.ok()) return s;
+  absl::StatusOr<int64_t> max_tokens =
+      f.Integer("max_tokens", 16, 1, std::numeric_limits<int32_t>::max());
+  // null (absent) is off; 0 asks for the sampled token's alone.
+  absl::StatusOr<int64_t> logprobs = f.Integer("logprobs", -1, 0, kMaxLogprobs);
+  for (const absl::Status& s : {max_tokens.status(), logprobs.status(),
+                                f.Unsupported("suffix", {""}), f.CheckNoOthers()}) {
+    if (!s.ok()) return s;
+  }
+  if (static_cast<int64_t>(prompts->size()) * out.n > limits.max_choices) {
+    return InvalidField("n", absl::StrCat("prompts x n must be at most ", limits.max_choices));
+  }
+  sp.set_max_tokens(static_cast<int32_t>(*max_tokens));
   if (*logprobs >= 0) {
     sp.set_logprobs(true);
     sp.set_top_logprobs(static_cast<int32_t>(*logprobs));
   }
   for (auto& r : *prompts) *r.mutable_sampling() = sp;
   out.prompts = std::move(*prompts);
-  out.n = static_cast<int>(*n);
-  out.stream = *stream;
-  out.user = std::move(*user);
+  return out;
+}
+
+absl::StatusOr<ChatRequest> ParseChatRequest(std::string_view body, const OpenAiLimits& limits) {
+  absl::StatusOr<json> parsed = ParseObject(body);
+  if (!parsed.ok()) return parsed.status();
+  Fields f(*parsed);
+  ChatRequest out;
+  if (absl::Status s = CheckModel(f, limits); !s.ok()) return s;
+  absl::StatusOr<nlohmann::ordered_json> messages = ParseMessages(f.Get("messages"));
+  if (!messages.ok()) return messages.status();
+  out.messages = std::move(*messages);
+  tandem::v1::SamplingParams sp;
+  if (absl::Status s = ParseShared(f, limits, out.completion, sp); !s.ok()) return s;
+  // max_completion_tokens, or the older max_tokens; neither: until the context is full.
+  const int64_t kMax = std::numeric_limits<int32_t>::max();
+  absl::StatusOr<int64_t> max_completion = f.Integer("max_completion_tokens", 0, 1, kMax);
+  absl::StatusOr<int64_t> max_tokens = f.Integer("max_tokens", 0, 1, kMax);
+  absl::StatusOr<bool> logprobs = f.Bool("logprobs", false);
+  absl::StatusOr<int64_t> top_logprobs = f.Integer("top_logprobs", 0, 0, kMaxLogprobs);
+  absl::StatusOr<bool> generation_prompt = f.Bool("add_generation_prompt", true);
+  absl::StatusOr<bool> continue_final = f.Bool("continue_final_message", false);
+  for (const absl::Status& s :
+       {max_completion.status(), max_tokens.status(), logprobs.status(), top_logprobs.status(),
+        generation_prompt.status(), continue_final.status()}) {
+    if (!s.ok()) return s;
+  }
+  if (const json* kwargs = f.Get("chat_template_kwargs"); kwargs != nullptr) {
+    if (!kwargs->is_object()) return WrongType("chat_template_kwargs", "an object", *kwargs);
+    out.template_kwargs = nlohmann::ordered_json::parse(kwargs->dump());
+  }
+  for (absl::Status s :
+       {f.Unsupported("tools", {json::array()}), f.Unsupported("tool_choice", {"none"}),
+        f.Unsupported("parallel_tool_calls"), f.Unsupported("functions"),
+        f.Unsupported("function_call", {"none"}),
+        f.Unsupported("response_format", {json{{"type", "text"}}}), f.CheckNoOthers()}) {
+    if (!s.ok()) return s;
+  }
+  if (*top_logprobs > 0 && !*logprobs) {
+    return InvalidField("top_logprobs", "top_logprobs needs logprobs set to true");
+  }
+  if (*continue_final && *generation_prompt && f.Get("add_generation_prompt") != nullptr) {
+    return InvalidField("continue_final_message",
+                        "continue_final_message and add_generation_prompt cannot both be true");
+  }
+  if (*continue_final && out.messages.back()["role"] != "assistant") {
+    return InvalidField("continue_final_message",
+                        "continue_final_message needs the last message to be the assistant's");
+  }
+  out.add_generation_prompt = *generation_prompt && !*continue_final;
+  out.continue_final_message = *continue_final;
+  out.max_tokens = *max_completion > 0 ? *max_completion : *max_tokens;
+  sp.set_logprobs(*logprobs);
+  sp.set_top_logprobs(static_cast<int32_t>(*top_logprobs));
+  out.sampling = sp;
   return out;
 }
 
@@ -425,17 +557,5 @@ std::string NewCompletionId() {
   return absl::StrFormat("cmpl-%016x%08x", rng(), static_cast<uint32_t>(rng()));
 }
 
-std::string FinishReasonName(tandem::v1::FinishReason reason) {
-  switch (reason) {
-    case tandem::v1::FINISH_REASON_STOP:
-      return "stop";
-    case tandem::v1::FINISH_REASON_LENGTH:
-      return "length";
-    case tandem::v1::FINISH_REASON_ABORT:
-      return "abort";
-    default:
-      return "stop";
-  }
-}
 
 }  // namespace tandem::router

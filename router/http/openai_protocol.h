@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
 #include "tandem/v1/inference.pb.h"
 
 namespace tandem::router {
@@ -39,6 +40,19 @@ struct CompletionRequest {
 absl::StatusOr<CompletionRequest> ParseCompletionRequest(std::string_view body,
                                                          const OpenAiLimits& limits);
 
+// A parsed /v1/chat/completions request, before its template is rendered: `completion` has no
+// prompts yet, and `sampling` no max_tokens (the door sets both once it knows the prompt).
+struct ChatRequest {
+  CompletionRequest completion;
+  nlohmann::ordered_json messages;  // [{role, content (a string), name?}]
+  bool add_generation_prompt = true;
+  bool continue_final_message = false;
+  nlohmann::ordered_json template_kwargs = nlohmann::ordered_json::object();
+  int64_t max_tokens = 0;  // 0: until the context is full
+  tandem::v1::SamplingParams sampling;
+};
+absl::StatusOr<ChatRequest> ParseChatRequest(std::string_view body, const OpenAiLimits& limits);
+
 // POST /tokenize {"model"?, "prompt", "add_special_tokens"?} (vLLM's shape).
 struct TokenizeRequest {
   std::string prompt;
@@ -66,6 +80,6 @@ std::string OpenAiParam(std::string_view field);
 // "cmpl-" and 24 random hex digits.
 std::string NewCompletionId();
 
-std::string FinishReasonName(tandem::v1::FinishReason reason);
+
 
 }  // namespace tandem::router

@@ -127,6 +127,14 @@ regex:
 `tokenizer.json` is a standard Hugging Face file (`BPE` model, `TemplateProcessing` adding
 `{SPECIALS[0]}`, `ByteLevel` decoder); `tokenizer_config.json` sets `add_bos_token: true`.
 
+Chat template (`chat_template` in `tokenizer_config.json`, for `/v1/chat/completions`): the model
+was trained on Python files only and has no chat format, so the template turns a conversation
+into what it knows: `{SPECIALS[0]}`, then a system message as a module docstring, each user
+message as `# ` comment lines, and each assistant message as the code that follows (with
+`{SPECIALS[1]}` after it when another turn follows). The assistant's turn is the code after the
+last comment, so the generation prompt adds nothing. It will not chat well; it makes the chat
+path run end to end on a real model.
+
 ## Training
 
 - Plain-torch Llama with Hugging Face semantics (`scripts/train/model.py`), float32 training,

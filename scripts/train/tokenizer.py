@@ -198,6 +198,11 @@ class ByteBPE:
                       "merges": ["%s %s" % m for m in self.merges]},
         }
 
+    # A code model has no chat format of its own: the conversation becomes what it was trained
+    # on, Python. A system message is a module docstring, a user message a comment, and an
+    # assistant message the code that follows, ended by EOS when a later turn follows.
+    CHAT_TEMPLATE = "{{- bos_token -}}\n{%- for message in messages -%}\n{%- if message['role'] in ['system', 'developer'] -%}\n{{- '\"\"\"' + message['content'] | trim + '\"\"\"\\n\\n' -}}\n{%- elif message['role'] == 'user' -%}\n{{- '# ' + message['content'] | trim | replace('\\n', '\\n# ') + '\\n' -}}\n{%- elif message['role'] == 'assistant' -%}\n{{- message['content'] | trim -}}\n{%- if not loop.last -%}{{- eos_token + '\\n' -}}{%- endif -%}\n{%- else -%}\n{{- raise_exception('roles are system, user and assistant') -}}\n{%- endif -%}\n{%- endfor -%}\n"
+
     def hf_tokenizer_config(self, model_max_length):
         decl = {}
         for i, s in enumerate(SPECIALS):
@@ -207,14 +212,15 @@ class ByteBPE:
                 "eos_token": SPECIALS[EOS_ID], "pad_token": None, "add_bos_token": True,
                 "add_eos_token": False, "clean_up_tokenization_spaces": False,
                 "model_max_length": model_max_length,
-                "tokenizer_class": "PreTrainedTokenizerFast"}
+                "tokenizer_class": "PreTrainedTokenizerFast",
+                "chat_template": self.CHAT_TEMPLATE}
 
     def save(self, dir_path, model_max_length):
         with open(dir_path + "/tokenizer.json", "w", encoding="utf-8") as f:
             json.dump(self.hf_tokenizer_json(), f, ensure_ascii=False, indent=None)
             f.write("\n")
         with open(dir_path + "/tokenizer_config.json", "w", encoding="utf-8") as f:
-            json.dump(self.hf_tokenizer_config(model_max_length), f, indent=2)
+            json.dump(self.hf_tokenizer_config(model_max_length), f, indent=2, ensure_ascii=False)
             f.write("\n")
 
     @classmethod

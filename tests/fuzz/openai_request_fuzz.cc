@@ -1,5 +1,5 @@
 // libFuzzer target: the HTTP door's parse of OpenAI request bodies (/v1/completions,
-// /tokenize, /detokenize). Every input is accepted within the limits or refused with an error
+// /v1/chat/completions, /tokenize, /detokenize). Every input is accepted within the limits or refused with an error
 // whose body is valid JSON in OpenAI's shape; nothing crashes or hangs.
 #include <cstddef>
 #include <cstdint>
@@ -36,6 +36,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
   } else {
     CheckError(completion.status());
+  }
+  if (auto chat = tandem::router::ParseChatRequest(body, limits); chat.ok()) {
+    if (chat->messages.empty() || chat->completion.n < 1 || chat->completion.n > limits.max_n ||
+        chat->max_tokens < 0 || (chat->continue_final_message && chat->add_generation_prompt)) {
+      std::abort();
+    }
+  } else {
+    CheckError(chat.status());
   }
   if (auto t = tandem::router::ParseTokenizeRequest(body, limits); !t.ok()) CheckError(t.status());
   if (auto d = tandem::router::ParseDetokenizeRequest(body, limits); !d.ok()) {

@@ -152,6 +152,20 @@ def check_openai_client(serve, modules):
     assert lps["text_offset"][0] == 0, lps
     assert out["penalized"] != want, "frequency and presence penalties changed nothing"
     print(f"openai client, penalties: {out['penalized']!r}")
+    ch = out["chat"]
+    print(f"openai client, chat: {ch['message']} ({ch['finish']}, {ch['usage']})")
+    assert ch["object"] == "chat.completion" and ch["id"].startswith("chatcmpl-"), ch
+    assert ch["message"]["role"] == "assistant", ch
+    assert ch["message"]["content"] == ch["completion"], (ch["message"], ch["completion"])
+    assert ch["usage"]["completion_tokens"] == 24 and ch["finish"] == "length", ch
+    cs = ch["stream"]
+    assert cs["object"] == "chat.completion.chunk" and cs["roles"] == ["assistant"], cs
+    assert cs["content"] == ch["message"]["content"] and cs["finish"] == "length", cs
+    assert cs["usage"]["completion_tokens"] == 24 and cs["logprobs"] == 24, cs
+    for what, err in out["chat_errors"].items():
+        print(f"openai client, chat error ({what}): {err['status']} {err['message']}")
+        assert err["status"] == 400, (what, err)
+    assert out["chat_errors"]["tools"]["param"] == "tools", out["chat_errors"]
     e = out["errors"]
     print(f"openai client, errors: {e}")
     assert e["echo"]["status"] == 400 and e["echo"]["param"] == "echo", e

@@ -63,6 +63,43 @@ async function main() {
                                                       presence_penalty: 1.0 });
   out.penalized = penalized.choices[0].text;
 
+  // Chat: the bundled model's template renders a system message as a docstring and a user
+  // message as a comment after <|bos|>; the same text through /v1/completions (which adds BOS)
+  // must continue the same way.
+  const messages = [{ role: 'system', content: 'Sorting helpers.' },
+                    { role: 'user', content: 'Write quicksort' }];
+  const chat = await client.chat.completions.create({ model, messages, max_tokens: 24,
+                                                      temperature: 0 });
+  const same = await client.completions.create({
+    model, prompt: '"""Sorting helpers."""\n\n# Write quicksort\n', max_tokens: 24,
+    temperature: 0 });
+  const chatStream = await client.chat.completions.create({
+    model, messages, max_completion_tokens: 24, temperature: 0, stream: true,
+    stream_options: { include_usage: true }, logprobs: true, top_logprobs: 2 });
+  const cs = { content: '', roles: [], finish: null, usage: null, logprobs: 0, object: null };
+  for await (const chunk of chatStream) {
+    cs.object = chunk.object;
+    if (chunk.usage) cs.usage = chunk.usage;
+    for (const c of chunk.choices) {
+      if (c.delta.role) cs.roles.push(c.delta.role);
+      cs.content += c.delta.content ?? '';
+      if (c.finish_reason) cs.finish = c.finish_reason;
+      if (c.logprobs) cs.logprobs += c.logprobs.content.length;
+    }
+  }
+  out.chat = { message: chat.choices[0].message, object: chat.object, id: chat.id,
+               finish: chat.choices[0].finish_reason, usage: chat.usage,
+               completion: same.choices[0].text, stream: cs };
+  out.chat_errors = {
+    role: await errorOf(client.chat.completions.create({
+      model, messages: [{ role: 'tool', content: 'x', tool_call_id: '1' }] })),
+    image: await errorOf(client.chat.completions.create({
+      model, messages: [{ role: 'user', content: [{ type: 'image_url',
+                                                    image_url: { url: 'http://x/y.png' } }] }] })),
+    tools: await errorOf(client.chat.completions.create({
+      model, messages, tools: [{ type: 'function', function: { name: 'f' } }] })),
+  };
+
   out.errors = {
     echo: await errorOf(client.completions.create({ model, prompt, max_tokens: 4, echo: true })),
     model: await errorOf(client.completions.create({ model: 'no-such-model', prompt,

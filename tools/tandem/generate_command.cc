@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/rpc/engine_proto.h"
 #include "common/rpc/status.h"
 #include "common/util/status_macros.h"
 #include "tandem/v1/inference.grpc.pb.h"
@@ -41,19 +42,6 @@ absl::StatusOr<tandem::v1::GenerateRequest> BuildRequest(const CliArgs& args) {
   s->set_ignore_eos(args.Has("ignore-eos"));
   r.set_request_id(args.StringOr("request-id", ""));
   return r;
-}
-
-const char* FinishName(tandem::v1::FinishReason reason) {
-  switch (reason) {
-    case tandem::v1::FINISH_REASON_STOP:
-      return "stop";
-    case tandem::v1::FINISH_REASON_LENGTH:
-      return "length";
-    case tandem::v1::FINISH_REASON_ABORT:
-      return "abort";
-    default:
-      return "unspecified";
-  }
 }
 
 }  // namespace
@@ -97,7 +85,7 @@ absl::Status RunGenerate(const CliArgs& args) {
   std::fprintf(stderr,
                "generate: finish %s; prompt %d tokens (%d cached), %d generated; queue %.1f ms, "
                "prefill %.1f ms, kv transfer %.1f ms, first token %.1f ms, decode %.1f tok/s\n",
-               FinishName(complete.finish_reason()), u.prompt_tokens(), u.cached_prompt_tokens(),
+               rpc::FinishReasonName(complete.finish_reason()), u.prompt_tokens(), u.cached_prompt_tokens(),
                u.completion_tokens(), t.queue() * 1e3, t.prefill() * 1e3, t.kv_transfer() * 1e3,
                t.time_to_first_token() * 1e3, decode_rate);
   return absl::OkStatus();

@@ -30,6 +30,7 @@
 #include "decode_worker/decode_worker.h"
 #include "prefill_worker/prefill_worker.h"
 #include "router/registry_service.h"
+#include "common/chat/chat_template.h"
 #include "router/http/http_server.h"
 #include "router/http/openai_door.h"
 #include "router/router_service.h"
@@ -353,10 +354,19 @@ class RouterRole final : public ServedRole {
 
  private:
   absl::Status StartHttp(const config::TandemConfig& c, const model::ModelConfig& m) {
+    // A model without a chat template (or with one Tandem cannot run) still serves
+    // completions; chat requests are refused, saying why.
+    absl::StatusOr<chat::ChatTemplateConfig> chat = chat::LoadChatTemplateFromDir(c.model.path);
+    if (!chat.ok() && chat.status().code() != absl::StatusCode::kNotFound) {
+      Log(LogLevel::kWarning, "router",
+          absl::StrCat("the model's chat template cannot be served: ", chat.status().message()));
+    }
     door_ = std::make_unique<router::OpenAiDoor>(
-        *service_, router::OpenAiLimits{.model_name = ModelId(c),
-                                        .context_length = m.max_position_embeddings,
-                                        .max_n = c.router.max_n});
+        *service_,
+        router::OpenAiLimits{.model_name = ModelId(c),
+                             .context_length = m.max_position_embeddings,
+                             .max_n = c.router.max_n},
+        std::move(chat));
     const auto seconds = [](double s) {
       return std::chrono::milliseconds(static_cast<int64_t>(s * 1000));
     };

@@ -190,3 +190,91 @@ TEST(OpenAiProtocolTest, CompletionIdsAreUnique) {
 
 }  // namespace
 }  // namespace tandem::router
+
+namespace tandem::router {
+namespace {
+
+absl::StatusOr<ChatRequest> ParseChat(const std::string& body) {
+  return ParseChatRequest(body, kLimits);
+}
+
+TEST(OpenAiChatProtocolTest, MessagesAndChatFields) {
+  ChatRequest r =
+      ParseChat(R"({"model": "m", "messages": [
+                      {"role": "system", "content": "be brief"},
+                      {"role": "user", "content": [{"type": "text", "text": "a"},
+                                                    {"type": "text", "text": "b"}], "name": "u"},
+                      {"role": "assistant", "content": null}],
+                    "max_completion_tokens": 9, "max_tokens": 5, "logprobs": true,
+                    "top_logprobs": 4, "temperature": 0, "stream": true,
+                    "stream_options": {"include_usage": true}, "n": 2, "seed": 3,
+                    "chat_template_kwargs": {"enable_thinking": false},
+                    "tools": [], "tool_choice": "none", "response_format": {"type": "text"}})")
+          .value();
+  ASSERT_EQ(r.messages.size(), 3u);
+  EXPECT_EQ(r.messages[1]["content"], "a\nb");  // text parts joined
+  EXPECT_EQ(r.messages[1]["name"], "u");
+  EXPECT_EQ(r.messages[2]["content"], "");
+  EXPECT_EQ(r.max_tokens, 9);  // max_completion_tokens wins over max_tokens
+  EXPECT_TRUE(r.sampling.logprobs());
+  EXPECT_EQ(r.sampling.top_logprobs(), 4);
+  EXPECT_FLOAT_EQ(r.sampling.temperature(), 0.0f);
+  EXPECT_EQ(r.completion.n, 2);
+  EXPECT_TRUE(r.completion.stream && r.completion.include_usage);
+  EXPECT_EQ(r.template_kwargs["enable_thinking"], false);
+  EXPECT_TRUE(r.add_generation_prompt);
+  EXPECT_FALSE(r.continue_final_message);
+  // Defaults: no max_tokens (the door fills the context), no logprobs.
+  ChatRequest d = ParseChat(R"({"messages": [{"role": "user", "content": "hi"}]})").value();
+  EXPECT_EQ(d.max_tokens, 0);
+  EXPECT_FALSE(d.sampling.logprobs());
+  EXPECT_FLOAT_EQ(d.sampling.temperature(), 1.0f);
+  // continue_final_message turns the generation prompt off.
+  ChatRequest c = ParseChat(R"({"messages": [{"role": "user", "content": "x"},
+                                             {"role": "assistant", "content": "def"}],
+                                "continue_final_message": true})")
+                      .value();
+  EXPECT_FALSE(c.add_generation_prompt);
+  EXPECT_TRUE(c.continue_final_message);
+}
+
+TEST(OpenAiChatProtocolTest, BadChatRequestsNameTheirField) {
+  const std::pair<const char*, const char*> cases[] = {
+      {R"({})", "messages"},
+      {R"({"messages": []})", "messages"},
+      {R"({"messages": "hi"})", "messages"},
+      {R"({"messages": [{"role": "tool", "content": "x"}]})", "messages"},
+      {R"({"messages": [{"role": "user"}, 3]})", "messages[1]"},
+      {R"({"messages": [{"role": "user", "content": 5}]})", "messages[0].content"},
+      {R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})",
+       "messages[0].content"},
+      {R"({"messages": [{"role": "user", "content": "x", "tool_calls": [{}]}]})", "messages"},
+      {R"({"messages": [{"role": "user", "content": "x", "weird": 1}]})", "messages"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})", "top_logprobs"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "logprobs": 1})", "logprobs"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": 0})",
+       "max_completion_tokens"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]})",
+       "tools"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "response_format":
+           {"type": "json_object"}})",
+       "response_format"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "chat_template_kwargs": []})",
+       "chat_template_kwargs"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "continue_final_message": true})",
+       "continue_final_message"},
+      {R"({"messages": [{"role": "assistant", "content": "x"}], "continue_final_message": true,
+           "add_generation_prompt": true})",
+       "continue_final_message"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "prompt": "y"})", "prompt"},
+  };
+  for (const auto& [body, param] : cases) {
+    absl::StatusOr<ChatRequest> r = ParseChat(body);
+    ASSERT_FALSE(r.ok()) << body;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << body << r.status();
+    EXPECT_EQ(ParamOf(r.status()), param) << body << ": " << r.status();
+  }
+}
+
+}  // namespace
+}  // namespace tandem::router
