@@ -54,7 +54,11 @@ echo "\$ curl http://$http/v1/completions -d '{\"prompt\": \"$prompt\", \"max_to
 curl -s "http://$http/v1/completions" -H 'Content-Type: application/json' \
   -d "{\"prompt\": \"$prompt\", \"max_tokens\": 24, \"temperature\": 0}"
 echo
-echo "== the same, streamed as server-sent events (stream: true)"
+echo "== chat (POST /v1/chat/completions): the model's own chat template renders the messages"
+curl -s "http://$http/v1/chat/completions" -H 'Content-Type: application/json' \
+  -d '{"messages": [{"role": "system", "content": "Sorting helpers."}, {"role": "user", "content": "Write quicksort"}], "max_tokens": 24, "temperature": 0}'
+echo
+echo "== the completion again, streamed as server-sent events (stream: true)"
 curl -sN "http://$http/v1/completions" -H 'Content-Type: application/json' \
   -d "{\"prompt\": \"$prompt\", \"max_tokens\": 6, \"temperature\": 0, \"stream\": true}"
 echo "== a few of the metrics at $metrics"
