@@ -66,6 +66,19 @@ absl::StatusOr<Value> StringList(std::vector<std::string> parts, RenderState& st
   return state.heap().NewSequence(std::move(items), tuple);
 }
 
+// The part of `s` that str methods' optional start and end arguments (a[1], a[2]) select,
+// counted in code points and clamped as Python slices are.
+absl::StatusOr<std::string_view> Window(const std::string& s, std::string_view name,
+                                        const Args& a) {
+  auto start = OptionalInt(name, a[1], 0);
+  auto end = OptionalInt(name, a[2], INT64_MAX / 2);
+  if (!start.ok()) return start.status();
+  if (!end.ok()) return end.status();
+  size_t b, e;
+  PyCodePointRange(s, *start, *end, &b, &e);
+  return std::string_view(s).substr(b, e - b);
+}
+
 absl::StatusOr<Value> AffixTest(const std::string& s, std::string_view name, const Args& a) {
   std::vector<std::string> affixes;
   const Value& arg = *a[0];
@@ -79,13 +92,9 @@ absl::StatusOr<Value> AffixTest(const std::string& s, std::string_view name, con
   } else {
     return ArgTypeError(name, "str or a tuple of str", arg);
   }
-  auto start = OptionalInt(name, a[1], 0);
-  auto end = OptionalInt(name, a[2], INT64_MAX / 2);
-  if (!start.ok()) return start.status();
-  if (!end.ok()) return end.status();
-  size_t b, e;
-  PyCodePointRange(s, *start, *end, &b, &e);
-  std::string_view window = std::string_view(s).substr(b, e - b);
+  absl::StatusOr<std::string_view> selected = Window(s, name, a);
+  if (!selected.ok()) return selected.status();
+  const std::string_view window = *selected;
   for (const std::string& affix : affixes) {
     bool hit = name == "startswith" ? window.substr(0, affix.size()) == affix
                                     : window.size() >= affix.size() &&
@@ -97,24 +106,21 @@ absl::StatusOr<Value> AffixTest(const std::string& s, std::string_view name, con
 
 absl::StatusOr<Value> FindLike(const std::string& s, std::string_view name, const Args& a) {
   if (!a[0]->is_string()) return ArgTypeError(name, "str", *a[0]);
-  auto start = OptionalInt(name, a[1], 0);
-  auto end = OptionalInt(name, a[2], INT64_MAX / 2);
-  if (!start.ok()) return start.status();
-  if (!end.ok()) return end.status();
-  size_t b, e;
-  PyCodePointRange(s, *start, *end, &b, &e);
-  std::string_view window = std::string_view(s).substr(b, e - b);
+  absl::StatusOr<std::string_view> selected = Window(s, name, a);
+  if (!selected.ok()) return selected.status();
+  const std::string_view window = *selected;
   const std::string& sub = a[0]->str();
   if (name == "count") return Value::Integer(static_cast<Int>(PyCount(window, sub)));
   bool reverse = name == "rfind" || name == "rindex";
   size_t hit = reverse ? window.rfind(sub) : window.find(sub);
-  if (hit == std::string_view::npos || (e - b < sub.size() && !sub.empty())) {
+  if (hit == std::string_view::npos || (window.size() < sub.size() && !sub.empty())) {
     if (name == "index" || name == "rindex") {
       return absl::InvalidArgumentError("substring not found");
     }
     return Value::Integer(-1);
   }
-  return Value::Integer(static_cast<Int>(CodePointIndex(s, b + hit)));
+  const size_t begin = static_cast<size_t>(window.data() - s.data());
+  return Value::Integer(static_cast<Int>(CodePointIndex(s, begin + hit)));
 }
 
 absl::StatusOr<Value> Justify(const std::string& s, std::string_view name, const Args& a,
