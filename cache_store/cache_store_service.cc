@@ -184,22 +184,33 @@ grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* context, const abs
 }  // namespace
 
 CacheStoreService::CacheStoreService(BlockStore& store, int64_t chunk_bytes,
-                                     const ShmHandoffOptions& shm)
-    : store_(store), chunk_bytes_(std::max<int64_t>(chunk_bytes, 1)), shm_(store, shm) {}
+                                     const ShmHandoffOptions& shm,
+                                     const security::Authorizer& authorizer)
+    : store_(store),
+      chunk_bytes_(std::max<int64_t>(chunk_bytes, 1)),
+      shm_(store, shm),
+      authorizer_(authorizer) {}
 
-grpc::ServerReadReactor<PutRequest>* CacheStoreService::Put(grpc::CallbackServerContext*,
+grpc::ServerReadReactor<PutRequest>* CacheStoreService::Put(grpc::CallbackServerContext* context,
                                                             PutResponse* response) {
+  grpc::Status allowed = authorizer_.Check(*context, "/tandem.v1.CacheStore/Put");
+  if (!allowed.ok()) return security::Refuse<grpc::ServerReadReactor<PutRequest>>(allowed);
   return new PutReactor(store_, response);
 }
 
 grpc::ServerWriteReactor<GetResponse>* CacheStoreService::Get(
-    grpc::CallbackServerContext*, const tandem::v1::GetRequest* request) {
+    grpc::CallbackServerContext* context, const tandem::v1::GetRequest* request) {
+  grpc::Status allowed = authorizer_.Check(*context, "/tandem.v1.CacheStore/Get");
+  if (!allowed.ok()) return security::Refuse<grpc::ServerWriteReactor<GetResponse>>(allowed);
   return new GetReactor(store_, *request, chunk_bytes_);
 }
 
 grpc::ServerUnaryReactor* CacheStoreService::Exists(grpc::CallbackServerContext* context,
                                                     const tandem::v1::ExistsRequest* request,
                                                     tandem::v1::ExistsResponse* response) {
+  if (auto* denied = authorizer_.DenyUnary(context, "/tandem.v1.CacheStore/Exists")) {
+    return denied;
+  }
   for (uint64_t hash : request->block_hashes()) response->add_present(store_.Exists(hash));
   auto* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
@@ -209,6 +220,9 @@ grpc::ServerUnaryReactor* CacheStoreService::Exists(grpc::CallbackServerContext*
 grpc::ServerUnaryReactor* CacheStoreService::GetStats(grpc::CallbackServerContext* context,
                                                       const tandem::v1::GetStatsRequest*,
                                                       tandem::v1::StoreStats* response) {
+  if (auto* denied = authorizer_.DenyUnary(context, "/tandem.v1.CacheStore/GetStats")) {
+    return denied;
+  }
   const BlockStoreStats s = store_.Stats();
   response->set_capacity_bytes(s.capacity_bytes);
   response->set_used_bytes(s.used_bytes);
@@ -227,30 +241,45 @@ grpc::ServerUnaryReactor* CacheStoreService::GetStats(grpc::CallbackServerContex
 grpc::ServerUnaryReactor* CacheStoreService::AttachSharedMemory(
     grpc::CallbackServerContext* context, const tandem::v1::AttachSharedMemoryRequest*,
     tandem::v1::AttachSharedMemoryResponse* response) {
+  if (auto* denied = authorizer_.DenyUnary(context, "/tandem.v1.CacheStore/AttachSharedMemory")) {
+    return denied;
+  }
   return Answer(context, shm_.Attach(response));
 }
 
 grpc::ServerUnaryReactor* CacheStoreService::ReserveShm(
     grpc::CallbackServerContext* context, const tandem::v1::ReserveShmRequest* request,
     tandem::v1::ReserveShmResponse* response) {
+  if (auto* denied = authorizer_.DenyUnary(context, "/tandem.v1.CacheStore/ReserveShm")) {
+    return denied;
+  }
   return Answer(context, shm_.Reserve(*request, response));
 }
 
 grpc::ServerUnaryReactor* CacheStoreService::CommitShm(grpc::CallbackServerContext* context,
                                                        const tandem::v1::CommitShmRequest* request,
                                                        tandem::v1::CommitShmResponse* response) {
+  if (auto* denied = authorizer_.DenyUnary(context, "/tandem.v1.CacheStore/CommitShm")) {
+    return denied;
+  }
   return Answer(context, shm_.Commit(*request, response));
 }
 
 grpc::ServerUnaryReactor* CacheStoreService::AcquireShm(
     grpc::CallbackServerContext* context, const tandem::v1::AcquireShmRequest* request,
     tandem::v1::AcquireShmResponse* response) {
+  if (auto* denied = authorizer_.DenyUnary(context, "/tandem.v1.CacheStore/AcquireShm")) {
+    return denied;
+  }
   return Answer(context, shm_.Acquire(*request, response));
 }
 
 grpc::ServerUnaryReactor* CacheStoreService::ReleaseShm(
     grpc::CallbackServerContext* context, const tandem::v1::ReleaseShmRequest* request,
     tandem::v1::ReleaseShmResponse*) {
+  if (auto* denied = authorizer_.DenyUnary(context, "/tandem.v1.CacheStore/ReleaseShm")) {
+    return denied;
+  }
   return Answer(context, shm_.Release(*request));
 }
 

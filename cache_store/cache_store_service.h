@@ -8,6 +8,7 @@
 
 #include "cache_store/block_store.h"
 #include "cache_store/shm_handoff.h"
+#include "common/security/authorizer.h"
 #include "tandem/v1/cache_store.grpc.pb.h"
 
 namespace tandem::cache_store {
@@ -15,7 +16,9 @@ namespace tandem::cache_store {
 class CacheStoreService final : public tandem::v1::CacheStore::CallbackService {
  public:
   // `chunk_bytes`: data bytes per streamed Get message. The store must outlive the service.
-  CacheStoreService(BlockStore& store, int64_t chunk_bytes, const ShmHandoffOptions& shm = {});
+  // `authorizer` (which must outlive the service) decides which roles may call what.
+  CacheStoreService(BlockStore& store, int64_t chunk_bytes, const ShmHandoffOptions& shm = {},
+                    const security::Authorizer& authorizer = security::Authorizer::Open());
 
   grpc::ServerReadReactor<tandem::v1::PutRequest>* Put(grpc::CallbackServerContext* context,
                                                        tandem::v1::PutResponse* response) override;
@@ -50,6 +53,7 @@ class CacheStoreService final : public tandem::v1::CacheStore::CallbackService {
   BlockStore& store_;
   const int64_t chunk_bytes_;
   ShmHandoff shm_;
+  const security::Authorizer& authorizer_;
 };
 
 }  // namespace tandem::cache_store

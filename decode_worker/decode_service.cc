@@ -171,10 +171,15 @@ DecodeService::DecodeService(engine::EngineLoop& loop, store::StorePool& store,
       store_(store),
       fetches_(options.fetch_threads),
       engine_timeout_(options.engine_timeout),
-      on_transfer_(options.on_transfer) {}
+      on_transfer_(options.on_transfer),
+      authorizer_(*options.authorizer) {}
 
 grpc::ServerWriteReactor<DecodeResponse>* DecodeService::Decode(
-    grpc::CallbackServerContext*, const tandem::v1::DecodeRequest* request) {
+    grpc::CallbackServerContext* context, const tandem::v1::DecodeRequest* request) {
+  grpc::Status allowed = authorizer_.Check(*context, "/tandem.v1.DecodeWorker/Decode");
+  if (!allowed.ok()) {
+    return security::Refuse<grpc::ServerWriteReactor<DecodeResponse>>(std::move(allowed));
+  }
   return new DecodeCall(*this, *request);
 }
 

@@ -15,6 +15,7 @@
 
 #include "common/engine/engine_loop.h"
 #include "common/rpc/worker_agent.h"
+#include "common/security/authorizer.h"
 #include "common/store/store_pool.h"
 #include "common/util/work_queue.h"
 #include "tandem/v1/workers.grpc.pb.h"
@@ -30,6 +31,8 @@ struct DecodeServiceOptions {
   // Called with the seconds each request took to bring its blocks in (the role's
   // tandem_kv_transfer_seconds); may be empty.
   std::function<void(double)> on_transfer;
+  // Which roles may call the service; must outlive it.
+  const security::Authorizer* authorizer = &security::Authorizer::Open();
 };
 
 class DecodeService final : public tandem::v1::DecodeWorker::CallbackService,
@@ -54,6 +57,7 @@ class DecodeService final : public tandem::v1::DecodeWorker::CallbackService,
   WorkQueue fetches_;
   const std::chrono::milliseconds engine_timeout_;
   const std::function<void(double)> on_transfer_;
+  const security::Authorizer& authorizer_;
   std::atomic<int64_t> kv_hits_{0};
   std::atomic<int64_t> kv_misses_{0};
   std::atomic<int64_t> kv_bytes_{0};

@@ -5,13 +5,14 @@
 namespace tandem::decode {
 
 DecodeWorker::DecodeWorker(engine::EngineLoop& loop, store::StorePool& store,
-                           metrics::Metrics& metrics)
+                           metrics::Metrics& metrics, const security::Authorizer& authorizer)
     : ServiceWorker(loop, metrics.ForRole("decode")) {
   metrics_.pruned_layers->Set(0);  // decode always runs the full model
   service_ = std::make_unique<DecodeService>(
-      loop, store, DecodeServiceOptions{.on_transfer = [h = metrics_.kv_transfer_time](double s) {
-        h->Observe(s);
-      }});
+      loop, store,
+      DecodeServiceOptions{
+          .on_transfer = [h = metrics_.kv_transfer_time](double s) { h->Observe(s); },
+          .authorizer = &authorizer});
 }
 
 }  // namespace tandem::decode

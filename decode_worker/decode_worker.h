@@ -16,7 +16,9 @@ namespace tandem::decode {
 class DecodeWorker final : public rpc::ServiceWorker<DecodeService> {
  public:
   // `loop`, `store` and `metrics` must outlive the worker.
-  DecodeWorker(engine::EngineLoop& loop, store::StorePool& store, metrics::Metrics& metrics);
+  // `authorizer` (which roles may call the service) must outlive it too.
+  DecodeWorker(engine::EngineLoop& loop, store::StorePool& store, metrics::Metrics& metrics,
+               const security::Authorizer& authorizer = security::Authorizer::Open());
 
   tandem::v1::WorkerRole role() const override { return tandem::v1::WORKER_ROLE_DECODE; }
 };

@@ -185,12 +185,15 @@ PrefillService::PrefillService(engine::EngineLoop& loop, store::StorePool& store
       store_(store),
       uploads_(options.upload_threads),
       on_transfer_(options.on_transfer),
+      authorizer_(*options.authorizer),
       stability_sample_rate_(options.stability_sample_rate),
       on_stability_(options.on_stability) {}
 
-grpc::ServerUnaryReactor* PrefillService::Prefill(grpc::CallbackServerContext*,
+grpc::ServerUnaryReactor* PrefillService::Prefill(grpc::CallbackServerContext* context,
                                                   const tandem::v1::PrefillRequest* request,
                                                   tandem::v1::PrefillResponse* response) {
+  grpc::Status allowed = authorizer_.Check(*context, "/tandem.v1.PrefillWorker/Prefill");
+  if (!allowed.ok()) return security::Refuse<grpc::ServerUnaryReactor>(std::move(allowed));
   return new PrefillCall(*this, *request, response);
 }
 

@@ -16,6 +16,7 @@
 #include "common/engine/engine_loop.h"
 #include "common/model/pruning_check.h"
 #include "common/rpc/worker_agent.h"
+#include "common/security/authorizer.h"
 #include "common/store/store_pool.h"
 #include "common/util/work_queue.h"
 #include "tandem/v1/workers.grpc.pb.h"
@@ -34,6 +35,8 @@ struct PrefillServiceOptions {
   // before the service.
   double stability_sample_rate = 0;
   std::function<void(const std::vector<model::LayerSimilarity>&)> on_stability;
+  // Which roles may call the service; must outlive it.
+  const security::Authorizer* authorizer = &security::Authorizer::Open();
 };
 
 // Longest prompt the stability monitor samples.
@@ -58,6 +61,7 @@ class PrefillService final : public tandem::v1::PrefillWorker::CallbackService,
   store::StorePool& store_;
   WorkQueue uploads_;
   const std::function<void(double)> on_transfer_;
+  const security::Authorizer& authorizer_;
   const double stability_sample_rate_;
   const std::function<void(const std::vector<model::LayerSimilarity>&)> on_stability_;
   std::atomic<int64_t> prefilled_{0};  // requests that reached their first token

@@ -48,6 +48,7 @@ PrefillWorker::PrefillWorker(engine::EngineLoop& loop, store::StorePool& store,
   metrics_.pruned_layers->Set(static_cast<double>(std::count(pruned.begin(), pruned.end(), 1)));
   PrefillServiceOptions service;
   service.on_transfer = [h = metrics_.kv_transfer_time](double s) { h->Observe(s); };
+  service.authorizer = options.authorizer;
   if (!pruned.empty()) {
     service.stability_sample_rate = options.stability_sample_rate;
     service.on_stability = StabilityReporter(metrics, pruned, options.stability_alert_below);

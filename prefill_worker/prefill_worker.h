@@ -21,6 +21,8 @@ struct PrefillWorkerOptions {
   std::vector<uint8_t> pruned_layers;
   double stability_sample_rate = 0;  // POP's monitor (kv_cache_optimization.monitor)
   double stability_alert_below = 0.9;
+  // Which roles may call the service; must outlive it.
+  const security::Authorizer* authorizer = &security::Authorizer::Open();
 };
 
 class PrefillWorker final : public rpc::ServiceWorker<PrefillService> {

@@ -8,8 +8,9 @@ namespace tandem::router {
 
 RegistryService::RegistryService(RouterService& router,
                                  std::chrono::duration<double> heartbeat_interval,
-                                 metrics::Metrics* metrics)
-    : router_(router), metrics_(metrics), interval_(heartbeat_interval) {
+                                 metrics::Metrics* metrics,
+                                 const security::Authorizer& authorizer)
+    : router_(router), metrics_(metrics), interval_(heartbeat_interval), authorizer_(authorizer) {
   PublishPoolSizes();
   expirer_ = std::thread([this] { ExpireLoop(); });
 }
@@ -22,6 +23,7 @@ RegistryService::~RegistryService() {
 grpc::ServerUnaryReactor* RegistryService::Register(grpc::CallbackServerContext* context,
                                                     const tandem::v1::RegisterRequest* request,
                                                     tandem::v1::RegisterResponse* response) {
+  if (auto* denied = authorizer_.DenyUnary(context, "/tandem.v1.Registry/Register")) return denied;
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   const std::string& model_id = router_.options().model_id;
   WorkerPool* pool = nullptr;
@@ -70,6 +72,9 @@ std::string RegistryService::KvMismatch(const tandem::v1::KvLayout& worker) cons
 grpc::ServerUnaryReactor* RegistryService::Heartbeat(grpc::CallbackServerContext* context,
                                                      const tandem::v1::HeartbeatRequest* request,
                                                      tandem::v1::HeartbeatResponse* response) {
+  if (auto* denied = authorizer_.DenyUnary(context, "/tandem.v1.Registry/Heartbeat")) {
+    return denied;
+  }
   HeartbeatResult r = router_.prefill_pool().Heartbeat(request->worker_id(), request->load());
   if (!r.known) r = router_.decode_pool().Heartbeat(request->worker_id(), request->load());
   response->set_known(r.known);

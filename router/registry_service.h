@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "absl/synchronization/notification.h"
+#include "common/security/authorizer.h"
 #include "router/router_service.h"
 #include "tandem/v1/workers.grpc.pb.h"
 
@@ -20,9 +21,10 @@ namespace tandem::router {
 
 class RegistryService final : public tandem::v1::Registry::CallbackService {
  public:
-  // `router` and `metrics` (may be null) must outlive the service.
+  // `router`, `metrics` (may be null) and `authorizer` must outlive the service.
   RegistryService(RouterService& router, std::chrono::duration<double> heartbeat_interval,
-                  metrics::Metrics* metrics);
+                  metrics::Metrics* metrics,
+                  const security::Authorizer& authorizer = security::Authorizer::Open());
   ~RegistryService() override;
 
   grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* context,
@@ -41,6 +43,7 @@ class RegistryService final : public tandem::v1::Registry::CallbackService {
   RouterService& router_;
   metrics::Metrics* const metrics_;
   const std::chrono::duration<double> interval_;
+  const security::Authorizer& authorizer_;
   absl::Notification stop_;
   std::thread expirer_;
 };

@@ -32,7 +32,10 @@ WorkerPool::State* WorkerPool::AddLocked(const std::string& address) {
     args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, ms);
     args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);  // a long prefill sends no data
   }
-  auto channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  const security::Role role =
+      role_ == "prefill" ? security::Role::kPrefill : security::Role::kDecode;
+  auto channel =
+      grpc::CreateCustomChannel(address, options_.transport->ChannelCredentials(role), args);
   state->worker->prefill = tandem::v1::PrefillWorker::NewStub(channel);
   state->worker->decode = tandem::v1::DecodeWorker::NewStub(channel);
   workers_.push_back(std::move(state));

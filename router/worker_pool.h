@@ -23,6 +23,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
+#include "common/security/transport.h"
 #include "tandem/v1/workers.grpc.pb.h"
 
 namespace tandem::router {
@@ -47,6 +48,8 @@ struct WorkerPoolOptions {
   // long is forgotten: its channel and state are freed, so pods that restart under new
   // addresses do not grow the router forever. It is kept while calls to it are in flight.
   std::chrono::milliseconds forget_after{std::chrono::minutes(10)};
+  // How workers are reached; with TLS, a worker's certificate must name the pool's role.
+  std::shared_ptr<const security::Transport> transport = security::Transport::Insecure();
 };
 
 // What the router answers a heartbeat.

@@ -13,7 +13,7 @@ import tempfile
 
 ROLES = {"router", "prefill_worker", "decode_worker", "cache_store"}
 COMMON = {"util", "kernels", "kv", "model", "engine", "tokenizer", "chat", "config", "metrics",
-          "rpc", "store"}
+          "rpc", "store", "security"}
 # What each unit may include besides itself and the generated protos (tandem/v1/...).
 ALLOWED = {
     "common/util": set(),
@@ -25,8 +25,10 @@ ALLOWED = {
     "common/chat": {"common/util"},
     "common/config": {"common/util"},
     "common/metrics": {"common/util"},
-    "common/store": {"common/util", "common/rpc"},
-    "common/rpc": {"common/util", "common/engine", "common/kv", "common/model", "common/metrics"},
+    "common/security": {"common/util", "common/metrics"},
+    "common/store": {"common/util", "common/rpc", "common/security"},
+    "common/rpc": {"common/util", "common/engine", "common/kv", "common/model", "common/metrics",
+                   "common/security"},
 }
 for role in ROLES:
     ALLOWED[role] = {"common/" + c for c in COMMON}

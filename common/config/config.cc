@@ -85,6 +85,12 @@ absl::Status Validate(const TandemConfig& c, const std::string& source) {
     return KeyError(source, "balancer.hysteresis",
                     "threshold + hysteresis above 1: the balancer could never disengage");
   }
+  const TlsConfig& tls = c.security.tls;
+  const int tls_files = !tls.ca_file.empty() + !tls.cert_file.empty() + !tls.key_file.empty();
+  if (tls_files != 0 && tls_files != 3) {
+    return KeyError(source, "security.tls",
+                    "give ca_file, cert_file and key_file together (or none: plaintext)");
+  }
   const auto& pop = c.kv_cache_optimization;
   if (pop.pruning_ratio > 0 && pop.pruning_start_layer > 0) {
     return KeyError(source, "kv_cache_optimization.pruning.ratio",

@@ -122,6 +122,20 @@ struct ServeConfig {
   std::string decode_device;   // empty: model.device
 };
 
+// Mutual TLS between roles, and what a listener beyond loopback needs (DESIGN.md, "Security").
+struct TlsConfig {
+  std::string ca_file;    // PEM: the cluster CA
+  std::string cert_file;  // PEM: this process's certificate (URI SAN names its role)
+  std::string key_file;   // PEM: its private key
+  int reload_seconds = 10;
+};
+
+struct SecurityConfig {
+  TlsConfig tls;
+  bool allow_insecure = false;  // listen beyond loopback without TLS (a trusted lab network)
+  std::string role_uri_prefix = "spiffe://tandem/";
+};
+
 struct TandemConfig {
   ModelConfig model;
   KvCacheConfig kv_cache;
@@ -134,6 +148,7 @@ struct TandemConfig {
   MetricsConfig metrics;
   KvCacheOptimizationConfig kv_cache_optimization;
   ServeConfig serve;
+  SecurityConfig security;
 };
 
 // Parses YAML text; `source` names it in errors (a file name). Keys absent keep their defaults.

@@ -359,6 +359,23 @@ std::vector<Field> MakeSchema() {
       Str("serve.decode_device", TANDEM_CONFIG_REF(serve.decode_device), {},
           "`tandem serve`: where its decode workers compute (cpu, cuda, cuda:N); empty: "
           "model.device"),
+      Str("security.tls.ca_file", TANDEM_CONFIG_REF(security.tls.ca_file), {},
+          "PEM file of the cluster CA; with cert_file and key_file, every internal connection "
+          "is mutual TLS and every role is known by its certificate; empty: plaintext"),
+      Str("security.tls.cert_file", TANDEM_CONFIG_REF(security.tls.cert_file), {},
+          "PEM file of this process's certificate (intermediates may follow it); a URI SAN "
+          "<role_uri_prefix><role> names its role: router, prefill, decode or cache_store"),
+      Str("security.tls.key_file", TANDEM_CONFIG_REF(security.tls.key_file), {},
+          "PEM file of the certificate's private key"),
+      Int("security.tls.reload_seconds", TANDEM_CONFIG_REF(security.tls.reload_seconds), 1, 86400,
+          "how often the three files are checked for changes; new connections use what they "
+          "hold now (rotation without a restart)"),
+      Str("security.role_uri_prefix", TANDEM_CONFIG_REF(security.role_uri_prefix), {},
+          "a certificate's role is the URI SAN starting with this prefix, less the prefix"),
+      Bool("security.allow_insecure", TANDEM_CONFIG_REF(security.allow_insecure),
+           "let a role listen beyond loopback without TLS (a trusted lab network only: any "
+           "process that reaches its ports is trusted); without it such a role refuses to "
+           "start"),
   };
 }
 

@@ -113,6 +113,11 @@ Metrics::Metrics(std::string process_role)
                          .Help("Accelerator memory a worker on a device holds, by use "
                                "(weights, kv_cache)")
                          .Register(*registry_)),
+      auth_denied_(BuildCounter()
+                       .Name("tandem_auth_denied_total")
+                       .Help("Calls refused by authorization, by method and reason "
+                             "(no_certificate, role, api_key)")
+                       .Register(*registry_)),
       compute_turns_(BuildCounter()
                          .Name("tandem_compute_turns_total")
                          .Help("Engine steps on tandem serve's shared compute pool, by device "
@@ -259,6 +264,10 @@ prometheus::Gauge* Metrics::PruningCosine(const std::string& role, int layer) {
 
 prometheus::Gauge* Metrics::DeviceMemory(const std::string& role, const std::string& use) {
   return &device_memory_.Add({{"role", role}, {"use", use}});
+}
+
+prometheus::Counter* Metrics::AuthDenied(const std::string& method, const std::string& reason) {
+  return &auth_denied_.Add({{"method", method}, {"reason", reason}});
 }
 
 Metrics::ComputeTurn Metrics::ComputeTurns(const std::string& device, const std::string& phase) {

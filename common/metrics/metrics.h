@@ -108,6 +108,9 @@ class Metrics {
     prometheus::Counter* wait_seconds;
   };
   ComputeTurn ComputeTurns(const std::string& device, const std::string& phase);
+  // tandem_auth_denied_total{method, reason}: calls refused by the role check (reason
+  // "no_certificate" or "role") or the API-key check; rare, so looked up per refusal.
+  prometheus::Counter* AuthDenied(const std::string& method, const std::string& reason);
   const std::shared_ptr<prometheus::Registry>& registry() const { return registry_; }
   // Everything /metrics serves: the registry, and the process metrics if any.
   std::vector<std::shared_ptr<prometheus::Collectable>> collectables() const;
@@ -137,6 +140,7 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>& pruned_layers_;
   prometheus::Family<prometheus::Gauge>& pruning_cosine_;
   prometheus::Family<prometheus::Gauge>& device_memory_;
+  prometheus::Family<prometheus::Counter>& auth_denied_;
   prometheus::Family<prometheus::Counter>& compute_turns_;
   prometheus::Family<prometheus::Counter>& compute_wait_;
   prometheus::Family<prometheus::Counter>& stability_checks_;

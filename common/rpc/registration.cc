@@ -21,9 +21,11 @@ std::chrono::system_clock::time_point In(double seconds) {
 
 WorkerRegistration::WorkerRegistration(const std::string& router_address,
                                        tandem::v1::RegisterRequest request, LoadFn load,
-                                       AcceptedFn accepted)
-    : stub_(tandem::v1::Registry::NewStub(
-          grpc::CreateChannel(router_address, grpc::InsecureChannelCredentials()))),
+                                       AcceptedFn accepted,
+                                       std::shared_ptr<grpc::ChannelCredentials> credentials)
+    : stub_(tandem::v1::Registry::NewStub(grpc::CreateChannel(
+          router_address,
+          credentials != nullptr ? credentials : grpc::InsecureChannelCredentials()))),
       request_(std::move(request)),
       load_(std::move(load)),
       accepted_(std::move(accepted)) {

@@ -8,6 +8,8 @@
 #include <string>
 #include <thread>
 
+#include <grpcpp/security/credentials.h>
+
 #include "absl/synchronization/notification.h"
 #include "tandem/v1/workers.grpc.pb.h"
 
@@ -24,8 +26,10 @@ class WorkerRegistration {
   // another model or KV layout). Unreachable routers are not reported.
   using AcceptedFn = std::function<void(bool accepted)>;
 
+  // `credentials`: how to reach the router (null: plaintext).
   WorkerRegistration(const std::string& router_address, tandem::v1::RegisterRequest request,
-                     LoadFn load, AcceptedFn accepted = nullptr);
+                     LoadFn load, AcceptedFn accepted = nullptr,
+                     std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr);
   ~WorkerRegistration();
   WorkerRegistration(const WorkerRegistration&) = delete;
   WorkerRegistration& operator=(const WorkerRegistration&) = delete;

@@ -13,7 +13,9 @@ namespace tandem::rpc {
 
 absl::StatusOr<StartedServer> StartServer(const std::string& listen,
                                           const std::vector<grpc::Service*>& services,
-                                          const std::vector<std::string>& service_names) {
+                                          const std::vector<std::string>& service_names,
+                                          const security::Transport& transport,
+                                          security::ClientCertificates clients) {
   static std::once_flag once;
   std::call_once(once, [] {
     grpc::EnableDefaultHealthCheckService(true);
@@ -31,7 +33,7 @@ absl::StatusOr<StartedServer> StartServer(const std::string& listen,
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 1000);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
   int port = 0;
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(listen, transport.ServerCredentials(clients), &port);
   for (grpc::Service* s : services) builder.RegisterService(s);
   StartedServer started;
   started.server = builder.BuildAndStart();

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/security/transport.h"
 
 namespace tandem::rpc {
 
@@ -19,11 +20,14 @@ struct StartedServer {
   std::string address;  // host:port actually bound (port 0 resolved)
 };
 
-// Binds `listen` ("host:port", port 0 picks one) and serves `services`. Health starts
-// NOT_SERVING for the server and for each service name.
-absl::StatusOr<StartedServer> StartServer(const std::string& listen,
-                                          const std::vector<grpc::Service*>& services,
-                                          const std::vector<std::string>& service_names);
+// Binds `listen` ("host:port", port 0 picks one) and serves `services` over `transport`
+// (mutual TLS asks clients for certificates as `clients` says). Health starts NOT_SERVING for
+// the server and for each service name.
+absl::StatusOr<StartedServer> StartServer(
+    const std::string& listen, const std::vector<grpc::Service*>& services,
+    const std::vector<std::string>& service_names,
+    const security::Transport& transport = *security::Transport::Insecure(),
+    security::ClientCertificates clients = security::ClientCertificates::kRequire);
 
 // Sets the health of the server ("") and of every name in `service_names`.
 void SetServing(grpc::Server& server, const std::vector<std::string>& service_names, bool serving);

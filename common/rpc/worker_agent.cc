@@ -14,7 +14,8 @@ WorkerAgent::WorkerAgent(engine::EngineLoop& loop, const WorkerCounters& counter
     registration_ = std::make_unique<WorkerRegistration>(
         options.router, std::move(options.registration),
         [this](tandem::v1::WorkerLoad* load, bool full) { FillLoad(load, full); },
-        std::move(options.on_accepted));
+        std::move(options.on_accepted),
+        options.transport->ChannelCredentials(security::Role::kRouter));
   }
 }
 

@@ -20,6 +20,7 @@
 #include "common/metrics/metrics.h"
 #include "common/rpc/registration.h"
 #include "common/rpc/worker_load.h"
+#include "common/security/transport.h"
 #include "tandem/v1/workers.grpc.pb.h"
 
 namespace tandem::rpc {
@@ -40,6 +41,7 @@ struct WorkerAgentOptions {
   tandem::v1::RegisterRequest registration;  // role, advertised address, model id, KV layout
   // Told whether the router accepted the worker (its readiness); may be empty.
   std::function<void(bool accepted)> on_accepted;
+  std::shared_ptr<const security::Transport> transport = security::Transport::Insecure();
 };
 
 class WorkerAgent {

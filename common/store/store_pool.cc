@@ -11,7 +11,9 @@ StorePool::StorePool(std::vector<std::string> shard_addresses, std::string model
     : ring_(std::move(shard_addresses)) {
   for (const std::string& address : ring_.shards()) {
     clients_.push_back(std::make_unique<CacheStoreClient>(
-        grpc::CreateChannel(address, grpc::InsecureChannelCredentials()), model_id,
+        grpc::CreateChannel(address,
+                            options.transport->ChannelCredentials(security::Role::kCacheStore)),
+        model_id,
         CacheStoreClientOptions{
             .chunk_bytes = options.chunk_bytes,
             .timeout = options.timeout,

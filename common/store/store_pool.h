@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/store/cache_store_client.h"
+#include "common/security/transport.h"
 #include "common/store/shard_ring.h"
 
 namespace tandem::store {
@@ -21,6 +22,7 @@ struct StorePoolOptions {
   // Move blocks through shared memory with shards on this machine that offer it
   // (cache_store.shared_memory); other shards, and any that refuse, are streamed to.
   bool shared_memory = true;
+  std::shared_ptr<const security::Transport> transport = security::Transport::Insecure();
 };
 
 class StorePool {

@@ -695,8 +695,10 @@ def case_shard_label():
     import socket
     import subprocess
     import urllib.request
+    # Plaintext beyond loopback needs the explicit opt-out (security_test covers the refusal).
     proc = subprocess.Popen([args.tandem, "cache-store", "--listen", "0.0.0.0:0",
-                             "--metrics-listen", "127.0.0.1:0"],
+                             "--metrics-listen", "127.0.0.1:0",
+                             "--set", "security.allow_insecure=true"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         line = proc.stdout.readline()

@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "common/rpc/engine_proto.h"
 #include "common/rpc/status.h"
+#include "common/util/file_util.h"
 #include "common/util/status_macros.h"
 #include "tandem/v1/inference.grpc.pb.h"
 #include "tools/tandem/commands.h"
@@ -44,17 +45,29 @@ absl::StatusOr<tandem::v1::GenerateRequest> BuildRequest(const CliArgs& args) {
   return r;
 }
 
+// TLS with `--ca-file` (the server is verified by the host name in --addr), else plaintext.
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> Credentials(const CliArgs& args) {
+  if (!args.Has("ca-file")) return grpc::InsecureChannelCredentials();
+  TANDEM_ASSIGN_OR_RETURN(std::string path, args.String("ca-file"));
+  absl::StatusOr<std::string> ca = ReadFileToString(path);
+  if (!ca.ok()) return absl::InvalidArgumentError(absl::StrCat("--ca-file: ", ca.status().message()));
+  grpc::SslCredentialsOptions o;
+  o.pem_root_certs = *std::move(ca);
+  return grpc::SslCredentials(o);
+}
+
 }  // namespace
 
 absl::Status RunGenerate(const CliArgs& args) {
   TANDEM_RETURN_IF_ERROR(args.CheckKnown({"addr", "prompt", "tokens", "max-tokens", "temperature",
                                           "top-p", "top-k", "seed", "stop", "ignore-eos",
-                                          "print-ids", "request-id", "timeout", "wait-ready"}));
+                                          "print-ids", "request-id", "timeout", "wait-ready",
+                                          "ca-file"}));
   TANDEM_ASSIGN_OR_RETURN(std::string addr, args.String("addr"));
   TANDEM_ASSIGN_OR_RETURN(tandem::v1::GenerateRequest request, BuildRequest(args));
   TANDEM_ASSIGN_OR_RETURN(double timeout, args.DoubleOr("timeout", 600));
-  auto stub = tandem::v1::Inference::NewStub(
-      grpc::CreateChannel(addr, grpc::InsecureChannelCredentials()));
+  TANDEM_ASSIGN_OR_RETURN(auto credentials, Credentials(args));
+  auto stub = tandem::v1::Inference::NewStub(grpc::CreateChannel(addr, credentials));
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() +
                        std::chrono::milliseconds(static_cast<int64_t>(timeout * 1000)));

@@ -25,9 +25,10 @@ constexpr char kUsage[] = R"(usage: tandem COMMAND [flags]
       One role, for deployments that run each role in its own process or pod.
   generate --addr HOST:PORT (--prompt TEXT | --tokens 1,2,3) [--max-tokens N] [--temperature T]
         [--top-p P] [--top-k K] [--seed S] [--stop STRING ...] [--ignore-eos] [--print-ids]
-        [--timeout SECONDS] [--wait-ready]
+        [--timeout SECONDS] [--wait-ready] [--ca-file PEM]
       Streams one completion from a router: text to stdout as it arrives (with --print-ids,
-      the generated ids on a last line), a summary to stderr.
+      the generated ids on a last line), a summary to stderr. --ca-file: TLS, the router's
+      certificate verified against this CA and the host name in --addr.
   bench --addr HOST:PORT [flags]
       Open-loop load generator against a router: TTFT, inter-token and end-to-end latency
       percentiles, throughput and goodput (tandem bench --help for the flags).

@@ -22,6 +22,7 @@
 #include "common/rpc/registration.h"
 #include "common/rpc/server.h"
 #include "common/rpc/worker_agent.h"
+#include "common/security/authorizer.h"
 #include "common/store/store_pool.h"
 #include "common/tokenizer/tokenizer.h"
 #include "common/util/log.h"
@@ -129,8 +130,19 @@ class ServedRole : public Role {
     server_.server.reset();
   }
 
+  // The transport for `role` and the authorizer its services check calls with.
+  absl::Status Secure(const config::TandemConfig& c, const std::string& role,
+                      metrics::Metrics& metrics) {
+    TANDEM_ASSIGN_OR_RETURN(transport_, RoleTransport(c, role));
+    authorizer_ = std::make_unique<security::Authorizer>(transport_, &metrics);
+    return absl::OkStatus();
+  }
+
   rpc::StartedServer server_;
   std::vector<std::string> names_;
+  // Outlive the derived roles' services, which hold references to them.
+  std::shared_ptr<const security::Transport> transport_;
+  std::unique_ptr<security::Authorizer> authorizer_;
 
  private:
   absl::Mutex health_mu_;
@@ -158,12 +170,14 @@ class CacheStoreRole final : public ServedRole {
   }
 
   absl::Status Start(const config::TandemConfig& c, metrics::Metrics& metrics) {
+    TANDEM_RETURN_IF_ERROR(Secure(c, "cache-store", metrics));
     TANDEM_ASSIGN_OR_RETURN(
         store_, cache_store::BlockStore::Create({.capacity_bytes = c.cache_store.capacity_bytes,
                                                  .shared_memory = c.cache_store.shared_memory}));
-    service_ = std::make_unique<cache_store::CacheStoreService>(*store_, c.cache_store.chunk_bytes);
-    TANDEM_ASSIGN_OR_RETURN(
-        auto server, rpc::StartServer(c.cache_store.listen, {service_.get()}, {kCacheStore}));
+    service_ = std::make_unique<cache_store::CacheStoreService>(
+        *store_, c.cache_store.chunk_bytes, cache_store::ShmHandoffOptions{}, *authorizer_);
+    TANDEM_ASSIGN_OR_RETURN(auto server, rpc::StartServer(c.cache_store.listen, {service_.get()},
+                                                          {kCacheStore}, *transport_));
     Serve(std::move(server), {kCacheStore});
     metrics_ = metrics.ForShard(ShardLabel(address()));
     reporter_ = std::thread([this] { Report(); });
@@ -215,6 +229,7 @@ class WorkerRole final : public ServedRole {
   absl::Status Start(const config::TandemConfig& c, engine::ComputeShare* share,
                      const config::WorkerConfig& wc, const char* name, metrics::Metrics& metrics,
                      bool prefill) {
+    TANDEM_RETURN_IF_ERROR(Secure(c, prefill ? "prefill" : "decode", metrics));
     if (share == nullptr) own_pool_ = std::make_unique<ThreadPool>(c.model.threads);
     ThreadPool& pool = share != nullptr ? share->pool() : *own_pool_;
     model::WeightLoadOptions load;
@@ -242,7 +257,8 @@ class WorkerRole final : public ServedRole {
     store_ = std::make_unique<store::StorePool>(
         c.cache_store.shards, ModelId(c),
         store::StorePoolOptions{.chunk_bytes = c.cache_store.chunk_bytes,
-                                .shared_memory = c.cache_store.shared_memory});
+                                .shared_memory = c.cache_store.shared_memory,
+                                .transport = transport_});
     if (prefill) {
       prefill::PrefillWorkerOptions o;
       if (options.pruning.enabled) {
@@ -251,14 +267,17 @@ class WorkerRole final : public ServedRole {
         o.stability_sample_rate = c.kv_cache_optimization.monitor_sample_rate;
         o.stability_alert_below = c.kv_cache_optimization.monitor_alert_below;
       }
+      o.authorizer = authorizer_.get();
       worker_ = std::make_unique<prefill::PrefillWorker>(*loop_, *store_, metrics, o);
     } else {
-      worker_ = std::make_unique<decode::DecodeWorker>(*loop_, *store_, metrics);
+      worker_ = std::make_unique<decode::DecodeWorker>(*loop_, *store_, metrics, *authorizer_);
     }
-    TANDEM_ASSIGN_OR_RETURN(auto server, rpc::StartServer(wc.listen, {worker_->service()}, {name}));
+    TANDEM_ASSIGN_OR_RETURN(
+        auto server, rpc::StartServer(wc.listen, {worker_->service()}, {name}, *transport_));
     Serve(std::move(server), {name});
     rpc::WorkerAgentOptions agent;
     agent.router = wc.router;
+    agent.transport = transport_;
     agent.registration.set_address(rpc::AdvertisedAddress(wc.advertise, address()));
     agent.registration.set_model_id(ModelId(c));
     TANDEM_ASSIGN_OR_RETURN(*agent.registration.mutable_layout(),
@@ -302,6 +321,7 @@ class RouterRole final : public ServedRole {
   }
 
   absl::Status Start(const config::TandemConfig& c, metrics::Metrics& metrics) {
+    TANDEM_RETURN_IF_ERROR(Secure(c, "router", metrics));
     TANDEM_ASSIGN_OR_RETURN(model::ModelConfig m, model::ModelConfig::FromDirectory(c.model.path));
     if (std::filesystem::exists(std::filesystem::path(c.model.path) / "tokenizer.json")) {
       TANDEM_ASSIGN_OR_RETURN(tokenizer_, tokenizer::Tokenizer::Load(c.model.path));
@@ -335,16 +355,21 @@ class RouterRole final : public ServedRole {
         std::chrono::milliseconds(static_cast<int64_t>(c.router.worker_keepalive_seconds * 1000));
     o.pool.forget_after = std::chrono::milliseconds(
         static_cast<int64_t>(c.router.forget_workers_after_seconds * 1000));
+    o.pool.transport = transport_;
     o.colocated = c.router.mode == "colocated";
     drain_ = std::chrono::duration<double>(c.router.drain_seconds);
     service_ = std::make_unique<router::RouterService>(o, tokenizer_.get(), &metrics);
     for (const auto& a : c.router.prefill_workers) service_->prefill_pool().Add(a);
     for (const auto& a : c.router.decode_workers) service_->decode_pool().Add(a);
     registry_ = std::make_unique<router::RegistryService>(
-        *service_, std::chrono::duration<double>(c.router.heartbeat_interval_seconds), &metrics);
-    TANDEM_ASSIGN_OR_RETURN(auto server,
-                            rpc::StartServer(c.router.listen, {service_.get(), registry_.get()},
-                                             {kInference, kRegistry}));
+        *service_, std::chrono::duration<double>(c.router.heartbeat_interval_seconds), &metrics,
+        *authorizer_);
+    // Public clients present no certificate; workers registering present theirs.
+    TANDEM_ASSIGN_OR_RETURN(
+        auto server,
+        rpc::StartServer(c.router.listen, {service_.get(), registry_.get()},
+                         {kInference, kRegistry}, *transport_,
+                         security::ClientCertificates::kOptional));
     Serve(std::move(server), {kInference, kRegistry});
     if (!c.router.http_listen.empty()) TANDEM_RETURN_IF_ERROR(StartHttp(c, m));
     return absl::OkStatus();
@@ -403,6 +428,37 @@ std::string ModelId(const config::TandemConfig& config) {
   std::filesystem::path p(config.model.path);
   if (!p.has_filename()) p = p.parent_path();
   return p.filename().string();
+}
+
+absl::StatusOr<std::shared_ptr<const security::Transport>> RoleTransport(
+    const config::TandemConfig& c, const std::string& role) {
+  const config::SecurityConfig& s = c.security;
+  const bool tls = !s.tls.ca_file.empty();
+  const std::string& listen = role == "router"    ? c.router.listen
+                              : role == "prefill" ? c.prefill.listen
+                              : role == "decode"  ? c.decode.listen
+                                                  : c.cache_store.listen;
+  const std::string key = role == "cache-store" ? "cache_store.listen" : role + ".listen";
+  TANDEM_RETURN_IF_ERROR(security::CheckListener(key, listen, tls, s.allow_insecure));
+  if (role == "router") {
+    TANDEM_RETURN_IF_ERROR(security::CheckListener("router.http_listen", c.router.http_listen,
+                                                   /*tls=*/false, s.allow_insecure));
+  }
+  if (!tls) return security::Transport::Insecure();
+  TANDEM_ASSIGN_OR_RETURN(
+      std::shared_ptr<const security::Transport> transport,
+      security::Transport::Create({.ca_file = s.tls.ca_file,
+                                   .cert_file = s.tls.cert_file,
+                                   .key_file = s.tls.key_file,
+                                   .role_uri_prefix = s.role_uri_prefix,
+                                   .reload_seconds = s.tls.reload_seconds}));
+  const std::string want = role == "cache-store" ? "cache_store" : role;
+  if (security::RoleName(*transport->own_role()) != want) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "security.tls.cert_file: ", s.tls.cert_file, " is a ",
+        security::RoleName(*transport->own_role()), " certificate; this process runs ", want));
+  }
+  return transport;
 }
 
 std::vector<std::string> HealthNames(const std::string& role) {

@@ -14,6 +14,7 @@
 #include "common/config/config.h"
 #include "common/engine/compute_share.h"
 #include "common/metrics/metrics.h"
+#include "common/security/transport.h"
 
 namespace tandem::cli {
 
@@ -35,6 +36,14 @@ std::string ModelId(const config::TandemConfig& config);
 // The grpc.health.v1 service names a role serves ("router", "prefill", "decode",
 // "cache-store").
 std::vector<std::string> HealthNames(const std::string& role);
+
+// How `role` ("router", "prefill", "decode", "cache-store") of this configuration talks to the
+// others: mutual TLS when security.tls is set (its certificate must name `role`), else
+// plaintext. Fails closed first: a listener of the role beyond loopback without TLS is refused
+// unless security.allow_insecure. The router's HTTP door is plaintext (TLS on it is planned), so
+// beyond loopback it always needs allow_insecure.
+absl::StatusOr<std::shared_ptr<const security::Transport>> RoleTransport(
+    const config::TandemConfig& config, const std::string& role);
 
 // `metrics` must outlive the role. A worker given `share` (which must outlive it) computes on
 // the process's shared pool, a step per turn; without one it has model.threads of its own.

@@ -60,8 +60,11 @@ class Loading {
   static absl::StatusOr<std::unique_ptr<Loading>> Start(const std::string& what,
                                                         std::string& listen,
                                                         const std::vector<std::string>& names,
+                                                        const security::Transport& transport,
                                                         const sigset_t& signals) {
-    TANDEM_ASSIGN_OR_RETURN(rpc::StartedServer server, rpc::StartServer(listen, {}, names));
+    TANDEM_ASSIGN_OR_RETURN(rpc::StartedServer server,
+                            rpc::StartServer(listen, {}, names, transport,
+                                             security::ClientCertificates::kOptional));
     listen = server.address;
     std::fprintf(stderr, "tandem %s: loading; health NOT_SERVING on %s\n", what.c_str(),
                  listen.c_str());
@@ -154,11 +157,18 @@ absl::Status RunServe(const CliArgs& args) {
       {"config", "set", "model", "listen", "metrics-listen", "http-listen"}));
   TANDEM_ASSIGN_OR_RETURN(config::TandemConfig c, EffectiveConfig(args));
   if (args.Has("listen")) c.router.listen = *args.String("listen");
+  // Its roles talk over loopback; TLS on its public port comes with API keys (planned).
+  if (!c.security.tls.ca_file.empty()) {
+    return absl::InvalidArgumentError(
+        "security.tls: `tandem serve` runs every role on loopback and does not take TLS yet; "
+        "start the roles one by one (tandem router, prefill, decode, cache-store) for TLS");
+  }
+  TANDEM_ASSIGN_OR_RETURN(auto transport, RoleTransport(c, "router"));  // fails closed
   const sigset_t signals = BlockStopSignals();
   metrics::Metrics metrics("serve");
   TANDEM_ASSIGN_OR_RETURN(auto metrics_server, StartMetrics(c, metrics));
-  TANDEM_ASSIGN_OR_RETURN(auto loading,
-                          Loading::Start("serve", c.router.listen, HealthNames("router"), signals));
+  TANDEM_ASSIGN_OR_RETURN(auto loading, Loading::Start("serve", c.router.listen,
+                                                       HealthNames("router"), *transport, signals));
 
   TANDEM_ASSIGN_OR_RETURN(const ServeLayout layout, ChooseServeLayout(c));
   // One compute pool per device, shared by every engine on it (a step per turn, decode first).
@@ -236,10 +246,13 @@ absl::Status RunRole(const std::string& role, const CliArgs& args) {
                         : role == "decode"  ? c.decode.listen
                                             : c.cache_store.listen;
   if (args.Has("listen")) listen = *args.String("listen");
+  // Before anything binds: a listener beyond loopback without TLS fails here.
+  TANDEM_ASSIGN_OR_RETURN(auto transport, RoleTransport(c, role));
   const sigset_t signals = BlockStopSignals();
   metrics::Metrics metrics(role == "cache-store" ? "cache_store" : role);
   TANDEM_ASSIGN_OR_RETURN(auto metrics_server, StartMetrics(c, metrics));
-  TANDEM_ASSIGN_OR_RETURN(auto loading, Loading::Start(role, listen, HealthNames(role), signals));
+  TANDEM_ASSIGN_OR_RETURN(auto loading,
+                          Loading::Start(role, listen, HealthNames(role), *transport, signals));
   std::unique_ptr<Role> started;
   if (role == "router") {
     TANDEM_ASSIGN_OR_RETURN(started, StartRouter(c, metrics));

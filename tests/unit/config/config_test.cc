@@ -187,6 +187,16 @@ TEST(ConfigTest, YamlOutputParsesBackToTheSameConfig) {
   EXPECT_EQ(Parse(yaml).model.path, c.model.path);
 }
 
+TEST(ConfigTest, TlsFilesComeTogether) {
+  auto c = ParseConfig("security:\n  tls:\n    ca_file: /etc/tandem/ca.pem\n", "t.yaml");
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(c.status().message(), HasSubstr("give ca_file, cert_file and key_file together"));
+  c = ParseConfig("security:\n  tls: {ca_file: a, cert_file: b, key_file: c}\n", "t.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->security.tls.key_file, "c");
+  EXPECT_FALSE(c->security.allow_insecure);
+}
+
 TEST(ConfigTest, EveryKeyIsDocumented) {
   const std::string md = ConfigReferenceMarkdown();
   for (const auto& field : internal::Schema()) {
