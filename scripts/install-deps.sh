@@ -11,6 +11,7 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler  # services
   libyaml-cpp-dev prometheus-cpp-dev  # configuration, /metrics
   libboost1.74-dev                    # the HTTP front door: Boost.Beast over Asio (headers)
+  libssl-dev                          # TLS between roles: certificate checks at startup
   curl                                # demo: the HTTP API and /metrics
   zlib1g-dev                          # model-inspect: PNG attention maps
   libgtest-dev libgmock-dev libbenchmark-dev
@@ -20,6 +21,7 @@ if [ "${TANDEM_DEPS:-all}" != build ]; then
     clang libclang-rt-14-dev            # libFuzzer targets, sanitizers
     python3 python3-numpy python3-torch libopenblas0-pthread  # test-time numerical reference
     python3-grpcio python3-grpc-tools   # integration tests: a gRPC client Tandem did not write
+    openssl                             # scripts/dev-certs.sh: test certificates
     prometheus python3-yaml             # deploy tests: promtool, a real Prometheus scraping
   )
   # Node.js and npm run the tokenizer conformance oracle and the Kubernetes schema validation

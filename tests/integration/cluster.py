@@ -143,11 +143,12 @@ class Cluster:
     """store shards, prefill and decode workers and a router, each its own process."""
 
     def __init__(self, tandem, model, shards=2, prefill=2, decode=2, store_bytes=None,
-                 extra=(), router_extra=(), register=False, advertise=None):
+                 extra=(), router_extra=(), register=False, advertise=None, role_args=None):
         """With `register`, the router starts first and the workers join it through the
         registry (heartbeats every 0.2 s), advertising `advertise` if given (a host alone, as a
         pod IP on Kubernetes: the worker adds its port); otherwise the router gets static
-        worker lists."""
+        worker lists. `role_args(role)` adds flags of one role (its certificate)."""
+        self.role_args = role_args or (lambda role: [])
         self.log_dir = tempfile.mkdtemp(prefix="tandem_cluster_")
         common = ["--model", model, "--set", "model.threads=1"] + list(extra)
         self.all = []
@@ -182,7 +183,7 @@ class Cluster:
             raise
 
     def _start(self, tandem, role, args):
-        p = Process(tandem, role, args, self.log_dir)
+        p = Process(tandem, role, args + self.role_args(role), self.log_dir)
         self.all.append(p)
         return p
 
