@@ -9,6 +9,8 @@
 #include <boost/asio/write.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
+#include <sys/stat.h>
 #include <charconv>
 #include <deque>
 #include <optional>
@@ -31,6 +33,109 @@ using tcp = net::ip::tcp;
 
 class Session;
 
+// The server's TLS context, made again from the files when they change. Sessions keep the
+// context they started with.
+class TlsFiles {
+ public:
+  TlsFiles(std::string cert_file, std::string key_file)
+      : cert_file_(std::move(cert_file)), key_file_(std::move(key_file)) {}
+
+  // The context for a new connection; the last good one if the files changed into something
+  // that does not load (logged).
+  absl::StatusOr<std::shared_ptr<net::ssl::context>> Current() {
+    const std::pair<int64_t, int64_t> stamp = {Stamp(cert_file_), Stamp(key_file_)};
+    absl::MutexLock lock(&mu_);
+    if (context_ != nullptr && stamp == stamp_) return context_;
+    absl::StatusOr<std::shared_ptr<net::ssl::context>> made = Make();
+    if (!made.ok()) {
+      if (context_ == nullptr) return made.status();
+      Log(LogLevel::kWarning, "http",
+          absl::StrCat("keeping the previous TLS certificate: ", made.status().message()));
+    } else {
+      context_ = *std::move(made);
+    }
+    stamp_ = stamp;
+    return context_;
+  }
+
+ private:
+  // Modification time in nanoseconds, following symlinks (a Kubernetes Secret swaps one).
+  static int64_t Stamp(const std::string& path) {
+    struct stat st;
+    if (stat(path.c_str(), &st) != 0) return -1;
+    return int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec;
+  }
+  absl::StatusOr<std::shared_ptr<net::ssl::context>> Make() const {
+    auto context = std::make_shared<net::ssl::context>(net::ssl::context::tls_server);
+    context->set_options(net::ssl::context::default_workarounds | net::ssl::context::no_sslv2 |
+                         net::ssl::context::no_sslv3 | net::ssl::context::no_tlsv1 |
+                         net::ssl::context::no_tlsv1_1);
+    beast::error_code ec;
+    context->use_certificate_chain_file(cert_file_, ec);
+    if (ec) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("HTTPS certificate ", cert_file_, ": ", ec.message()));
+    }
+    context->use_private_key_file(key_file_, net::ssl::context::pem, ec);
+    if (ec) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("HTTPS key ", key_file_, ": ", ec.message()));
+    }
+    return context;
+  }
+
+  const std::string cert_file_;
+  const std::string key_file_;
+  absl::Mutex mu_;
+  std::shared_ptr<net::ssl::context> context_ ABSL_GUARDED_BY(mu_);
+  std::pair<int64_t, int64_t> stamp_ ABSL_GUARDED_BY(mu_);
+};
+
+// A connection's byte stream: TCP, or TLS over it. Beast's algorithms see one stream type
+// either way; timeouts and closing act on the TCP stream beneath (lower()).
+class ConnStream {
+ public:
+  using executor_type = beast::tcp_stream::executor_type;
+
+  ConnStream(tcp::socket socket, std::shared_ptr<net::ssl::context> tls) : tls_context_(tls) {
+    if (tls_context_ != nullptr) {
+      tls_.emplace(std::move(socket), *tls_context_);
+    } else {
+      plain_.emplace(std::move(socket));
+    }
+  }
+
+  bool tls() const { return tls_.has_value(); }
+  beast::tcp_stream& lower() { return tls_ ? tls_->next_layer() : *plain_; }
+  executor_type get_executor() { return lower().get_executor(); }
+
+  template <typename Buffers, typename Handler>
+  void async_read_some(const Buffers& buffers, Handler&& handler) {
+    if (tls_) {
+      tls_->async_read_some(buffers, std::forward<Handler>(handler));
+    } else {
+      plain_->async_read_some(buffers, std::forward<Handler>(handler));
+    }
+  }
+  template <typename Buffers, typename Handler>
+  void async_write_some(const Buffers& buffers, Handler&& handler) {
+    if (tls_) {
+      tls_->async_write_some(buffers, std::forward<Handler>(handler));
+    } else {
+      plain_->async_write_some(buffers, std::forward<Handler>(handler));
+    }
+  }
+  template <typename Handler>
+  void async_handshake(Handler&& handler) {
+    tls_->async_handshake(net::ssl::stream_base::server, std::forward<Handler>(handler));
+  }
+
+ private:
+  std::shared_ptr<net::ssl::context> tls_context_;  // outlives tls_
+  std::optional<beast::ssl_stream<beast::tcp_stream>> tls_;
+  std::optional<beast::tcp_stream> plain_;
+};
+
 // Lets responders post to connections only while the I/O context lives: the server closes it
 // (waiting out posts in progress) before the context goes.
 struct PostGate {
@@ -49,6 +154,7 @@ struct HttpServer::Impl {
 
   const HttpServerOptions options;
   const HttpHandler handler;
+  std::unique_ptr<TlsFiles> tls;  // null: plaintext
   net::io_context ioc;
   std::optional<tcp::acceptor> acceptor;
   std::optional<net::executor_work_guard<net::io_context::executor_type>> work;
@@ -65,8 +171,8 @@ namespace {
 // One connection: reads requests one at a time and writes their responses, all on its strand.
 class Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(tcp::socket socket, HttpServer::Impl& server)
-      : stream_(std::move(socket)),
+  Session(tcp::socket socket, std::shared_ptr<net::ssl::context> tls, HttpServer::Impl& server)
+      : stream_(std::move(socket), std::move(tls)),
         read_timer_(stream_.get_executor()),
         server_(server),
         options_(server.options) {
@@ -80,7 +186,7 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void Run() {
-    net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->ReadHeader(); });
+    net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->Handshake(); });
   }
   // From any thread: cut the connection off (the server is stopping).
   void Kill() {
@@ -109,6 +215,8 @@ class Session : public std::enable_shared_from_this<Session> {
   bool Answering(uint64_t generation) const {
     return !closed_ && in_request_ && generation == generation_;
   }
+  // TLS: the handshake, within the read timeout; then requests.
+  void Handshake();
   void ReadHeader();
   void OnHeader(beast::error_code ec);
   void ReadBody();
@@ -130,7 +238,7 @@ class Session : public std::enable_shared_from_this<Session> {
     res.keep_alive(keep_alive_);
   }
 
-  beast::tcp_stream stream_;
+  ConnStream stream_;
   // The read timeout cancels the read rather than closing (as the stream's own timer would), so
   // a client that stalled mid-request still hears 408.
   net::steady_timer read_timer_;
@@ -203,19 +311,34 @@ class Responder final : public HttpResponder {
   const std::shared_ptr<PostGate> gate_;
 };
 
+void Session::Handshake() {
+  if (!stream_.tls()) {
+    ReadHeader();
+    return;
+  }
+  stream_.lower().expires_after(options_.read_timeout);
+  stream_.async_handshake([self = shared_from_this()](beast::error_code ec) {
+    if (ec) {  // not TLS, a bad client, or too slow: nothing can be said to it
+      self->Close();
+      return;
+    }
+    self->ReadHeader();
+  });
+}
+
 void Session::ReadHeader() {
   if (closed_) return;
   parser_.emplace();
   parser_->header_limit(static_cast<uint32_t>(options_.max_header_bytes));
   parser_->body_limit(options_.max_body_bytes);
-  stream_.expires_never();
+  stream_.lower().expires_never();
   read_timed_out_ = false;
   read_timer_.expires_after(options_.read_timeout);
   read_timer_.async_wait([self = shared_from_this()](beast::error_code ec) {
     if (ec) return;  // cancelled: the request arrived
     self->read_timed_out_ = true;
     beast::error_code ignored;
-    self->stream_.socket().cancel(ignored);
+    self->stream_.lower().socket().cancel(ignored);
   });
   http::async_read_header(stream_, buffer_, *parser_,
                           [self = shared_from_this()](beast::error_code ec, size_t) {
@@ -247,7 +370,7 @@ void Session::OnHeader(beast::error_code ec) {
 }
 
 void Session::ReadBody() {
-  stream_.expires_never();
+  stream_.lower().expires_never();
   http::async_read(stream_, buffer_, *parser_,
                    [self = shared_from_this()](beast::error_code ec, size_t) {
                      self->OnRequest(ec);
@@ -391,7 +514,7 @@ void Session::DoWrite() {
   writing_ = true;
   current_ = std::move(out_.front());
   out_.pop_front();
-  stream_.expires_after(options_.write_timeout);
+  stream_.lower().expires_after(options_.write_timeout);
   auto done = [self = shared_from_this(), kind = current_.kind](beast::error_code ec, size_t) {
     self->OnWrite(ec, kind);
   };
@@ -450,7 +573,7 @@ void Session::FinishResponse() {
   if (watching_) {
     want_next_ = true;  // OnWatch reads the next request once the watch is cancelled
     beast::error_code ignored;
-    stream_.socket().cancel(ignored);
+    stream_.lower().socket().cancel(ignored);
     return;
   }
   ReadHeader();
@@ -462,7 +585,7 @@ void Session::Watch() {
   if (watching_ || closed_) return;
   if (buffer_.size() >= options_.max_header_bytes + options_.max_body_bytes) return;
   watching_ = true;
-  stream_.expires_never();
+  stream_.lower().expires_never();
   stream_.async_read_some(buffer_.prepare(4096),
                           [self = shared_from_this()](beast::error_code ec, size_t n) {
                             self->OnWatch(ec, n);
@@ -504,8 +627,8 @@ void Session::Close() {
   out_.clear();
   read_timer_.cancel();
   beast::error_code ignored;
-  stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
-  stream_.close();
+  stream_.lower().socket().shutdown(tcp::socket::shutdown_both, ignored);
+  stream_.lower().close();
 }
 
 }  // namespace
@@ -525,9 +648,19 @@ void HttpServer::Impl::Accept() {
       } else {
         beast::error_code ignored;
         socket.set_option(tcp::no_delay(true), ignored);  // SSE events go out at once
-        auto session = std::make_shared<Session>(std::move(socket), *this);
-        Track(session);
-        session->Run();
+        std::shared_ptr<net::ssl::context> context;
+        if (tls != nullptr) {
+          absl::StatusOr<std::shared_ptr<net::ssl::context>> current = tls->Current();
+          if (current.ok()) context = *std::move(current);
+        }
+        if (tls != nullptr && context == nullptr) {
+          beast::error_code ignored;
+          socket.close(ignored);
+        } else {
+          auto session = std::make_shared<Session>(std::move(socket), std::move(context), *this);
+          Track(session);
+          session->Run();
+        }
       }
     }
     Accept();
@@ -567,6 +700,11 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerOp
   absl::StatusOr<std::pair<std::string, int>> hp = SplitHostPort(options.listen);
   if (!hp.ok()) return hp.status();
   auto impl = std::make_unique<Impl>(options, std::move(handler));
+  if (!options.tls_cert_file.empty() || !options.tls_key_file.empty()) {
+    impl->tls = std::make_unique<TlsFiles>(options.tls_cert_file, options.tls_key_file);
+    absl::StatusOr<std::shared_ptr<net::ssl::context>> first = impl->tls->Current();
+    if (!first.ok()) return first.status();
+  }
   beast::error_code ec;
   tcp::resolver resolver(impl->ioc);
   auto endpoints = resolver.resolve(hp->first, std::to_string(hp->second),

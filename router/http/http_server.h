@@ -38,6 +38,10 @@ struct HttpServerOptions {
   // Response bytes queued and not yet written before the client counts as not reading.
   size_t max_pending_write_bytes = 8 << 20;
   int max_connections = 10000;  // further connections are closed at once
+  // TLS: the server's certificate chain and key (PEM). Both empty: plaintext. The files are
+  // read again for new connections once they change (rotation without a restart).
+  std::string tls_cert_file = "";
+  std::string tls_key_file = "";
   // The body of a response the server makes itself (413, 431, 408, 400 for malformed HTTP),
   // as {content type, body}; null: plain text.
   std::function<std::pair<std::string, std::string>(int status, const std::string& message)>
@@ -74,8 +78,8 @@ using HttpHandler = std::function<void(HttpRequest, std::shared_ptr<HttpResponde
 
 class HttpServer {
  public:
-  // Binds and starts serving; InvalidArgument for a bad address, Unavailable when the port is
-  // taken.
+  // Binds and starts serving; InvalidArgument for a bad address or TLS files that do not load,
+  // Unavailable when the port is taken.
   static absl::StatusOr<std::unique_ptr<HttpServer>> Start(const HttpServerOptions& options,
                                                            HttpHandler handler);
   // Stops: closes the listener and every connection (responses in progress are aborted), then

@@ -118,7 +118,9 @@ class Process:
         if not m:
             self.log.seek(0)
             raise RuntimeError(f"{role} did not start: {line!r} {self.log.read()}")
-        self.address, self.metrics_url = m.group(1).rstrip(";"), m.group(2)
+        self.address, self.metrics_url = m.group(1).rstrip(";"), m.group(2).rstrip(";")
+        h = re.search(r"; http (\S+)", line)
+        self.http_address = h.group(1) if h else None
 
     def metric(self, name, labels=None):
         """The value of one sample on this process's /metrics (None when absent)."""

@@ -141,6 +141,26 @@ def check_refusals(c):
           "decode: refused and counted")
 
 
+def curl(url, *extra):
+    return subprocess.run(["curl", "-sS", "--max-time", "60", *extra, url], capture_output=True,
+                          text=True)
+
+
+def check_https(c):
+    """The HTTP door serves HTTPS with the router's certificate; plaintext gets nothing."""
+    port = c.router.http_address.rsplit(":", 1)[1]
+    ca = os.path.join(args.work, "a/ca.pem")
+    out = curl(f"https://localhost:{port}/v1/completions", "--cacert", ca, "-H",
+               "Content-Type: application/json", "-d",
+               '{"model": "tandem-py-8l", "prompt": "def add(a, b):", "max_tokens": 4}')
+    assert out.returncode == 0 and '"text"' in out.stdout, out
+    assert curl(f"http://127.0.0.1:{port}/v1/models").returncode != 0
+    assert curl(f"https://localhost:{port}/v1/models", "--cacert",
+                os.path.join(args.work, "b/ca.pem")).returncode != 0  # another CA: untrusted
+    print("HTTPS: curl verified the router's certificate; plaintext and other-CA clients refused")
+    return ca
+
+
 def check_foreign_worker(c):
     """A real prefill worker whose certificate another CA signed never joins the pool."""
     d = os.path.join(args.work, "live", "intruder")
@@ -189,6 +209,11 @@ def check_rotation(c):
         cluster.wait_for(lambda: code_of(lambda: generate(c.router.address, "b/ca.pem", 1)) ==
                          grpc.StatusCode.OK, 30, "the router to serve CA b's certificate")
         rotated_while = sum(1 for f in futures if not f.done())
+        # The HTTP door's new connections get the new certificate too.
+        port = c.router.http_address.rsplit(":", 1)[1]
+        cluster.wait_for(lambda: curl(f"https://localhost:{port}/v1/models", "--cacert",
+                                      os.path.join(args.work, "b/ca.pem")).returncode == 0, 30,
+                         "the HTTP door to serve CA b's certificate")
         results = [f.result() for f in futures]
     failed = [r for r in results if r[1] is not None or r[0] != 48]
     assert not failed, failed
@@ -229,7 +254,7 @@ def main():
     install("a", read("a", "ca.pem"))
     check_fail_closed()
     c = cluster.Cluster(args.tandem, args.model, shards=1, prefill=1, decode=1, register=True,
-                        role_args=tls_args)
+                        role_args=tls_args, router_extra=["--http-listen", "127.0.0.1:0"])
     try:
         assert len(generate(c.router.address, "a/ca.pem")) == 8
         out = subprocess.run([args.tandem, "generate", "--addr", c.router.address, "--ca-file",
@@ -237,6 +262,7 @@ def main():
                               "--max-tokens", "8"], capture_output=True, text=True, timeout=120)
         assert out.returncode == 0 and "generate: finish" in out.stderr, out
         print("served over mutual TLS: python grpcio and tandem generate --ca-file")
+        check_https(c)
         check_refusals(c)
         check_foreign_worker(c)
         assert len(generate(c.router.address, "a/ca.pem")) == 8  # still serving

@@ -402,6 +402,9 @@ class RouterRole final : public ServedRole {
                     .max_body_bytes = static_cast<size_t>(c.router.http_max_body_bytes),
                     .read_timeout = seconds(c.router.http_read_timeout_seconds),
                     .write_timeout = seconds(c.router.http_write_timeout_seconds),
+                    // HTTPS with the router's certificate when the roles use TLS.
+                    .tls_cert_file = c.security.tls.cert_file,
+                    .tls_key_file = c.security.tls.key_file,
                     .refusal_body = &router::OpenAiDoor::RefusalBody},
                    [door = door_.get()](router::HttpRequest request,
                                         std::shared_ptr<router::HttpResponder> responder) {
@@ -442,7 +445,7 @@ absl::StatusOr<std::shared_ptr<const security::Transport>> RoleTransport(
   TANDEM_RETURN_IF_ERROR(security::CheckListener(key, listen, tls, s.allow_insecure));
   if (role == "router") {
     TANDEM_RETURN_IF_ERROR(security::CheckListener("router.http_listen", c.router.http_listen,
-                                                   /*tls=*/false, s.allow_insecure));
+                                                   tls, s.allow_insecure));
   }
   if (!tls) return security::Transport::Insecure();
   TANDEM_ASSIGN_OR_RETURN(

@@ -40,8 +40,7 @@ std::vector<std::string> HealthNames(const std::string& role);
 // How `role` ("router", "prefill", "decode", "cache-store") of this configuration talks to the
 // others: mutual TLS when security.tls is set (its certificate must name `role`), else
 // plaintext. Fails closed first: a listener of the role beyond loopback without TLS is refused
-// unless security.allow_insecure. The router's HTTP door is plaintext (TLS on it is planned), so
-// beyond loopback it always needs allow_insecure.
+// unless security.allow_insecure. The router's HTTP door serves HTTPS with the same certificate.
 absl::StatusOr<std::shared_ptr<const security::Transport>> RoleTransport(
     const config::TandemConfig& config, const std::string& role);
 
