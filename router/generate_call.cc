@@ -129,9 +129,11 @@ absl::StatusOr<std::shared_ptr<CallState>> StartCall(const CallEnvironment& env,
                                                      tandem::v1::GenerateRequest request,
                                                      std::shared_ptr<ResponseSink> sink,
                                                      std::chrono::system_clock::time_point deadline,
-                                                     Clock::time_point arrival, Door door) {
+                                                     Clock::time_point arrival, Door door,
+                                                     std::shared_ptr<security::KeyLease> lease) {
   TANDEM_ASSIGN_OR_RETURN(AdmittedRequest admitted,
                           AdmitRequest(env, std::move(request), arrival, door));
+  admitted.lease = std::move(lease);
   deadline = std::min(deadline, std::chrono::system_clock::now() +
                                     std::chrono::duration_cast<std::chrono::system_clock::duration>(
                                         env.options.default_deadline));
@@ -151,7 +153,8 @@ CallState::CallState(const CallEnvironment& env, std::shared_ptr<ResponseSink> s
       id_(std::move(request.id)),
       prompt_(std::move(request.prompt)),
       hashes_(std::move(request.hashes)),
-      sampling_(std::move(request.sampling)) {}
+      sampling_(std::move(request.sampling)),
+      lease_(std::move(request.lease)) {}
 
 void CallState::Start() {
   {
@@ -490,13 +493,20 @@ void CallState::LeaveRouter(grpc::Status status) {
   // still run: cancel it.
   std::shared_ptr<grpc::ClientContext> call = std::move(call_);
   call_.reset();
+  std::shared_ptr<security::KeyLease> lease = std::move(lease_);
+  lease_.reset();
+  const int64_t tokens = static_cast<int64_t>(prompt_.size() + generated_.size());
   // After unlocking, in order: the request's accounting (the pacer may hand back other calls'
   // prefills, which must not start under this call's lock), the worker call's cancel, and only
   // then the end of the stream, so a client that sees the end sees the router's counts settled.
   deferred_.push_back([this, self = shared_from_this(), running = running_, call = std::move(call),
-                       status = std::move(status)] {
+                       status = std::move(status), lease = std::move(lease), tokens]() mutable {
     ReleasePacing();
     env_.queue.Leave(running, static_cast<int64_t>(prompt_.size()));
+    if (lease != nullptr) {
+      lease->AddTokens(tokens);
+      lease.reset();  // its concurrency slot, before the client hears the end
+    }
     if (call != nullptr) call->TryCancel();
     sink_->End(status);
   });
@@ -511,13 +521,14 @@ void CallState::Cancel() {
 }
 
 GenerateCall::GenerateCall(const CallEnvironment& env, grpc::CallbackServerContext* context,
-                           const grpc::ByteBuffer& raw)
+                           const grpc::ByteBuffer& raw, std::shared_ptr<security::KeyLease> lease)
     : sink_(std::make_shared<GrpcSink>(this)) {
   const Clock::time_point arrival = Clock::now();
   absl::StatusOr<tandem::v1::GenerateRequest> request = ParseGenerateRequest(raw);
   absl::StatusOr<std::shared_ptr<CallState>> state =
       request.ok()
-          ? StartCall(env, std::move(*request), sink_, context->deadline(), arrival, Door::kGrpc)
+          ? StartCall(env, std::move(*request), sink_, context->deadline(), arrival, Door::kGrpc,
+                      std::move(lease))
           : request.status();
   if (!state.ok()) {
     Finish(rpc::ToGrpcStatus(state.status()));

@@ -27,6 +27,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "common/rpc/server_stream.h"
+#include "common/security/api_keys.h"
 #include "router/call_environment.h"
 #include "router/output_assembler.h"
 #include "router/response_sink.h"
@@ -43,6 +44,9 @@ struct AdmittedRequest {
   std::vector<uint64_t> hashes;  // chained block hashes of the prompt
   tandem::v1::SamplingParams sampling;
   Door door = Door::kGrpc;
+  // The API key's hold on its quota (null without API keys): the tokens the request used are
+  // added to it, and it is let go, when the request leaves the router.
+  std::shared_ptr<security::KeyLease> lease;
 };
 
 // Validates and admits a Generate request that arrived at `arrival`: INVALID_ARGUMENT for bad
@@ -56,7 +60,7 @@ absl::StatusOr<AdmittedRequest> AdmitRequest(const CallEnvironment& env,
 absl::StatusOr<std::shared_ptr<class CallState>> StartCall(
     const CallEnvironment& env, tandem::v1::GenerateRequest request,
     std::shared_ptr<ResponseSink> sink, std::chrono::system_clock::time_point deadline,
-    Clock::time_point arrival, Door door);
+    Clock::time_point arrival, Door door, std::shared_ptr<security::KeyLease> lease = nullptr);
 
 class CallState : public std::enable_shared_from_this<CallState> {
  public:
@@ -139,6 +143,7 @@ class CallState : public std::enable_shared_from_this<CallState> {
   bool first_decode_message_ ABSL_GUARDED_BY(mu_) = true;
   // The worker call in flight, cancelled with the request.
   std::shared_ptr<grpc::ClientContext> call_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<security::KeyLease> lease_ ABSL_GUARDED_BY(mu_);  // see AdmittedRequest
   // Usage and timings.
   int cached_prompt_tokens_ ABSL_GUARDED_BY(mu_) = -1;
   double queue_seconds_ ABSL_GUARDED_BY(mu_) = 0;
@@ -164,8 +169,9 @@ class GrpcSink final : public ResponseSink {
 // The server reactor of one Generate call.
 class GenerateCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
+  // `lease`: the API key's (null without API keys).
   GenerateCall(const CallEnvironment& env, grpc::CallbackServerContext* context,
-               const grpc::ByteBuffer& request);
+               const grpc::ByteBuffer& request, std::shared_ptr<security::KeyLease> lease);
   void OnWriteDone(bool ok) override { sink_->stream().WriteDone(ok); }
   void OnCancel() override {
     if (state_ != nullptr) state_->Cancel();

@@ -8,6 +8,7 @@
 
 #include "router/balancer.h"
 #include "router/request_validation.h"
+#include "common/security/api_keys.h"
 #include "router/worker_pool.h"
 #include "tandem/v1/kv.pb.h"
 
@@ -40,6 +41,9 @@ struct RouterOptions {
   WorkerPoolOptions pool;
   // The balancer's and the pacer's clock; null is the steady clock. Tests drive their own.
   const TimeSource* clock = nullptr;
+  // The public API's keys (security.api_keys_file); null: no key needed. Must outlive the
+  // router.
+  security::ApiKeys* api_keys = nullptr;
 };
 
 }  // namespace tandem::router

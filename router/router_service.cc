@@ -3,6 +3,8 @@
 #include <utility>
 
 #include "common/kv/block_hash.h"
+#include "common/rpc/status.h"
+#include "common/security/authorizer.h"
 #include "router/generate_call.h"
 
 namespace tandem::router {
@@ -47,14 +49,44 @@ void RouterService::PollPacing() {
   for (auto& start : run) start();
 }
 
+namespace {
+
+// The `authorization` metadata a client sent; empty without one.
+std::string Authorization(const grpc::CallbackServerContext& context) {
+  const auto& metadata = context.client_metadata();
+  auto it = metadata.find("authorization");
+  return it == metadata.end() ? std::string() : std::string(it->second.data(), it->second.size());
+}
+
+}  // namespace
+
 grpc::ServerWriteReactor<grpc::ByteBuffer>* RouterService::Generate(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) {
-  return new GenerateCall(env_, context, *request);
+  std::shared_ptr<security::KeyLease> lease;
+  if (options_.api_keys != nullptr) {
+    absl::StatusOr<std::shared_ptr<security::KeyLease>> admitted =
+        options_.api_keys->Admit(Authorization(*context), "/tandem.v1.Inference/Generate");
+    if (!admitted.ok()) {
+      return security::Refuse<grpc::ServerWriteReactor<grpc::ByteBuffer>>(
+          rpc::ToGrpcStatus(admitted.status()));
+    }
+    lease = *std::move(admitted);
+  }
+  return new GenerateCall(env_, context, *request, std::move(lease));
 }
 
 grpc::ServerUnaryReactor* RouterService::GetModelInfo(grpc::CallbackServerContext* context,
                                                       const tandem::v1::GetModelInfoRequest*,
                                                       tandem::v1::ModelInfo* response) {
+  if (options_.api_keys != nullptr) {
+    absl::StatusOr<std::string> key = options_.api_keys->Authenticate(
+        Authorization(*context), "/tandem.v1.Inference/GetModelInfo");
+    if (!key.ok()) {
+      grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+      reactor->Finish(rpc::ToGrpcStatus(key.status()));
+      return reactor;
+    }
+  }
   response->set_name(options_.model_name);
   response->set_architecture(options_.architecture);
   response->set_context_length(static_cast<int32_t>(options_.limits.context_length));

@@ -134,6 +134,10 @@ struct SecurityConfig {
   TlsConfig tls;
   bool allow_insecure = false;  // listen beyond loopback without TLS (a trusted lab network)
   std::string role_uri_prefix = "spiffe://tandem/";
+  // The public API's keys (common/security/api_keys.h); empty: no key needed.
+  std::string api_keys_file;
+  int64_t api_key_max_concurrent = 0;     // per key, unless its line says otherwise; 0: no limit
+  int64_t api_key_tokens_per_minute = 0;  // per key, likewise
 };
 
 struct TandemConfig {

@@ -372,6 +372,20 @@ std::vector<Field> MakeSchema() {
           "hold now (rotation without a restart)"),
       Str("security.role_uri_prefix", TANDEM_CONFIG_REF(security.role_uri_prefix), {},
           "a certificate's role is the URI SAN starting with this prefix, less the prefix"),
+      Str("security.api_keys_file", TANDEM_CONFIG_REF(security.api_keys_file), {},
+          "the public API's keys (gRPC and HTTP; clients send `authorization: Bearer KEY`): one "
+          "per line, `<sha256 of the key, hex> <name> [max_concurrent=N] "
+          "[tokens_per_minute=N]`, read again when it changes; `tandem api-key NAME` makes a "
+          "key and its line; empty: no key needed"),
+      Int("security.api_key_max_concurrent", TANDEM_CONFIG_REF(security.api_key_max_concurrent),
+          0, int64_t{1} << 40,
+          "requests one API key may have in flight (RESOURCE_EXHAUSTED / HTTP 429 beyond); a "
+          "key's own max_concurrent= overrides it; 0: no limit"),
+      Int("security.api_key_tokens_per_minute",
+          TANDEM_CONFIG_REF(security.api_key_tokens_per_minute), 0, int64_t{1} << 40,
+          "prompt + generated tokens one API key may use over any 60 s (RESOURCE_EXHAUSTED / "
+          "HTTP 429 with a retry hint beyond); a key's own tokens_per_minute= overrides it; 0: "
+          "no limit"),
       Bool("security.allow_insecure", TANDEM_CONFIG_REF(security.allow_insecure),
            "let a role listen beyond loopback without TLS (a trusted lab network only: any "
            "process that reaches its ports is trusted); without it such a role refuses to "

@@ -118,6 +118,15 @@ Metrics::Metrics(std::string process_role)
                        .Help("Calls refused by authorization, by method and reason "
                              "(no_certificate, role, api_key)")
                        .Register(*registry_)),
+      api_key_requests_(BuildCounter()
+                            .Name("tandem_api_key_requests_total")
+                            .Help("Public API requests by API key name and result (ok, or the "
+                                  "limit that refused it: max_concurrent, tokens_per_minute)")
+                            .Register(*registry_)),
+      api_key_tokens_(BuildCounter()
+                          .Name("tandem_api_key_tokens_total")
+                          .Help("Prompt and generated tokens by API key name")
+                          .Register(*registry_)),
       compute_turns_(BuildCounter()
                          .Name("tandem_compute_turns_total")
                          .Help("Engine steps on tandem serve's shared compute pool, by device "
@@ -268,6 +277,14 @@ prometheus::Gauge* Metrics::DeviceMemory(const std::string& role, const std::str
 
 prometheus::Counter* Metrics::AuthDenied(const std::string& method, const std::string& reason) {
   return &auth_denied_.Add({{"method", method}, {"reason", reason}});
+}
+
+prometheus::Counter* Metrics::ApiKeyRequests(const std::string& key, const std::string& result) {
+  return &api_key_requests_.Add({{"key", key}, {"result", result}});
+}
+
+prometheus::Counter* Metrics::ApiKeyTokens(const std::string& key) {
+  return &api_key_tokens_.Add({{"key", key}});
 }
 
 Metrics::ComputeTurn Metrics::ComputeTurns(const std::string& device, const std::string& phase) {

@@ -111,6 +111,11 @@ class Metrics {
   // tandem_auth_denied_total{method, reason}: calls refused by the role check (reason
   // "no_certificate" or "role") or the API-key check; rare, so looked up per refusal.
   prometheus::Counter* AuthDenied(const std::string& method, const std::string& reason);
+  // tandem_api_key_requests_total{key, result}: requests by API key name, admitted ("ok") or
+  // refused by a limit ("max_concurrent", "tokens_per_minute"); tandem_api_key_tokens_total{key}:
+  // prompt + generated tokens. Created once per key name.
+  prometheus::Counter* ApiKeyRequests(const std::string& key, const std::string& result);
+  prometheus::Counter* ApiKeyTokens(const std::string& key);
   const std::shared_ptr<prometheus::Registry>& registry() const { return registry_; }
   // Everything /metrics serves: the registry, and the process metrics if any.
   std::vector<std::shared_ptr<prometheus::Collectable>> collectables() const;
@@ -141,6 +146,8 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>& pruning_cosine_;
   prometheus::Family<prometheus::Gauge>& device_memory_;
   prometheus::Family<prometheus::Counter>& auth_denied_;
+  prometheus::Family<prometheus::Counter>& api_key_requests_;
+  prometheus::Family<prometheus::Counter>& api_key_tokens_;
   prometheus::Family<prometheus::Counter>& compute_turns_;
   prometheus::Family<prometheus::Counter>& compute_wait_;
   prometheus::Family<prometheus::Counter>& stability_checks_;

@@ -101,7 +101,7 @@ bool CompletionCall::StartChoice(int i) {
   const auto deadline = std::chrono::system_clock::time_point::max();  // the router's default
   absl::StatusOr<std::shared_ptr<CallState>> state =
       StartCall(env_, std::move(r), std::make_shared<ChoiceSink>(shared_from_this(), i), deadline,
-                arrival_, Door::kHttp);
+                arrival_, Door::kHttp, request_.lease);
   std::vector<std::shared_ptr<CallState>> cancel, release;
   bool ok = state.ok();
   {

@@ -52,10 +52,27 @@ void OpenAiDoor::Handle(HttpRequest request, std::shared_ptr<HttpResponder> resp
                        {{"Allow", std::string(route.method)}});
       return;
     }
+    // API keys: every route but /health. A generation holds its key's quota until it ends.
+    std::shared_ptr<security::KeyLease> lease;
+    if (security::ApiKeys* keys = router_.options().api_keys; keys != nullptr && path != "/health") {
+      const bool generates = path == "/v1/completions" || path == "/v1/chat/completions";
+      absl::Status allowed;
+      if (generates) {
+        auto admitted = keys->Admit(request.Header("authorization"), std::string(path));
+        allowed = admitted.status();
+        if (admitted.ok()) lease = *std::move(admitted);
+      } else {
+        allowed = keys->Authenticate(request.Header("authorization"), std::string(path)).status();
+      }
+      if (!allowed.ok()) {
+        ReplyError(*responder, allowed);
+        return;
+      }
+    }
     if (path == "/v1/completions") {
-      Completions(request, std::move(responder));
+      Completions(request, std::move(responder), std::move(lease));
     } else if (path == "/v1/chat/completions") {
-      ChatCompletions(request, std::move(responder));
+      ChatCompletions(request, std::move(responder), std::move(lease));
     } else if (path == "/v1/models") {
       Models(*responder);
     } else if (path == "/health") {
@@ -80,13 +97,14 @@ std::pair<std::string, std::string> OpenAiDoor::RefusalBody(int status,
   return {"application/json", std::move(e.body)};
 }
 
-void OpenAiDoor::Completions(const HttpRequest& request,
-                             std::shared_ptr<HttpResponder> responder) {
+void OpenAiDoor::Completions(const HttpRequest& request, std::shared_ptr<HttpResponder> responder,
+                             std::shared_ptr<security::KeyLease> lease) {
   absl::StatusOr<CompletionRequest> parsed = ParseCompletionRequest(request.body, limits_);
   if (!parsed.ok()) {
     ReplyError(*responder, parsed.status());
     return;
   }
+  parsed->lease = std::move(lease);
   ResponseFormat format(Endpoint::kCompletions, parsed->model, created_, parsed->include_usage);
   auto call = std::make_shared<CompletionCall>(router_.environment(), std::move(responder),
                                                std::move(*parsed), std::move(format));
@@ -94,7 +112,8 @@ void OpenAiDoor::Completions(const HttpRequest& request,
 }
 
 void OpenAiDoor::ChatCompletions(const HttpRequest& request,
-                                 std::shared_ptr<HttpResponder> responder) {
+                                 std::shared_ptr<HttpResponder> responder,
+                                 std::shared_ptr<security::KeyLease> lease) {
   absl::StatusOr<ChatRequest> parsed = ParseChatRequest(request.body, limits_);
   absl::StatusOr<std::vector<int32_t>> prompt =
       parsed.ok() ? ChatPrompt(*parsed) : absl::StatusOr<std::vector<int32_t>>(parsed.status());
@@ -118,6 +137,7 @@ void OpenAiDoor::ChatCompletions(const HttpRequest& request,
       static_cast<int32_t>(std::min<int64_t>(max_tokens, std::numeric_limits<int32_t>::max())));
   CompletionRequest completion = std::move(parsed->completion);
   completion.prompts = {std::move(generate)};
+  completion.lease = std::move(lease);
   ResponseFormat format(Endpoint::kChat, completion.model, created_, completion.include_usage);
   auto call = std::make_shared<CompletionCall>(router_.environment(), std::move(responder),
                                                std::move(completion), std::move(format));

@@ -34,8 +34,11 @@ class OpenAiDoor {
   static std::pair<std::string, std::string> RefusalBody(int status, const std::string& message);
 
  private:
-  void Completions(const HttpRequest& request, std::shared_ptr<HttpResponder> responder);
-  void ChatCompletions(const HttpRequest& request, std::shared_ptr<HttpResponder> responder);
+  // `lease`: the request's API key quota (null without keys).
+  void Completions(const HttpRequest& request, std::shared_ptr<HttpResponder> responder,
+                   std::shared_ptr<security::KeyLease> lease);
+  void ChatCompletions(const HttpRequest& request, std::shared_ptr<HttpResponder> responder,
+                       std::shared_ptr<security::KeyLease> lease);
   // The prompt of a chat request: its messages through the template, tokenized.
   absl::StatusOr<std::vector<int32_t>> ChatPrompt(const ChatRequest& request) const;
   void Models(HttpResponder& responder);

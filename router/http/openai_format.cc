@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/security/api_keys.h"
 #include "common/util/utf8.h"
 #include "router/http/openai_protocol.h"
 
@@ -44,7 +45,11 @@ void ReplyJson(HttpResponder& responder, int status, const json& body) {
 void ReplyError(HttpResponder& responder, const absl::Status& status) {
   const ApiError e = ToApiError(status);
   HttpHeaders headers;
-  if (e.http_status == 429) headers.emplace_back("Retry-After", "1");
+  if (e.http_status == 429) {
+    headers.emplace_back("Retry-After",
+                         absl::StrCat(security::RetryAfterSeconds(status).value_or(1)));
+  }
+  if (e.http_status == 401) headers.emplace_back("WWW-Authenticate", "Bearer");
   responder.Reply(e.http_status, "application/json", e.body, std::move(headers));
 }
 

@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/security/api_keys.h"
 #include "nlohmann/json.hpp"
 #include "tandem/v1/inference.pb.h"
 
@@ -33,6 +34,8 @@ struct CompletionRequest {
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   std::string user;
+  // The API key's hold on its quota, shared by the request's choices (null without keys).
+  std::shared_ptr<security::KeyLease> lease = nullptr;
 };
 
 // InvalidArgument (naming the field) for bad JSON, types, values and unsupported fields;

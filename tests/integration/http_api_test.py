@@ -276,8 +276,122 @@ def check_abort_latency(serve):
     assert times[2] < 0.1, times  # the issue asks for 100 ms
 
 
+def key_line(key, name, limits=""):
+    import hashlib
+    return f"{hashlib.sha256(key.encode()).hexdigest()} {name} {limits}\n"
+
+
+def write_keys(path, text):
+    with open(path + ".new", "w") as f:
+        f.write(text)
+    os.replace(path + ".new", path)
+
+
+def openai_with_key(modules, serve, key):
+    """The official client with `apiKey`: the completion's text, or the error's HTTP status."""
+    script = """
+const OpenAI = require(require.resolve('openai', { paths: [process.argv[1]] }));
+const c = new OpenAI({ baseURL: process.argv[2] + '/v1', apiKey: process.argv[3], maxRetries: 0 });
+c.completions.create({ model: 'tandem-py-8l', prompt: 'def f(x):', max_tokens: 4 })
+  .then(r => console.log(JSON.stringify({ text: r.choices[0].text })))
+  .catch(e => console.log(JSON.stringify({ status: e.status, message: e.message })));
+"""
+    r = subprocess.run(["node", "-e", script, modules, serve.base, key], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def open_stream(serve, key, max_tokens):
+    """A streaming completion with `key`: (HTTP status, response) once its head arrived (for
+    200, once the first token's event has too)."""
+    import urllib.error
+    import urllib.request
+    req = urllib.request.Request(
+        f"{serve.base}/v1/completions", method="POST",
+        headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
+        data=json.dumps({"model": "tandem-py-8l", "prompt": "def f(x):", "max_tokens": max_tokens,
+                         "ignore_eos": True, "stream": True}).encode())
+    try:
+        resp = urllib.request.urlopen(req, timeout=120)
+    except urllib.error.HTTPError as e:
+        return e.code, e
+    assert resp.readline().startswith(b"data: "), "no first event"
+    return resp.status, resp
+
+
+def check_api_keys(modules):
+    """security.api_keys_file on both doors: missing, wrong and revoked keys are refused, the
+    official client authenticates, per-key concurrency and token limits hold under load."""
+    keys = os.path.join(args.work, "api-keys.txt")
+    write_keys(keys, key_line("k-alice", "alice", "max_concurrent=4") +
+               key_line("k-bob", "bob", "tokens_per_minute=150") + key_line("k-carol", "carol"))
+    serve = Serve(["--set", f"security.api_keys_file={keys}"])
+    try:
+        gen = lambda *extra: subprocess.run(  # noqa: E731
+            [args.tandem, "generate", "--addr", serve.grpc, "--prompt", "def f(x):",
+             "--max-tokens", "4", *extra], capture_output=True, text=True, timeout=120)
+        assert "missing API key" in gen().stderr
+        assert "invalid API key" in gen("--api-key", "k-nobody").stderr
+        assert gen("--api-key", "k-carol").returncode == 0
+        status, text = curl(f"{serve.base}/v1/models")
+        assert status == 401 and "WWW-Authenticate: Bearer" in text, text
+        assert curl(f"{serve.base}/health")[0] == 200  # probes need no key
+        assert curl(f"{serve.base}/v1/models", "-H", "Authorization: Bearer k-carol")[0] == 200
+        assert "text" in openai_with_key(modules, serve, "k-carol")
+        assert openai_with_key(modules, serve, "k-wrong")["status"] == 401
+        print("API keys: gRPC and HTTP refuse a missing or wrong key (401, UNAUTHENTICATED); "
+              "the openai client and tandem generate --api-key get in; /health stays open")
+
+        # alice: 4 streams in flight; 12 more at once are refused while they run.
+        held = [open_stream(serve, "k-alice", 400) for _ in range(4)]
+        assert all(s == 200 for s, _ in held), held
+        refused = []
+        threads = [threading.Thread(target=lambda: refused.append(open_stream(serve, "k-alice", 4)))
+                   for _ in range(12)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        codes = sorted(s for s, _ in refused)
+        assert codes == [429] * 12, codes
+        assert all(e.headers["Retry-After"] == "1" for _, e in refused)
+        for _, resp in held:
+            resp.read()
+            resp.close()
+        cluster.wait_for(lambda: open_stream(serve, "k-alice", 1)[0] == 200, 30,
+                         "alice to get a slot back")
+        assert serve.metric("tandem_api_key_requests_total",
+                            {"key": "alice", "result": "max_concurrent"}) == 12
+        # bob: 150 tokens a minute; two requests of ~105 tokens each, the third is refused.
+        for _ in range(2):
+            status, resp = open_stream(serve, "k-bob", 100)
+            assert status == 200
+            resp.read()
+        cluster.wait_for(lambda: serve.metric("tandem_api_key_tokens_total", {"key": "bob"}) > 150,
+                         30, "bob's tokens to be counted")
+        status, err = open_stream(serve, "k-bob", 100)
+        assert status == 429 and 1 <= int(err.headers["Retry-After"]) <= 60, (status, err)
+        print("per-key limits: max_concurrent=4 refused 12 of 12 extra streams while 4 ran; "
+              f"tokens_per_minute=150 refused the third request (Retry-After "
+              f"{err.headers['Retry-After']} s)")
+
+        # carol is revoked: the file changes, her key stops working.
+        write_keys(keys, key_line("k-alice", "alice") + key_line("k-bob", "bob"))
+        cluster.wait_for(lambda: curl(f"{serve.base}/v1/models", "-H",
+                                      "Authorization: Bearer k-carol")[0] == 401, 30,
+                         "carol's key to be revoked")
+        assert "invalid API key" in gen("--api-key", "k-carol").stderr
+        assert serve.metric("tandem_auth_denied_total",
+                            {"method": "/tandem.v1.Inference/Generate", "reason": "api_key"}) >= 3
+        print("revoked: a key removed from the file is refused on both doors")
+    finally:
+        serve.stop()
+
+
 def main():
     modules = install_openai()
+    check_api_keys(modules)
     serve = Serve(["--set", "router.http_read_timeout_seconds=1",
                    "--set", "router.http_write_timeout_seconds=2"])
     try:

@@ -62,13 +62,17 @@ absl::Status RunGenerate(const CliArgs& args) {
   TANDEM_RETURN_IF_ERROR(args.CheckKnown({"addr", "prompt", "tokens", "max-tokens", "temperature",
                                           "top-p", "top-k", "seed", "stop", "ignore-eos",
                                           "print-ids", "request-id", "timeout", "wait-ready",
-                                          "ca-file"}));
+                                          "ca-file", "api-key"}));
   TANDEM_ASSIGN_OR_RETURN(std::string addr, args.String("addr"));
   TANDEM_ASSIGN_OR_RETURN(tandem::v1::GenerateRequest request, BuildRequest(args));
   TANDEM_ASSIGN_OR_RETURN(double timeout, args.DoubleOr("timeout", 600));
   TANDEM_ASSIGN_OR_RETURN(auto credentials, Credentials(args));
   auto stub = tandem::v1::Inference::NewStub(grpc::CreateChannel(addr, credentials));
   grpc::ClientContext context;
+  if (args.Has("api-key")) {
+    TANDEM_ASSIGN_OR_RETURN(std::string key, args.String("api-key"));
+    context.AddMetadata("authorization", "Bearer " + key);
+  }
   context.set_deadline(std::chrono::system_clock::now() +
                        std::chrono::milliseconds(static_cast<int64_t>(timeout * 1000)));
   // --wait-ready: wait (up to the deadline) for the server to come up instead of failing fast.

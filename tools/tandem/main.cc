@@ -4,7 +4,9 @@
 
 #include "absl/status/status.h"
 #include "bench/serving/bench_command.h"
+#include "absl/strings/str_cat.h"
 #include "common/config/config.h"
+#include "common/security/api_keys.h"
 #include "common/util/cli_args.h"
 #include "common/util/process_tuning.h"
 #include "common/util/status_macros.h"
@@ -25,16 +27,32 @@ constexpr char kUsage[] = R"(usage: tandem COMMAND [flags]
       One role, for deployments that run each role in its own process or pod.
   generate --addr HOST:PORT (--prompt TEXT | --tokens 1,2,3) [--max-tokens N] [--temperature T]
         [--top-p P] [--top-k K] [--seed S] [--stop STRING ...] [--ignore-eos] [--print-ids]
-        [--timeout SECONDS] [--wait-ready] [--ca-file PEM]
+        [--timeout SECONDS] [--wait-ready] [--ca-file PEM] [--api-key KEY]
       Streams one completion from a router: text to stdout as it arrives (with --print-ids,
       the generated ids on a last line), a summary to stderr. --ca-file: TLS, the router's
-      certificate verified against this CA and the host name in --addr.
+      certificate verified against this CA and the host name in --addr. --api-key: sent as
+      `authorization: Bearer KEY`.
   bench --addr HOST:PORT [flags]
       Open-loop load generator against a router: TTFT, inter-token and end-to-end latency
       percentiles, throughput and goodput (tandem bench --help for the flags).
   config [--config FILE] [--set key=value ...]   the effective configuration as YAML
   config --reference                             Markdown reference of every key
+  api-key NAME
+      A new random API key for security.api_keys_file: prints the key (for the client; kept
+      nowhere) and the file's line for it (its SHA-256 and NAME).
 )";
+
+// tandem api-key NAME
+absl::Status RunApiKey(const std::string& name) {
+  TANDEM_ASSIGN_OR_RETURN(std::string key, security::NewApiKey());
+  const std::string line = absl::StrCat(security::KeyDigestHex(key), " ", name);
+  TANDEM_RETURN_IF_ERROR(security::ParseApiKeys(line, {}).status());  // a valid name
+  std::printf("key:  %s\nline: %s\n", key.c_str(), line.c_str());
+  std::fflush(stdout);
+  std::fprintf(stderr, "give the key to the client (Authorization: Bearer KEY); add the line to "
+                       "security.api_keys_file\n");
+  return absl::OkStatus();
+}
 
 absl::Status RunConfig(const CliArgs& args) {
   TANDEM_RETURN_IF_ERROR(args.CheckKnown({"config", "set", "reference"}));
@@ -63,6 +81,10 @@ absl::Status Run(int argc, char** argv) {
     std::fputs(kUsage, stdout);
     return words.empty() && !args.Has("help") ? absl::InvalidArgumentError("missing command")
                                               : absl::OkStatus();
+  }
+  if (words[0] == "api-key") {
+    if (words.size() != 2) return absl::InvalidArgumentError("usage: tandem api-key NAME");
+    return RunApiKey(words[1]);
   }
   if (words.size() != 1) {
     return absl::InvalidArgumentError("unexpected argument \"" + words[1] + "\"");

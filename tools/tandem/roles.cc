@@ -22,6 +22,7 @@
 #include "common/rpc/registration.h"
 #include "common/rpc/server.h"
 #include "common/rpc/worker_agent.h"
+#include "common/security/api_keys.h"
 #include "common/security/authorizer.h"
 #include "common/store/store_pool.h"
 #include "common/tokenizer/tokenizer.h"
@@ -356,6 +357,15 @@ class RouterRole final : public ServedRole {
     o.pool.forget_after = std::chrono::milliseconds(
         static_cast<int64_t>(c.router.forget_workers_after_seconds * 1000));
     o.pool.transport = transport_;
+    if (!c.security.api_keys_file.empty()) {
+      TANDEM_ASSIGN_OR_RETURN(
+          api_keys_,
+          security::ApiKeys::Load(c.security.api_keys_file,
+                                  {.max_concurrent = c.security.api_key_max_concurrent,
+                                   .tokens_per_minute = c.security.api_key_tokens_per_minute},
+                                  &metrics));
+      o.api_keys = api_keys_.get();
+    }
     o.colocated = c.router.mode == "colocated";
     drain_ = std::chrono::duration<double>(c.router.drain_seconds);
     service_ = std::make_unique<router::RouterService>(o, tokenizer_.get(), &metrics);
@@ -416,6 +426,7 @@ class RouterRole final : public ServedRole {
   }
 
   std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
+  std::unique_ptr<security::ApiKeys> api_keys_;  // outlives the service
   std::unique_ptr<router::RouterService> service_;
   std::unique_ptr<router::OpenAiDoor> door_;
   std::unique_ptr<router::HttpServer> http_;  // after door_: stops before it
