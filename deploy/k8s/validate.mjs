@@ -2,7 +2,8 @@
 // usage: node validate.mjs NODE_MODULES OUT_DIR NAME=RENDERED.yaml ...
 //
 // 1. Schema: every object against the Kubernetes OpenAPI schema of its kind (kubernetes-models;
-//    PodMonitor from @kubernetes-models/prometheus-operator). Those schemas accept unknown
+//    PodMonitor from @kubernetes-models/prometheus-operator, Issuer and Certificate from
+//    @kubernetes-models/cert-manager). Those schemas accept unknown
 //    fields, so fields are also checked against the models' type declarations (a misspelt
 //    `readinesProbe` is an error, as it is for `kubectl apply` with strict field validation).
 //    A kind without a model is an error.
@@ -28,6 +29,9 @@ function modelDir(apiVersion) {
   const [group, version] = apiVersion.includes("/") ? apiVersion.split("/") : ["", apiVersion];
   if (group === "monitoring.coreos.com") {
     return path.join(nodeModules, "@kubernetes-models/prometheus-operator", group, version);
+  }
+  if (group === "cert-manager.io") {
+    return path.join(nodeModules, "@kubernetes-models/cert-manager", group, version);
   }
   return path.join(nodeModules, "kubernetes-models", group, version);
 }
@@ -283,14 +287,51 @@ function checkPolicy(name, objects, errors) {
         err(w, "readinessProbe should be GET /health on port http");
       }
     }
+    if (component === "router" && c.readinessProbe?.httpGet?.scheme !== "HTTPS") {
+      err(w, "readinessProbe should use scheme HTTPS (the HTTP door serves TLS)");
+    }
+    // The ports speak TLS, which the kubelet's gRPC probe cannot: `tandem health` checks them
+    // with the pod's own certificate.
     for (const probe of ["startupProbe", "readinessProbe", "livenessProbe"]) {
       const p = c[probe];
       if (component === "router" && probe === "readinessProbe") continue;
-      if (!p?.grpc) { err(w, `container ${c.name}: ${probe} must be a gRPC probe`); continue; }
-      if (p.grpc.port !== want.port) err(w, `${probe} should probe port ${want.port}`);
-      const svc = p.grpc.service ?? "";
+      const cmd = p?.exec?.command || [];
+      if (cmd[0] !== "tandem" || cmd[1] !== "health") {
+        err(w, `container ${c.name}: ${probe} must exec \`tandem health\``);
+        continue;
+      }
+      const arg = (f) => { const i = cmd.indexOf(f); return i >= 0 ? cmd[i + 1] : undefined; };
+      if (arg("--addr") !== `127.0.0.1:${want.port}`) err(w, `${probe} should check 127.0.0.1:${want.port}`);
+      if (arg("--config") !== "/etc/tandem/tandem.yaml") err(w, `${probe} needs --config /etc/tandem/tandem.yaml (its certificate)`);
+      const svc = arg("--service") ?? "";
       if (probe !== "livenessProbe" && svc !== want.service) err(w, `${probe} should check service ${want.service}`);
       if (probe === "livenessProbe" && svc !== "" && svc !== want.service) err(w, `livenessProbe checks unknown service ${svc}`);
+    }
+    // Its certificate: the Secret of a Certificate naming this role, at /etc/tandem-tls.
+    const tlsMount = (c.volumeMounts || []).find((m) => m.mountPath === "/etc/tandem-tls");
+    const tlsVol = tlsMount && (pod.volumes || []).find((v) => v.name === tlsMount.name);
+    const role = component === "cache-store" ? "cache_store" : component;
+    const cert = byKind("Certificate").find((x) => x.spec?.secretName === tlsVol?.secret?.secretName);
+    if (!cert) {
+      err(w, "must mount the Secret of a cert-manager Certificate at /etc/tandem-tls");
+    } else if (!(cert.spec.uris || []).includes(`spiffe://tandem/${role}`)) {
+      err(w, `its certificate ${cert.metadata.name} must carry the URI SAN spiffe://tandem/${role}`);
+    } else if (!["server auth", "client auth"].every((u) => (cert.spec.usages || []).includes(u))) {
+      err(cert, "usages must include server auth and client auth (mutual TLS)");
+    }
+    if (component === "router") {
+      const keys = (c.volumeMounts || []).find((m) => m.mountPath === "/etc/tandem-api-keys");
+      const keyVol = keys && (pod.volumes || []).find((v) => v.name === keys.name);
+      if (!keyVol?.secret?.secretName) err(w, "must mount the API-key Secret at /etc/tandem-api-keys");
+      const sets = args.filter((_, i) => args[i - 1] === "--set");
+      if (!sets.includes("security.api_keys_file=/etc/tandem-api-keys/keys.txt")) {
+        err(w, "needs --set security.api_keys_file=/etc/tandem-api-keys/keys.txt");
+      }
+    }
+    // A NetworkPolicy admits its gRPC port.
+    const policies = byKind("NetworkPolicy").filter((np) => matches(np.spec?.podSelector, labels));
+    if (!policies.some((np) => (np.spec.ingress || []).some((r) => (r.ports || []).some((pt) => pt.port === want.port)))) {
+      err(w, `no NetworkPolicy admits its port ${want.port}`);
     }
     const mounts = c.volumeMounts || [];
     const cfg = mounts.find((m) => m.mountPath === "/etc/tandem");
@@ -304,6 +345,22 @@ function checkPolicy(name, objects, errors) {
   }
   for (const component of Object.keys(COMPONENTS)) {
     if (!seen.has(component)) err(null, `no workload for component ${component}`);
+  }
+  // Ingress is denied unless a policy admits it, and workers' ports admit only their callers.
+  const policies = byKind("NetworkPolicy");
+  if (!policies.some((np) => Object.keys(np.spec?.podSelector?.matchLabels || {}).every((k) => k.startsWith("app.kubernetes.io/") && k !== "app.kubernetes.io/component") &&
+      (np.spec.policyTypes || []).includes("Ingress") && !(np.spec.ingress || []).length)) {
+    err(null, "needs a default-deny ingress NetworkPolicy for every Tandem pod");
+  }
+  for (const [component, callers] of [["prefill", ["router"]], ["decode", ["router"]], ["cache-store", ["prefill", "decode"]]]) {
+    for (const np of policies.filter((x) => x.spec?.podSelector?.matchLabels?.["app.kubernetes.io/component"] === component)) {
+      for (const r of np.spec.ingress || []) {
+        const from = (r.from || []).map((f) => f.podSelector?.matchLabels?.["app.kubernetes.io/component"]);
+        if (!from.length || from.some((f) => !callers.includes(f))) {
+          err(np, `${component} should admit only ${callers.join(" and ")} pods`);
+        }
+      }
+    }
   }
 
   // The shared config.
@@ -331,6 +388,12 @@ function checkPolicy(name, objects, errors) {
       }
     }
     if (cs.shared_memory !== false) err(cm, "cache_store.shared_memory must be false (pods do not share /dev/shm)");
+    const tls = config?.security?.tls || {};
+    if (tls.ca_file !== "/etc/tandem-tls/ca.crt" || tls.cert_file !== "/etc/tandem-tls/tls.crt" ||
+        tls.key_file !== "/etc/tandem-tls/tls.key") {
+      err(cm, "security.tls must name the mounted certificate (/etc/tandem-tls/{ca.crt,tls.crt,tls.key})");
+    }
+    if (config?.security?.allow_insecure) err(cm, "security.allow_insecure must not be set");
     const router = workloads.find((w) => w.metadata.name === "tandem-router");
     const drain = config?.router?.drain_seconds ?? 30;
     if (router && !((router.spec.template.spec.terminationGracePeriodSeconds ?? 30) > drain)) {

@@ -38,7 +38,7 @@ for tool in kubectl node npm; do
 done
 
 # npm install once per work dir; reruns reuse node_modules.
-packages="kubernetes-models@5.1.0 @kubernetes-models/prometheus-operator@6.0.0 yaml@2.9.1"
+packages="kubernetes-models@5.1.0 @kubernetes-models/prometheus-operator@6.0.0 @kubernetes-models/cert-manager@6.0.0 yaml@2.9.1"
 stamp="$work/npm/installed-$(echo "$packages" | tr ' /@' '+_-')"
 if [ ! -f "$stamp" ]; then
   mkdir -p "$work/npm"

@@ -37,6 +37,9 @@ constexpr char kUsage[] = R"(usage: tandem COMMAND [flags]
       percentiles, throughput and goodput (tandem bench --help for the flags).
   config [--config FILE] [--set key=value ...]   the effective configuration as YAML
   config --reference                             Markdown reference of every key
+  health --addr HOST:PORT [--service NAME] [--config FILE] [--timeout SECONDS]
+      A role's grpc.health.v1 status (prints it; exit 0 only when SERVING), over TLS with the
+      configuration's security.tls when set: the Kubernetes probe of a TLS port.
   api-key NAME
       A new random API key for security.api_keys_file: prints the key (for the client; kept
       nowhere) and the file's line for it (its SHA-256 and NAME).
@@ -93,6 +96,7 @@ absl::Status Run(int argc, char** argv) {
   if (command == "config") return RunConfig(args);
   if (command == "serve") return RunServe(args);
   if (command == "generate") return RunGenerate(args);
+  if (command == "health") return RunHealth(args);
   if (command == "router" || command == "prefill" || command == "decode" ||
       command == "cache-store") {
     return RunRole(command, args);
