@@ -113,7 +113,7 @@ absl::StatusOr<AdmittedRequest> AdmitRequest(const CallEnvironment& env,
   AdmittedRequest admitted;
   admitted.arrival = arrival;
   admitted.door = door;
-  TANDEM_RETURN_IF_ERROR(ValidateSampling(request.sampling()));
+  TANDEM_RETURN_IF_ERROR(ValidateSampling(request.sampling(), env.options.limits));
   TANDEM_ASSIGN_OR_RETURN(admitted.prompt,
                           PromptTokens(request, env.tokenizer, env.options.limits));
   if (env.shutting_down) return absl::UnavailableError("the router is shutting down");

@@ -12,9 +12,6 @@
 namespace tandem::router {
 namespace {
 
-constexpr int kMaxStopStrings = 16;
-constexpr size_t kMaxStopBytes = 256;
-constexpr int kMaxLogprobs = 20;
 
 absl::Status CheckUtf8(const std::string& text, const std::string& field) {
   const absl::Status s = ValidateUtf8(text);
@@ -75,7 +72,7 @@ absl::StatusOr<tandem::v1::GenerateRequest> ParseGenerateRequest(const grpc::Byt
   return r;
 }
 
-absl::Status ValidateSampling(const tandem::v1::SamplingParams& s) {
+absl::Status ValidateSampling(const tandem::v1::SamplingParams& s, const ModelLimits& limits) {
   if (std::isnan(s.temperature()) || s.temperature() < 0) {
     return InvalidField("sampling.temperature",
         absl::StrCat("sampling.temperature must be >= 0 (0 = greedy), got ", s.temperature()));
@@ -92,6 +89,11 @@ absl::Status ValidateSampling(const tandem::v1::SamplingParams& s) {
     return InvalidField("sampling.max_tokens",
         absl::StrCat("sampling.max_tokens is required and must be > 0, got ", s.max_tokens()));
   }
+  if (limits.max_tokens > 0 && s.max_tokens() > limits.max_tokens) {
+    return InvalidField("sampling.max_tokens",
+                        absl::StrCat("sampling.max_tokens is ", s.max_tokens(), "; this server's "
+                                     "limit is ", limits.max_tokens, " (router.max_tokens)"));
+  }
   for (const auto& [name, v] :
        {std::pair<const char*, float>{"sampling.presence_penalty", s.presence_penalty()},
         {"sampling.frequency_penalty", s.frequency_penalty()}}) {
@@ -105,23 +107,27 @@ absl::Status ValidateSampling(const tandem::v1::SamplingParams& s) {
                         absl::StrCat("sampling.repetition_penalty must be > 0 (0 = off), got ",
                                      s.repetition_penalty()));
   }
-  if (s.top_logprobs() < 0 || s.top_logprobs() > kMaxLogprobs) {
+  if (s.top_logprobs() < 0 || s.top_logprobs() > limits.max_logprobs) {
     return InvalidField("sampling.top_logprobs",
-                        absl::StrCat("sampling.top_logprobs must be in [0, ", kMaxLogprobs,
-                                     "], got ", s.top_logprobs()));
+                        absl::StrCat("sampling.top_logprobs must be in [0, ", limits.max_logprobs,
+                                     "] (router.max_logprobs), got ", s.top_logprobs()));
   }
   if (s.top_logprobs() > 0 && !s.logprobs()) {
     return InvalidField("sampling.top_logprobs",
                         "sampling.top_logprobs needs sampling.logprobs set");
   }
-  if (s.stop_size() > kMaxStopStrings) {
+  if (s.stop_size() > limits.max_stop_strings) {
     return InvalidField("sampling.stop",
-        absl::StrCat("sampling.stop: at most ", kMaxStopStrings, " strings, got ", s.stop_size()));
+                        absl::StrCat("sampling.stop: at most ", limits.max_stop_strings,
+                                     " strings (router.max_stop_strings), got ", s.stop_size()));
   }
   for (int i = 0; i < s.stop_size(); ++i) {
-    if (s.stop(i).empty() || s.stop(i).size() > kMaxStopBytes) {
-      return InvalidField("sampling.stop", absl::StrCat("sampling.stop[", i, "] must be 1 to ",
-                                                     kMaxStopBytes, " bytes long"));
+    if (s.stop(i).empty() || s.stop(i).size() > static_cast<size_t>(limits.max_stop_bytes)) {
+      return InvalidField("sampling.stop",
+                          absl::StrCat("sampling.stop[", i, "] must be 1 to ",
+                                       limits.max_stop_bytes,
+                                       " bytes long (router.max_stop_bytes), got ",
+                                       s.stop(i).size()));
     }
   }
   return absl::OkStatus();
@@ -162,6 +168,11 @@ absl::StatusOr<std::vector<int32_t>> PromptTokens(const tandem::v1::GenerateRequ
     }
   }
   const int64_t n = static_cast<int64_t>(ids.size());
+  if (limits.max_prompt_tokens > 0 && n > limits.max_prompt_tokens) {
+    return InvalidField(has_text ? "prompt" : "prompt_token_ids",
+                        absl::StrCat("the prompt has ", n, " tokens; this server's limit is ",
+                                     limits.max_prompt_tokens, " (router.max_prompt_tokens)"));
+  }
   if (n >= limits.context_length) {
     return InvalidField("prompt", absl::StrCat("the prompt has ", n,
                                                    " tokens; the context length is ",

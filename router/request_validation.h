@@ -18,6 +18,13 @@ namespace tandem::router {
 struct ModelLimits {
   int64_t context_length = 0;
   int32_t vocab_size = 0;
+  // The operator's limits on a request (router.max_*), each refused naming the field and the
+  // limit. 0: the context length.
+  int64_t max_prompt_tokens = 0;
+  int64_t max_tokens = 0;
+  int max_stop_strings = 16;
+  int max_stop_bytes = 256;
+  int max_logprobs = 20;  // sampling.top_logprobs
 };
 
 // A Generate request off the wire (see inference_wire.proto): InvalidArgument when it does not
@@ -32,8 +39,9 @@ absl::Status WithField(absl::Status status, const std::string& field);
 // The field an InvalidField (or WithField) error names; empty for other errors.
 std::string FieldOf(const absl::Status& status);
 
-// The sampling fields alone.
-absl::Status ValidateSampling(const tandem::v1::SamplingParams& sampling);
+// The sampling fields alone, against `limits`' max_tokens (when set), stop and logprobs limits.
+absl::Status ValidateSampling(const tandem::v1::SamplingParams& sampling,
+                              const ModelLimits& limits = {});
 
 // The prompt as token ids (text is tokenized with BOS as the model's tokenizer config says),
 // checked against the vocabulary and, with max_tokens, against the context length.

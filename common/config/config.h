@@ -72,6 +72,14 @@ struct RouterConfig {
   double http_read_timeout_seconds = 30;
   double http_write_timeout_seconds = 30;
   int max_n = 16;  // choices per prompt (n)
+  // Limits on every request, whichever door (0: the model's context length).
+  int64_t max_prompt_tokens = 0;
+  int64_t max_tokens = 0;
+  int max_stop_strings = 16;
+  int max_stop_bytes = 256;
+  int max_logprobs = 20;
+  int64_t max_request_bytes = 4 << 20;  // a gRPC request message
+  int http_max_header_bytes = 16 << 10;
 };
 
 struct BalancerConfig {

@@ -5,6 +5,8 @@
 #include <grpcpp/health_check_service_interface.h>
 #include <netinet/in.h>
 
+#include <algorithm>
+#include <climits>
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
@@ -14,8 +16,7 @@ namespace tandem::rpc {
 absl::StatusOr<StartedServer> StartServer(const std::string& listen,
                                           const std::vector<grpc::Service*>& services,
                                           const std::vector<std::string>& service_names,
-                                          const security::Transport& transport,
-                                          security::ClientCertificates clients) {
+                                          const ServerOptions& options) {
   static std::once_flag once;
   std::call_once(once, [] {
     grpc::EnableDefaultHealthCheckService(true);
@@ -32,8 +33,16 @@ absl::StatusOr<StartedServer> StartServer(const std::string& listen,
   // servers answer pings more often than every 5 minutes with GOAWAY; accept them every second.
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 1000);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
+  // A peer that connects and says nothing is let go.
+  builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, 10000);
+  if (options.max_receive_bytes > 0) {
+    builder.SetMaxReceiveMessageSize(
+        static_cast<int>(std::min<int64_t>(options.max_receive_bytes, INT32_MAX)));
+  }
+  const security::Transport& transport =
+      options.transport != nullptr ? *options.transport : *security::Transport::Insecure();
   int port = 0;
-  builder.AddListeningPort(listen, transport.ServerCredentials(clients), &port);
+  builder.AddListeningPort(listen, transport.ServerCredentials(options.clients), &port);
   for (grpc::Service* s : services) builder.RegisterService(s);
   StartedServer started;
   started.server = builder.BuildAndStart();

@@ -20,14 +20,21 @@ struct StartedServer {
   std::string address;  // host:port actually bound (port 0 resolved)
 };
 
-// Binds `listen` ("host:port", port 0 picks one) and serves `services` over `transport`
-// (mutual TLS asks clients for certificates as `clients` says). Health starts NOT_SERVING for
-// the server and for each service name.
-absl::StatusOr<StartedServer> StartServer(
-    const std::string& listen, const std::vector<grpc::Service*>& services,
-    const std::vector<std::string>& service_names,
-    const security::Transport& transport = *security::Transport::Insecure(),
-    security::ClientCertificates clients = security::ClientCertificates::kRequire);
+struct ServerOptions {
+  // Plaintext, or mutual TLS asking clients for certificates as `clients` says. Must outlive
+  // the call only (the credentials keep what they need).
+  const security::Transport* transport = nullptr;  // null: plaintext
+  security::ClientCertificates clients = security::ClientCertificates::kRequire;
+  int64_t max_receive_bytes = 0;  // largest request message; 0: gRPC's default (4 MiB)
+};
+
+// Binds `listen` ("host:port", port 0 picks one) and serves `services`. Health starts
+// NOT_SERVING for the server and for each service name. A peer gets 10 s to finish its TLS
+// handshake.
+absl::StatusOr<StartedServer> StartServer(const std::string& listen,
+                                          const std::vector<grpc::Service*>& services,
+                                          const std::vector<std::string>& service_names,
+                                          const ServerOptions& options = {});
 
 // Sets the health of the server ("") and of every name in `service_names`.
 void SetServing(grpc::Server& server, const std::vector<std::string>& service_names, bool serving);

@@ -211,8 +211,6 @@ absl::Status CheckModel(Fields& f, const OpenAiLimits& limits) {
   return absl::OkStatus();
 }
 
-constexpr int kMaxLogprobs = 20;
-
 }  // namespace
 
 absl::StatusOr<TokenizeRequest> ParseTokenizeRequest(std::string_view body,
@@ -400,7 +398,7 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(std::string_view body,
   absl::StatusOr<int64_t> max_tokens =
       f.Integer("max_tokens", 16, 1, std::numeric_limits<int32_t>::max());
   // null (absent) is off; 0 asks for the sampled token's alone.
-  absl::StatusOr<int64_t> logprobs = f.Integer("logprobs", -1, 0, kMaxLogprobs);
+  absl::StatusOr<int64_t> logprobs = f.Integer("logprobs", -1, 0, limits.max_logprobs);
   for (const absl::Status& s : {max_tokens.status(), logprobs.status(),
                                 f.Unsupported("suffix", {""}), f.CheckNoOthers()}) {
     if (!s.ok()) return s;
@@ -434,7 +432,7 @@ absl::StatusOr<ChatRequest> ParseChatRequest(std::string_view body, const OpenAi
   absl::StatusOr<int64_t> max_completion = f.Integer("max_completion_tokens", 0, 1, kMax);
   absl::StatusOr<int64_t> max_tokens = f.Integer("max_tokens", 0, 1, kMax);
   absl::StatusOr<bool> logprobs = f.Bool("logprobs", false);
-  absl::StatusOr<int64_t> top_logprobs = f.Integer("top_logprobs", 0, 0, kMaxLogprobs);
+  absl::StatusOr<int64_t> top_logprobs = f.Integer("top_logprobs", 0, 0, limits.max_logprobs);
   absl::StatusOr<bool> generation_prompt = f.Bool("add_generation_prompt", true);
   absl::StatusOr<bool> continue_final = f.Bool("continue_final_message", false);
   for (const absl::Status& s :

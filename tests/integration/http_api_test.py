@@ -389,8 +389,47 @@ def check_api_keys(modules):
         serve.stop()
 
 
+def check_request_limits():
+    """Every request limit (router.max_*) is refused naming the field, on both doors."""
+    serve = Serve(["--set", "router.max_tokens=8", "--set", "router.max_prompt_tokens=16",
+                   "--set", "router.max_stop_strings=2", "--set", "router.max_stop_bytes=4",
+                   "--set", "router.max_logprobs=3", "--set", "router.max_n=2",
+                   "--set", "router.max_request_bytes=4096",
+                   "--set", "router.http_max_header_bytes=2048",
+                   "--set", "router.http_max_body_bytes=8192"])
+    try:
+        url = f"{serve.base}/v1/completions"
+        ok = {"model": "tandem-py-8l", "prompt": "def f(x):", "max_tokens": 8}
+        assert curl(url, body=json.dumps(ok).encode())[0] == 200
+        for change, param in [({"max_tokens": 9}, "max_tokens"),
+                              ({"prompt": "x = 1\n" * 20}, "prompt"),
+                              ({"stop": ["a", "b", "c"]}, "stop"),
+                              ({"stop": ["abcde"]}, "stop"),
+                              ({"logprobs": 4}, "logprobs"),
+                              ({"n": 3}, "n")]:
+            status, text = curl(url, body=json.dumps({**ok, **change}).encode())
+            check_error(status, text, 400, param)
+        status, text = curl(url, "-H", "X-Big: " + "a" * 4000, body=json.dumps(ok).encode())
+        assert status == 431, text
+        status, text = curl(url, body=json.dumps({**ok, "prompt": "a" * 9000}).encode())
+        assert status == 413, text
+        gen = lambda *extra: subprocess.run(  # noqa: E731
+            [args.tandem, "generate", "--addr", serve.grpc, *extra], capture_output=True, text=True,
+            timeout=120)
+        out = gen("--prompt", "def f(x):", "--max-tokens", "9")
+        assert out.returncode != 0 and "router.max_tokens" in out.stderr, out.stderr
+        out = gen("--prompt", "a" * 5000, "--max-tokens", "4")  # a message over 4096 bytes
+        assert out.returncode != 0 and "larger than max" in out.stderr, out.stderr
+        assert gen("--prompt", "def f(x):", "--max-tokens", "8").returncode == 0
+        print("request limits: max_tokens, prompt tokens, stop count and length, logprobs, n (400 "
+              "naming each), header (431), body (413), gRPC message size and max_tokens refused")
+    finally:
+        serve.stop()
+
+
 def main():
     modules = install_openai()
+    check_request_limits()
     check_api_keys(modules)
     serve = Serve(["--set", "router.http_read_timeout_seconds=1",
                    "--set", "router.http_write_timeout_seconds=2"])

@@ -161,6 +161,29 @@ def check_https(c):
     return ca
 
 
+def check_silent_clients(c):
+    """Connections that never start a TLS handshake are cut off after the server's 10 s
+    handshake timeout, while others are served meanwhile."""
+    import socket
+    host, port = c.router.address.rsplit(":", 1)
+    silent = [socket.create_connection((host, int(port))) for _ in range(32)]
+    t0 = time.monotonic()
+    try:
+        assert len(generate(c.router.address, "a/ca.pem")) == 8  # served meanwhile
+        served_after = time.monotonic() - t0
+        for s in silent:
+            s.settimeout(30)
+            while s.recv(4096):  # until the server closes it
+                pass
+        closed_after = time.monotonic() - t0
+    finally:
+        for s in silent:
+            s.close()
+    assert served_after < 8 and 8 < closed_after < 25, (served_after, closed_after)
+    print(f"32 silent connections: a request served after {served_after:.1f} s; all cut off "
+          f"after {closed_after:.1f} s")
+
+
 def check_foreign_worker(c):
     """A real prefill worker whose certificate another CA signed never joins the pool."""
     d = os.path.join(args.work, "live", "intruder")
@@ -189,7 +212,7 @@ def check_rotation(c):
 
     def run(i):
         req = pb.GenerateRequest(prompt_token_ids=[1 + i, 2, 3, 4 + i],
-                                 sampling=pb.SamplingParams(max_tokens=48, ignore_eos=True))
+                                 sampling=pb.SamplingParams(max_tokens=200, ignore_eos=True))
         got, waited = [], False
         try:
             for m in stub.Generate(req, timeout=300):
@@ -215,7 +238,7 @@ def check_rotation(c):
                                       os.path.join(args.work, "b/ca.pem")).returncode == 0, 30,
                          "the HTTP door to serve CA b's certificate")
         results = [f.result() for f in futures]
-    failed = [r for r in results if r[1] is not None or r[0] != 48]
+    failed = [r for r in results if r[1] is not None or r[0] != 200]
     assert not failed, failed
     assert rotated_while > 0, "every stream ended before the rotation took effect"
     # Internal connections made after the rotation use it too: a new decode worker joins.
@@ -262,8 +285,18 @@ def main():
                               "--max-tokens", "8"], capture_output=True, text=True, timeout=120)
         assert out.returncode == 0 and "generate: finish" in out.stderr, out
         print("served over mutual TLS: python grpcio and tandem generate --ca-file")
+        # The Kubernetes probe: `tandem health` with the role's own certificate.
+        health = subprocess.run([args.tandem, "health", "--addr", c.shards[0].address, "--service",
+                                 "tandem.v1.CacheStore"] + tls_args("cache-store"),
+                                capture_output=True, text=True, timeout=60)
+        assert health.returncode == 0 and health.stdout.strip() == "SERVING", health
+        plain = subprocess.run([args.tandem, "health", "--addr", c.shards[0].address],
+                               capture_output=True, text=True, timeout=60)
+        assert plain.returncode != 0, plain  # a TLS port does not answer plaintext
+        print("tandem health: SERVING over TLS with the store's certificate; refused in plaintext")
         check_https(c)
         check_refusals(c)
+        check_silent_clients(c)
         check_foreign_worker(c)
         assert len(generate(c.router.address, "a/ca.pem")) == 8  # still serving
         check_rotation(c)

@@ -178,7 +178,8 @@ class CacheStoreRole final : public ServedRole {
     service_ = std::make_unique<cache_store::CacheStoreService>(
         *store_, c.cache_store.chunk_bytes, cache_store::ShmHandoffOptions{}, *authorizer_);
     TANDEM_ASSIGN_OR_RETURN(auto server, rpc::StartServer(c.cache_store.listen, {service_.get()},
-                                                          {kCacheStore}, *transport_));
+                                                          {kCacheStore},
+                                                          {.transport = transport_.get()}));
     Serve(std::move(server), {kCacheStore});
     metrics_ = metrics.ForShard(ShardLabel(address()));
     reporter_ = std::thread([this] { Report(); });
@@ -274,7 +275,8 @@ class WorkerRole final : public ServedRole {
       worker_ = std::make_unique<decode::DecodeWorker>(*loop_, *store_, metrics, *authorizer_);
     }
     TANDEM_ASSIGN_OR_RETURN(
-        auto server, rpc::StartServer(wc.listen, {worker_->service()}, {name}, *transport_));
+        auto server,
+        rpc::StartServer(wc.listen, {worker_->service()}, {name}, {.transport = transport_.get()}));
     Serve(std::move(server), {name});
     rpc::WorkerAgentOptions agent;
     agent.router = wc.router;
@@ -335,7 +337,12 @@ class RouterRole final : public ServedRole {
     o.kv_dtype = o.kv_layout.dtype();
     o.model_id = ModelId(c);
     o.limits = {.context_length = m.max_position_embeddings,
-                .vocab_size = static_cast<int32_t>(m.vocab_size)};
+                .vocab_size = static_cast<int32_t>(m.vocab_size),
+                .max_prompt_tokens = c.router.max_prompt_tokens,
+                .max_tokens = c.router.max_tokens,
+                .max_stop_strings = c.router.max_stop_strings,
+                .max_stop_bytes = c.router.max_stop_bytes,
+                .max_logprobs = c.router.max_logprobs};
     o.eos_token_ids = m.eos_token_ids;
     if (tokenizer_ != nullptr && tokenizer_->eos_id() >= 0) {
       o.eos_token_ids.push_back(tokenizer_->eos_id());
@@ -378,8 +385,10 @@ class RouterRole final : public ServedRole {
     TANDEM_ASSIGN_OR_RETURN(
         auto server,
         rpc::StartServer(c.router.listen, {service_.get(), registry_.get()},
-                         {kInference, kRegistry}, *transport_,
-                         security::ClientCertificates::kOptional));
+                         {kInference, kRegistry},
+                         {.transport = transport_.get(),
+                          .clients = security::ClientCertificates::kOptional,
+                          .max_receive_bytes = c.router.max_request_bytes}));
     Serve(std::move(server), {kInference, kRegistry});
     if (!c.router.http_listen.empty()) TANDEM_RETURN_IF_ERROR(StartHttp(c, m));
     return absl::OkStatus();
@@ -400,7 +409,8 @@ class RouterRole final : public ServedRole {
         *service_,
         router::OpenAiLimits{.model_name = ModelId(c),
                              .context_length = m.max_position_embeddings,
-                             .max_n = c.router.max_n},
+                             .max_n = c.router.max_n,
+                             .max_logprobs = c.router.max_logprobs},
         std::move(chat));
     const auto seconds = [](double s) {
       return std::chrono::milliseconds(static_cast<int64_t>(s * 1000));
@@ -409,6 +419,7 @@ class RouterRole final : public ServedRole {
         http_, router::HttpServer::Start(
                    {.listen = c.router.http_listen,
                     .threads = c.router.http_threads,
+                    .max_header_bytes = static_cast<size_t>(c.router.http_max_header_bytes),
                     .max_body_bytes = static_cast<size_t>(c.router.http_max_body_bytes),
                     .read_timeout = seconds(c.router.http_read_timeout_seconds),
                     .write_timeout = seconds(c.router.http_write_timeout_seconds),

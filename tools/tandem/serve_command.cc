@@ -63,8 +63,9 @@ class Loading {
                                                         const security::Transport& transport,
                                                         const sigset_t& signals) {
     TANDEM_ASSIGN_OR_RETURN(rpc::StartedServer server,
-                            rpc::StartServer(listen, {}, names, transport,
-                                             security::ClientCertificates::kOptional));
+                            rpc::StartServer(listen, {}, names,
+                                             {.transport = &transport,
+                                              .clients = security::ClientCertificates::kOptional}));
     listen = server.address;
     std::fprintf(stderr, "tandem %s: loading; health NOT_SERVING on %s\n", what.c_str(),
                  listen.c_str());

@@ -18,7 +18,7 @@ class RequestValidationTest : public ::testing::Test {
   }
 
   absl::Status Check() {
-    absl::Status s = ValidateSampling(request_.sampling());
+    absl::Status s = ValidateSampling(request_.sampling(), limits_);
     if (!s.ok()) return s;
     return PromptTokens(request_, tokenizer_.get(), limits_).status();
   }
@@ -124,6 +124,41 @@ TEST_F(RequestValidationTest, SamplingRanges) {
               return p;
             }())),
             "sampling.top_logprobs");
+}
+
+// The operator's limits (router.max_*): each refusal names the field and the limit's key.
+TEST_F(RequestValidationTest, ConfiguredLimitsAreRefusedNamingFieldAndLimit) {
+  limits_ = {.context_length = 64, .vocab_size = 302, .max_prompt_tokens = 4, .max_tokens = 10,
+             .max_stop_strings = 2, .max_stop_bytes = 3, .max_logprobs = 2};
+  const auto expect = [&](const std::string& field, const std::string& words) {
+    const absl::Status s = Check();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_EQ(FieldOf(s), field) << s;
+    EXPECT_NE(s.message().find(words), std::string_view::npos) << s.message();
+  };
+  request_.add_prompt_token_ids(1);
+  EXPECT_TRUE(Check().ok());
+  for (int i = 0; i < 4; ++i) request_.add_prompt_token_ids(2);
+  expect("prompt_token_ids", "5 tokens; this server's limit is 4 (router.max_prompt_tokens)");
+  request_.clear_prompt_token_ids();
+  request_.set_prompt("a b c d e f");
+  expect("prompt", "router.max_prompt_tokens");
+  request_.set_prompt("ab");
+  request_.mutable_sampling()->set_max_tokens(11);
+  expect("sampling.max_tokens", "limit is 10 (router.max_tokens)");
+  request_.mutable_sampling()->set_max_tokens(10);
+  EXPECT_TRUE(Check().ok());
+  for (const char* s : {"a", "b", "c"}) request_.mutable_sampling()->add_stop(s);
+  expect("sampling.stop", "at most 2 strings (router.max_stop_strings)");
+  request_.mutable_sampling()->clear_stop();
+  request_.mutable_sampling()->add_stop("abcd");
+  expect("sampling.stop", "1 to 3 bytes long (router.max_stop_bytes)");
+  request_.mutable_sampling()->clear_stop();
+  request_.mutable_sampling()->set_logprobs(true);
+  request_.mutable_sampling()->set_top_logprobs(3);
+  expect("sampling.top_logprobs", "[0, 2] (router.max_logprobs)");
+  request_.mutable_sampling()->set_top_logprobs(2);
+  EXPECT_TRUE(Check().ok());
 }
 
 }  // namespace
