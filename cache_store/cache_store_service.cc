@@ -253,7 +253,7 @@ grpc::ServerUnaryReactor* CacheStoreService::ReserveShm(
   if (auto* denied = authorizer_.DenyUnary(context, "/tandem.v1.CacheStore/ReserveShm")) {
     return denied;
   }
-  return Answer(context, shm_.Reserve(*request, response));
+  return Answer(context, shm_.Reserve(*request, response, context->peer()));
 }
 
 grpc::ServerUnaryReactor* CacheStoreService::CommitShm(grpc::CallbackServerContext* context,
@@ -262,7 +262,7 @@ grpc::ServerUnaryReactor* CacheStoreService::CommitShm(grpc::CallbackServerConte
   if (auto* denied = authorizer_.DenyUnary(context, "/tandem.v1.CacheStore/CommitShm")) {
     return denied;
   }
-  return Answer(context, shm_.Commit(*request, response));
+  return Answer(context, shm_.Commit(*request, response, context->peer()));
 }
 
 grpc::ServerUnaryReactor* CacheStoreService::AcquireShm(
@@ -271,7 +271,7 @@ grpc::ServerUnaryReactor* CacheStoreService::AcquireShm(
   if (auto* denied = authorizer_.DenyUnary(context, "/tandem.v1.CacheStore/AcquireShm")) {
     return denied;
   }
-  return Answer(context, shm_.Acquire(*request, response));
+  return Answer(context, shm_.Acquire(*request, response, context->peer()));
 }
 
 grpc::ServerUnaryReactor* CacheStoreService::ReleaseShm(
@@ -280,7 +280,7 @@ grpc::ServerUnaryReactor* CacheStoreService::ReleaseShm(
   if (auto* denied = authorizer_.DenyUnary(context, "/tandem.v1.CacheStore/ReleaseShm")) {
     return denied;
   }
-  return Answer(context, shm_.Release(*request));
+  return Answer(context, shm_.Release(*request, context->peer()));
 }
 
 }  // namespace tandem::cache_store

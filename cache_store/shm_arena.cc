@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -34,6 +35,12 @@ absl::StatusOr<std::unique_ptr<ShmArena>> ShmArena::Create(int64_t data_bytes) {
       store::kShmHeaderBytes + (data_bytes + kPageBytes - 1) / kPageBytes * kPageBytes;
   const int fd = memfd_create("tandem-cache-store", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0) return Errno("memfd_create");
+  // Owner-only, like /proc/PID/fd through which clients open it: other users get nothing.
+  if (fchmod(fd, 0600) != 0) {
+    absl::Status s = Errno("fchmod");
+    close(fd);
+    return s;
+  }
   if (ftruncate(fd, file_bytes) != 0) {
     absl::Status s = Errno("ftruncate");
     close(fd);

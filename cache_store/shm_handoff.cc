@@ -43,7 +43,8 @@ absl::Status ShmHandoff::Attach(tandem::v1::AttachSharedMemoryResponse* response
 }
 
 absl::Status ShmHandoff::Reserve(const tandem::v1::ReserveShmRequest& request,
-                                 tandem::v1::ReserveShmResponse* response) {
+                                 tandem::v1::ReserveShmResponse* response,
+                                 const std::string& peer) {
   TANDEM_RETURN_IF_ERROR(CheckInstance(request.instance_id()));
   TANDEM_RETURN_IF_ERROR(CheckCount(request.blocks_size()));
   ShmLeases::Lease lease;
@@ -59,7 +60,7 @@ absl::Status ShmHandoff::Reserve(const tandem::v1::ReserveShmRequest& request,
   }
   if (!lease.puts.empty()) {
     const int64_t n = static_cast<int64_t>(lease.puts.size());
-    TANDEM_ASSIGN_OR_RETURN(const uint64_t id, leases_.Add(std::move(lease)));
+    TANDEM_ASSIGN_OR_RETURN(const uint64_t id, leases_.Add(std::move(lease), peer));
     response->set_lease_id(id);
     reserved_blocks_ += n;
   }
@@ -67,10 +68,10 @@ absl::Status ShmHandoff::Reserve(const tandem::v1::ReserveShmRequest& request,
 }
 
 absl::Status ShmHandoff::Commit(const tandem::v1::CommitShmRequest& request,
-                                tandem::v1::CommitShmResponse* response) {
+                                tandem::v1::CommitShmResponse* response, const std::string& peer) {
   TANDEM_RETURN_IF_ERROR(CheckInstance(request.instance_id()));
   TANDEM_ASSIGN_OR_RETURN(ShmLeases::Lease lease,
-                          leases_.Take(request.lease_id(), ShmLeases::Kind::kWrite));
+                          leases_.Take(request.lease_id(), ShmLeases::Kind::kWrite, peer));
   if (request.checksums_size() != static_cast<int>(lease.puts.size())) {
     return absl::InvalidArgumentError(absl::StrCat("shared memory: ", request.checksums_size(),
                                                    " checksums for ", lease.puts.size(),
@@ -95,7 +96,8 @@ absl::Status ShmHandoff::Commit(const tandem::v1::CommitShmRequest& request,
 }
 
 absl::Status ShmHandoff::Acquire(const tandem::v1::AcquireShmRequest& request,
-                                 tandem::v1::AcquireShmResponse* response) {
+                                 tandem::v1::AcquireShmResponse* response,
+                                 const std::string& peer) {
   TANDEM_RETURN_IF_ERROR(CheckInstance(request.instance_id()));
   TANDEM_RETURN_IF_ERROR(CheckCount(request.block_hashes_size()));
   ShmLeases::Lease lease;
@@ -112,7 +114,7 @@ absl::Status ShmHandoff::Acquire(const tandem::v1::AcquireShmRequest& request,
   }
   if (!lease.pins.empty()) {
     const int64_t n = static_cast<int64_t>(lease.pins.size());
-    TANDEM_ASSIGN_OR_RETURN(const uint64_t id, leases_.Add(std::move(lease)));
+    TANDEM_ASSIGN_OR_RETURN(const uint64_t id, leases_.Add(std::move(lease), peer));
     response->set_lease_id(id);
     acquired_blocks_ += n;
   }
@@ -127,9 +129,10 @@ ShmHandoffStats ShmHandoff::Stats() const {
           .expired_leases = leases_.expired()};
 }
 
-absl::Status ShmHandoff::Release(const tandem::v1::ReleaseShmRequest& request) {
+absl::Status ShmHandoff::Release(const tandem::v1::ReleaseShmRequest& request,
+                                 const std::string& peer) {
   TANDEM_RETURN_IF_ERROR(CheckInstance(request.instance_id()));
-  return leases_.Take(request.lease_id(), ShmLeases::Kind::kAny).status();
+  return leases_.Take(request.lease_id(), ShmLeases::Kind::kAny, peer).status();
 }
 
 }  // namespace tandem::cache_store

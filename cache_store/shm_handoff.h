@@ -42,13 +42,16 @@ class ShmHandoff {
 
   // FailedPrecondition when the store keeps its blocks in private memory.
   absl::Status Attach(tandem::v1::AttachSharedMemoryResponse* response) const;
+  // `peer`: the client's connection (grpc's peer()); a lease is committed or released only by
+  // the connection that took it.
   absl::Status Reserve(const tandem::v1::ReserveShmRequest& request,
-                       tandem::v1::ReserveShmResponse* response);
+                       tandem::v1::ReserveShmResponse* response, const std::string& peer = "");
   absl::Status Commit(const tandem::v1::CommitShmRequest& request,
-                      tandem::v1::CommitShmResponse* response);
+                      tandem::v1::CommitShmResponse* response, const std::string& peer = "");
   absl::Status Acquire(const tandem::v1::AcquireShmRequest& request,
-                       tandem::v1::AcquireShmResponse* response);
-  absl::Status Release(const tandem::v1::ReleaseShmRequest& request);
+                       tandem::v1::AcquireShmResponse* response, const std::string& peer = "");
+  absl::Status Release(const tandem::v1::ReleaseShmRequest& request,
+                       const std::string& peer = "");
 
   ShmHandoffStats Stats() const;
 

@@ -21,7 +21,7 @@ ShmLeases::~ShmLeases() {
   leases_.clear();  // unpins and abandons what is left
 }
 
-absl::StatusOr<uint64_t> ShmLeases::Add(Lease lease) {
+absl::StatusOr<uint64_t> ShmLeases::Add(Lease lease, std::string owner) {
   absl::MutexLock lock(&mu_);
   if (static_cast<int64_t>(leases_.size()) >= options_.max_leases) {
     return absl::ResourceExhaustedError(
@@ -29,15 +29,20 @@ absl::StatusOr<uint64_t> ShmLeases::Add(Lease lease) {
   }
   uint64_t id = 0;
   while (id == 0 || leases_.contains(id)) id = absl::Uniform<uint64_t>(ids_);
-  leases_.emplace(id, Held{std::move(lease), Clock::now() + options_.ttl});
+  leases_.emplace(id, Held{std::move(lease), Clock::now() + options_.ttl, std::move(owner)});
   return id;
 }
 
-absl::StatusOr<ShmLeases::Lease> ShmLeases::Take(uint64_t id, Kind kind) {
+absl::StatusOr<ShmLeases::Lease> ShmLeases::Take(uint64_t id, Kind kind,
+                                                 const std::string& owner) {
   absl::MutexLock lock(&mu_);
   auto it = leases_.find(id);
   if (it == leases_.end()) {
     return absl::NotFoundError(absl::StrCat("shared memory: lease ", id, " expired or unknown"));
+  }
+  if (it->second.owner != owner) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("shared memory: lease ", id, " belongs to another client connection"));
   }
   const bool write = !it->second.lease.puts.empty();
   if ((kind == Kind::kWrite && !write) || (kind == Kind::kRead && write)) {

@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -40,11 +41,13 @@ class ShmLeases {
   ShmLeases(const ShmLeases&) = delete;
   ShmLeases& operator=(const ShmLeases&) = delete;
 
-  // Holds `lease` until Take or expiry and returns its id (never 0).
-  absl::StatusOr<uint64_t> Add(Lease lease);
+  // Holds `lease` until Take or expiry and returns its id (never 0, unpredictable). `owner` (the
+  // client's connection) is the only one that may take it.
+  absl::StatusOr<uint64_t> Add(Lease lease, std::string owner = "");
   // Ends the lease and hands back what it held. NotFound if it is unknown, ended or expired;
-  // InvalidArgument (the lease stays) if it is not of `kind`.
-  absl::StatusOr<Lease> Take(uint64_t id, Kind kind);
+  // InvalidArgument (the lease stays) if it is not of `kind`; PermissionDenied (the lease stays)
+  // if `owner` is not the one that added it.
+  absl::StatusOr<Lease> Take(uint64_t id, Kind kind, const std::string& owner = "");
 
   std::chrono::milliseconds ttl() const { return options_.ttl; }
   int64_t open() const;
@@ -55,6 +58,7 @@ class ShmLeases {
   struct Held {
     Lease lease;
     Clock::time_point deadline;
+    std::string owner;
   };
   void Reap();
 

@@ -5,6 +5,8 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstring>
@@ -64,13 +66,14 @@ class ShmHandoffTest : public ::testing::Test {
     return response;
   }
 
-  absl::Status Commit(uint64_t lease, std::vector<uint64_t> checksums) {
+  absl::Status Commit(uint64_t lease, std::vector<uint64_t> checksums,
+                      const std::string& peer = "") {
     CommitShmRequest request;
     request.set_instance_id(instance());
     request.set_lease_id(lease);
     for (uint64_t c : checksums) request.add_checksums(c);
     CommitShmResponse response;
-    return handoff_->Commit(request, &response);
+    return handoff_->Commit(request, &response, peer);
   }
 
   absl::StatusOr<AcquireShmResponse> Acquire(std::vector<uint64_t> hashes) {
@@ -83,11 +86,11 @@ class ShmHandoffTest : public ::testing::Test {
     return response;
   }
 
-  absl::Status Release(uint64_t lease) {
+  absl::Status Release(uint64_t lease, const std::string& peer = "") {
     ReleaseShmRequest request;
     request.set_instance_id(instance());
     request.set_lease_id(lease);
-    return handoff_->Release(request);
+    return handoff_->Release(request, peer);
   }
 
   // Reserves, writes and commits one block through the arena.
@@ -166,6 +169,49 @@ TEST_F(ShmHandoffTest, AcquirePinsUntilReleased) {
   EXPECT_TRUE(Release(a->lease_id()).ok());
   EXPECT_EQ(store_->Stats().pinned_blocks, 0);
   EXPECT_EQ(Release(a->lease_id()).code(), absl::StatusCode::kNotFound);
+}
+
+// A lease is bound to the connection that took it: another client cannot commit someone's
+// reservation (writing a block it did not fill) or release someone's pins.
+TEST_F(ShmHandoffTest, LeasesAreBoundToTheConnectionThatTookThem) {
+  Start(1 << 20);
+  PutThroughArena(5, 4000);
+  AcquireShmRequest acquire;
+  acquire.set_instance_id(instance());
+  acquire.add_block_hashes(5);
+  AcquireShmResponse pinned;
+  ASSERT_TRUE(handoff_->Acquire(acquire, &pinned, "ipv4:127.0.0.1:1111").ok());
+  EXPECT_EQ(Release(pinned.lease_id(), "ipv4:127.0.0.1:2222").code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(store_->Stats().pinned_blocks, 1);  // still pinned
+  EXPECT_TRUE(Release(pinned.lease_id(), "ipv4:127.0.0.1:1111").ok());
+
+  ReserveShmRequest reserve;
+  reserve.set_instance_id(instance());
+  auto* b = reserve.add_blocks();
+  b->set_block_hash(6);
+  b->set_block_bytes(100);
+  ReserveShmResponse reserved;
+  ASSERT_TRUE(handoff_->Reserve(reserve, &reserved, "ipv4:127.0.0.1:1111").ok());
+  const auto data = Content(6, 100);
+  std::memcpy(At(reserved.reservations(0).offset()), data.data(), 100);
+  EXPECT_EQ(Commit(reserved.lease_id(), {store::BlockChecksum64(data)}, "ipv4:127.0.0.1:2222")
+                .code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_FALSE(store_->Exists(6));
+  EXPECT_TRUE(
+      Commit(reserved.lease_id(), {store::BlockChecksum64(data)}, "ipv4:127.0.0.1:1111").ok());
+  EXPECT_TRUE(store_->Exists(6));
+}
+
+// The segment has no name anyone could guess (an anonymous memfd, reached through the shard's
+// own /proc/PID/fd) and is its owner's alone.
+TEST_F(ShmHandoffTest, TheSegmentIsOwnerOnly) {
+  Start(1 << 20);
+  struct stat st;
+  ASSERT_EQ(stat(store_->arena()->path().c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600);
+  EXPECT_EQ(st.st_uid, getuid());
 }
 
 TEST_F(ShmHandoffTest, BadRequestsAreRefusedAndLeaveNothingBehind) {
