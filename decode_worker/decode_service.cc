@@ -130,6 +130,7 @@ class DecodeCall final : public grpc::ServerWriteReactor<DecodeResponse> {
         msg.set_kv_hits(stream->hits);
         msg.set_kv_misses(stream->misses);
         msg.set_kv_transfer_seconds(stream->transfer_seconds);
+        msg.set_cached_prompt_tokens(out.cached_prompt_tokens);
       }
       if (out.finish == engine::FinishReason::kError) {
         stream->End(rpc::ToGrpcStatus(out.error));

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/engine/kv_handoff.h"
+#include "common/kv/block_hash.h"
 #include "common/rpc/engine_proto.h"
 #include "common/rpc/status.h"
 #include "common/util/log.h"
@@ -73,13 +74,15 @@ class PrefillCall final : public grpc::ServerUnaryReactor {
     r.sampling = rpc::ToSamplingParams(request.sampling());
     r.ignore_eos = true;
     r.high_priority = request.high_priority();
+    r.cache_salt = request.cache_salt();
+    const uint64_t tenant_salt = request.cache_salt();
     const Clock::time_point start = Clock::now();
     std::vector<int32_t> prompt = r.prompt;
     // The callbacks must not touch `this`: gRPC deletes the call once it is finished (a
     // cancelled call finishes before the engine reports the abort).
     PrefillService* service = &service_;
     service_.loop_.Submit(std::move(r), [service, state = state_, prompt = std::move(prompt),
-                                         start](const engine::RequestOutput& out,
+                                         start, tenant_salt](const engine::RequestOutput& out,
                                                 engine::Engine& engine) {
       if (out.finish == engine::FinishReason::kNone) return;
       if (out.finish == engine::FinishReason::kError) {
@@ -91,7 +94,7 @@ class PrefillCall final : public grpc::ServerUnaryReactor {
         return;
       }
       // On the loop thread, before the engine steps again: the blocks are still cached.
-      const uint64_t salt = engine.CacheSalt(prompt);
+      const uint64_t salt = kv::CombineCacheSalts(tenant_salt, engine.CacheSalt(prompt));
       auto exported = engine::ExportPromptBlocks(engine, prompt, salt);
       auto result = std::make_shared<tandem::v1::PrefillResponse>();
       result->set_first_token(out.new_tokens.back());

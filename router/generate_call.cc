@@ -17,6 +17,8 @@ namespace {
 using tandem::v1::FinishReason;
 using tandem::v1::GenerateResponse;
 
+constexpr size_t kMaxCacheSaltBytes = 256;
+
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 // Failures of the worker rather than of the request: another worker may succeed.
@@ -109,18 +111,30 @@ struct CallState::Attempt {
 
 absl::StatusOr<AdmittedRequest> AdmitRequest(const CallEnvironment& env,
                                              tandem::v1::GenerateRequest request,
-                                             Clock::time_point arrival, Door door) {
+                                             Clock::time_point arrival, Door door,
+                                             const std::string& key_name) {
   AdmittedRequest admitted;
   admitted.arrival = arrival;
   admitted.door = door;
   TANDEM_RETURN_IF_ERROR(ValidateSampling(request.sampling(), env.options.limits));
   TANDEM_ASSIGN_OR_RETURN(admitted.prompt,
                           PromptTokens(request, env.tokenizer, env.options.limits));
+  if (request.cache_salt().size() > kMaxCacheSaltBytes) {
+    return InvalidField("cache_salt", absl::StrCat("cache_salt is ", request.cache_salt().size(),
+                                                   " bytes; at most ", kMaxCacheSaltBytes));
+  }
+  const std::string tenant = env.options.cache_salt_per_key && !key_name.empty()
+                                 ? absl::StrCat("key:", key_name)
+                                 : std::string();
+  if (!tenant.empty() || !request.cache_salt().empty()) {
+    admitted.cache_salt = kv::CacheSaltOf(absl::StrCat(tenant, "\x1f", request.cache_salt()));
+  }
   if (env.shutting_down) return absl::UnavailableError("the router is shutting down");
   TANDEM_RETURN_IF_ERROR(env.queue.Admit(static_cast<int64_t>(admitted.prompt.size())));
   const uint64_t serial = env.next_serial.fetch_add(1);
   admitted.id = request.request_id().empty() ? absl::StrCat("req-", serial) : request.request_id();
-  admitted.hashes = kv::HashPrefixBlocks(env.model_hash, admitted.prompt, env.options.block_size);
+  admitted.hashes = kv::HashPrefixBlocks(env.model_hash, admitted.prompt, env.options.block_size,
+                                         admitted.cache_salt);
   admitted.sampling = std::move(*request.mutable_sampling());
   return admitted;
 }
@@ -131,8 +145,9 @@ absl::StatusOr<std::shared_ptr<CallState>> StartCall(const CallEnvironment& env,
                                                      std::chrono::system_clock::time_point deadline,
                                                      Clock::time_point arrival, Door door,
                                                      std::shared_ptr<security::KeyLease> lease) {
-  TANDEM_ASSIGN_OR_RETURN(AdmittedRequest admitted,
-                          AdmitRequest(env, std::move(request), arrival, door));
+  TANDEM_ASSIGN_OR_RETURN(
+      AdmittedRequest admitted,
+      AdmitRequest(env, std::move(request), arrival, door, lease ? lease->name() : std::string()));
   admitted.lease = std::move(lease);
   deadline = std::min(deadline, std::chrono::system_clock::now() +
                                     std::chrono::duration_cast<std::chrono::system_clock::duration>(
@@ -153,6 +168,7 @@ CallState::CallState(const CallEnvironment& env, std::shared_ptr<ResponseSink> s
       id_(std::move(request.id)),
       prompt_(std::move(request.prompt)),
       hashes_(std::move(request.hashes)),
+      cache_salt_(request.cache_salt),
       sampling_(std::move(request.sampling)),
       lease_(std::move(request.lease)) {}
 
@@ -215,7 +231,9 @@ void CallState::RunPrefill(bool high_priority) {
       if (!first_token_at_.has_value()) queue_seconds_ = Seconds(Clock::now() - arrival_);
       ++attempts_;
     }
-    StartDecode(tandem::v1::KvHandle());  // the decode engine prefills the prompt itself
+    tandem::v1::KvHandle kv;  // the decode engine prefills the prompt itself
+    kv.set_cache_salt(cache_salt_);
+    StartDecode(kv);
     return;
   }
   auto attempt = std::make_shared<Attempt>();
@@ -237,6 +255,7 @@ void CallState::RunPrefill(bool high_priority) {
     attempt->request.set_completion_tokens(static_cast<int>(generated_.size()));
     *attempt->request.mutable_sampling() = sampling_;
     attempt->request.set_high_priority(high_priority);
+    attempt->request.set_cache_salt(cache_salt_);
     call_ = std::shared_ptr<grpc::ClientContext>(attempt, &attempt->context);
     attempt->charged = env_.prefill_pool.Begin(worker, attempt->request.token_ids_size(), hashes_,
                                                /*uncached_only=*/true);
@@ -322,6 +341,8 @@ bool CallState::OnDecodeMessage(const tandem::v1::DecodeResponse& message) {
     first_decode_message_ = false;
     env_.balancer.RecordLookups(message.kv_hits(), message.kv_misses(), env_.clock.Now());
     transfer_seconds_ += message.kv_transfer_seconds();
+    // Colocated, no prefill worker reported it: the decode engine's own prefix-cache hits.
+    if (cached_prompt_tokens_ < 0) cached_prompt_tokens_ = message.cached_prompt_tokens();
     Observe(metrics_.kv_transfer_time, message.kv_transfer_seconds());
     // Decode has taken the KV up: it no longer counts as prefilled ahead.
     deferred_.push_back([self = shared_from_this()] { self->ReleasePacing(); });

@@ -41,7 +41,8 @@ struct AdmittedRequest {
   Clock::time_point arrival;  // when the router received it (TTFT and queue time count from here)
   std::string id;
   std::vector<int32_t> prompt;
-  std::vector<uint64_t> hashes;  // chained block hashes of the prompt
+  std::vector<uint64_t> hashes;  // chained block hashes of the prompt, from cache_salt
+  uint64_t cache_salt = 0;       // the request's tenant (kv::CacheSaltOf); 0: none
   tandem::v1::SamplingParams sampling;
   Door door = Door::kGrpc;
   // The API key's hold on its quota (null without API keys): the tokens the request used are
@@ -51,9 +52,12 @@ struct AdmittedRequest {
 
 // Validates and admits a Generate request that arrived at `arrival`: INVALID_ARGUMENT for bad
 // fields, RESOURCE_EXHAUSTED past the queue limits, UNAVAILABLE while the router shuts down.
+// `key_name`: the API key the request came with ("" without one); with
+// RouterOptions::cache_salt_per_key it salts the request's cache blocks.
 absl::StatusOr<AdmittedRequest> AdmitRequest(const CallEnvironment& env,
                                              tandem::v1::GenerateRequest request,
-                                             Clock::time_point arrival, Door door);
+                                             Clock::time_point arrival, Door door,
+                                             const std::string& key_name = "");
 
 // Admits `request` and starts it; its responses go to `sink`. Whichever door a request came
 // in by, it runs here. On error nothing was started and `sink` is untouched.
@@ -126,6 +130,7 @@ class CallState : public std::enable_shared_from_this<CallState> {
   const std::string id_;
   const std::vector<int32_t> prompt_;
   const std::vector<uint64_t> hashes_;  // chained block hashes of the prompt
+  const uint64_t cache_salt_;
   const tandem::v1::SamplingParams sampling_;
 
   absl::Mutex mu_;

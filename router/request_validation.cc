@@ -50,6 +50,8 @@ absl::StatusOr<tandem::v1::GenerateRequest> ParseGenerateRequest(const grpc::Byt
   if (absl::Status s = CheckUtf8(wire.prompt(), "prompt"); !s.ok()) return s;
   r.set_prompt(wire.prompt());
   r.mutable_prompt_token_ids()->Add(wire.prompt_token_ids().begin(), wire.prompt_token_ids().end());
+  if (absl::Status s = CheckUtf8(wire.cache_salt(), "cache_salt"); !s.ok()) return s;
+  r.set_cache_salt(wire.cache_salt());
   const tandem::v1::wire::SamplingParams& ws = wire.sampling();
   tandem::v1::SamplingParams* s = r.mutable_sampling();
   s->set_temperature(ws.temperature());

@@ -44,6 +44,9 @@ struct RouterOptions {
   // The public API's keys (security.api_keys_file); null: no key needed. Must outlive the
   // router.
   security::ApiKeys* api_keys = nullptr;
+  // Salt each request's cache blocks with its API key's name, so tenants never share (and cannot
+  // time) each other's cached prompts; requests may add a cache_salt of their own either way.
+  bool cache_salt_per_key = false;
 };
 
 }  // namespace tandem::router

@@ -146,6 +146,7 @@ struct SecurityConfig {
   std::string api_keys_file;
   int64_t api_key_max_concurrent = 0;     // per key, unless its line says otherwise; 0: no limit
   int64_t api_key_tokens_per_minute = 0;  // per key, likewise
+  bool cache_salt_per_key = false;
 };
 
 struct TandemConfig {

@@ -401,6 +401,10 @@ std::vector<Field> MakeSchema() {
           "prompt + generated tokens one API key may use over any 60 s (RESOURCE_EXHAUSTED / "
           "HTTP 429 with a retry hint beyond); a key's own tokens_per_minute= overrides it; 0: "
           "no limit"),
+      Bool("security.cache_salt_per_key", TANDEM_CONFIG_REF(security.cache_salt_per_key),
+           "salt every request's KV-cache blocks with its API key's name: tenants never reuse "
+           "(so cannot time) each other's cached prompts, at the cost of shared prefixes such as "
+           "a common system prompt; a request's own cache_salt field works either way"),
       Bool("security.allow_insecure", TANDEM_CONFIG_REF(security.allow_insecure),
            "let a role listen beyond loopback without TLS (a trusted lab network only: any "
            "process that reaches its ports is trusted); without it such a role refuses to "

@@ -179,7 +179,9 @@ absl::Status Engine::AddRequest(Request request) {
   auto seq = std::make_unique<Sequence>(std::move(request), next_kv_id_++, options_.kv_eviction);
   if (options_.pruning.enabled) {
     const auto& settings = options_.pruning.settings;
-    if (seq->request.cache_salt == 0) seq->request.cache_salt = CacheSalt(seq->request.prompt);
+    // A request's own salt (a tenant's) and the pruning salt both hold.
+    seq->request.cache_salt =
+        kv::CombineCacheSalts(seq->request.cache_salt, CacheSalt(seq->request.prompt));
     if (settings.protected_tokens > 0) {
       seq->protected_positions.assign(seq->prompt_len, 0);
       std::vector<int32_t> special = config.eos_token_ids;

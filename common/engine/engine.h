@@ -51,8 +51,9 @@ struct EngineOptions {
   // sequences runs its prompt tokens through the pruned layers, except each prompt's last token
   // and the protected positions; generated tokens always run every layer. Pruned KV depends on
   // the settings and (through protection) on the whole prompt, so every request of a pruning
-  // engine gets a cache salt from both (PruningCacheSalt) unless it brings one: its blocks are
-  // reused only by the same prompt under the same settings.
+  // engine gets a cache salt from both (PruningCacheSalt), combined with any it brings (a
+  // tenant's, kv::CombineCacheSalts): its blocks are reused only by the same prompt under the
+  // same settings.
   struct Pruning {
     bool enabled = false;
     model::PruningSettings settings;

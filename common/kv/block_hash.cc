@@ -17,6 +17,18 @@ BlockHash HashBlock(uint64_t model_id_hash, BlockHash prev, std::span<const int3
   return XXH3_64bits_withSeed(tokens.data(), tokens.size_bytes(), seed);
 }
 
+BlockHash CacheSaltOf(std::string_view text) {
+  const BlockHash salt = XXH3_64bits_withSeed(text.data(), text.size(), 0x7a6e6e7473616c74);
+  return salt == 0 ? 1 : salt;
+}
+
+BlockHash CombineCacheSalts(BlockHash a, BlockHash b) {
+  if (a == 0 || b == 0) return a | b;
+  const uint64_t both[2] = {a, b};
+  const BlockHash salt = XXH3_64bits(both, sizeof(both));
+  return salt == 0 ? 1 : salt;
+}
+
 std::vector<BlockHash> HashPrefixBlocks(uint64_t model_hash, std::span<const int32_t> tokens,
                                         int block_size, BlockHash salt) {
   std::vector<BlockHash> hashes;

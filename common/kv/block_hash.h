@@ -20,6 +20,12 @@ uint64_t HashModelId(std::string_view model_id);
 // keys.
 BlockHash HashBlock(uint64_t model_id_hash, BlockHash prev, std::span<const int32_t> tokens);
 
+// A cache salt from text (a tenant, a request's cache_salt): XXH3-64, never 0. Blocks hashed
+// from different salts never match, so one tenant cannot find another's prompts in a cache.
+BlockHash CacheSaltOf(std::string_view text);
+// Both salts in one: `a` alone or `b` alone when the other is 0, else a mix of the two (never 0).
+BlockHash CombineCacheSalts(BlockHash a, BlockHash b);
+
 // Chained hashes of every FULL block of `tokens` (a trailing partial block is not hashed). The
 // chain starts from `salt` (0: no salt).
 std::vector<BlockHash> HashPrefixBlocks(uint64_t model_hash, std::span<const int32_t> tokens,

@@ -92,6 +92,7 @@ bool CompletionCall::StartChoice(int i) {
   }
   tandem::v1::GenerateRequest r = request_.prompts[i / request_.n];
   r.set_request_id(absl::StrCat(format_.id(), "-", i));
+  r.set_cache_salt(request_.cache_salt);
   // Each choice of a prompt draws its own stream; choice 0 is what n = 1 would draw.
   const uint64_t seed = r.sampling().seed();
   if (seed != 0 && i % request_.n != 0) {

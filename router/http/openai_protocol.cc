@@ -270,13 +270,14 @@ absl::Status ParseShared(Fields& f, const OpenAiLimits& limits, CompletionReques
   absl::StatusOr<int64_t> n = f.Integer("n", 1, 1, limits.max_n);
   absl::StatusOr<bool> stream = f.Bool("stream", false);
   absl::StatusOr<std::string> user = f.String("user");
+  absl::StatusOr<std::string> cache_salt = f.String("cache_salt");
   absl::StatusOr<double> presence = f.Number("presence_penalty", 0);
   absl::StatusOr<double> frequency = f.Number("frequency_penalty", 0);
   absl::StatusOr<double> repetition = f.Number("repetition_penalty", 1);
   for (const absl::Status& s :
        {temperature.status(), top_p.status(), top_k.status(), seed.status(), stop.status(),
-        ignore_eos.status(), n.status(), stream.status(), user.status(), presence.status(),
-        frequency.status(), repetition.status()}) {
+        ignore_eos.status(), n.status(), stream.status(), user.status(), cache_salt.status(),
+        presence.status(), frequency.status(), repetition.status()}) {
     if (!s.ok()) return s;
   }
   if (*repetition <= 0) {
@@ -313,6 +314,7 @@ absl::Status ParseShared(Fields& f, const OpenAiLimits& limits, CompletionReques
   out.n = static_cast<int>(*n);
   out.stream = *stream;
   out.user = std::move(*user);
+  out.cache_salt = std::move(*cache_salt);
   return absl::OkStatus();
 }
 

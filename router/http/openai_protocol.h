@@ -35,6 +35,7 @@ struct CompletionRequest {
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   std::string user;
+  std::string cache_salt;  // extension (vLLM's): requests share cached blocks only within a salt
   // The API key's hold on its quota, shared by the request's choices (null without keys).
   std::shared_ptr<security::KeyLease> lease = nullptr;
 };

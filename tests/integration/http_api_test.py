@@ -326,7 +326,8 @@ def check_api_keys(modules):
     keys = os.path.join(args.work, "api-keys.txt")
     write_keys(keys, key_line("k-alice", "alice", "max_concurrent=4") +
                key_line("k-bob", "bob", "tokens_per_minute=150") + key_line("k-carol", "carol"))
-    serve = Serve(["--set", f"security.api_keys_file={keys}"])
+    serve = Serve(["--set", f"security.api_keys_file={keys}",
+                   "--set", "security.cache_salt_per_key=true"])
     try:
         gen = lambda *extra: subprocess.run(  # noqa: E731
             [args.tandem, "generate", "--addr", serve.grpc, "--prompt", "def f(x):",
@@ -342,6 +343,20 @@ def check_api_keys(modules):
         assert openai_with_key(modules, serve, "k-wrong")["status"] == 401
         print("API keys: gRPC and HTTP refuse a missing or wrong key (401, UNAUTHENTICATED); "
               "the openai client and tandem generate --api-key get in; /health stays open")
+
+        # Tenants never share cached prompts: carol's second request hits her cache, alice's
+        # first does not.
+        def cached(key):
+            prompt = "def tenant_isolation(alice, bob, carol):\n    " + "x = 1\n    " * 12
+            status, text = curl(f"{serve.base}/v1/completions", "-H", f"Authorization: Bearer {key}",
+                                body=json.dumps({"model": "tandem-py-8l", "prompt": prompt,
+                                                 "max_tokens": 1}).encode())
+            assert status == 200, text
+            return json.loads(body_of(text))["usage"]["prompt_tokens_details"]["cached_tokens"]
+        assert cached("k-carol") == 0
+        assert cached("k-carol") >= 16
+        assert cached("k-alice") == 0
+        print("cache_salt_per_key: a tenant's prompt is cached for that tenant only")
 
         # alice: 4 streams in flight; 12 more at once are refused while they run.
         held = [open_stream(serve, "k-alice", 400) for _ in range(4)]

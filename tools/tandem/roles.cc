@@ -373,6 +373,7 @@ class RouterRole final : public ServedRole {
                                   &metrics));
       o.api_keys = api_keys_.get();
     }
+    o.cache_salt_per_key = c.security.cache_salt_per_key;
     o.colocated = c.router.mode == "colocated";
     drain_ = std::chrono::duration<double>(c.router.drain_seconds);
     service_ = std::make_unique<router::RouterService>(o, tokenizer_.get(), &metrics);

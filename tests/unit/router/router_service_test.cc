@@ -316,3 +316,43 @@ TEST_F(RouterServiceTest, ColocatedModeRunsWholeRequestsOnDecodeWorkers) {
 
 }  // namespace
 }  // namespace tandem::router
+
+namespace tandem::router {
+namespace {
+
+using testing::Result;
+
+class CacheSaltTest : public testing::RouterClusterTest {};
+
+// A cache salt keeps requests apart: the same prompt under another salt (another tenant's)
+// reuses none of the first one's cached blocks, under the same salt it does; the tokens are the
+// same either way.
+TEST_F(CacheSaltTest, ASaltSharesCachedBlocksOnlyWithItself) {
+  StartCluster();
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 48; ++i) prompt.push_back(1 + (i * 7) % 100);
+  const auto request = [&](const std::string& salt) {
+    tandem::v1::GenerateRequest r;
+    r.mutable_prompt_token_ids()->Add(prompt.begin(), prompt.end());
+    r.mutable_sampling()->set_max_tokens(4);
+    r.mutable_sampling()->set_ignore_eos(true);
+    r.set_cache_salt(salt);
+    return r;
+  };
+  const Result alice = Generate(request("alice"));
+  ASSERT_TRUE(alice.status.ok()) << alice.status.error_message();
+  EXPECT_EQ(alice.complete.usage().cached_prompt_tokens(), 0);
+  const Result again = Generate(request("alice"));
+  EXPECT_GE(again.complete.usage().cached_prompt_tokens(), 32);
+  const Result bob = Generate(request("bob"));
+  EXPECT_EQ(bob.complete.usage().cached_prompt_tokens(), 0);
+  const Result none = Generate(request(""));
+  EXPECT_EQ(none.complete.usage().cached_prompt_tokens(), 0);
+  EXPECT_EQ(alice.tokens, bob.tokens);
+  EXPECT_EQ(alice.tokens, none.tokens);
+  EXPECT_EQ(Generate(request(std::string(257, 's'))).status.error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+}  // namespace
+}  // namespace tandem::router
