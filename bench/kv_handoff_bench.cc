@@ -5,7 +5,11 @@
 // repetition so machine noise hits them alike; medians are printed as a Markdown table.
 //
 //   kv-handoff-bench [--block-sizes 64Ki,1Mi] [--total 64Mi] [--request 8Mi] [--reps 7]
-//                    [--chunk 1Mi] [--no-stream] [--default-malloc]
+//                    [--chunk 1Mi] [--no-stream] [--default-malloc] [--certs DIR]
+//
+// With --certs (a directory scripts/dev-certs.sh made) the shard also serves a mutual-TLS port
+// and both paths are measured through it too: the stream's bytes are encrypted, the shared
+// memory path's control calls are.
 //
 // Each request puts `request` bytes of fresh blocks (a prompt's worth) and gets them back into
 // new strings, as StorePool::Get returns them. "put+get" is bytes handed off per second of both
@@ -28,6 +32,8 @@
 #include "absl/strings/str_split.h"
 #include "cache_store/block_store.h"
 #include "cache_store/cache_store_service.h"
+#include "common/security/authorizer.h"
+#include "common/security/transport.h"
 #include "common/store/cache_store_client.h"
 #include "common/util/cli_args.h"
 #include "common/util/process_tuning.h"
@@ -55,6 +61,7 @@ struct Options {
   int64_t chunk = 1 << 20;
   bool stream = true;  // run the gRPC-stream variant (--no-stream: profile the others alone)
   bool tuned = true;  // TuneServingProcess
+  std::string certs;  // scripts/dev-certs.sh output; empty: no TLS rows
 };
 
 struct Timing {
@@ -123,18 +130,57 @@ absl::Status RunBlockSize(const Options& o, int64_t block, std::vector<std::stri
       {.capacity_bytes = o.total + 2 * o.request, .max_block_bytes = block});
   TANDEM_RETURN_IF_ERROR(store.status());
   if ((*store)->arena() == nullptr) return absl::UnavailableError("no shared-memory arena");
+  // With --certs: the shard's and the prefill worker's certificates, as roles use them.
+  std::shared_ptr<const security::Transport> shard_tls, worker_tls;
+  if (!o.certs.empty()) {
+    const auto role = [&](const std::string& name) {
+      return security::Transport::Create({.ca_file = o.certs + "/ca.pem",
+                                          .cert_file = o.certs + "/" + name + ".pem",
+                                          .key_file = o.certs + "/" + name + ".key"});
+    };
+    TANDEM_ASSIGN_OR_RETURN(shard_tls, role("cache_store"));
+    TANDEM_ASSIGN_OR_RETURN(worker_tls, role("prefill"));
+  }
+  // The shard's store behind two servers: plaintext, and (with --certs) mutual TLS with the
+  // role check a TLS shard makes.
   cache_store::CacheStoreService service(**store, o.chunk);
   grpc::ServerBuilder builder;
-  int port = 0;
+  int port = 0, tls_port = 0;
   builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr) return absl::UnavailableError("cannot start the shard");
+  std::unique_ptr<security::Authorizer> authorizer;
+  std::unique_ptr<cache_store::CacheStoreService> tls_service;
+  std::unique_ptr<grpc::Server> tls_server;
+  if (shard_tls) {
+    authorizer = std::make_unique<security::Authorizer>(shard_tls, nullptr);
+    tls_service = std::make_unique<cache_store::CacheStoreService>(
+        **store, o.chunk, cache_store::ShmHandoffOptions{}, *authorizer);
+    grpc::ServerBuilder tls_builder;
+    tls_builder.AddListeningPort(
+        "127.0.0.1:0", shard_tls->ServerCredentials(security::ClientCertificates::kRequire),
+        &tls_port);
+    tls_builder.RegisterService(tls_service.get());
+    tls_server = tls_builder.BuildAndStart();
+    if (tls_server == nullptr) return absl::UnavailableError("cannot start the TLS shard");
+  }
   auto channel =
       grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials());
   store::CacheStoreClient grpc_client(channel, "bench", {.chunk_bytes = o.chunk});
   store::CacheStoreClient shm_client(channel, "bench",
                                      {.chunk_bytes = o.chunk, .shared_memory = true});
+  std::unique_ptr<store::CacheStoreClient> tls_grpc_client, tls_shm_client;
+  if (shard_tls) {
+    auto tls_channel = grpc::CreateChannel(
+        absl::StrCat("127.0.0.1:", tls_port),
+        worker_tls->ChannelCredentials(security::Role::kCacheStore));
+    tls_grpc_client = std::make_unique<store::CacheStoreClient>(
+        tls_channel, "bench", store::CacheStoreClientOptions{.chunk_bytes = o.chunk});
+    tls_shm_client = std::make_unique<store::CacheStoreClient>(
+        tls_channel, "bench",
+        store::CacheStoreClientOptions{.chunk_bytes = o.chunk, .shared_memory = true});
+  }
 
   std::vector<store::BlockData> blocks = MakeBlocks(block, o.total);
   const double bytes = static_cast<double>(blocks.size()) * block;
@@ -144,34 +190,42 @@ absl::Status RunBlockSize(const Options& o, int64_t block, std::vector<std::stri
   Row memcpy_row{"memcpy", {}, {}, {}};
   Row grpc_row{"gRPC stream", {}, {}, {}};
   Row shm_row{"shared memory", {}, {}, {}};
+  Row tls_grpc_row{"gRPC, TLS", {}, {}, {}};
+  Row tls_shm_row{"shm, TLS", {}, {}, {}};
+  // memcpy, stream, shared memory, then the TLS pair when there is one.
+  const int variants = shard_tls ? 5 : 3;
   // Two warm-up rounds write more than the arena holds, so every page of it has been faulted in
   // (by the shard and by the client's mapping), as in a long-running shard; then connections
   // and allocator caches are warm too.
   for (int rep = -2; rep < o.reps; ++rep) {
-    for (int k = 0; k < 3; ++k) {
-      const int variant = (k + std::max(rep, 0)) % 3;  // rotate the order
+    for (int k = 0; k < variants; ++k) {
+      const int variant = (k + std::max(rep, 0)) % variants;  // rotate the order
       if (variant == 0) {
         const double s = TimeMemcpy(blocks, dst);
         if (rep >= 0) memcpy_row.both.push_back(bytes / s / 1e9);
         continue;
       }
-      if (variant == 1 && !o.stream) continue;
-      store::CacheStoreClient& client = variant == 1 ? grpc_client : shm_client;
-      TANDEM_ASSIGN_OR_RETURN(Timing t, TimeHandoff(client, blocks, per_request, next_hash));
+      if ((variant == 1 || variant == 3) && !o.stream) continue;
+      store::CacheStoreClient* clients[] = {nullptr, &grpc_client, &shm_client,
+                                            tls_grpc_client.get(), tls_shm_client.get()};
+      Row* rows[] = {nullptr, &grpc_row, &shm_row, &tls_grpc_row, &tls_shm_row};
+      TANDEM_ASSIGN_OR_RETURN(Timing t,
+                              TimeHandoff(*clients[variant], blocks, per_request, next_hash));
       if (rep < 0) continue;
-      Row& row = variant == 1 ? grpc_row : shm_row;
+      Row& row = *rows[variant];
       row.put.push_back(bytes / t.put / 1e9);
       row.get.push_back(bytes / t.get / 1e9);
       row.both.push_back(bytes / (t.put + t.get) / 1e9);
     }
   }
-  if (!shm_client.shared_memory_attached()) {
+  if (!shm_client.shared_memory_attached() ||
+      (tls_shm_client != nullptr && !tls_shm_client->shared_memory_attached())) {
     return absl::InternalError("the shared-memory client fell back to the stream");
   }
   const double base = Median(memcpy_row.both);
   const std::string name =
       block >= (1 << 20) ? absl::StrCat(block >> 20, " MiB") : absl::StrCat(block >> 10, " KiB");
-  for (const Row* row : {&memcpy_row, &grpc_row, &shm_row}) {
+  for (const Row* row : {&memcpy_row, &grpc_row, &tls_grpc_row, &shm_row, &tls_shm_row}) {
     if (row->both.empty()) continue;
     auto cell = [base](const std::vector<double>& v) {
       if (v.empty()) return std::string("-");
@@ -181,6 +235,7 @@ absl::Status RunBlockSize(const Options& o, int64_t block, std::vector<std::stri
                                     cell(row->put), cell(row->get), cell(row->both)));
   }
   server->Shutdown();
+  if (tls_server != nullptr) tls_server->Shutdown();
   return absl::OkStatus();
 }
 
@@ -188,8 +243,9 @@ absl::Status Main(int argc, char** argv) {
   TANDEM_ASSIGN_OR_RETURN(CliArgs args,
                           CliArgs::Parse(argc, argv, {"no-stream", "default-malloc"}));
   TANDEM_RETURN_IF_ERROR(args.CheckKnown(
-      {"block-sizes", "total", "request", "reps", "chunk", "no-stream", "default-malloc"}));
+      {"block-sizes", "total", "request", "reps", "chunk", "no-stream", "default-malloc", "certs"}));
   Options o;
+  o.certs = args.StringOr("certs", "");
   o.stream = !args.Has("no-stream");
   o.tuned = !args.Has("default-malloc");
   if (o.tuned) TuneServingProcess();

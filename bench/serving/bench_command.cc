@@ -13,6 +13,7 @@
 #include "bench/serving/load_client.h"
 #include "bench/serving/progress_bar.h"
 #include "bench/serving/report.h"
+#include "common/util/file_util.h"
 #include "common/util/status_macros.h"
 
 namespace tandem::bench {
@@ -75,7 +76,14 @@ RunDescription Describe(const BenchOptions& o, const tandem::v1::ModelInfo* mode
 
 absl::Status RunBenchCommand(const CliArgs& args) {
   TANDEM_ASSIGN_OR_RETURN(BenchOptions o, ParseBenchOptions(args));
-  LoadClient client(o.addr, o.connections, o.api);
+  std::string ca_pem;
+  if (!o.ca_file.empty()) {
+    absl::StatusOr<std::string> ca = ReadFileToString(o.ca_file);
+    if (!ca.ok()) return absl::InvalidArgumentError(absl::StrCat("--ca-file: ", ca.status().message()));
+    ca_pem = *std::move(ca);
+  }
+  LoadClient client(o.addr, o.connections, o.api,
+                    o.api_key.empty() ? std::string() : "Bearer " + o.api_key, ca_pem);
   TANDEM_RETURN_IF_ERROR(client.Connect(std::min(o.timeout_s, 30.0)));
   absl::StatusOr<tandem::v1::ModelInfo> model = client.GetModelInfo(std::min(o.timeout_s, 30.0));
   if (!model.ok()) {

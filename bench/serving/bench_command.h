@@ -35,7 +35,10 @@ inline constexpr char kBenchUsage[] =
     "                           with --api http, the client's I/O threads (at most 4)\n"
     "  --api grpc|http          grpc: tandem.v1.Inference/Generate (default); http: streamed\n"
     "                           POST /v1/completions to an OpenAI-compatible server, one\n"
-    "                           connection per request (random prompts need --vocab-size)\n";
+    "                           connection per request (random prompts need --vocab-size)\n"
+    "  --api-key KEY            sent as `authorization: Bearer KEY` (both APIs)\n"
+    "  --ca-file PEM            gRPC over TLS, the server verified against this CA and the\n"
+    "                           host name in --addr (HTTPS for --api http is planned)\n";
 
 // Flags of `tandem bench` that take no value; pass them to CliArgs::Parse.
 inline std::set<std::string> BenchSwitches() { return {"progress"}; }

@@ -17,7 +17,7 @@ const std::set<std::string>& KnownFlags() {
       "addr",      "num-requests",    "request-rate", "max-concurrency",  "seed",
       "input-len", "input-len-range", "output-len",   "output-len-range", "vocab-size",
       "dataset",   "timeout-seconds", "slo-ttft-ms",  "slo-tpot-ms",      "json-out",
-      "progress",  "connections",     "api"};
+      "progress",  "connections",     "api",        "api-key", "ca-file"};
   return known;
 }
 
@@ -142,6 +142,11 @@ absl::StatusOr<BenchOptions> ParseBenchOptions(const CliArgs& args) {
   TANDEM_ASSIGN_OR_RETURN(int64_t connections, IntIn(args, "connections", o.connections, 1, 256));
   o.connections = static_cast<int>(connections);
   o.api = args.StringOr("api", o.api);
+  o.api_key = args.StringOr("api-key", "");
+  o.ca_file = args.StringOr("ca-file", "");
+  if (!o.ca_file.empty() && o.api == "http") {
+    return absl::InvalidArgumentError("--ca-file: HTTPS for --api http is planned; use --api grpc");
+  }
   if (o.api != "grpc" && o.api != "http") {
     return OutOfRange("api", absl::StrCat("must be grpc or http, got \"", o.api, "\""));
   }

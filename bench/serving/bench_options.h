@@ -36,6 +36,8 @@ struct BenchOptions {
   std::string json_out;  // empty: no JSON file
   ProgressMode progress = ProgressMode::kAuto;
   int connections = 4;
+  std::string api_key;  // empty: none
+  std::string ca_file;  // empty: plaintext
 };
 
 // InvalidArgument naming the flag for unknown flags, malformed or out-of-range values and

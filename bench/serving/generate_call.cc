@@ -6,7 +6,8 @@ namespace tandem::bench {
 
 void GenerateCall::Start(tandem::v1::Inference::Stub& stub, const BenchRequest& request,
                          std::chrono::duration<double> timeout, const RunClock& clock,
-                         RequestRecord& record, std::function<void(bool ok)> on_done) {
+                         RequestRecord& record, std::function<void(bool ok)> on_done,
+                         const std::string& authorization) {
   // Owned by gRPC until OnDone, which deletes it.
   auto* call = new GenerateCall(clock, record, std::move(on_done));
   if (request.prompt_token_ids.empty()) {
@@ -17,6 +18,7 @@ void GenerateCall::Start(tandem::v1::Inference::Stub& stub, const BenchRequest& 
   }
   call->request_.mutable_sampling()->set_max_tokens(request.max_tokens);
   call->request_.mutable_sampling()->set_ignore_eos(true);
+  if (!authorization.empty()) call->context_.AddMetadata("authorization", authorization);
   call->context_.set_deadline(
       std::chrono::system_clock::now() +
       std::chrono::duration_cast<std::chrono::system_clock::duration>(timeout));

@@ -28,7 +28,8 @@ class GenerateCall final : public grpc::ClientReadReactor<tandem::v1::GenerateRe
   // Sends `request` with ignore_eos and a deadline `timeout` from now; sets `record.send_s`.
   static void Start(tandem::v1::Inference::Stub& stub, const BenchRequest& request,
                     std::chrono::duration<double> timeout, const RunClock& clock,
-                    RequestRecord& record, std::function<void(bool ok)> on_done);
+                    RequestRecord& record, std::function<void(bool ok)> on_done,
+                    const std::string& authorization = "");
 
   void OnReadDone(bool ok) override;
   void OnDone(const grpc::Status& status) override;

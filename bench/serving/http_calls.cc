@@ -50,6 +50,7 @@ struct HttpCalls::Impl {
   std::vector<std::thread> threads;
   tcp::endpoint endpoint;
   std::string host;  // the Host header
+  std::string authorization;  // empty: none
 };
 
 namespace {
@@ -84,6 +85,7 @@ class StreamCall : public std::enable_shared_from_this<StreamCall> {
     request_ = {http::verb::post, "/v1/completions", 11};
     request_.set(http::field::host, impl_.host);
     request_.set(http::field::content_type, "application/json");
+    if (!impl_.authorization.empty()) request_.set(http::field::authorization, impl_.authorization);
     request_.body() = std::move(body_);
     request_.prepare_payload();
     http::async_write(stream_, request_,
@@ -213,13 +215,15 @@ class StreamCall : public std::enable_shared_from_this<StreamCall> {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<HttpCalls>> HttpCalls::Create(const std::string& addr,
-                                                             int threads) {
+                                                             int threads,
+                                                             std::string authorization) {
   const size_t colon = addr.rfind(':');
   int port = 0;
   if (colon == std::string::npos || !absl::SimpleAtoi(addr.substr(colon + 1), &port)) {
     return absl::InvalidArgumentError(absl::StrCat("\"", addr, "\" is not HOST:PORT"));
   }
   auto impl = std::make_unique<Impl>();
+  impl->authorization = std::move(authorization);
   std::string host = addr.substr(0, colon);
   if (host.size() > 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
   beast::error_code ec;
@@ -252,6 +256,7 @@ absl::StatusOr<HttpModelInfo> HttpCalls::GetModel(double timeout_s) {
   stream.socket().connect(impl_->endpoint, ec);
   http::request<http::empty_body> req{http::verb::get, "/v1/models", 11};
   req.set(http::field::host, impl_->host);
+  if (!impl_->authorization.empty()) req.set(http::field::authorization, impl_->authorization);
   if (!ec) http::write(stream, req, ec);
   beast::flat_buffer buffer;
   http::response<http::string_body> res;

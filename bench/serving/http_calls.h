@@ -30,7 +30,9 @@ struct HttpModelInfo {
 class HttpCalls {
  public:
   // `addr` is HOST:PORT; `threads` I/O threads run every call.
-  static absl::StatusOr<std::unique_ptr<HttpCalls>> Create(const std::string& addr, int threads);
+  // `authorization`: the Authorization header of every request ("Bearer KEY"); empty: none.
+  static absl::StatusOr<std::unique_ptr<HttpCalls>> Create(const std::string& addr, int threads,
+                                                           std::string authorization = "");
   // Joins the I/O threads; every call must have ended.
   ~HttpCalls();
 

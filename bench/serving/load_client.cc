@@ -84,16 +84,23 @@ class ProgressReporter {
 
 }  // namespace
 
-LoadClient::LoadClient(const std::string& addr, int connections, const std::string& api)
-    : addr_(addr), connections_(std::max(connections, 1)) {
+LoadClient::LoadClient(const std::string& addr, int connections, const std::string& api,
+                       std::string authorization, const std::string& ca_pem)
+    : addr_(addr), connections_(std::max(connections, 1)), authorization_(std::move(authorization)) {
   if (api == "http") return;  // Connect creates the HTTP calls
+  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
+  if (!ca_pem.empty()) {
+    grpc::SslCredentialsOptions tls;
+    tls.pem_root_certs = ca_pem;
+    credentials = grpc::SslCredentials(tls);
+  }
   for (int i = 0; i < connections_; ++i) {
     grpc::ChannelArguments args;
     // Channels with different arguments never share a subchannel, hence a connection.
     args.SetInt("tandem.bench.connection", i);
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
     args.SetMaxReceiveMessageSize(-1);
-    channels_.push_back(grpc::CreateCustomChannel(addr, grpc::InsecureChannelCredentials(), args));
+    channels_.push_back(grpc::CreateCustomChannel(addr, credentials, args));
     stubs_.push_back(tandem::v1::Inference::NewStub(channels_.back()));
   }
 }
@@ -102,7 +109,8 @@ LoadClient::~LoadClient() = default;
 
 absl::Status LoadClient::Connect(double timeout_s) {
   if (channels_.empty()) {
-    TANDEM_ASSIGN_OR_RETURN(http_, HttpCalls::Create(addr_, std::min(connections_, 4)));
+    TANDEM_ASSIGN_OR_RETURN(http_,
+                            HttpCalls::Create(addr_, std::min(connections_, 4), authorization_));
     return http_->GetModel(timeout_s).status();
   }
   const auto deadline = std::chrono::system_clock::now() +
@@ -135,6 +143,7 @@ absl::StatusOr<tandem::v1::ModelInfo> LoadClient::GetModelInfo(double timeout_s)
     return info;
   }
   grpc::ClientContext context;
+  if (!authorization_.empty()) context.AddMetadata("authorization", authorization_);
   context.set_deadline(std::chrono::system_clock::now() +
                        std::chrono::duration_cast<std::chrono::system_clock::duration>(
                            std::chrono::duration<double>(timeout_s)));
@@ -173,7 +182,7 @@ LoadResult LoadClient::Run(const std::vector<BenchRequest>& requests,
       http_->Start(requests[i], timeout, clock, record, std::move(done));
     } else {
       GenerateCall::Start(*stubs_[i % stubs_.size()], requests[i], timeout, clock, record,
-                          std::move(done));
+                          std::move(done), authorization_);
     }
   }
   while (!tracker->WaitForDone(static_cast<int64_t>(n), kTick)) {

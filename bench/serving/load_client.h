@@ -41,7 +41,10 @@ class LoadClient {
   // `connections` channels to `addr` (HOST:PORT), each its own TCP connection, used round
   // robin, so one HTTP/2 connection's stream limit or flow control does not cap the load. With
   // `api` "http", `addr` is an OpenAI-compatible HTTP server and `connections` its I/O threads.
-  LoadClient(const std::string& addr, int connections, const std::string& api = "grpc");
+  // `authorization`: the header every request carries ("Bearer KEY"; empty: none). `ca_pem`:
+  // gRPC over TLS trusting this CA (empty: plaintext).
+  LoadClient(const std::string& addr, int connections, const std::string& api = "grpc",
+             std::string authorization = "", const std::string& ca_pem = "");
   ~LoadClient();
 
   // Opens every connection, so the first requests of a run do not pay for TCP and HTTP/2
@@ -58,6 +61,7 @@ class LoadClient {
  private:
   std::string addr_;
   const int connections_;
+  const std::string authorization_;
   std::unique_ptr<HttpCalls> http_;  // api "http"
   std::vector<std::shared_ptr<grpc::Channel>> channels_;
   std::vector<std::unique_ptr<tandem::v1::Inference::Stub>> stubs_;

@@ -61,8 +61,9 @@ grpc::Status Authorizer::Check(grpc::ServerContextBase& context, std::string_vie
   const std::string peer = Transport::PeerName(*auth, context.peer());
   Log(LogLevel::kWarning, "security",
       absl::StrCat("refused ", std::string(method), " to ", peer, ": ",
-                   role.has_value() ? absl::StrCat("role ", RoleName(*role)) : "no role",
-                   " may not call it (allowed: ", allowed.ToString(), ")"));
+                   role.has_value() ? absl::StrCat("role ", RoleName(*role), " may not call it")
+                                    : std::string("it has no role certificate"),
+                   " (allowed: ", allowed.ToString(), ")"));
   if (metrics_ != nullptr) metrics_->AuthDenied(std::string(method), reason)->Increment();
   return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
                       absl::StrCat(std::string(method), " is for ", allowed.ToString(), "; this peer is ",
