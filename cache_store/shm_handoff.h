@@ -50,8 +50,7 @@ class ShmHandoff {
                       tandem::v1::CommitShmResponse* response, const std::string& peer = "");
   absl::Status Acquire(const tandem::v1::AcquireShmRequest& request,
                        tandem::v1::AcquireShmResponse* response, const std::string& peer = "");
-  absl::Status Release(const tandem::v1::ReleaseShmRequest& request,
-                       const std::string& peer = "");
+  absl::Status Release(const tandem::v1::ReleaseShmRequest& request, const std::string& peer = "");
 
   ShmHandoffStats Stats() const;
 

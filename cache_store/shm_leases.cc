@@ -33,8 +33,7 @@ absl::StatusOr<uint64_t> ShmLeases::Add(Lease lease, std::string owner) {
   return id;
 }
 
-absl::StatusOr<ShmLeases::Lease> ShmLeases::Take(uint64_t id, Kind kind,
-                                                 const std::string& owner) {
+absl::StatusOr<ShmLeases::Lease> ShmLeases::Take(uint64_t id, Kind kind, const std::string& owner) {
   absl::MutexLock lock(&mu_);
   auto it = leases_.find(id);
   if (it == leases_.end()) {

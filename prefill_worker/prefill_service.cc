@@ -81,9 +81,9 @@ class PrefillCall final : public grpc::ServerUnaryReactor {
     // The callbacks must not touch `this`: gRPC deletes the call once it is finished (a
     // cancelled call finishes before the engine reports the abort).
     PrefillService* service = &service_;
-    service_.loop_.Submit(std::move(r), [service, state = state_, prompt = std::move(prompt),
-                                         start, tenant_salt](const engine::RequestOutput& out,
-                                                engine::Engine& engine) {
+    service_.loop_.Submit(std::move(r), [service, state = state_, prompt = std::move(prompt), start,
+                                         tenant_salt](const engine::RequestOutput& out,
+                                                      engine::Engine& engine) {
       if (out.finish == engine::FinishReason::kNone) return;
       if (out.finish == engine::FinishReason::kError) {
         state->Finish(rpc::ToGrpcStatus(out.error), nullptr);

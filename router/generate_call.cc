@@ -547,10 +547,9 @@ GenerateCall::GenerateCall(const CallEnvironment& env, grpc::CallbackServerConte
   const Clock::time_point arrival = Clock::now();
   absl::StatusOr<tandem::v1::GenerateRequest> request = ParseGenerateRequest(raw);
   absl::StatusOr<std::shared_ptr<CallState>> state =
-      request.ok()
-          ? StartCall(env, std::move(*request), sink_, context->deadline(), arrival, Door::kGrpc,
-                      std::move(lease))
-          : request.status();
+      request.ok() ? StartCall(env, std::move(*request), sink_, context->deadline(), arrival,
+                               Door::kGrpc, std::move(lease))
+                   : request.status();
   if (!state.ok()) {
     Finish(rpc::ToGrpcStatus(state.status()));
     return;

@@ -8,8 +8,7 @@ namespace tandem::router {
 
 RegistryService::RegistryService(RouterService& router,
                                  std::chrono::duration<double> heartbeat_interval,
-                                 metrics::Metrics* metrics,
-                                 const security::Authorizer& authorizer)
+                                 metrics::Metrics* metrics, const security::Authorizer& authorizer)
     : router_(router), metrics_(metrics), interval_(heartbeat_interval), authorizer_(authorizer) {
   PublishPoolSizes();
   expirer_ = std::thread([this] { ExpireLoop(); });

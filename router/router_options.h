@@ -6,9 +6,9 @@
 #include <string>
 #include <vector>
 
+#include "common/security/api_keys.h"
 #include "router/balancer.h"
 #include "router/request_validation.h"
-#include "common/security/api_keys.h"
 #include "router/worker_pool.h"
 #include "tandem/v1/kv.pb.h"
 

@@ -79,7 +79,8 @@ absl::Status RunBenchCommand(const CliArgs& args) {
   std::string ca_pem;
   if (!o.ca_file.empty()) {
     absl::StatusOr<std::string> ca = ReadFileToString(o.ca_file);
-    if (!ca.ok()) return absl::InvalidArgumentError(absl::StrCat("--ca-file: ", ca.status().message()));
+    if (!ca.ok())
+      return absl::InvalidArgumentError(absl::StrCat("--ca-file: ", ca.status().message()));
     ca_pem = *std::move(ca);
   }
   LoadClient client(o.addr, o.connections, o.api,

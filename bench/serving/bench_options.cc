@@ -17,7 +17,7 @@ const std::set<std::string>& KnownFlags() {
       "addr",      "num-requests",    "request-rate", "max-concurrency",  "seed",
       "input-len", "input-len-range", "output-len",   "output-len-range", "vocab-size",
       "dataset",   "timeout-seconds", "slo-ttft-ms",  "slo-tpot-ms",      "json-out",
-      "progress",  "connections",     "api",        "api-key", "ca-file"};
+      "progress",  "connections",     "api",          "api-key",          "ca-file"};
   return known;
 }
 

@@ -86,7 +86,9 @@ class ProgressReporter {
 
 LoadClient::LoadClient(const std::string& addr, int connections, const std::string& api,
                        std::string authorization, const std::string& ca_pem)
-    : addr_(addr), connections_(std::max(connections, 1)), authorization_(std::move(authorization)) {
+    : addr_(addr),
+      connections_(std::max(connections, 1)),
+      authorization_(std::move(authorization)) {
   if (api == "http") return;  // Connect creates the HTTP calls
   std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
   if (!ca_pem.empty()) {

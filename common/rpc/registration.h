@@ -3,12 +3,12 @@
 // router has forgotten it (a router restart). Runs on its own thread until destroyed.
 #pragma once
 
+#include <grpcpp/security/credentials.h>
+
 #include <functional>
 #include <memory>
 #include <string>
 #include <thread>
-
-#include <grpcpp/security/credentials.h>
 
 #include "absl/synchronization/notification.h"
 #include "tandem/v1/workers.grpc.pb.h"

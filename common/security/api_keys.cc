@@ -36,8 +36,8 @@ std::array<uint8_t, 32> Sha256(absl::string_view data) {
 bool ValidName(absl::string_view name) {
   if (name.empty() || name.size() > 64) return false;
   return std::all_of(name.begin(), name.end(), [](char c) {
-    return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' ||
-           c == '-' || c == '@';
+    return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-' ||
+           c == '@';
   });
 }
 
@@ -92,11 +92,10 @@ class KeyQuota {
             1);
       } else if (const int wait = TokenWait(sec); wait > 0) {
         counter = over_tokens_;
-        status = WithRetryAfter(
-            absl::ResourceExhaustedError(absl::StrCat(
-                "API key ", name_, " used its tokens_per_minute (", limits_.tokens_per_minute,
-                "); retry in ", wait, " s")),
-            wait);
+        status = WithRetryAfter(absl::ResourceExhaustedError(absl::StrCat(
+                                    "API key ", name_, " used its tokens_per_minute (",
+                                    limits_.tokens_per_minute, "); retry in ", wait, " s")),
+                                wait);
       } else {
         ++in_flight_;
         counter = admitted_;
@@ -178,8 +177,9 @@ absl::StatusOr<std::vector<ApiKeyEntry>> ParseApiKeys(std::string_view text_in,
     if (hex.size() != 64 || !std::all_of(hex.begin(), hex.end(), [](char c) {
           return absl::ascii_isxdigit(static_cast<unsigned char>(c));
         })) {
-      return LineError(number, "the first field must be the key's SHA-256 in 64 hex digits "
-                               "(the file never holds keys themselves)");
+      return LineError(number,
+                       "the first field must be the key's SHA-256 in 64 hex digits "
+                       "(the file never holds keys themselves)");
     }
     for (size_t i = 0; i < 32; ++i) {
       int byte = 0;
@@ -195,9 +195,9 @@ absl::StatusOr<std::vector<ApiKeyEntry>> ParseApiKeys(std::string_view text_in,
           absl::StrSplit(fields[f], absl::MaxSplits('=', 1));
       int64_t v = -1;
       if (!absl::SimpleAtoi(kv.second, &v) || v < 0 || v > kMaxLimit) {
-        return LineError(number, absl::StrCat("\"", std::string(fields[f]),
-                                              "\": a limit is NAME=N, N an integer in [0, ",
-                                              kMaxLimit, "]"));
+        return LineError(
+            number, absl::StrCat("\"", std::string(fields[f]),
+                                 "\": a limit is NAME=N, N an integer in [0, ", kMaxLimit, "]"));
       }
       if (kv.first == "max_concurrent") {
         key.limits.max_concurrent = v;

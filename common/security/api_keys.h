@@ -5,7 +5,7 @@
 //
 //   # sha256 of the key                                              name   limits
 //   9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08 alice  max_concurrent=8
-//   60303ae22b998861bce3b28f33eec1be758a213c86c93c076dbe9f558c11c752 batch  tokens_per_minute=200000
+//   60303ae22b998861bce3b28f33eec1be758a213c86c93c076dbe9f558c11c752 batch tokens_per_minute=200000
 //
 // (`printf %s "$KEY" | sha256sum` prints the digest; `tandem api-key NAME` makes a key and its
 // line.) Clients send `authorization: Bearer KEY` (gRPC metadata or HTTP header). The file is

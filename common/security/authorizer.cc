@@ -65,9 +65,10 @@ grpc::Status Authorizer::Check(grpc::ServerContextBase& context, std::string_vie
                                     : std::string("it has no role certificate"),
                    " (allowed: ", allowed.ToString(), ")"));
   if (metrics_ != nullptr) metrics_->AuthDenied(std::string(method), reason)->Increment();
-  return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
-                      absl::StrCat(std::string(method), " is for ", allowed.ToString(), "; this peer is ",
-                                   role.has_value() ? RoleName(*role) : "unauthenticated"));
+  return grpc::Status(
+      grpc::StatusCode::PERMISSION_DENIED,
+      absl::StrCat(std::string(method), " is for ", allowed.ToString(), "; this peer is ",
+                   role.has_value() ? RoleName(*role) : "unauthenticated"));
 }
 
 grpc::ServerUnaryReactor* Authorizer::DenyUnary(grpc::CallbackServerContext* context,

@@ -53,8 +53,8 @@ absl::StatusOr<std::string> ReadPem(const std::string& path, const char* what) {
 
 std::vector<std::string> UriSans(X509* cert) {
   std::vector<std::string> uris;
-  auto* names = static_cast<GENERAL_NAMES*>(
-      X509_get_ext_d2i(cert, NID_subject_alt_name, nullptr, nullptr));
+  auto* names =
+      static_cast<GENERAL_NAMES*>(X509_get_ext_d2i(cert, NID_subject_alt_name, nullptr, nullptr));
   if (names == nullptr) return uris;
   for (int i = 0; i < sk_GENERAL_NAME_num(names); ++i) {
     const GENERAL_NAME* name = sk_GENERAL_NAME_value(names, i);
@@ -84,8 +84,8 @@ absl::StatusOr<Role> CheckFiles(const TransportOptions& o) {
         absl::StrCat("security.tls.key_file: ", o.key_file, " holds no private key"));
   }
   if (X509_check_private_key(cert.get(), key.get()) != 1) {
-    return absl::InvalidArgumentError(absl::StrCat("security.tls.key_file: ", o.key_file,
-                                                   " is not the key of ", o.cert_file));
+    return absl::InvalidArgumentError(
+        absl::StrCat("security.tls.key_file: ", o.key_file, " is not the key of ", o.cert_file));
   }
   StorePtr store(X509_STORE_new());
   {
@@ -116,18 +116,18 @@ absl::StatusOr<Role> CheckFiles(const TransportOptions& o) {
   const int error = X509_STORE_CTX_get_error(ctx.get());
   sk_X509_pop_free(chain, X509_free);
   if (verified != 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("security.tls.cert_file: ", o.cert_file, " does not verify against ",
-                     o.ca_file, ": ", X509_verify_cert_error_string(error)));
+    return absl::InvalidArgumentError(absl::StrCat("security.tls.cert_file: ", o.cert_file,
+                                                   " does not verify against ", o.ca_file, ": ",
+                                                   X509_verify_cert_error_string(error)));
   }
   const std::vector<std::string> uris = UriSans(cert.get());
   std::optional<Role> role = Transport::RoleFromUris(uris, o.role_uri_prefix);
   if (!role.has_value()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "security.tls.cert_file: ", o.cert_file, " names no role: it needs a URI SAN ",
-        o.role_uri_prefix, "<router|prefill|decode|cache_store>",
-        uris.empty() ? std::string(" (it has no URI SAN)")
-                     : absl::StrCat(" (it has ", absl::StrJoin(uris, ", "), ")")));
+    return absl::InvalidArgumentError(
+        absl::StrCat("security.tls.cert_file: ", o.cert_file, " names no role: it needs a URI SAN ",
+                     o.role_uri_prefix, "<router|prefill|decode|cache_store>",
+                     uris.empty() ? std::string(" (it has no URI SAN)")
+                                  : absl::StrCat(" (it has ", absl::StrJoin(uris, ", "), ")")));
   }
   return *role;
 }
@@ -287,12 +287,14 @@ absl::Status CheckListener(const std::string& key, const std::string& listen, bo
   if (tls || listen.empty() || IsLoopbackListen(listen)) return absl::OkStatus();
   if (allow_insecure) {
     Log(LogLevel::kWarning, "security",
-        absl::StrCat(key, " ", listen, " is beyond loopback without TLS "
+        absl::StrCat(key, " ", listen,
+                     " is beyond loopback without TLS "
                      "(security.allow_insecure): anyone who reaches it is trusted"));
     return absl::OkStatus();
   }
   return absl::FailedPreconditionError(absl::StrCat(
-      key, " ", listen, " is beyond loopback without TLS, so anyone who reaches it would be "
+      key, " ", listen,
+      " is beyond loopback without TLS, so anyone who reaches it would be "
       "trusted. Configure security.tls (ca_file, cert_file, key_file; scripts/dev-certs.sh makes "
       "a test CA), listen on 127.0.0.1, or, on a trusted lab network only, set "
       "security.allow_insecure: true"));

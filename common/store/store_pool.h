@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "common/store/cache_store_client.h"
 #include "common/security/transport.h"
+#include "common/store/cache_store_client.h"
 #include "common/store/shard_ring.h"
 
 namespace tandem::store {

@@ -21,7 +21,7 @@ namespace {
 std::string EncodeRequest(const std::string& service) {
   if (service.empty()) return "";
   std::string out = "\x0a";
-  for (size_t n = service.size(); ; n >>= 7) {
+  for (size_t n = service.size();; n >>= 7) {
     if (n < 0x80) {
       out += static_cast<char>(n);
       break;
@@ -54,11 +54,11 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> Credentials(
     const config::TandemConfig& c) {
   const config::TlsConfig& tls = c.security.tls;
   if (tls.ca_file.empty()) return grpc::InsecureChannelCredentials();
-  TANDEM_ASSIGN_OR_RETURN(auto transport,
-                          security::Transport::Create({.ca_file = tls.ca_file,
-                                                       .cert_file = tls.cert_file,
-                                                       .key_file = tls.key_file,
-                                                       .role_uri_prefix = c.security.role_uri_prefix}));
+  TANDEM_ASSIGN_OR_RETURN(
+      auto transport, security::Transport::Create({.ca_file = tls.ca_file,
+                                                   .cert_file = tls.cert_file,
+                                                   .key_file = tls.key_file,
+                                                   .role_uri_prefix = c.security.role_uri_prefix}));
   using security::Role;
   return transport->ChannelCredentials(Role::kRouter | Role::kPrefill | Role::kDecode |
                                        Role::kCacheStore);
@@ -82,8 +82,8 @@ absl::Status RunHealth(const CliArgs& args) {
   grpc::ByteBuffer response;
   grpc::Status status;
   absl::Notification done;
-  stub.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request,
-                 &response, [&](grpc::Status s) {
+  stub.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request, &response,
+                 [&](grpc::Status s) {
                    status = std::move(s);
                    done.Notify();
                  });
@@ -94,7 +94,8 @@ absl::Status RunHealth(const CliArgs& args) {
   std::vector<grpc::Slice> slices;
   std::string bytes;
   if (response.Dump(&slices).ok()) {
-    for (const grpc::Slice& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+    for (const grpc::Slice& s : slices)
+      bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
   }
   const int serving = DecodeStatus(bytes);
   std::printf("%s\n", StatusName(serving));

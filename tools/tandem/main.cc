@@ -3,8 +3,8 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "bench/serving/bench_command.h"
 #include "absl/strings/str_cat.h"
+#include "bench/serving/bench_command.h"
 #include "common/config/config.h"
 #include "common/security/api_keys.h"
 #include "common/util/cli_args.h"
@@ -52,8 +52,9 @@ absl::Status RunApiKey(const std::string& name) {
   TANDEM_RETURN_IF_ERROR(security::ParseApiKeys(line, {}).status());  // a valid name
   std::printf("key:  %s\nline: %s\n", key.c_str(), line.c_str());
   std::fflush(stdout);
-  std::fprintf(stderr, "give the key to the client (Authorization: Bearer KEY); add the line to "
-                       "security.api_keys_file\n");
+  std::fprintf(stderr,
+               "give the key to the client (Authorization: Bearer KEY); add the line to "
+               "security.api_keys_file\n");
   return absl::OkStatus();
 }
 

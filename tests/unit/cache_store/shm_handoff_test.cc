@@ -195,9 +195,9 @@ TEST_F(ShmHandoffTest, LeasesAreBoundToTheConnectionThatTookThem) {
   ASSERT_TRUE(handoff_->Reserve(reserve, &reserved, "ipv4:127.0.0.1:1111").ok());
   const auto data = Content(6, 100);
   std::memcpy(At(reserved.reservations(0).offset()), data.data(), 100);
-  EXPECT_EQ(Commit(reserved.lease_id(), {store::BlockChecksum64(data)}, "ipv4:127.0.0.1:2222")
-                .code(),
-            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(
+      Commit(reserved.lease_id(), {store::BlockChecksum64(data)}, "ipv4:127.0.0.1:2222").code(),
+      absl::StatusCode::kPermissionDenied);
   EXPECT_FALSE(store_->Exists(6));
   EXPECT_TRUE(
       Commit(reserved.lease_id(), {store::BlockChecksum64(data)}, "ipv4:127.0.0.1:1111").ok());

@@ -88,20 +88,18 @@ TEST_F(ApiKeysFileTest, BearerKeysAreCheckedAndRevokedKeysRefused) {
 
   // bob is revoked: the file changes, and the next look (within a second or so) drops him.
   Write(absl::StrCat(KeyDigestHex("k-alice"), " alice\n"));
-  EXPECT_TRUE(testing::Eventually(
-      [&] { return !(*keys)->Authenticate("Bearer k-bob", "/x").ok(); }));
+  EXPECT_TRUE(
+      testing::Eventually([&] { return !(*keys)->Authenticate("Bearer k-bob", "/x").ok(); }));
   EXPECT_TRUE((*keys)->Authenticate("Bearer k-alice", "/x").ok());
   // A file that no longer parses keeps the keys it held.
   Write("not a key file\n");
-  EXPECT_TRUE(testing::Eventually([&] {
-    return (*keys)->size() == 1 && (*keys)->Authenticate("Bearer k-alice", "/x").ok();
-  }));
+  EXPECT_TRUE(testing::Eventually(
+      [&] { return (*keys)->size() == 1 && (*keys)->Authenticate("Bearer k-alice", "/x").ok(); }));
   EXPECT_FALSE(ApiKeys::Load(path_ + ".missing", {}, nullptr).ok());
 }
 
 TEST_F(ApiKeysFileTest, ConcurrencyLimitHoldsAndFreesWithTheLease) {
-  Write(absl::StrCat(KeyDigestHex("k"), " alice max_concurrent=2\n", KeyDigestHex("j"),
-                     " bob\n"));
+  Write(absl::StrCat(KeyDigestHex("k"), " alice max_concurrent=2\n", KeyDigestHex("j"), " bob\n"));
   metrics::Metrics metrics;
   auto keys = *ApiKeys::Load(path_, {.max_concurrent = 1}, &metrics);
   auto first = keys->Admit("Bearer k", "/x");

@@ -71,13 +71,12 @@ class TransportTest : public ::testing::Test {
     store_ = cache_store::BlockStore::Create({.capacity_bytes = 1 << 20, .shared_memory = false})
                  .value();
     authorizer_ = std::make_unique<Authorizer>(transport, &metrics_);
-    service_ = std::make_unique<cache_store::CacheStoreService>(*store_, 1 << 16,
-                                                                cache_store::ShmHandoffOptions{},
-                                                                *authorizer_);
+    service_ = std::make_unique<cache_store::CacheStoreService>(
+        *store_, 1 << 16, cache_store::ShmHandoffOptions{}, *authorizer_);
     grpc::ServerBuilder builder;
     int port = 0;
-    builder.AddListeningPort("127.0.0.1:0", transport->ServerCredentials(ClientCertificates::kRequire),
-                             &port);
+    builder.AddListeningPort("127.0.0.1:0",
+                             transport->ServerCredentials(ClientCertificates::kRequire), &port);
     builder.RegisterService(service_.get());
     server_ = builder.BuildAndStart();
     ASSERT_NE(server_, nullptr);
@@ -169,13 +168,11 @@ TEST_F(TransportTest, PeersWithoutAGoodCertificateNeverGetIn) {
   };
   // Without one, from another CA, expired: the handshake fails.
   EXPECT_EQ(refused(SslClient("a/ca.pem", "")).code(), absl::StatusCode::kUnavailable);
-  EXPECT_EQ(refused(SslClient("a/ca.pem", "other/prefill")).code(),
-            absl::StatusCode::kUnavailable);
+  EXPECT_EQ(refused(SslClient("a/ca.pem", "other/prefill")).code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(refused(SslClient("a/ca.pem", "a/expired")).code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(refused(grpc::InsecureChannelCredentials()).code(), absl::StatusCode::kUnavailable);
   // A good client certificate with no role gets through the handshake, then no method.
-  EXPECT_EQ(refused(SslClient("a/ca.pem", "a/norole")).code(),
-            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(refused(SslClient("a/ca.pem", "a/norole")).code(), absl::StatusCode::kPermissionDenied);
   EXPECT_EQ(Denied("/tandem.v1.CacheStore/Exists", "no_certificate"), 1);
   // The store itself keeps serving.
   EXPECT_TRUE(Client(Make("prefill")->ChannelCredentials(Role::kCacheStore))
@@ -220,9 +217,7 @@ TEST_F(TransportTest, RotatedFilesTakeEffectWithoutARestart) {
   auto new_client = Transport::Create(For("prefill", "other"));
   ASSERT_TRUE(new_client.ok());
   const auto works = [&](const std::shared_ptr<const Transport>& t) {
-    return Client(t->ChannelCredentials(Role::kCacheStore))
-        ->Exists(std::vector<uint64_t>{1})
-        .ok();
+    return Client(t->ChannelCredentials(Role::kCacheStore))->Exists(std::vector<uint64_t>{1}).ok();
   };
   EXPECT_TRUE(works(old_client));
   EXPECT_FALSE(works(*new_client));
