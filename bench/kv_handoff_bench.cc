@@ -172,9 +172,9 @@ absl::Status RunBlockSize(const Options& o, int64_t block, std::vector<std::stri
                                      {.chunk_bytes = o.chunk, .shared_memory = true});
   std::unique_ptr<store::CacheStoreClient> tls_grpc_client, tls_shm_client;
   if (shard_tls) {
-    auto tls_channel = grpc::CreateChannel(
-        absl::StrCat("127.0.0.1:", tls_port),
-        worker_tls->ChannelCredentials(security::Role::kCacheStore));
+    auto tls_channel =
+        grpc::CreateChannel(absl::StrCat("127.0.0.1:", tls_port),
+                            worker_tls->ChannelCredentials(security::Role::kCacheStore));
     tls_grpc_client = std::make_unique<store::CacheStoreClient>(
         tls_channel, "bench", store::CacheStoreClientOptions{.chunk_bytes = o.chunk});
     tls_shm_client = std::make_unique<store::CacheStoreClient>(
@@ -242,8 +242,8 @@ absl::Status RunBlockSize(const Options& o, int64_t block, std::vector<std::stri
 absl::Status Main(int argc, char** argv) {
   TANDEM_ASSIGN_OR_RETURN(CliArgs args,
                           CliArgs::Parse(argc, argv, {"no-stream", "default-malloc"}));
-  TANDEM_RETURN_IF_ERROR(args.CheckKnown(
-      {"block-sizes", "total", "request", "reps", "chunk", "no-stream", "default-malloc", "certs"}));
+  TANDEM_RETURN_IF_ERROR(args.CheckKnown({"block-sizes", "total", "request", "reps", "chunk",
+                                          "no-stream", "default-malloc", "certs"}));
   Options o;
   o.certs = args.StringOr("certs", "");
   o.stream = !args.Has("no-stream");

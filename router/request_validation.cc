@@ -12,7 +12,6 @@
 namespace tandem::router {
 namespace {
 
-
 absl::Status CheckUtf8(const std::string& text, const std::string& field) {
   const absl::Status s = ValidateUtf8(text);
   if (s.ok()) return s;
@@ -93,8 +92,10 @@ absl::Status ValidateSampling(const tandem::v1::SamplingParams& s, const ModelLi
   }
   if (limits.max_tokens > 0 && s.max_tokens() > limits.max_tokens) {
     return InvalidField("sampling.max_tokens",
-                        absl::StrCat("sampling.max_tokens is ", s.max_tokens(), "; this server's "
-                                     "limit is ", limits.max_tokens, " (router.max_tokens)"));
+                        absl::StrCat("sampling.max_tokens is ", s.max_tokens(),
+                                     "; this server's "
+                                     "limit is ",
+                                     limits.max_tokens, " (router.max_tokens)"));
   }
   for (const auto& [name, v] :
        {std::pair<const char*, float>{"sampling.presence_penalty", s.presence_penalty()},
@@ -125,11 +126,10 @@ absl::Status ValidateSampling(const tandem::v1::SamplingParams& s, const ModelLi
   }
   for (int i = 0; i < s.stop_size(); ++i) {
     if (s.stop(i).empty() || s.stop(i).size() > static_cast<size_t>(limits.max_stop_bytes)) {
-      return InvalidField("sampling.stop",
-                          absl::StrCat("sampling.stop[", i, "] must be 1 to ",
-                                       limits.max_stop_bytes,
-                                       " bytes long (router.max_stop_bytes), got ",
-                                       s.stop(i).size()));
+      return InvalidField(
+          "sampling.stop",
+          absl::StrCat("sampling.stop[", i, "] must be 1 to ", limits.max_stop_bytes,
+                       " bytes long (router.max_stop_bytes), got ", s.stop(i).size()));
     }
   }
   return absl::OkStatus();

@@ -214,8 +214,7 @@ class StreamCall : public std::enable_shared_from_this<StreamCall> {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<HttpCalls>> HttpCalls::Create(const std::string& addr,
-                                                             int threads,
+absl::StatusOr<std::unique_ptr<HttpCalls>> HttpCalls::Create(const std::string& addr, int threads,
                                                              std::string authorization) {
   const size_t colon = addr.rfind(':');
   int port = 0;

@@ -269,8 +269,8 @@ std::vector<Field> MakeSchema() {
           "I/O threads of the HTTP front door (event-driven: connections do not hold threads)"),
       Int("router.http_max_body_bytes", TANDEM_CONFIG_REF(router.http_max_body_bytes), 1024,
           int64_t{1} << 30, "largest HTTP request body; larger ones get 413"),
-      Real("router.http_read_timeout_seconds",
-           TANDEM_CONFIG_REF(router.http_read_timeout_seconds), 0.1, 3600,
+      Real("router.http_read_timeout_seconds", TANDEM_CONFIG_REF(router.http_read_timeout_seconds),
+           0.1, 3600,
            "time a client has to send a whole HTTP request (and an idle kept-alive connection "
            "stays open)"),
       Real("router.http_write_timeout_seconds",
@@ -392,8 +392,8 @@ std::vector<Field> MakeSchema() {
           "per line, `<sha256 of the key, hex> <name> [max_concurrent=N] "
           "[tokens_per_minute=N]`, read again when it changes; `tandem api-key NAME` makes a "
           "key and its line; empty: no key needed"),
-      Int("security.api_key_max_concurrent", TANDEM_CONFIG_REF(security.api_key_max_concurrent),
-          0, int64_t{1} << 40,
+      Int("security.api_key_max_concurrent", TANDEM_CONFIG_REF(security.api_key_max_concurrent), 0,
+          int64_t{1} << 40,
           "requests one API key may have in flight (RESOURCE_EXHAUSTED / HTTP 429 beyond); a "
           "key's own max_concurrent= overrides it; 0: no limit"),
       Int("security.api_key_tokens_per_minute",

@@ -1,5 +1,7 @@
 #include "router/http/http_server.h"
 
+#include <sys/stat.h>
+
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -10,7 +12,6 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
-#include <sys/stat.h>
 #include <charconv>
 #include <deque>
 #include <optional>
@@ -78,8 +79,7 @@ class TlsFiles {
     }
     context->use_private_key_file(key_file_, net::ssl::context::pem, ec);
     if (ec) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("HTTPS key ", key_file_, ": ", ec.message()));
+      return absl::InvalidArgumentError(absl::StrCat("HTTPS key ", key_file_, ": ", ec.message()));
     }
     return context;
   }

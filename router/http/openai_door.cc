@@ -54,7 +54,8 @@ void OpenAiDoor::Handle(HttpRequest request, std::shared_ptr<HttpResponder> resp
     }
     // API keys: every route but /health. A generation holds its key's quota until it ends.
     std::shared_ptr<security::KeyLease> lease;
-    if (security::ApiKeys* keys = router_.options().api_keys; keys != nullptr && path != "/health") {
+    if (security::ApiKeys* keys = router_.options().api_keys;
+        keys != nullptr && path != "/health") {
       const bool generates = path == "/v1/completions" || path == "/v1/chat/completions";
       absl::Status allowed;
       if (generates) {

@@ -50,7 +50,8 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> Credentials(const CliA
   if (!args.Has("ca-file")) return grpc::InsecureChannelCredentials();
   TANDEM_ASSIGN_OR_RETURN(std::string path, args.String("ca-file"));
   absl::StatusOr<std::string> ca = ReadFileToString(path);
-  if (!ca.ok()) return absl::InvalidArgumentError(absl::StrCat("--ca-file: ", ca.status().message()));
+  if (!ca.ok())
+    return absl::InvalidArgumentError(absl::StrCat("--ca-file: ", ca.status().message()));
   grpc::SslCredentialsOptions o;
   o.pem_root_certs = *std::move(ca);
   return grpc::SslCredentials(o);
@@ -59,10 +60,9 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> Credentials(const CliA
 }  // namespace
 
 absl::Status RunGenerate(const CliArgs& args) {
-  TANDEM_RETURN_IF_ERROR(args.CheckKnown({"addr", "prompt", "tokens", "max-tokens", "temperature",
-                                          "top-p", "top-k", "seed", "stop", "ignore-eos",
-                                          "print-ids", "request-id", "timeout", "wait-ready",
-                                          "ca-file", "api-key"}));
+  TANDEM_RETURN_IF_ERROR(args.CheckKnown(
+      {"addr", "prompt", "tokens", "max-tokens", "temperature", "top-p", "top-k", "seed", "stop",
+       "ignore-eos", "print-ids", "request-id", "timeout", "wait-ready", "ca-file", "api-key"}));
   TANDEM_ASSIGN_OR_RETURN(std::string addr, args.String("addr"));
   TANDEM_ASSIGN_OR_RETURN(tandem::v1::GenerateRequest request, BuildRequest(args));
   TANDEM_ASSIGN_OR_RETURN(double timeout, args.DoubleOr("timeout", 600));

@@ -14,6 +14,7 @@
 #include "absl/synchronization/notification.h"
 #include "cache_store/block_store.h"
 #include "cache_store/cache_store_service.h"
+#include "common/chat/chat_template.h"
 #include "common/engine/engine_loop.h"
 #include "common/kernels/backend_factory.h"
 #include "common/model/model.h"
@@ -31,10 +32,9 @@
 #include "common/util/thread_pool.h"
 #include "decode_worker/decode_worker.h"
 #include "prefill_worker/prefill_worker.h"
-#include "router/registry_service.h"
-#include "common/chat/chat_template.h"
 #include "router/http/http_server.h"
 #include "router/http/openai_door.h"
+#include "router/registry_service.h"
 #include "router/router_service.h"
 
 namespace tandem::cli {
@@ -177,9 +177,9 @@ class CacheStoreRole final : public ServedRole {
                                                  .shared_memory = c.cache_store.shared_memory}));
     service_ = std::make_unique<cache_store::CacheStoreService>(
         *store_, c.cache_store.chunk_bytes, cache_store::ShmHandoffOptions{}, *authorizer_);
-    TANDEM_ASSIGN_OR_RETURN(auto server, rpc::StartServer(c.cache_store.listen, {service_.get()},
-                                                          {kCacheStore},
-                                                          {.transport = transport_.get()}));
+    TANDEM_ASSIGN_OR_RETURN(auto server,
+                            rpc::StartServer(c.cache_store.listen, {service_.get()}, {kCacheStore},
+                                             {.transport = transport_.get()}));
     Serve(std::move(server), {kCacheStore});
     metrics_ = metrics.ForShard(ShardLabel(address()));
     reporter_ = std::thread([this] { Report(); });
@@ -274,9 +274,8 @@ class WorkerRole final : public ServedRole {
     } else {
       worker_ = std::make_unique<decode::DecodeWorker>(*loop_, *store_, metrics, *authorizer_);
     }
-    TANDEM_ASSIGN_OR_RETURN(
-        auto server,
-        rpc::StartServer(wc.listen, {worker_->service()}, {name}, {.transport = transport_.get()}));
+    TANDEM_ASSIGN_OR_RETURN(auto server, rpc::StartServer(wc.listen, {worker_->service()}, {name},
+                                                          {.transport = transport_.get()}));
     Serve(std::move(server), {name});
     rpc::WorkerAgentOptions agent;
     agent.router = wc.router;
@@ -383,13 +382,12 @@ class RouterRole final : public ServedRole {
         *service_, std::chrono::duration<double>(c.router.heartbeat_interval_seconds), &metrics,
         *authorizer_);
     // Public clients present no certificate; workers registering present theirs.
-    TANDEM_ASSIGN_OR_RETURN(
-        auto server,
-        rpc::StartServer(c.router.listen, {service_.get(), registry_.get()},
-                         {kInference, kRegistry},
-                         {.transport = transport_.get(),
-                          .clients = security::ClientCertificates::kOptional,
-                          .max_receive_bytes = c.router.max_request_bytes}));
+    TANDEM_ASSIGN_OR_RETURN(auto server,
+                            rpc::StartServer(c.router.listen, {service_.get(), registry_.get()},
+                                             {kInference, kRegistry},
+                                             {.transport = transport_.get(),
+                                              .clients = security::ClientCertificates::kOptional,
+                                              .max_receive_bytes = c.router.max_request_bytes}));
     Serve(std::move(server), {kInference, kRegistry});
     if (!c.router.http_listen.empty()) TANDEM_RETURN_IF_ERROR(StartHttp(c, m));
     return absl::OkStatus();
@@ -467,17 +465,16 @@ absl::StatusOr<std::shared_ptr<const security::Transport>> RoleTransport(
   const std::string key = role == "cache-store" ? "cache_store.listen" : role + ".listen";
   TANDEM_RETURN_IF_ERROR(security::CheckListener(key, listen, tls, s.allow_insecure));
   if (role == "router") {
-    TANDEM_RETURN_IF_ERROR(security::CheckListener("router.http_listen", c.router.http_listen,
-                                                   tls, s.allow_insecure));
+    TANDEM_RETURN_IF_ERROR(
+        security::CheckListener("router.http_listen", c.router.http_listen, tls, s.allow_insecure));
   }
   if (!tls) return security::Transport::Insecure();
-  TANDEM_ASSIGN_OR_RETURN(
-      std::shared_ptr<const security::Transport> transport,
-      security::Transport::Create({.ca_file = s.tls.ca_file,
-                                   .cert_file = s.tls.cert_file,
-                                   .key_file = s.tls.key_file,
-                                   .role_uri_prefix = s.role_uri_prefix,
-                                   .reload_seconds = s.tls.reload_seconds}));
+  TANDEM_ASSIGN_OR_RETURN(std::shared_ptr<const security::Transport> transport,
+                          security::Transport::Create({.ca_file = s.tls.ca_file,
+                                                       .cert_file = s.tls.cert_file,
+                                                       .key_file = s.tls.key_file,
+                                                       .role_uri_prefix = s.role_uri_prefix,
+                                                       .reload_seconds = s.tls.reload_seconds}));
   const std::string want = role == "cache-store" ? "cache_store" : role;
   if (security::RoleName(*transport->own_role()) != want) {
     return absl::InvalidArgumentError(absl::StrCat(

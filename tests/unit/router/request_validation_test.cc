@@ -128,8 +128,13 @@ TEST_F(RequestValidationTest, SamplingRanges) {
 
 // The operator's limits (router.max_*): each refusal names the field and the limit's key.
 TEST_F(RequestValidationTest, ConfiguredLimitsAreRefusedNamingFieldAndLimit) {
-  limits_ = {.context_length = 64, .vocab_size = 302, .max_prompt_tokens = 4, .max_tokens = 10,
-             .max_stop_strings = 2, .max_stop_bytes = 3, .max_logprobs = 2};
+  limits_ = {.context_length = 64,
+             .vocab_size = 302,
+             .max_prompt_tokens = 4,
+             .max_tokens = 10,
+             .max_stop_strings = 2,
+             .max_stop_bytes = 3,
+             .max_logprobs = 2};
   const auto expect = [&](const std::string& field, const std::string& words) {
     const absl::Status s = Check();
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
