@@ -147,6 +147,7 @@ struct SecurityConfig {
   int64_t api_key_max_concurrent = 0;     // per key, unless its line says otherwise; 0: no limit
   int64_t api_key_tokens_per_minute = 0;  // per key, likewise
   bool cache_salt_per_key = false;
+  bool health_needs_key = false;  // with api_keys_file: the HTTP GET /health asks for a key too
 };
 
 struct TandemConfig {

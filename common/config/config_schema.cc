@@ -401,6 +401,9 @@ std::vector<Field> MakeSchema() {
           "prompt + generated tokens one API key may use over any 60 s (RESOURCE_EXHAUSTED / "
           "HTTP 429 with a retry hint beyond); a key's own tokens_per_minute= overrides it; 0: "
           "no limit"),
+      Bool("security.health_needs_key", TANDEM_CONFIG_REF(security.health_needs_key),
+           "with security.api_keys_file: the HTTP door's GET /health asks for a key too (by "
+           "default it stays open for load balancers; grpc.health.v1 and /metrics always do)"),
       Bool("security.cache_salt_per_key", TANDEM_CONFIG_REF(security.cache_salt_per_key),
            "salt every request's KV-cache blocks with its API key's name: tenants never reuse "
            "(so cannot time) each other's cached prompts, at the cost of shared prefixes such as "

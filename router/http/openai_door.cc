@@ -52,10 +52,11 @@ void OpenAiDoor::Handle(HttpRequest request, std::shared_ptr<HttpResponder> resp
                        {{"Allow", std::string(route.method)}});
       return;
     }
-    // API keys: every route but /health. A generation holds its key's quota until it ends.
+    // API keys: every route but /health (for load balancers, unless health_needs_key). A
+    // generation holds its key's quota until it ends.
     std::shared_ptr<security::KeyLease> lease;
     if (security::ApiKeys* keys = router_.options().api_keys;
-        keys != nullptr && path != "/health") {
+        keys != nullptr && (path != "/health" || limits_.health_needs_key)) {
       const bool generates = path == "/v1/completions" || path == "/v1/chat/completions";
       absl::Status allowed;
       if (generates) {

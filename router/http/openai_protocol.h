@@ -25,6 +25,7 @@ struct OpenAiLimits {
   int max_prompts = 16;  // prompts in one /v1/completions request
   int max_choices = 64;  // prompts x n
   int max_logprobs = 20;  // logprobs / top_logprobs (router.max_logprobs)
+  bool health_needs_key = false;  // with API keys: GET /health asks for one too
 };
 
 // A parsed /v1/completions request: one GenerateRequest per prompt, each `n` times.

@@ -337,7 +337,7 @@ def check_api_keys(modules):
         assert gen("--api-key", "k-carol").returncode == 0
         status, text = curl(f"{serve.base}/v1/models")
         assert status == 401 and "WWW-Authenticate: Bearer" in text, text
-        assert curl(f"{serve.base}/health")[0] == 200  # probes need no key
+        assert curl(f"{serve.base}/health")[0] == 200  # probes need no key (by default)
         assert curl(f"{serve.base}/v1/models", "-H", "Authorization: Bearer k-carol")[0] == 200
         assert "text" in openai_with_key(modules, serve, "k-carol")
         assert openai_with_key(modules, serve, "k-wrong")["status"] == 401

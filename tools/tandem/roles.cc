@@ -409,7 +409,8 @@ class RouterRole final : public ServedRole {
         router::OpenAiLimits{.model_name = ModelId(c),
                              .context_length = m.max_position_embeddings,
                              .max_n = c.router.max_n,
-                             .max_logprobs = c.router.max_logprobs},
+                             .max_logprobs = c.router.max_logprobs,
+                             .health_needs_key = c.security.health_needs_key},
         std::move(chat));
     const auto seconds = [](double s) {
       return std::chrono::milliseconds(static_cast<int64_t>(s * 1000));

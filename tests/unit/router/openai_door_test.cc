@@ -4,12 +4,17 @@
 #include "router/http/openai_door.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
 
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
+#include "common/security/api_keys.h"
 #include "router/http/http_server.h"
 #include "tests/unit/router/raw_http_client.h"
 #include "tests/unit/router/router_cluster.h"
@@ -26,10 +31,13 @@ constexpr milliseconds kWait{60000};
 
 class OpenAiDoorTest : public testing::RouterClusterTest {
  protected:
-  void StartDoor() {
-    StartCluster();
-    door_ = std::make_unique<OpenAiDoor>(
-        *router_, OpenAiLimits{.model_name = "tiny", .context_length = 512, .max_n = 4});
+  void StartDoor(RouterOptions options = {}, bool health_needs_key = false) {
+    StartCluster(64 << 20, std::move(options));
+    door_ = std::make_unique<OpenAiDoor>(*router_, OpenAiLimits{.model_name = "tiny",
+                                                                .context_length = 512,
+                                                                .max_n = 4,
+                                                                .health_needs_key =
+                                                                    health_needs_key});
     http_ = HttpServer::Start({.listen = "127.0.0.1:0", .refusal_body = &OpenAiDoor::RefusalBody},
                               [this](HttpRequest r, std::shared_ptr<HttpResponder> responder) {
                                 door_->Handle(std::move(r), std::move(responder));
@@ -220,6 +228,67 @@ TEST_F(OpenAiDoorTest, ModelsAndHealth) {
   // Without workers a completion is 503 too.
   std::tie(status, body) = Call(Post("/v1/completions", R"({"prompt": [1, 2]})"));
   EXPECT_EQ(status, 503) << body;
+}
+
+}  // namespace
+}  // namespace tandem::router
+
+namespace tandem::router {
+namespace {
+
+// API keys on the HTTP door: every route but /health asks for one (401 with WWW-Authenticate:
+// Bearer), /health too when health_needs_key; the n choices of one request share one
+// concurrency slot of the key.
+class OpenAiDoorKeysTest : public OpenAiDoorTest {
+ protected:
+  void SetUp() override {
+    OpenAiDoorTest::SetUp();
+    path_ = (std::filesystem::temp_directory_path() /
+             absl::StrCat("tandem_door_keys_", getpid()))
+                .string();
+    std::ofstream(path_) << security::KeyDigestHex("k-alice") << " alice max_concurrent=1\n";
+    keys_ = security::ApiKeys::Load(path_, {}, nullptr).value();
+  }
+  void TearDown() override {
+    OpenAiDoorTest::TearDown();
+    std::filesystem::remove(path_);
+  }
+  RouterOptions WithKeys() {
+    RouterOptions o;
+    o.api_keys = keys_.get();
+    return o;
+  }
+  std::string path_;
+  std::unique_ptr<security::ApiKeys> keys_;
+};
+
+TEST_F(OpenAiDoorKeysTest, EveryRouteButHealthNeedsAKey) {
+  StartDoor(WithKeys());
+  RawHttpClient c(http_->port());
+  c.Send("GET /v1/models HTTP/1.1\r\n\r\n");
+  const std::string refused = c.ReadUntil(
+      [](const std::string& got) { return got.find("missing API key") != std::string::npos; },
+      kWait);
+  EXPECT_EQ(refused.substr(9, 3), "401") << refused;
+  EXPECT_NE(refused.find("WWW-Authenticate: Bearer"), std::string::npos) << refused;
+  EXPECT_NE(Call("GET /health HTTP/1.1\r\n\r\n").first, 401);
+  EXPECT_EQ(Call("GET /v1/models HTTP/1.1\r\nAuthorization: Bearer k-alice\r\n\r\n").first, 200);
+  EXPECT_EQ(Call("GET /v1/models HTTP/1.1\r\nAuthorization: Bearer k-bob\r\n\r\n").first, 401);
+  // n = 3 under max_concurrent=1: one request, one slot.
+  const std::string body =
+      R"({"model": "tiny", "prompt": [5, 6, 7, 8], "max_tokens": 3, "n": 3, "ignore_eos": true})";
+  const auto [status, text] =
+      Call(absl::StrCat("POST /v1/completions HTTP/1.1\r\nAuthorization: Bearer k-alice\r\n",
+                        "Content-Type: application/json\r\nContent-Length: ", body.size(),
+                        "\r\n\r\n", body));
+  EXPECT_EQ(status, 200) << text;
+  EXPECT_EQ(json::parse(text)["choices"].size(), 3u);
+}
+
+TEST_F(OpenAiDoorKeysTest, HealthNeedsAKeyWhenConfigured) {
+  StartDoor(WithKeys(), /*health_needs_key=*/true);
+  EXPECT_EQ(Call("GET /health HTTP/1.1\r\n\r\n").first, 401);
+  EXPECT_NE(Call("GET /health HTTP/1.1\r\nAuthorization: Bearer k-alice\r\n\r\n").first, 401);
 }
 
 }  // namespace
