@@ -61,6 +61,7 @@ class DecodeCall final : public grpc::ServerWriteReactor<DecodeResponse> {
     r.num_generated = request.completion_tokens();
     r.max_tokens = request.sampling().max_tokens();
     r.sampling = rpc::ToSamplingParams(request.sampling());
+    r.prompt_logprobs = rpc::PromptLogprobs(request.sampling(), request.completion_tokens());
     r.ignore_eos = request.sampling().ignore_eos();
     r.cache_salt = request.kv().cache_salt();
     std::vector<uint64_t> hashes(request.kv().block_hashes().begin(),
@@ -125,6 +126,9 @@ class DecodeCall final : public grpc::ServerWriteReactor<DecodeResponse> {
       DecodeResponse msg;
       for (int32_t t : out.new_tokens) msg.add_token_ids(t);
       for (const model::TokenLogprobs& lp : out.logprobs) rpc::ToProto(lp, msg.add_logprobs());
+      for (const model::TokenLogprobs& lp : out.prompt_logprobs) {
+        rpc::ToProto(lp, msg.add_prompt_logprobs());
+      }
       if (!stream->first_sent) {
         stream->first_sent = true;
         msg.set_kv_hits(stream->hits);

@@ -72,6 +72,7 @@ class PrefillCall final : public grpc::ServerUnaryReactor {
     r.num_generated = request.completion_tokens();
     r.max_tokens = request.completion_tokens() + 1;  // exactly the first (next) token
     r.sampling = rpc::ToSamplingParams(request.sampling());
+    r.prompt_logprobs = rpc::PromptLogprobs(request.sampling(), request.completion_tokens());
     r.ignore_eos = true;
     r.high_priority = request.high_priority();
     r.cache_salt = request.cache_salt();
@@ -100,6 +101,9 @@ class PrefillCall final : public grpc::ServerUnaryReactor {
       result->set_first_token(out.new_tokens.back());
       if (!out.logprobs.empty()) {
         rpc::ToProto(out.logprobs.back(), result->mutable_first_token_logprobs());
+      }
+      for (const model::TokenLogprobs& lp : out.prompt_logprobs) {
+        rpc::ToProto(lp, result->add_prompt_logprobs());
       }
       result->set_cached_prompt_tokens(out.cached_prompt_tokens);
       // Time in this worker: waiting in the engine's queue, then computing.

@@ -177,6 +177,7 @@ void CallState::Start() {
     Lock lock(this);
     output_.emplace(env_.tokenizer,
                     std::vector<std::string>(sampling_.stop().begin(), sampling_.stop().end()));
+    prompt_logprobs_due_ = sampling_.prompt_logprobs();
   }
   Add(metrics_.prompt_tokens, static_cast<double>(prompt_.size()));
   SchedulePrefill(static_cast<int64_t>(hashes_.size()) * env_.options.kv_bytes_per_block,
@@ -301,6 +302,7 @@ void CallState::OnPrefillDone(Worker* worker, std::shared_ptr<Attempt> attempt,
                                     : tandem::v1::FINISH_REASON_UNSPECIFIED;
     Logprobs first;
     if (r.has_first_token_logprobs()) *first.Add() = r.first_token_logprobs();
+    if (r.prompt_logprobs_size() > 0) prompt_logprobs_ = r.prompt_logprobs();
     if (Emit({r.first_token()}, first, finish)) return;
     kv = r.kv();
   }
@@ -343,6 +345,7 @@ bool CallState::OnDecodeMessage(const tandem::v1::DecodeResponse& message) {
     transfer_seconds_ += message.kv_transfer_seconds();
     // Colocated, no prefill worker reported it: the decode engine's own prefix-cache hits.
     if (cached_prompt_tokens_ < 0) cached_prompt_tokens_ = message.cached_prompt_tokens();
+    if (message.prompt_logprobs_size() > 0) prompt_logprobs_ = message.prompt_logprobs();
     Observe(metrics_.kv_transfer_time, message.kv_transfer_seconds());
     // Decode has taken the KV up: it no longer counts as prefilled ahead.
     deferred_.push_back([self = shared_from_this()] { self->ReleasePacing(); });
@@ -438,10 +441,15 @@ bool CallState::Emit(const std::vector<int32_t>& tokens, const Logprobs& logprob
   const bool at_limit = static_cast<int>(generated_.size()) >= sampling_.max_tokens();
   const bool ending = delta->stopped || finish != tandem::v1::FINISH_REASON_UNSPECIFIED || at_limit;
   if (ending && !delta->stopped) delta->text += output_->Flush();
-  if (n > 0 || !delta->text.empty()) {
+  if (n > 0 || !delta->text.empty() || prompt_logprobs_due_) {
     GenerateResponse response;
     response.set_request_id(id_);
     tandem::v1::Chunk* chunk = response.mutable_chunk();
+    if (prompt_logprobs_due_) {
+      prompt_logprobs_due_ = false;
+      chunk->mutable_prompt_token_ids()->Add(prompt_.begin(), prompt_.end());
+      *chunk->mutable_prompt_logprobs() = std::move(prompt_logprobs_);
+    }
     for (int32_t t : delta->token_ids) chunk->add_token_ids(t);
     // The tokens a stop string cut off are gone, and their log-probabilities with them.
     for (int i = 0; i < static_cast<int>(delta->token_ids.size()) && i < logprobs.size(); ++i) {

@@ -151,6 +151,10 @@ class CallState : public std::enable_shared_from_this<CallState> {
   std::shared_ptr<security::KeyLease> lease_ ABSL_GUARDED_BY(mu_);  // see AdmittedRequest
   // Usage and timings.
   int cached_prompt_tokens_ ABSL_GUARDED_BY(mu_) = -1;
+  // sampling.prompt_logprobs: due in the first chunk, as the worker that prefilled reported
+  // them.
+  bool prompt_logprobs_due_ ABSL_GUARDED_BY(mu_) = false;
+  Logprobs prompt_logprobs_ ABSL_GUARDED_BY(mu_);
   double queue_seconds_ ABSL_GUARDED_BY(mu_) = 0;
   double prefill_seconds_ ABSL_GUARDED_BY(mu_) = 0;
   double transfer_seconds_ ABSL_GUARDED_BY(mu_) = 0;

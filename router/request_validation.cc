@@ -70,6 +70,8 @@ absl::StatusOr<tandem::v1::GenerateRequest> ParseGenerateRequest(const grpc::Byt
   s->set_repetition_penalty(ws.repetition_penalty());
   s->set_logprobs(ws.logprobs());
   s->set_top_logprobs(ws.top_logprobs());
+  s->set_prompt_logprobs(ws.prompt_logprobs());
+  s->set_seeded(ws.seeded());
   return r;
 }
 
@@ -115,9 +117,9 @@ absl::Status ValidateSampling(const tandem::v1::SamplingParams& s, const ModelLi
                         absl::StrCat("sampling.top_logprobs must be in [0, ", limits.max_logprobs,
                                      "] (router.max_logprobs), got ", s.top_logprobs()));
   }
-  if (s.top_logprobs() > 0 && !s.logprobs()) {
+  if (s.top_logprobs() > 0 && !s.logprobs() && !s.prompt_logprobs()) {
     return InvalidField("sampling.top_logprobs",
-                        "sampling.top_logprobs needs sampling.logprobs set");
+                        "sampling.top_logprobs needs sampling.logprobs or prompt_logprobs set");
   }
   if (s.stop_size() > limits.max_stop_strings) {
     return InvalidField("sampling.stop",

@@ -160,6 +160,12 @@ absl::Status Engine::AddRequest(Request request) {
                                                    ") exceeds the context length of ", context));
   }
   TANDEM_RETURN_IF_ERROR(request.sampling.Validate());
+  if (request.prompt_logprobs > model::SamplingParams::kMaxLogprobs ||
+      (request.prompt_logprobs >= 0 && request.num_generated > 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "prompt_logprobs must be in [0, ", model::SamplingParams::kMaxLogprobs,
+        "] on a request with no generated tokens, got ", request.prompt_logprobs));
+  }
   const int64_t bs = options_.block_size;
   int64_t blocks_needed = (prompt_len + request.max_tokens + bs - 1) / bs;
   if (const kv::EvictionPolicy& ev = options_.kv_eviction; ev.budget_tokens > 0) {
@@ -290,7 +296,8 @@ void Engine::AdmitWaiting(int& budget) {
     int len = static_cast<int>(seq.tokens.size());
     int upper = std::min({len, options_.chunk_size, budget});
     if (!kv_->CanAllocate((upper + bs - 1) / bs)) return;
-    absl::StatusOr<int> cached = kv_->AddSequence(seq.kv_id, seq.tokens, seq.request.cache_salt);
+    absl::StatusOr<int> cached = kv_->AddSequence(seq.kv_id, seq.tokens, seq.request.cache_salt,
+                                                  /*reuse=*/!seq.wants_prompt_logprobs());
     if (!cached.ok()) return;
     int n = std::min({len - *cached, options_.chunk_size, budget});
     seq.num_computed = *cached;
@@ -338,8 +345,9 @@ const model::PruningPlan* Engine::PlanPruning() {
     for (int i = 0; i < s.num_tokens; ++i) {
       const int pos = seq.num_computed + i;
       // Only prompt tokens before the last one may skip layers (generated tokens never do,
-      // even when a preempted or migrated sequence computes them again).
-      const bool full = pos >= seq.prompt_len - 1 ||
+      // even when a preempted or migrated sequence computes them again), and none of a prompt
+      // whose log-probabilities were asked for.
+      const bool full = pos >= seq.prompt_len - 1 || seq.wants_prompt_logprobs() ||
                         (!seq.protected_positions.empty() && seq.protected_positions[pos] != 0);
       full_depth_.push_back(full ? 1 : 0);
       prunes |= !full;
@@ -355,11 +363,13 @@ absl::Status Engine::RunBatch(std::vector<RequestOutput>& outputs) {
   for (const Scheduled& s : scheduled_) {
     Sequence& seq = *s.seq;
     bool samples = seq.num_computed + s.num_tokens == static_cast<int>(seq.tokens.size());
+    model::LogitsMode logits = samples ? model::LogitsMode::kLast : model::LogitsMode::kNone;
+    if (seq.wants_prompt_logprobs()) logits = model::LogitsMode::kAll;
     forward_.push_back({.tokens = seq.tokens.data() + seq.num_computed,
                         .num_tokens = s.num_tokens,
                         .start_pos = seq.num_computed,
                         .block_table = kv_->BlockTableData(seq.kv_id),
-                        .logits = samples ? model::LogitsMode::kLast : model::LogitsMode::kNone});
+                        .logits = logits});
   }
   const model::PruningPlan* plan = PlanPruning();
   TANDEM_RETURN_IF_ERROR(model_.Forward(forward_, kv_->arena(), logits_, plan));
@@ -371,6 +381,26 @@ absl::Status Engine::RunBatch(std::vector<RequestOutput>& outputs) {
     kv_->CommitTokens(seq.kv_id, seq.tokens, seq.num_computed);
     seq.eviction.Apply(*kv_, seq.kv_id, seq.num_computed);
     if (forward_[i].logits == model::LogitsMode::kNone) continue;
+    if (forward_[i].logits == model::LogitsMode::kAll) {
+      // Row r holds the logits after position start_pos + r, which predict the next token.
+      const int rows = forward_[i].num_tokens;
+      for (int r = 0; r < rows; ++r) {
+        const int64_t next = forward_[i].start_pos + r + 1;
+        // Positions recomputed after a preemption already have theirs.
+        if (next >= seq.prompt_len ||
+            next != static_cast<int64_t>(seq.prompt_logprobs.size()) + 1) {
+          continue;
+        }
+        model::ComputeLogprobs(std::span<const float>(logits_.data() + (row + r) * vocab, vocab),
+                               seq.tokens[next], seq.request.prompt_logprobs, 0.0f,
+                               logprob_scratch_, seq.prompt_logprobs.emplace_back());
+      }
+      row += rows - 1;  // the last row samples, when the prompt is done
+      if (seq.num_computed < static_cast<int>(seq.tokens.size())) {
+        ++row;
+        continue;
+      }
+    }
     std::span<const float> row_logits(logits_.data() + row * vocab, vocab);
     ++row;
     model::TokenLogprobs logprobs;
@@ -380,6 +410,9 @@ absl::Status Engine::RunBatch(std::vector<RequestOutput>& outputs) {
     ++seq.completion_tokens;
     RequestOutput out = MakeOutput(seq);
     out.new_tokens.push_back(token);
+    if (seq.completion_tokens == 1 && seq.request.prompt_logprobs >= 0) {
+      out.prompt_logprobs = std::move(seq.prompt_logprobs);
+    }
     if (want_logprobs) out.logprobs.push_back(std::move(logprobs));
     if (seq.request.return_logits) out.logits.assign(row_logits.begin(), row_logits.end());
     FinishReason reason = CheckStop(seq, token);

@@ -107,7 +107,13 @@ class Engine {
     model::Sampler sampler;
     std::vector<uint8_t> protected_positions;  // per prompt position, when pruning protects
     kv::SequenceEviction eviction;             // kv_eviction's state
+    // Request::prompt_logprobs, gathered until the first token goes out.
+    std::vector<model::TokenLogprobs> prompt_logprobs;
     Sequence(Request r, int64_t id, const kv::EvictionPolicy& eviction);
+    // Still computing the logits of its prompt for Request::prompt_logprobs.
+    bool wants_prompt_logprobs() const {
+      return request.prompt_logprobs >= 0 && completion_tokens == 0;
+    }
   };
   using SeqPtr = std::unique_ptr<Sequence>;
   struct Scheduled {
@@ -140,6 +146,7 @@ class Engine {
   std::vector<Scheduled> scheduled_;
   std::vector<model::ForwardSequence> forward_;
   std::vector<float> logits_;
+  std::vector<std::pair<float, int32_t>> logprob_scratch_;
   std::vector<uint8_t> pruned_layers_;  // from options_.pruning, one per layer
   std::vector<uint8_t> full_depth_;     // per batch token, when the step prunes
   model::PruningPlan plan_;

@@ -35,6 +35,11 @@ struct Request {
   bool high_priority = false;
   // Copy the logits each token was sampled from into RequestOutput (tests, tools).
   bool return_logits = false;
+  // >= 0 (with num_generated 0): the log-probability of each prompt token after the first and
+  // of this many alternatives (at most SamplingParams::kMaxLogprobs), from the raw logits, in
+  // the output with the first token. The prompt is then computed in full: no prefix-cache hits
+  // and no pruned layers for it (its blocks still enter the prefix cache).
+  int prompt_logprobs = -1;
   // Nonzero: starts the chain of the request's block hashes, so its KV blocks are shared only
   // with requests of the same salt (KvCacheManager::AddSequence). Engines that prune prefill
   // set it themselves when the request arrives without one.
@@ -54,6 +59,9 @@ struct RequestOutput {
   std::vector<float> logits;  // when Request::return_logits and a token was sampled
   // With sampling.logprobs >= 0: one per new token.
   std::vector<model::TokenLogprobs> logprobs;
+  // With Request::prompt_logprobs >= 0, in the output with the first token: one per prompt
+  // token after the first.
+  std::vector<model::TokenLogprobs> prompt_logprobs;
 };
 
 }  // namespace tandem::engine

@@ -100,7 +100,7 @@ int32_t KvCacheManager::AllocateBlock(BlockKind kind, bool only_kind) {
 }
 
 absl::StatusOr<int> KvCacheManager::AddSequence(int64_t seq_id, std::span<const int32_t> prompt,
-                                                BlockHash salt) {
+                                                BlockHash salt, bool reuse) {
   const int bs = layout_.block_size;
   if (seqs_.contains(seq_id)) {
     return absl::AlreadyExistsError(absl::StrCat("KV cache: sequence ", seq_id, " exists"));
@@ -109,7 +109,7 @@ absl::StatusOr<int> KvCacheManager::AddSequence(int64_t seq_id, std::span<const 
   seq.salt = salt;
   seq.blocks.reserve(prompt.size() / bs + 2);  // the prompt plus the first generated tokens
   seq.hashes.reserve(prompt.size() / bs + 1);
-  if (prefix_caching_ && !prompt.empty()) {
+  if (prefix_caching_ && reuse && !prompt.empty()) {
     const size_t max_blocks = (prompt.size() - 1) / bs;
     BlockHash prev = salt;
     for (size_t i = 0; i < max_blocks; ++i) {

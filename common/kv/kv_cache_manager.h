@@ -97,9 +97,10 @@ class KvCacheManager {
   // of prompt tokens whose KV is present (a multiple of block_size). AlreadyExists if registered.
   // A nonzero `salt` starts the sequence's hash chain (HashPrefixBlocks), so its blocks are
   // shared only with sequences of the same salt: a cache salt, or KV that depends on more than
-  // the prefix (a pruned prefill).
+  // the prefix (a pruned prefill). Without `reuse` nothing is looked up (nor counted): the
+  // sequence computes its whole prompt, whose blocks still enter the index.
   absl::StatusOr<int> AddSequence(int64_t seq_id, std::span<const int32_t> prompt,
-                                  BlockHash salt = 0);
+                                  BlockHash salt = 0, bool reuse = true);
 
   // Grows the block table to cover positions [0, num_tokens): free blocks first, then LRU
   // eviction of cached blocks. ResourceExhausted (nothing changed) if there are not enough;

@@ -40,8 +40,9 @@ int32_t ArgMax(std::span<const float> logits) {
 
 Sampler::Sampler(const SamplingParams& params) : params_(params) {
   uint64_t seed = params.seed;
-  if (seed == 0)
+  if (seed == 0 && !params.seeded) {
     seed = (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
+  }
   rng_.seed(seed);
 }
 
@@ -80,14 +81,18 @@ std::span<const float> Sampler::Penalized(std::span<const float> logits) {
 int32_t Sampler::Sample(std::span<const float> logits, TokenLogprobs* logprobs) {
   const std::span<const float> processed = Penalized(logits);
   const int32_t token = Draw(processed);
-  if (logprobs != nullptr && params_.logprobs >= 0) FillLogprobs(processed, token, *logprobs);
+  if (logprobs != nullptr && params_.logprobs >= 0) {
+    ComputeLogprobs(processed, token, params_.logprobs, params_.temperature, candidates_,
+                    *logprobs);
+  }
   if (params_.has_penalties()) ++generated_[token];
   return token;
 }
 
-void Sampler::FillLogprobs(std::span<const float> logits, int32_t token, TokenLogprobs& out) {
+void ComputeLogprobs(std::span<const float> logits, int32_t token, int top, float temperature,
+                     std::vector<std::pair<float, int32_t>>& scratch, TokenLogprobs& out) {
   // log softmax(l / T) = l / T - max - log sum exp(l / T - max), in double for the sum.
-  const double inv_t = params_.temperature > 0 ? 1.0 / params_.temperature : 1.0;
+  const double inv_t = temperature > 0 ? 1.0 / temperature : 1.0;
   const float max = logits[ArgMax(logits)];
   double sum = 0;
   for (float l : logits) sum += std::exp((static_cast<double>(l) - max) * inv_t);
@@ -97,15 +102,15 @@ void Sampler::FillLogprobs(std::span<const float> logits, int32_t token, TokenLo
   };
   out.logprob = logprob(token);
   out.top.clear();
-  const int k = std::min<int>(params_.logprobs, static_cast<int>(logits.size()));
-  if (k == 0) return;
-  candidates_.resize(logits.size());
-  for (size_t i = 0; i < logits.size(); ++i) candidates_[i] = {logits[i], static_cast<int32_t>(i)};
-  std::partial_sort(candidates_.begin(), candidates_.begin() + k, candidates_.end(),
+  const int k = std::min<int>(top, static_cast<int>(logits.size()));
+  if (k <= 0) return;
+  scratch.resize(logits.size());
+  for (size_t i = 0; i < logits.size(); ++i) scratch[i] = {logits[i], static_cast<int32_t>(i)};
+  std::partial_sort(scratch.begin(), scratch.begin() + k, scratch.end(),
                     [](const auto& a, const auto& b) {
                       return a.first > b.first || (a.first == b.first && a.second < b.second);
                     });
-  for (int i = 0; i < k; ++i) out.top.emplace_back(candidates_[i].second, logprob(candidates_[i].second));
+  for (int i = 0; i < k; ++i) out.top.emplace_back(scratch[i].second, logprob(scratch[i].second));
 }
 
 int32_t Sampler::Draw(std::span<const float> logits) {

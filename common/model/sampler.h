@@ -19,6 +19,7 @@ struct SamplingParams {
   float top_p = 1.0f;
   int top_k = 0;
   uint64_t seed = 0;
+  bool seeded = false;  // `seed` as given, 0 included; else seed 0 draws a random seed
   // Penalties on tokens already seen, as vLLM and the OpenAI API define them, applied to the
   // logits before temperature: presence subtracts `presence_penalty` from the logit of every
   // token generated at least once, frequency subtracts `frequency_penalty` per time it was
@@ -72,7 +73,6 @@ class Sampler {
   // The logits after the penalties (a copy in scratch_ when there are any).
   std::span<const float> Penalized(std::span<const float> logits);
   int32_t Draw(std::span<const float> logits);
-  void FillLogprobs(std::span<const float> logits, int32_t token, TokenLogprobs& out);
 
   SamplingParams params_;
   std::mt19937_64 rng_;
@@ -83,5 +83,11 @@ class Sampler {
 };
 
 int32_t ArgMax(std::span<const float> logits);
+
+// The log-softmax of logits / temperature (temperature 0 counts as 1) at `token`, and the `top`
+// most likely tokens' (the lower id first among equals), into `out`. `scratch` is reused
+// between calls.
+void ComputeLogprobs(std::span<const float> logits, int32_t token, int top, float temperature,
+                     std::vector<std::pair<float, int32_t>>& scratch, TokenLogprobs& out);
 
 }  // namespace tandem::model

@@ -10,11 +10,16 @@ model::SamplingParams ToSamplingParams(const tandem::v1::SamplingParams& samplin
   p.top_p = sampling.top_p();
   p.top_k = sampling.top_k();
   p.seed = sampling.seed();
+  p.seeded = sampling.seeded();
   p.presence_penalty = sampling.presence_penalty();
   p.frequency_penalty = sampling.frequency_penalty();
   p.repetition_penalty = sampling.repetition_penalty() == 0 ? 1.0f : sampling.repetition_penalty();
   p.logprobs = sampling.logprobs() ? sampling.top_logprobs() : -1;
   return p;
+}
+
+int PromptLogprobs(const tandem::v1::SamplingParams& sampling, int completion_tokens) {
+  return sampling.prompt_logprobs() && completion_tokens == 0 ? sampling.top_logprobs() : -1;
 }
 
 const char* FinishReasonName(tandem::v1::FinishReason reason) {

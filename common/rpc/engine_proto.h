@@ -14,6 +14,9 @@ namespace tandem::rpc {
 // Sampling fields of the public API as the engine takes them (proto3 zero values = defaults).
 model::SamplingParams ToSamplingParams(const tandem::v1::SamplingParams& sampling);
 void ToProto(const model::TokenLogprobs& logprobs, tandem::v1::TokenLogprobs* out);
+// engine::Request::prompt_logprobs for a request with `completion_tokens` generated so far: the
+// prompt's log-probabilities are computed once, by whoever prefills the prompt first.
+int PromptLogprobs(const tandem::v1::SamplingParams& sampling, int completion_tokens);
 // "stop", "length", "abort", or "unspecified".
 const char* FinishReasonName(tandem::v1::FinishReason reason);
 

@@ -94,10 +94,8 @@ bool CompletionCall::StartChoice(int i) {
   r.set_request_id(absl::StrCat(format_.id(), "-", i));
   r.set_cache_salt(request_.cache_salt);
   // Each choice of a prompt draws its own stream; choice 0 is what n = 1 would draw.
-  const uint64_t seed = r.sampling().seed();
-  if (seed != 0 && i % request_.n != 0) {
-    const uint64_t s = seed + static_cast<uint64_t>(i % request_.n);
-    r.mutable_sampling()->set_seed(s == 0 ? 1 : s);
+  if (r.sampling().seeded() && i % request_.n != 0) {
+    r.mutable_sampling()->set_seed(r.sampling().seed() + static_cast<uint64_t>(i % request_.n));
   }
   const auto deadline = std::chrono::system_clock::time_point::max();  // the router's default
   absl::StatusOr<std::shared_ptr<CallState>> state =
@@ -158,25 +156,46 @@ void CompletionCall::OnEvent(int choice, const GenerateResponse& response,
     after_unlock.push_back([self = shared_from_this(), prompt] { self->StartSiblings(prompt); });
   }
   if (response.has_chunk()) {
-    const std::string& text = response.chunk().text();
-    c.result.text += text;
-    if (want_logprobs_) {
-      json lp = format_.ChunkLogprobs(response.chunk(), env_.tokenizer, c.text_offset);
-      format_.AppendLogprobs(c.result.logprobs, lp);
-      if (request_.stream) Send(format_.TextEvent(choice, text, std::move(lp)));
-      return;
-    }
-    if (text.empty()) return;
-    if (request_.stream) Send(format_.TextEvent(choice, text));
+    AddChunk(choice, response.chunk());
   } else if (response.has_complete()) {
     const tandem::v1::Complete& done = response.complete();
+    // The prompt goes out even when no chunk came (a stop string held the first tokens back).
+    if (request_.echo && !c.echoed) AddChunk(choice, tandem::v1::Chunk());
     // A request ends by a stop or its length (an abort ends it with an error instead).
-    c.result.finish_reason = done.finish_reason() == tandem::v1::FINISH_REASON_LENGTH ? "length"
-                                                                                         : "stop";
+    c.result.finish_reason = done.finish_reason() == tandem::v1::FINISH_REASON_LENGTH ||
+                                     request_.generate_none
+                                 ? "length"
+                                 : "stop";
     c.prompt_tokens = done.usage().prompt_tokens();
-    c.completion_tokens = done.usage().completion_tokens();
+    c.completion_tokens = request_.generate_none ? 0 : done.usage().completion_tokens();
     c.cached_tokens = done.usage().cached_prompt_tokens();
     if (request_.stream) Send(format_.FinishEvent(choice, c.result.finish_reason));
+  }
+}
+
+void CompletionCall::AddChunk(int choice, const tandem::v1::Chunk& chunk) {
+  Choice& c = choices_[choice];
+  std::string text;
+  json lp = want_logprobs_ ? format_.EmptyLogprobs() : json(nullptr);
+  const bool echoes = request_.echo && !c.echoed;
+  if (!echoes && request_.generate_none) return;
+  if (echoes) {
+    c.echoed = true;
+    text = request_.prompt_texts[choice / request_.n];
+    if (want_logprobs_) lp = format_.PromptLogprobs(chunk, env_.tokenizer, c.text_offset);
+  }
+  if (!request_.generate_none) {
+    text += chunk.text();
+    if (want_logprobs_) {
+      format_.AppendLogprobs(lp, format_.ChunkLogprobs(chunk, env_.tokenizer, c.text_offset));
+    }
+  }
+  c.result.text += text;
+  if (want_logprobs_) {
+    format_.AppendLogprobs(c.result.logprobs, lp);
+    if (request_.stream) Send(format_.TextEvent(choice, text, std::move(lp)));
+  } else if (!text.empty() && request_.stream) {
+    Send(format_.TextEvent(choice, text));
   }
 }
 

@@ -50,6 +50,7 @@ class CompletionCall : public std::enable_shared_from_this<CompletionCall> {
     int prompt_tokens = 0;
     int completion_tokens = 0;
     int cached_tokens = 0;
+    bool echoed = false;  // with echo: the prompt's text (and log-probabilities) went out
   };
 
   int num_choices() const { return static_cast<int>(request_.prompts.size()) * request_.n; }
@@ -59,6 +60,9 @@ class CompletionCall : public std::enable_shared_from_this<CompletionCall> {
   // cancelled.
   void StartSiblings(int p) ABSL_LOCKS_EXCLUDED(mu_);
   void Send(std::string event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A chunk of choice `choice` (the first with echo carries the prompt) into its result and,
+  // streaming, an event.
+  void AddChunk(int choice, const tandem::v1::Chunk& chunk) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Once every choice has started (or never will) and ended: the response, or the rest of the
   // stream. The calls hold this object through their sinks: `states_` is moved into `release`,
   // to be let go after unlocking.

@@ -106,6 +106,22 @@ void OpenAiDoor::Completions(const HttpRequest& request, std::shared_ptr<HttpRes
     ReplyError(*responder, parsed.status());
     return;
   }
+  if (parsed->echo) {
+    // A token-id prompt echoes as its text.
+    const tokenizer::Tokenizer* tok = router_.tokenizer();
+    for (size_t i = 0; i < parsed->prompts.size(); ++i) {
+      const tandem::v1::GenerateRequest& r = parsed->prompts[i];
+      if (r.prompt_token_ids_size() == 0 || tok == nullptr) continue;
+      absl::StatusOr<std::string> text = tok->Decode(
+          std::vector<int32_t>(r.prompt_token_ids().begin(), r.prompt_token_ids().end()),
+          /*skip_special_tokens=*/false);
+      if (!text.ok()) {
+        ReplyError(*responder, InvalidField("prompt", std::string(text.status().message())));
+        return;
+      }
+      parsed->prompt_texts[i] = *std::move(text);
+    }
+  }
   parsed->lease = std::move(lease);
   ResponseFormat format(Endpoint::kCompletions, parsed->model, created_, parsed->include_usage);
   auto call = std::make_shared<CompletionCall>(router_.environment(), std::move(responder),

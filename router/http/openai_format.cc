@@ -160,32 +160,50 @@ json ResponseFormat::ChunkLogprobs(const tandem::v1::Chunk& chunk,
                                    const tokenizer::Tokenizer* tokenizer, int64_t& offset) const {
   json out = EmptyLogprobs();
   for (int i = 0; i < chunk.token_ids_size() && i < chunk.logprobs_size(); ++i) {
-    const tandem::v1::TokenLogprobs& lp = chunk.logprobs(i);
-    const TokenText token = TextOf(tokenizer, chunk.token_ids(i));
-    const int alternatives = std::min(lp.top_token_ids_size(), lp.top_logprobs_size());
-    if (endpoint_ == Endpoint::kChat) {
-      json top = json::array();
-      for (int j = 0; j < alternatives; ++j) {
-        const TokenText t = TextOf(tokenizer, lp.top_token_ids(j));
-        top.push_back({{"token", t.text}, {"logprob", lp.top_logprobs(j)}, {"bytes", t.bytes}});
-      }
-      out["content"].push_back({{"token", token.text},
-                                {"logprob", lp.logprob()},
-                                {"bytes", token.bytes},
-                                {"top_logprobs", std::move(top)}});
-    } else {
-      json top = json::object();
-      for (int j = 0; j < alternatives; ++j) {
-        top[TextOf(tokenizer, lp.top_token_ids(j)).text] = lp.top_logprobs(j);
-      }
-      out["tokens"].push_back(token.text);
-      out["token_logprobs"].push_back(lp.logprob());
-      out["top_logprobs"].push_back(std::move(top));
-      out["text_offset"].push_back(offset);
-      offset += static_cast<int64_t>(token.text.size());
-    }
+    AppendToken(out, chunk.token_ids(i), &chunk.logprobs(i), tokenizer, offset);
   }
   return out;
+}
+
+json ResponseFormat::PromptLogprobs(const tandem::v1::Chunk& chunk,
+                                    const tokenizer::Tokenizer* tokenizer,
+                                    int64_t& offset) const {
+  json out = EmptyLogprobs();
+  for (int i = 0; i < chunk.prompt_token_ids_size(); ++i) {
+    // The first token has nothing before it, so no log-probability.
+    const tandem::v1::TokenLogprobs* lp =
+        i > 0 && i - 1 < chunk.prompt_logprobs_size() ? &chunk.prompt_logprobs(i - 1) : nullptr;
+    AppendToken(out, chunk.prompt_token_ids(i), lp, tokenizer, offset);
+  }
+  return out;
+}
+
+void ResponseFormat::AppendToken(json& out, int32_t id, const tandem::v1::TokenLogprobs* lp,
+                                 const tokenizer::Tokenizer* tokenizer, int64_t& offset) const {
+  const TokenText token = TextOf(tokenizer, id);
+  const int alternatives =
+      lp == nullptr ? 0 : std::min(lp->top_token_ids_size(), lp->top_logprobs_size());
+  if (endpoint_ == Endpoint::kChat) {
+    json top = json::array();
+    for (int j = 0; j < alternatives; ++j) {
+      const TokenText t = TextOf(tokenizer, lp->top_token_ids(j));
+      top.push_back({{"token", t.text}, {"logprob", lp->top_logprobs(j)}, {"bytes", t.bytes}});
+    }
+    out["content"].push_back({{"token", token.text},
+                              {"logprob", lp == nullptr ? json(nullptr) : json(lp->logprob())},
+                              {"bytes", token.bytes},
+                              {"top_logprobs", std::move(top)}});
+    return;
+  }
+  json top = json::object();
+  for (int j = 0; j < alternatives; ++j) {
+    top[TextOf(tokenizer, lp->top_token_ids(j)).text] = lp->top_logprobs(j);
+  }
+  out["tokens"].push_back(token.text);
+  out["token_logprobs"].push_back(lp == nullptr ? json(nullptr) : json(lp->logprob()));
+  out["top_logprobs"].push_back(lp == nullptr ? json(nullptr) : std::move(top));
+  out["text_offset"].push_back(offset);
+  offset += static_cast<int64_t>(token.text.size());
 }
 
 void ResponseFormat::AppendLogprobs(json& to, const json& chunk) const {

@@ -51,8 +51,15 @@ class ResponseFormat {
   OrderedJson ChunkLogprobs(const tandem::v1::Chunk& chunk, const tokenizer::Tokenizer* tokenizer,
                             int64_t& offset) const;
   void AppendLogprobs(OrderedJson& to, const OrderedJson& chunk) const;
+  // The completions endpoint's `echo`: a first chunk's prompt tokens, the first with null
+  // log-probabilities (nothing comes before it).
+  OrderedJson PromptLogprobs(const tandem::v1::Chunk& chunk, const tokenizer::Tokenizer* tokenizer,
+                             int64_t& offset) const;
 
  private:
+  // One token's entry; `lp` null for none.
+  void AppendToken(OrderedJson& out, int32_t id, const tandem::v1::TokenLogprobs* lp,
+                   const tokenizer::Tokenizer* tokenizer, int64_t& offset) const;
   OrderedJson Envelope(OrderedJson choices, bool whole) const;
 
   const Endpoint endpoint_;

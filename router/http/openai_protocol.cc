@@ -297,14 +297,15 @@ absl::Status ParseShared(Fields& f, const OpenAiLimits& limits, CompletionReques
     }
     out.include_usage = *usage;
   }
-  for (absl::Status s : {f.Unsupported("echo", {false}), f.Unsupported("best_of", {1}),
-                         f.Unsupported("logit_bias", {json::object()})}) {
+  for (absl::Status s :
+       {f.Unsupported("best_of", {1}), f.Unsupported("logit_bias", {json::object()})}) {
     if (!s.ok()) return s;
   }
   sp.set_temperature(static_cast<float>(*temperature));
   sp.set_top_p(static_cast<float>(*top_p));
   sp.set_top_k(static_cast<int32_t>(std::max<int64_t>(0, *top_k)));  // -1: off, as in vLLM
   sp.set_seed(static_cast<uint64_t>(*seed));
+  sp.set_seeded(f.Get("seed") != nullptr);  // seed 0 is a seed too
   for (auto& s : *stop) sp.add_stop(std::move(s));
   sp.set_ignore_eos(*ignore_eos);
   sp.set_presence_penalty(static_cast<float>(*presence));
@@ -397,23 +398,35 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(std::string_view body,
   if (!prompts.ok()) return prompts.status();
   tandem::v1::SamplingParams sp;
   if (absl::Status s = ParseShared(f, limits, out, sp); !s.ok()) return s;
+  absl::StatusOr<bool> echo = f.Bool("echo", false);
   absl::StatusOr<int64_t> max_tokens =
-      f.Integer("max_tokens", 16, 1, std::numeric_limits<int32_t>::max());
+      f.Integer("max_tokens", 16, 0, std::numeric_limits<int32_t>::max());
   // null (absent) is off; 0 asks for the sampled token's alone.
   absl::StatusOr<int64_t> logprobs = f.Integer("logprobs", -1, 0, limits.max_logprobs);
-  for (const absl::Status& s : {max_tokens.status(), logprobs.status(),
+  for (const absl::Status& s : {echo.status(), max_tokens.status(), logprobs.status(),
                                 f.Unsupported("suffix", {""}), f.CheckNoOthers()}) {
     if (!s.ok()) return s;
+  }
+  if (*max_tokens == 0 && !*echo) {
+    return InvalidField("max_tokens", "max_tokens must be >= 1 (0 only with echo)");
   }
   if (static_cast<int64_t>(prompts->size()) * out.n > limits.max_choices) {
     return InvalidField("n", absl::StrCat("prompts x n must be at most ", limits.max_choices));
   }
-  sp.set_max_tokens(static_cast<int32_t>(*max_tokens));
+  // max_tokens 0 with echo: the prompt's text and log-probabilities alone (how evaluation
+  // harnesses score a text). The workers always generate a token; this one is dropped.
+  out.echo = *echo;
+  out.generate_none = *max_tokens == 0;
+  sp.set_max_tokens(static_cast<int32_t>(std::max<int64_t>(1, *max_tokens)));
   if (*logprobs >= 0) {
     sp.set_logprobs(true);
     sp.set_top_logprobs(static_cast<int32_t>(*logprobs));
+    sp.set_prompt_logprobs(*echo);
   }
-  for (auto& r : *prompts) *r.mutable_sampling() = sp;
+  for (auto& r : *prompts) {
+    *r.mutable_sampling() = sp;
+    out.prompt_texts.push_back(r.prompt());
+  }
   out.prompts = std::move(*prompts);
   return out;
 }

@@ -37,6 +37,12 @@ struct CompletionRequest {
   bool include_usage = false;  // stream_options.include_usage
   std::string user;
   std::string cache_salt;  // extension (vLLM's): requests share cached blocks only within a salt
+  // Completions: each choice's text starts with its prompt's (`prompt_texts`, one per prompt),
+  // and with logprobs its log-probabilities with the prompt's (sampling.prompt_logprobs).
+  bool echo = false;
+  std::vector<std::string> prompt_texts;  // filled by the door for token-id prompts
+  // max_tokens 0 (only with echo): the one token the workers generate is dropped.
+  bool generate_none = false;
   // The API key's hold on its quota, shared by the request's choices (null without keys).
   std::shared_ptr<security::KeyLease> lease = nullptr;
 };

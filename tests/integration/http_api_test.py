@@ -86,6 +86,7 @@ class Serve:
             raise RuntimeError(f"tandem serve did not start: {line!r} {self.proc.stderr.read()}")
         self.grpc, self.metrics_url, self.http = m.group(1), m.group(2), m.group(3)
         self.base = f"http://{self.http}"
+        self.mode = "disaggregated" if " disaggregated " in line else "colocated"
         print(line.strip())
 
     def metric(self, name, labels):
@@ -135,6 +136,23 @@ def check_openai_client(serve, modules):
     assert seeded["a"] == seeded["b"], seeded
     assert seeded["indexes"] == [0, 1, 2], seeded
     assert len(set(seeded["a"])) > 1, f"three sampled choices are all equal: {seeded['a']}"
+    assert out["seed_zero"][0] == out["seed_zero"][1], out["seed_zero"]
+    print(f"openai client, seed 0 twice: {out['seed_zero'][0]!r}")
+    ec = out["echo"]
+    lp8 = out["logprobs"]
+    print(f"openai client, echo: {ec['text']!r}, usage {ec['usage']}")
+    assert ec["text"] == "def quicksort(arr):" + lp8["text"], (ec["text"], lp8["text"])
+    assert ec["usage"]["completion_tokens"] == 8, ec
+    elp = ec["logprobs"]
+    prompt_len = ec["usage"]["prompt_tokens"]
+    assert len(elp["tokens"]) == prompt_len + 8, elp
+    assert elp["token_logprobs"][0] is None and elp["top_logprobs"][0] is None, elp
+    assert all(v <= 0 for v in elp["token_logprobs"][1:]), elp
+    assert elp["tokens"][prompt_len:] == lp8["logprobs"]["tokens"], (elp, lp8)
+    for a, b in zip(elp["token_logprobs"][prompt_len:], lp8["logprobs"]["token_logprobs"]):
+        assert abs(a - b) < 1e-4, (a, b)
+    assert ec["stream"]["first"].startswith("def quicksort(arr):"), ec["stream"]
+    assert ec["stream"]["text"] == ec["text"], ec["stream"]
     st = out["stop"]
     print(f"openai client, stop {st['stop']!r}: {st['text']!r}")
     assert st["finish"] == "stop" and st["text"] == want[:want.index(st["stop"])], (st, want)
@@ -168,7 +186,7 @@ def check_openai_client(serve, modules):
     assert out["chat_errors"]["tools"]["param"] == "tools", out["chat_errors"]
     e = out["errors"]
     print(f"openai client, errors: {e}")
-    assert e["echo"]["status"] == 400 and e["echo"]["param"] == "echo", e
+    assert e["zero_tokens"]["status"] == 400 and e["zero_tokens"]["param"] == "max_tokens", e
     assert e["model"]["status"] == 404 and e["model"]["code"] == "model_not_found", e
     assert e["max_tokens"]["status"] == 400 and e["max_tokens"]["param"] == "max_tokens", e
     assert [m["id"] for m in out["models"]] == ["tandem-py-8l"], out["models"]
@@ -185,6 +203,45 @@ def check_openai_client(serve, modules):
                            {"role": "router", "api": "http", "finish_reason": "abort"})
     print(f"metrics: requests finished by length: http {http}, grpc {grpc}; http aborted {aborted}")
     assert http >= 8 and grpc == 1 and aborted >= 1, (http, grpc, aborted)
+
+
+def post(serve, path, payload):
+    status, text = curl(f"{serve.base}{path}", body=json.dumps(payload).encode())
+    assert status == 200, text
+    return json.loads(body_of(text))
+
+
+def echo_scores(serve):
+    """Scores a prompt and its greedy continuation with echo + max_tokens 0 (how evaluation
+    harnesses read a text's log-probabilities) and checks them against the log-probabilities
+    decode reported while generating the same tokens. Returns the prompt's."""
+    prompt = post(serve, "/tokenize", {"prompt": "def fibonacci(n):\n    if n < 2:"})["tokens"]
+    out = subprocess.run([args.tandem, "generate", "--addr", serve.grpc, "--tokens",
+                          ",".join(map(str, prompt)), "--max-tokens", "10", "--ignore-eos",
+                          "--print-ids"], check=True, capture_output=True, text=True, timeout=120)
+    generated = [int(t) for t in out.stdout.strip().splitlines()[-1].split(",")]
+    decoded = post(serve, "/v1/completions", {"prompt": prompt, "max_tokens": 10,
+                                              "temperature": 0, "ignore_eos": True,
+                                              "logprobs": 0})["choices"][0]["logprobs"]
+    for _ in range(2):  # the second finds the blocks cached, and must compute them anyway
+        scored = post(serve, "/v1/completions", {"prompt": prompt + generated, "max_tokens": 0,
+                                                 "echo": True, "logprobs": 2})
+        assert scored["usage"]["prompt_tokens_details"]["cached_tokens"] == 0, scored["usage"]
+    choice = scored["choices"][0]
+    text = post(serve, "/detokenize", {"tokens": prompt + generated})["prompt"]
+    assert choice["text"] == text and choice["finish_reason"] == "length", (choice, text)
+    assert scored["usage"]["completion_tokens"] == 0, scored["usage"]
+    lps = choice["logprobs"]
+    assert len(lps["tokens"]) == len(prompt) + 10, lps
+    assert lps["token_logprobs"][0] is None, lps
+    got = lps["token_logprobs"][len(prompt):]
+    worst = max(abs(a - b) for a, b in zip(got, decoded["token_logprobs"]))
+    assert worst < 1e-4, (got, decoded["token_logprobs"])
+    for tok, top in zip(lps["tokens"][len(prompt):], lps["top_logprobs"][len(prompt):]):
+        assert max(top, key=top.get) == tok, (tok, top)  # greedy: each was the most likely
+    print(f"echo scoring ({serve.mode}): {len(prompt)} prompt + 10 generated tokens, max "
+          f"|prompt logprob - decode's logprob| {worst:.1e}")
+    return lps["token_logprobs"][1:]
 
 
 def check_curl(serve):
@@ -453,9 +510,20 @@ def main():
         check_openai_client(serve, modules)
         check_misbehaving_clients(serve)
         check_abort_latency(serve)
+        colocated = echo_scores(serve)
         # The server is still fine.
         status, text = curl(f"{serve.base}/health")
         assert status == 200, text
+    finally:
+        serve.stop()
+    # A prefill worker computes the prompt's log-probabilities when roles are apart.
+    serve = Serve(["--set", "serve.mode=disaggregated"])
+    try:
+        apart = echo_scores(serve)
+        assert serve.mode == "disaggregated"
+        worst = max(abs(a - b) for a, b in zip(colocated, apart))
+        assert len(colocated) == len(apart) and worst < 1e-4, (colocated, apart)
+        print(f"echo scoring: colocated and disaggregated agree within {worst:.1e}")
     finally:
         serve.stop()
     print("PASS")

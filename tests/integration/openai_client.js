@@ -47,6 +47,27 @@ async function main() {
   out.seeded = { a: a.choices.map((c) => c.text), b: b.choices.map((c) => c.text),
                  indexes: a.choices.map((c) => c.index) };
 
+  // seed 0 is a seed like any other (not "random").
+  const zero = () => client.completions.create({ model, prompt, max_tokens: 12, temperature: 1,
+                                                 seed: 0 });
+  out.seed_zero = [(await zero()).choices[0].text, (await zero()).choices[0].text];
+
+  // echo: the prompt, then the completion; with logprobs the prompt's tokens lead, the first
+  // without a log-probability; streamed, the prompt arrives in the first event.
+  const echo = await client.completions.create({ model, prompt, max_tokens: 8, temperature: 0,
+                                                 echo: true, logprobs: 1 });
+  const echoStream = await client.completions.create({ model, prompt, max_tokens: 8,
+                                                       temperature: 0, echo: true, stream: true });
+  const es = { first: null, text: '' };
+  for await (const chunk of echoStream) {
+    for (const c of chunk.choices) {
+      if (es.first === null) es.first = c.text;
+      es.text += c.text;
+    }
+  }
+  out.echo = { text: echo.choices[0].text, logprobs: echo.choices[0].logprobs,
+               usage: echo.usage, stream: es };
+
   // A stop string from the middle of the greedy text.
   const stop = greedy.choices[0].text.slice(10, 14);
   const stopped = await client.completions.create({ model, prompt, max_tokens: 40, temperature: 0,
@@ -101,7 +122,7 @@ async function main() {
   };
 
   out.errors = {
-    echo: await errorOf(client.completions.create({ model, prompt, max_tokens: 4, echo: true })),
+    zero_tokens: await errorOf(client.completions.create({ model, prompt, max_tokens: 0 })),
     model: await errorOf(client.completions.create({ model: 'no-such-model', prompt,
                                                      max_tokens: 4 })),
     max_tokens: await errorOf(client.completions.create({ model, prompt, max_tokens: 100000 })),

@@ -9,7 +9,9 @@ negative one multiplied, for each token in the prompt or the output; frequency: 
 time a token was generated; presence: minus p once it was), divides by the temperature
 (1 when greedy) and takes the log-softmax. It checks the engine's sampled token's log-probability
 and its top 5 (ids and values), and for greedy settings that the engine picked the reference's
-argmax. Exit 0 on pass, 1 on fail, 77 when torch is unavailable.
+argmax. With --prompt-logprobs (under penalties and a temperature, which must not touch them) the
+prompt's log-probabilities are checked against the log-softmax of the reference's raw logits at
+every prompt position. Exit 0 on pass, 1 on fail, 77 when torch is unavailable.
 
   /usr/bin/python3 sampling_test.py --model-inspect build/tools/model_inspect/model-inspect \
       --make-model build/tools/make_random_model/make-random-model --workdir /tmp/sampling
@@ -67,16 +69,20 @@ def log_softmax(x):
     return x - m - np.log(np.exp(x - m).sum())
 
 
-def engine_run(args, model, prompt, s):
+def engine_run_raw(args, model, prompt, s, extra=()):
     cmd = [args.model_inspect, "generate", "--model", model,
            "--tokens", ",".join(map(str, prompt)), "--max-tokens", str(STEPS), "--ignore-eos",
            "--threads", "1", "--logprobs", str(TOP),
            "--temperature", str(s.get("temperature", 0.0)), "--seed", str(s.get("seed", 0)),
            "--presence-penalty", str(s.get("presence", 0.0)),
            "--frequency-penalty", str(s.get("frequency", 0.0)),
-           "--repetition-penalty", str(s.get("repetition", 1.0))]
+           "--repetition-penalty", str(s.get("repetition", 1.0))] + list(extra)
     out = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=120).stdout
-    lines = out.splitlines()
+    return out
+
+
+def engine_run(args, model, prompt, s):
+    lines = engine_run_raw(args, model, prompt, s).splitlines()
     ids = [int(t) for t in lines[0].split(",")]
     steps = []
     for line in lines[1:]:
@@ -86,6 +92,45 @@ def engine_run(args, model, prompt, s):
         top = [(int(a), float(b)) for a, b in (x.split(":") for x in f[3:])]
         steps.append((int(f[1]), float(f[2]), top))
     return ids, steps
+
+
+def prompt_steps(args, model, prompt, s):
+    """The engine's prompt_logprob lines: (id, logprob, top) per prompt token after the first."""
+    cmd_out = engine_run_raw(args, model, prompt, s, ["--prompt-logprobs", str(TOP)])
+    steps = []
+    for line in cmd_out.splitlines():
+        if line.startswith("prompt_logprob "):
+            f = line.split()
+            top = [(int(a), float(b)) for a, b in (x.split(":") for x in f[3:])]
+            steps.append((int(f[1]), float(f[2]), top))
+    return steps
+
+
+def check_prompt(name, ref, prompt, steps):
+    if len(steps) != len(prompt) - 1:
+        return ["%s: %d prompt logprob lines for %d prompt tokens" % (name, len(steps),
+                                                                      len(prompt))]
+    errors = []
+    logits = ref.logits(prompt)
+    worst = 0.0
+    for p, (token, logprob, top) in enumerate(steps):
+        want = log_softmax(logits[p])
+        if token != prompt[p + 1]:
+            errors.append("%s position %d: token %d, prompt has %d" % (name, p, token,
+                                                                       prompt[p + 1]))
+        worst = max(worst, abs(want[token] - logprob))
+        if abs(want[token] - logprob) > TOL:
+            errors.append("%s position %d: engine %.6f, reference %.6f" % (name, p, logprob,
+                                                                          want[token]))
+        order = np.argsort(-want, kind="stable")[:TOP]
+        if len(top) != TOP:
+            errors.append("%s position %d: %d alternatives, want %d" % (name, p, len(top), TOP))
+        for (tid, tlp), rid in zip(top, order):
+            if abs(want[tid] - tlp) > TOL or abs(want[rid] - tlp) > TOL:
+                errors.append("%s position %d: top id %d (%.6f) vs reference %d (%.6f)" %
+                              (name, p, tid, tlp, rid, want[rid]))
+    print("%-48s %d prompt tokens, max |logprob - reference| %.2e" % (name, len(steps), worst))
+    return errors
 
 
 def check(name, s, ref, prompt, ids, steps):
@@ -138,6 +183,12 @@ def main():
         ids, steps = engine_run(args, model, prompt, s)
         runs[name] = ids
         errors += check(name, s, ref, prompt, ids, steps)
+    # Raw log-probabilities of the prompt: the penalties and temperature of the request leave
+    # them alone.
+    name = "prompt logprobs, temperature 0.7 + penalties"
+    errors += check_prompt(name, ref, prompt,
+                           prompt_steps(args, model, prompt,
+                                        SETTINGS["temperature 0.7, seed 3, all three"]))
     # The penalties must change what is generated, or the checks above prove little.
     base = runs["greedy, no penalty"]
     for name in ("greedy, repetition 1.3", "greedy, frequency 0.8 + presence 0.6"):

@@ -40,15 +40,16 @@ constexpr char kUsage[] = R"(usage:
   model-inspect generate --model DIR (--tokens 1,2,3 | --prompt TEXT) --max-tokens N
                 [--temperature T] [--top-p P] [--top-k K] [--seed S] [--ignore-eos]
                 [--presence-penalty P] [--frequency-penalty F] [--repetition-penalty R]
-                [--logprobs K]
+                [--logprobs K] [--prompt-logprobs K]
                 [--kv-dtype auto|...|mixed [--kv-sink-tokens S] [--kv-window-tokens W]]
                 [--evict-budget-tokens B [--evict-sink-tokens 4]] [prune flags as for forward]
       prints the generated ids comma-separated on one line (timings go to stderr); with
       --prompt (encoded with BOS as the model's config says) also the decoded text; with
-      --logprobs K a line "logprob ID LOGPROB TOP_ID:LOGPROB..." per token (K alternatives). The
-      prune flags prune the prompt's prefill; decode always runs every layer. --evict-budget-tokens
-      evicts the oldest blocks past the sink tokens once the cache holds more than B tokens
-      (kv_cache.eviction).
+      --logprobs K a line "logprob ID LOGPROB TOP_ID:LOGPROB..." per token (K alternatives);
+      with --prompt-logprobs K first a line "prompt_logprob ..." per prompt token after the
+      first (the prompt then runs unpruned). The prune flags prune the prompt's prefill; decode
+      always runs every layer. --evict-budget-tokens evicts the oldest blocks past the sink
+      tokens once the cache holds more than B tokens (kv_cache.eviction).
   model-inspect prune-eval --model DIR --text-file F (--prune-start-layer L | --prune-ratio R)
                 [--prune-keep-every K] [--protect-tokens N] [--prompt-tokens 512]
                 [--continuation-tokens 128] [--greedy-tokens 32] [--windows 8] [--json]

@@ -194,6 +194,7 @@ absl::Status RunGenerate(const CliArgs& args) {
                                           "frequency-penalty",
                                           "repetition-penalty",
                                           "logprobs",
+                                          "prompt-logprobs",
                                           "ignore-eos",
                                           "kv-dtype",
                                           "kv-sink-tokens",
@@ -225,6 +226,8 @@ absl::Status RunGenerate(const CliArgs& args) {
   TANDEM_ASSIGN_OR_RETURN(double frequency, args.DoubleOr("frequency-penalty", 0.0));
   TANDEM_ASSIGN_OR_RETURN(double repetition, args.DoubleOr("repetition-penalty", 1.0));
   TANDEM_ASSIGN_OR_RETURN(int64_t top_logprobs, args.IntOr("logprobs", -1));
+  TANDEM_ASSIGN_OR_RETURN(int64_t prompt_logprobs, args.IntOr("prompt-logprobs", -1));
+  request.prompt_logprobs = static_cast<int>(std::clamp<int64_t>(prompt_logprobs, -2, 1 << 20));
   request.sampling = {.temperature = static_cast<float>(temperature),
                       .top_p = static_cast<float>(top_p),
                       .top_k = static_cast<int>(std::clamp<int64_t>(top_k, -1, 1 << 30)),
@@ -254,7 +257,7 @@ absl::Status RunGenerate(const CliArgs& args) {
   TANDEM_ASSIGN_OR_RETURN(auto engine, engine::Engine::Create(*model, options));
   TANDEM_RETURN_IF_ERROR(engine->AddRequest(std::move(request)));
   std::vector<int32_t> generated;
-  std::vector<model::TokenLogprobs> logprobs;
+  std::vector<model::TokenLogprobs> logprobs, prompt_lps;
   engine::FinishReason finish = engine::FinishReason::kNone;
   auto t0 = Clock::now();
   Clock::time_point first_token;
@@ -264,17 +267,24 @@ absl::Status RunGenerate(const CliArgs& args) {
       if (generated.empty() && !out.new_tokens.empty()) first_token = Clock::now();
       generated.insert(generated.end(), out.new_tokens.begin(), out.new_tokens.end());
       logprobs.insert(logprobs.end(), out.logprobs.begin(), out.logprobs.end());
+      prompt_lps.insert(prompt_lps.end(), out.prompt_logprobs.begin(), out.prompt_logprobs.end());
       if (out.finish == engine::FinishReason::kError) return out.error;
       if (out.finish != engine::FinishReason::kNone) finish = out.finish;
     }
   }
   auto t1 = Clock::now();
   TANDEM_RETURN_IF_ERROR(PrintGenerated(generated, prompt));
-  // One line per token: "logprob ID LOGPROB TOP_ID:LOGPROB ...".
-  for (size_t i = 0; i < logprobs.size() && i < generated.size(); ++i) {
-    std::string line = absl::StrFormat("logprob %d %.9g", generated[i], logprobs[i].logprob);
-    for (const auto& [id, lp] : logprobs[i].top) absl::StrAppendFormat(&line, " %d:%.9g", id, lp);
+  // One line per token: "logprob ID LOGPROB TOP_ID:LOGPROB ...", the prompt's first.
+  auto print = [](const char* what, int32_t id, const model::TokenLogprobs& lps) {
+    std::string line = absl::StrFormat("%s %d %.9g", what, id, lps.logprob);
+    for (const auto& [top, lp] : lps.top) absl::StrAppendFormat(&line, " %d:%.9g", top, lp);
     std::printf("%s\n", line.c_str());
+  };
+  for (size_t i = 0; i < prompt_lps.size() && i + 1 < tokens.size(); ++i) {
+    print("prompt_logprob", tokens[i + 1], prompt_lps[i]);
+  }
+  for (size_t i = 0; i < logprobs.size() && i < generated.size(); ++i) {
+    print("logprob", generated[i], logprobs[i]);
   }
   double decode_s = generated.size() > 1 ? Seconds(first_token, t1) : 0;
   std::fprintf(stderr,

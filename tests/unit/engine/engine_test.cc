@@ -61,6 +61,11 @@ class EngineTest : public ::testing::Test {
     return RunAll(*e, {r})[r.id];
   }
 
+ public:
+  Result SoloResult(const Request& r) { return Solo(r); }
+
+ protected:
+
   void ExpectSameAsSolo(const std::map<std::string, Result>& got,
                         const std::vector<Request>& requests) {
     for (const auto& r : requests) {
@@ -283,6 +288,59 @@ TEST_F(EngineTest, PrefixCacheHitMatchesFullComputation) {
   ExpectSameAsSolo(got, {b});
 }
 
+// The log-softmax of `logits` (in double), for checking the engine's.
+std::vector<double> LogSoftmax(const std::vector<float>& logits) {
+  const double max = *std::max_element(logits.begin(), logits.end());
+  double sum = 0;
+  for (float l : logits) sum += std::exp(l - max);
+  std::vector<double> out;
+  for (float l : logits) out.push_back(l - max - std::log(sum));
+  return out;
+}
+
+// Checks `got` (one entry per prompt token after the first, `top` alternatives each) against
+// the logits of each prefix of `prompt` run alone: position p's logits are those a request for
+// prompt[0..p] samples its first token from.
+void ExpectPromptLogprobs(EngineTest& t, const std::vector<int32_t>& prompt,
+                          const std::vector<model::TokenLogprobs>& got, int top,
+                          const std::string& what);
+
+TEST_F(EngineTest, PromptLogprobsAreEachPrefixsNextTokenLogprobs) {
+  const std::vector<int32_t> prompt = RandomPrompt(37, 21, 128);
+  Request r = Greedy("p", prompt, 3);
+  r.prompt_logprobs = 4;
+  ExpectPromptLogprobs(*this, prompt, Solo(r).prompt_logprobs, 4, "solo");
+  // Chunked and batched with others, after the same prompt has been cached: the prompt is
+  // computed in full (no cached tokens) and gives the same values.
+  EngineOptions o = Options();
+  o.chunk_size = 5;
+  o.max_num_batched_tokens = 7;
+  auto e = MakeEngine(o);
+  RunAll(*e, {Greedy("warm", prompt, 1)});
+  r.prompt_logprobs = 0;
+  std::vector<Request> batch = MixedRequests(3, 4);
+  batch.push_back(r);
+  auto got = RunAll(*e, batch);
+  EXPECT_EQ(got["p"].cached_prompt_tokens, 0);
+  ExpectPromptLogprobs(*this, prompt, got["p"].prompt_logprobs, 0, "chunked");
+  ExpectSameAsSolo(got, batch);
+  // The others asked for none.
+  EXPECT_TRUE(got["r0"].prompt_logprobs.empty());
+}
+
+TEST_F(EngineTest, PromptLogprobsSurvivePreemption) {
+  auto requests = MixedRequests(6, 24);
+  for (Request& r : requests) r.prompt_logprobs = 2;
+  EngineOptions o = Options();
+  o.num_blocks = 8;
+  auto e = MakeEngine(o);
+  auto got = RunAll(*e, requests);
+  for (const Request& r : requests) {
+    ExpectPromptLogprobs(*this, r.prompt, got[r.id].prompt_logprobs, 2, r.id);
+  }
+  EXPECT_EQ(e->KvStats().used_blocks, 0);
+}
+
 TEST_F(EngineTest, PreemptionUnderMemoryPressureKeepsOutputs) {
   auto requests = MixedRequests(6, 24);
   EngineOptions o = Options();
@@ -485,6 +543,28 @@ TEST_F(EngineTest, RejectsBadResumptions) {
   EXPECT_EQ(code(long_prompt, 300, 510), absl::StatusCode::kOk);
 }
 
+void ExpectPromptLogprobs(EngineTest& t, const std::vector<int32_t>& prompt,
+                          const std::vector<model::TokenLogprobs>& got, int top,
+                          const std::string& what) {
+  ASSERT_EQ(got.size(), prompt.size() - 1) << what;
+  for (size_t p = 0; p + 1 < prompt.size(); ++p) {
+    const std::vector<int32_t> prefix(prompt.begin(), prompt.begin() + p + 1);
+    const Result alone = t.SoloResult(Greedy("prefix", prefix, 1));
+    ASSERT_EQ(alone.logits.size(), 1u);
+    const std::vector<double> want = LogSoftmax(alone.logits[0]);
+    EXPECT_NEAR(got[p].logprob, want[prompt[p + 1]], 1e-4) << what << " position " << p;
+    ASSERT_EQ(got[p].top.size(), static_cast<size_t>(top)) << what;
+    std::vector<int32_t> order(want.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int32_t>(i);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int32_t a, int32_t b) { return want[a] > want[b]; });
+    for (int k = 0; k < top; ++k) {
+      EXPECT_EQ(got[p].top[k].first, order[k]) << what << " position " << p << " top " << k;
+      EXPECT_NEAR(got[p].top[k].second, want[order[k]], 1e-4) << what;
+    }
+  }
+}
+
 TEST_F(EngineTest, RejectsInvalidRequests) {
   auto e = MakeEngine(Options());
   auto code = [&](Request r) { return e->AddRequest(std::move(r)).code(); };
@@ -500,6 +580,13 @@ TEST_F(EngineTest, RejectsInvalidRequests) {
   Request top_p = Greedy("h", {1, 2}, 4);
   top_p.sampling.top_p = 1.5f;
   EXPECT_EQ(code(top_p), absl::StatusCode::kInvalidArgument);
+  Request many = Greedy("i", {1, 2}, 4);
+  many.prompt_logprobs = model::SamplingParams::kMaxLogprobs + 1;
+  EXPECT_EQ(code(many), absl::StatusCode::kInvalidArgument);
+  Request resumed = Greedy("j", {1, 2, 3}, 4);
+  resumed.num_generated = 1;
+  resumed.prompt_logprobs = 0;  // the prompt was prefilled before: its logprobs went out then
+  EXPECT_EQ(code(resumed), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(e->AddRequest(Greedy("dup", {1, 2}, 4)).ok());
   EXPECT_EQ(code(Greedy("dup", {1, 2}, 4)), absl::StatusCode::kAlreadyExists);
   EXPECT_EQ(e->NumWaiting(), 1);
@@ -578,6 +665,22 @@ TEST_F(EnginePruningTest, BatchesOfMinSizePruneTheirPromptsAndOnlyThem) {
     EXPECT_LE(MaxRelDiff(plain[r.id].logits[0], unpruned[r.id].logits[0]), 1e-5) << r.id;
   }
   EXPECT_EQ(pruning->KvStats().used_blocks, 0);
+}
+
+TEST_F(EnginePruningTest, PromptLogprobsRunTheirPromptAtFullDepth) {
+  const std::vector<Request> plain_requests = {Greedy("a", RandomPrompt(20, 1, 128), 3),
+                                               Greedy("b", RandomPrompt(13, 2, 128), 3)};
+  std::vector<Request> requests = plain_requests;
+  requests[0].prompt_logprobs = 1;
+  auto pruning = MakeEngine(Pruning(1));
+  auto got = RunAll(*pruning, requests);
+  auto plain_engine = MakeEngine(Options());
+  auto plain = RunAll(*plain_engine, plain_requests);
+  // "a" asked for its prompt's log-probabilities: nothing of it was pruned; "b" was.
+  EXPECT_LE(MaxRelDiff(plain["a"].logits[0], got["a"].logits[0]), 1e-5);
+  EXPECT_LE(MaxRelDiff(PrunedLastLogits(requests[1].prompt), got["b"].logits[0]), 1e-4);
+  ASSERT_EQ(got["a"].prompt_logprobs.size(), requests[0].prompt.size() - 1);
+  EXPECT_TRUE(got["b"].prompt_logprobs.empty());
 }
 
 TEST_F(EnginePruningTest, PrunedBlocksAreSharedOnlyByTheSamePrompt) {

@@ -29,6 +29,9 @@ TEST(OpenAiProtocolTest, AbsentFieldsTakeTheOpenAiDefaults) {
   EXPECT_FLOAT_EQ(s.top_p(), 1.0f);
   EXPECT_EQ(s.top_k(), 0);
   EXPECT_EQ(s.seed(), 0u);
+  EXPECT_FALSE(s.seeded());  // a random seed
+  EXPECT_FALSE(r.echo);
+  EXPECT_FALSE(s.prompt_logprobs());
   EXPECT_EQ(r.n, 1);
   EXPECT_FALSE(r.stream);
   EXPECT_EQ(r.model, "m");
@@ -69,7 +72,23 @@ TEST(OpenAiProtocolTest, EverySupportedFieldReachesTheRequest) {
   EXPECT_TRUE(r.stream);
   EXPECT_TRUE(r.include_usage);
   EXPECT_EQ(r.user, "u1");
+  EXPECT_TRUE(s.seeded());
   EXPECT_EQ(Parse(R"({"prompt": "x", "top_k": -1})")->prompts[0].sampling().top_k(), 0);
+  // seed 0 is a seed (OpenAI's), not tandem.v1's "random".
+  EXPECT_TRUE(Parse(R"({"prompt": "x", "seed": 0})")->prompts[0].sampling().seeded());
+  EXPECT_FALSE(Parse(R"({"prompt": "x", "seed": null})")->prompts[0].sampling().seeded());
+  // echo: the prompt text leads each choice; with logprobs the prompt's are asked for too;
+  // max_tokens 0 (echo only) generates one token the door drops.
+  CompletionRequest echo = Parse(R"({"prompt": ["ab", "cd"], "echo": true})").value();
+  EXPECT_TRUE(echo.echo);
+  EXPECT_EQ(echo.prompt_texts, (std::vector<std::string>{"ab", "cd"}));
+  EXPECT_FALSE(echo.prompts[0].sampling().prompt_logprobs());
+  CompletionRequest score =
+      Parse(R"({"prompt": "ab", "echo": true, "max_tokens": 0, "logprobs": 2})").value();
+  EXPECT_TRUE(score.generate_none);
+  EXPECT_EQ(score.prompts[0].sampling().max_tokens(), 1);
+  EXPECT_TRUE(score.prompts[0].sampling().prompt_logprobs());
+  EXPECT_EQ(score.prompts[0].sampling().top_logprobs(), 2);
   // logprobs: null is off, 0 the sampled token's alone.
   EXPECT_FALSE(Parse(R"({"prompt": "x", "logprobs": null})")->prompts[0].sampling().logprobs());
   EXPECT_TRUE(Parse(R"({"prompt": "x", "logprobs": 0})")->prompts[0].sampling().logprobs());
@@ -121,7 +140,8 @@ TEST(OpenAiProtocolTest, BadRequestsNameTheirField) {
        absl::StatusCode::kInvalidArgument, "stream_options"},
       {R"({"prompt": "x", "logprobs": 21})", absl::StatusCode::kInvalidArgument, "logprobs"},
       {R"({"prompt": "x", "logprobs": true})", absl::StatusCode::kInvalidArgument, "logprobs"},
-      {R"({"prompt": "x", "echo": true})", absl::StatusCode::kInvalidArgument, "echo"},
+      {R"({"prompt": "x", "echo": 1})", absl::StatusCode::kInvalidArgument, "echo"},
+      {R"({"prompt": "x", "max_tokens": 0})", absl::StatusCode::kInvalidArgument, "max_tokens"},
       {R"({"prompt": "x", "presence_penalty": "high"})", absl::StatusCode::kInvalidArgument,
        "presence_penalty"},
       {R"({"prompt": "x", "repetition_penalty": 0})", absl::StatusCode::kInvalidArgument,

@@ -197,6 +197,18 @@ TEST(ParseGenerateRequestTest, ReadsEveryFieldOfThePublicMessage) {
   s->set_repetition_penalty(1.1f);
   s->set_logprobs(true);
   s->set_top_logprobs(4);
+  s->set_prompt_logprobs(true);
+  s->set_seeded(true);
+  r.set_cache_salt("tenant");
+  // Every field is set above: a field added to the public message must be added here and to
+  // the router's wire copy.
+  for (const google::protobuf::Message* m : {static_cast<google::protobuf::Message*>(&r),
+                                             static_cast<google::protobuf::Message*>(s)}) {
+    std::vector<const google::protobuf::FieldDescriptor*> set;
+    m->GetReflection()->ListFields(*m, &set);
+    EXPECT_EQ(set.size(), static_cast<size_t>(m->GetDescriptor()->field_count()))
+        << m->GetDescriptor()->full_name();
+  }
   auto parsed = ParseGenerateRequest(Serialize(r.SerializeAsString()));
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   EXPECT_EQ(parsed->SerializeAsString(), r.SerializeAsString());

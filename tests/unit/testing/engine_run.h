@@ -19,6 +19,7 @@ struct EngineResult {
   std::vector<std::vector<float>> logits;  // one per sampled token, with return_logits
   engine::FinishReason finish = engine::FinishReason::kNone;
   int cached_prompt_tokens = 0;
+  std::vector<model::TokenLogprobs> prompt_logprobs;  // with Request::prompt_logprobs
 };
 
 // A greedy request that ignores EOS and returns the logits of every token it samples.
@@ -51,6 +52,7 @@ inline std::map<std::string, EngineResult> RunAll(engine::Engine& e,
       r.tokens.insert(r.tokens.end(), o.new_tokens.begin(), o.new_tokens.end());
       if (!o.logits.empty()) r.logits.push_back(std::move(o.logits));
       r.cached_prompt_tokens = o.cached_prompt_tokens;
+      for (model::TokenLogprobs& lp : o.prompt_logprobs) r.prompt_logprobs.push_back(std::move(lp));
       if (o.finish != engine::FinishReason::kNone) r.finish = o.finish;
       EXPECT_TRUE(o.error.ok()) << o.error;
     }
