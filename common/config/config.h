@@ -80,6 +80,9 @@ struct RouterConfig {
   int max_logprobs = 20;
   int64_t max_request_bytes = 4 << 20;  // a gRPC request message
   int http_max_header_bytes = 16 << 10;
+  // Origins whose web pages may call the HTTP door from a browser (CORS), each
+  // scheme://host[:port], or "*" for any; empty: none (browsers refuse cross-origin reads).
+  std::vector<std::string> http_cors_origins;
 };
 
 struct BalancerConfig {

@@ -294,6 +294,9 @@ std::vector<Field> MakeSchema() {
             "largest gRPC request message the router accepts (RESOURCE_EXHAUSTED beyond)"),
       Int("router.http_max_header_bytes", TANDEM_CONFIG_REF(router.http_max_header_bytes), 1024,
           1 << 20, "largest HTTP request head, request line and headers (431 beyond)"),
+      List("router.http_cors_origins", TANDEM_CONFIG_REF(router.http_cors_origins),
+           "origins (scheme://host[:port], or \"*\" for any) whose pages may call the HTTP API "
+           "from a browser (CORS); empty: none"),
       Real("balancer.hit_rate_threshold", TANDEM_CONFIG_REF(balancer.hit_rate_threshold), 0, 1,
            "decode KV hit rate below which the balancer engages (the 90% rule)"),
       Real("balancer.hysteresis", TANDEM_CONFIG_REF(balancer.hysteresis), 0, 1,

@@ -235,8 +235,17 @@ class Session : public std::enable_shared_from_this<Session> {
   void AddHeaders(http::response<Body>& res, const HttpHeaders& headers) {
     for (const auto& [name, value] : headers) res.set(name, value);
     res.set(http::field::server, "tandem");
+    if (!cors_allow_origin_.empty()) {
+      res.set(http::field::access_control_allow_origin, cors_allow_origin_);
+    }
+    // Caches must not hand one origin's answer to another.
+    if (!options_.cors_origins.empty()) res.set(http::field::vary, "Origin");
     res.keep_alive(keep_alive_);
   }
+  // What Access-Control-Allow-Origin says to `origin`: empty when it is not allowed.
+  std::string AllowedOrigin(const std::string& origin) const;
+  // A CORS preflight, answered here.
+  void Preflight(const http::request<http::string_body>& req);
 
   ConnStream stream_;
   // The read timeout cancels the read rather than closing (as the stream's own timer would), so
@@ -249,6 +258,7 @@ class Session : public std::enable_shared_from_this<Session> {
   std::optional<http::request_parser<http::string_body>> parser_;
   uint64_t generation_ = 0;
   bool in_request_ = false;  // handed to the handler; its response has not ended
+  std::string cors_allow_origin_;  // the current request's, when its Origin is allowed
   bool started_ = false;     // the response's head is queued
   bool keep_alive_ = false;
   bool chunked_ = true;  // HTTP/1.1; an HTTP/1.0 stream ends by closing
@@ -415,6 +425,13 @@ void Session::OnRequest(beast::error_code ec) {
   in_request_ = true;
   started_ = false;
   ++generation_;
+  const auto origin = req.find(http::field::origin);
+  cors_allow_origin_ = origin == req.end() ? "" : AllowedOrigin(std::string(origin->value()));
+  if (req.method() == http::verb::options &&
+      req.find(http::field::access_control_request_method) != req.end()) {
+    Preflight(req);
+    return;
+  }
   HttpRequest request;
   request.method = std::string(req.method_string());
   request.target = std::string(req.target());
@@ -427,8 +444,38 @@ void Session::OnRequest(beast::error_code ec) {
                                                                    server_.gate));
 }
 
+std::string Session::AllowedOrigin(const std::string& origin) const {
+  for (const std::string& allowed : options_.cors_origins) {
+    if (allowed == "*") return "*";
+    if (absl::EqualsIgnoreCase(allowed, origin)) return origin;
+  }
+  return "";
+}
+
+void Session::Preflight(const http::request<http::string_body>& req) {
+  if (cors_allow_origin_.empty()) {
+    const auto origin = req.find(http::field::origin);
+    Reply(generation_, 403, "text/plain",
+          absl::StrCat("cross-origin requests from ",
+                       origin == req.end() ? "no origin" : std::string(origin->value()),
+                       " are not allowed (router.http_cors_origins)\n"),
+          {});
+    return;
+  }
+  HttpHeaders headers = {{"Access-Control-Allow-Methods", "GET, POST, OPTIONS"},
+                         {"Access-Control-Max-Age", "600"}};
+  // The headers the page asked to send (Authorization, Content-Type, the SDKs' own): the
+  // origin is trusted, and every request is still checked as it arrives.
+  if (const auto asked = req.find(http::field::access_control_request_headers);
+      asked != req.end()) {
+    headers.emplace_back("Access-Control-Allow-Headers", std::string(asked->value()));
+  }
+  Reply(generation_, 204, "text/plain", "", std::move(headers));
+}
+
 void Session::Refuse(int status, std::string message) {
   keep_alive_ = false;
+  cors_allow_origin_.clear();
   in_request_ = true;
   started_ = false;
   ++generation_;

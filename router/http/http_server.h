@@ -3,7 +3,7 @@
 //
 // The server reads and checks requests (header and body limits, read timeouts), hands each to
 // the handler with an HttpResponder, and writes what the responder is given: a whole response,
-// or a stream (chunked transfer encoding). A client that goes away, stops reading (write
+// or a stream (chunked transfer encoding). It also answers CORS preflights (cors_origins). A client that goes away, stops reading (write
 // timeout, or more than `max_pending_write_bytes` waiting) or sends nothing in time is cut off,
 // and the responder's abort callback runs, so whatever serves the request can stop.
 //
@@ -42,6 +42,12 @@ struct HttpServerOptions {
   // read again for new connections once they change (rotation without a restart).
   std::string tls_cert_file = "";
   std::string tls_key_file = "";
+  // CORS: the origins (scheme://host[:port]) whose pages a browser lets read the responses, or
+  // "*" for any. A response to an allowed Origin carries Access-Control-Allow-Origin; the
+  // server answers preflight requests (OPTIONS with Access-Control-Request-Method) itself, 204
+  // for an allowed origin and 403 otherwise, before the handler (and so before any API key
+  // check: browsers send none with a preflight). Empty: no CORS headers, preflights get 403.
+  std::vector<std::string> cors_origins = {};
   // The body of a response the server makes itself (413, 431, 408, 400 for malformed HTTP),
   // as {content type, body}; null: plain text.
   std::function<std::pair<std::string, std::string>(int status, const std::string& message)>

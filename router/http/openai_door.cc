@@ -162,7 +162,8 @@ void OpenAiDoor::ChatCompletions(const HttpRequest& request,
   call->Start();
 }
 
-absl::StatusOr<std::vector<int32_t>> OpenAiDoor::ChatPrompt(const ChatRequest& request) const {
+absl::StatusOr<std::vector<int32_t>> OpenAiDoor::ChatPrompt(const Conversation& request,
+                                                            bool add_special_tokens) const {
   if (!chat_.ok()) {
     return InvalidField("messages", absl::StrCat("this model serves no chat template: ",
                                                  chat_.status().message()));
@@ -193,7 +194,7 @@ absl::StatusOr<std::vector<int32_t>> OpenAiDoor::ChatPrompt(const ChatRequest& r
     }
     text->resize(at + final.size());
   }
-  absl::StatusOr<std::vector<int32_t>> ids = tok->Encode(*text, /*add_special_tokens=*/false);
+  absl::StatusOr<std::vector<int32_t>> ids = tok->Encode(*text, add_special_tokens);
   if (!ids.ok()) return InvalidField("messages", std::string(ids.status().message()));
   if (ids->empty()) return InvalidField("messages", "the conversation renders to no tokens");
   return ids;
@@ -238,9 +239,14 @@ void OpenAiDoor::Tokenize(const HttpRequest& request, HttpResponder& responder) 
     ReplyError(responder, InvalidField("prompt", "this model has no tokenizer.json"));
     return;
   }
-  absl::StatusOr<std::vector<int32_t>> ids = tok->Encode(parsed->prompt, parsed->add_special_tokens);
+  // The chat form: the tokens /v1/chat/completions would prefill for these messages.
+  absl::StatusOr<std::vector<int32_t>> ids =
+      parsed->chat.has_value() ? ChatPrompt(*parsed->chat, parsed->add_special_tokens)
+                               : tok->Encode(parsed->prompt, parsed->add_special_tokens);
   if (!ids.ok()) {
-    ReplyError(responder, InvalidField("prompt", std::string(ids.status().message())));
+    ReplyError(responder, parsed->chat.has_value()
+                              ? ids.status()
+                              : InvalidField("prompt", std::string(ids.status().message())));
     return;
   }
   ReplyJson(responder, 200,

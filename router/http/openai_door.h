@@ -39,8 +39,10 @@ class OpenAiDoor {
                    std::shared_ptr<security::KeyLease> lease);
   void ChatCompletions(const HttpRequest& request, std::shared_ptr<HttpResponder> responder,
                        std::shared_ptr<security::KeyLease> lease);
-  // The prompt of a chat request: its messages through the template, tokenized.
-  absl::StatusOr<std::vector<int32_t>> ChatPrompt(const ChatRequest& request) const;
+  // The prompt of a conversation: its messages through the template, tokenized (with the
+  // tokenizer's special tokens only when asked: the template places them).
+  absl::StatusOr<std::vector<int32_t>> ChatPrompt(const Conversation& request,
+                                                  bool add_special_tokens = false) const;
   void Models(HttpResponder& responder);
   void Health(HttpResponder& responder);
   void Tokenize(const HttpRequest& request, HttpResponder& responder);

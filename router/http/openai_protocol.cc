@@ -213,24 +213,6 @@ absl::Status CheckModel(Fields& f, const OpenAiLimits& limits) {
 
 }  // namespace
 
-absl::StatusOr<TokenizeRequest> ParseTokenizeRequest(std::string_view body,
-                                                     const OpenAiLimits& limits) {
-  absl::StatusOr<json> parsed = ParseObject(body);
-  if (!parsed.ok()) return parsed.status();
-  Fields f(*parsed);
-  if (absl::Status s = CheckModel(f, limits); !s.ok()) return s;
-  TokenizeRequest out;
-  const json* prompt = f.Get("prompt");
-  if (prompt == nullptr) return InvalidField("prompt", "prompt is required");
-  if (!prompt->is_string()) return WrongType("prompt", "a string", *prompt);
-  out.prompt = prompt->get<std::string>();
-  absl::StatusOr<bool> special = f.Bool("add_special_tokens", true);
-  if (!special.ok()) return special.status();
-  out.add_special_tokens = *special;
-  if (absl::Status s = f.CheckNoOthers(); !s.ok()) return s;
-  return out;
-}
-
 absl::StatusOr<std::vector<int32_t>> ParseDetokenizeRequest(std::string_view body,
                                                             const OpenAiLimits& limits) {
   absl::StatusOr<json> parsed = ParseObject(body);
@@ -431,28 +413,16 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(std::string_view body,
   return out;
 }
 
-absl::StatusOr<ChatRequest> ParseChatRequest(std::string_view body, const OpenAiLimits& limits) {
-  absl::StatusOr<json> parsed = ParseObject(body);
-  if (!parsed.ok()) return parsed.status();
-  Fields f(*parsed);
-  ChatRequest out;
-  if (absl::Status s = CheckModel(f, limits); !s.ok()) return s;
+namespace {
+
+// The conversation fields, and the chat fields Tandem refuses (tools and the like).
+absl::Status ParseConversation(Fields& f, Conversation& out) {
   absl::StatusOr<nlohmann::ordered_json> messages = ParseMessages(f.Get("messages"));
   if (!messages.ok()) return messages.status();
   out.messages = std::move(*messages);
-  tandem::v1::SamplingParams sp;
-  if (absl::Status s = ParseShared(f, limits, out.completion, sp); !s.ok()) return s;
-  // max_completion_tokens, or the older max_tokens; neither: until the context is full.
-  const int64_t kMax = std::numeric_limits<int32_t>::max();
-  absl::StatusOr<int64_t> max_completion = f.Integer("max_completion_tokens", 0, 1, kMax);
-  absl::StatusOr<int64_t> max_tokens = f.Integer("max_tokens", 0, 1, kMax);
-  absl::StatusOr<bool> logprobs = f.Bool("logprobs", false);
-  absl::StatusOr<int64_t> top_logprobs = f.Integer("top_logprobs", 0, 0, limits.max_logprobs);
   absl::StatusOr<bool> generation_prompt = f.Bool("add_generation_prompt", true);
   absl::StatusOr<bool> continue_final = f.Bool("continue_final_message", false);
-  for (const absl::Status& s :
-       {max_completion.status(), max_tokens.status(), logprobs.status(), top_logprobs.status(),
-        generation_prompt.status(), continue_final.status()}) {
+  for (const absl::Status& s : {generation_prompt.status(), continue_final.status()}) {
     if (!s.ok()) return s;
   }
   if (const json* kwargs = f.Get("chat_template_kwargs"); kwargs != nullptr) {
@@ -463,11 +433,8 @@ absl::StatusOr<ChatRequest> ParseChatRequest(std::string_view body, const OpenAi
        {f.Unsupported("tools", {json::array()}), f.Unsupported("tool_choice", {"none"}),
         f.Unsupported("parallel_tool_calls"), f.Unsupported("functions"),
         f.Unsupported("function_call", {"none"}),
-        f.Unsupported("response_format", {json{{"type", "text"}}}), f.CheckNoOthers()}) {
+        f.Unsupported("response_format", {json{{"type", "text"}}})}) {
     if (!s.ok()) return s;
-  }
-  if (*top_logprobs > 0 && !*logprobs) {
-    return InvalidField("top_logprobs", "top_logprobs needs logprobs set to true");
   }
   if (*continue_final && *generation_prompt && f.Get("add_generation_prompt") != nullptr) {
     return InvalidField("continue_final_message",
@@ -479,6 +446,62 @@ absl::StatusOr<ChatRequest> ParseChatRequest(std::string_view body, const OpenAi
   }
   out.add_generation_prompt = *generation_prompt && !*continue_final;
   out.continue_final_message = *continue_final;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<TokenizeRequest> ParseTokenizeRequest(std::string_view body,
+                                                     const OpenAiLimits& limits) {
+  absl::StatusOr<json> parsed = ParseObject(body);
+  if (!parsed.ok()) return parsed.status();
+  Fields f(*parsed);
+  if (absl::Status s = CheckModel(f, limits); !s.ok()) return s;
+  TokenizeRequest out;
+  const json* prompt = f.Get("prompt");
+  if (f.Get("messages") != nullptr) {
+    if (prompt != nullptr) {
+      return InvalidField("prompt", "give either prompt or messages, not both");
+    }
+    if (absl::Status s = ParseConversation(f, out.chat.emplace()); !s.ok()) return s;
+  } else if (prompt == nullptr) {
+    return InvalidField("prompt", "prompt (or messages) is required");
+  } else if (!prompt->is_string()) {
+    return WrongType("prompt", "a string", *prompt);
+  } else {
+    out.prompt = prompt->get<std::string>();
+  }
+  // A chat template places the special tokens itself.
+  absl::StatusOr<bool> special = f.Bool("add_special_tokens", !out.chat.has_value());
+  if (!special.ok()) return special.status();
+  out.add_special_tokens = *special;
+  if (absl::Status s = f.CheckNoOthers(); !s.ok()) return s;
+  return out;
+}
+
+absl::StatusOr<ChatRequest> ParseChatRequest(std::string_view body, const OpenAiLimits& limits) {
+  absl::StatusOr<json> parsed = ParseObject(body);
+  if (!parsed.ok()) return parsed.status();
+  Fields f(*parsed);
+  ChatRequest out;
+  if (absl::Status s = CheckModel(f, limits); !s.ok()) return s;
+  if (absl::Status s = ParseConversation(f, out); !s.ok()) return s;
+  tandem::v1::SamplingParams sp;
+  if (absl::Status s = ParseShared(f, limits, out.completion, sp); !s.ok()) return s;
+  // max_completion_tokens, or the older max_tokens; neither: until the context is full.
+  const int64_t kMax = std::numeric_limits<int32_t>::max();
+  absl::StatusOr<int64_t> max_completion = f.Integer("max_completion_tokens", 0, 1, kMax);
+  absl::StatusOr<int64_t> max_tokens = f.Integer("max_tokens", 0, 1, kMax);
+  absl::StatusOr<bool> logprobs = f.Bool("logprobs", false);
+  absl::StatusOr<int64_t> top_logprobs = f.Integer("top_logprobs", 0, 0, limits.max_logprobs);
+  for (const absl::Status& s : {max_completion.status(), max_tokens.status(), logprobs.status(),
+                                top_logprobs.status(), f.Unsupported("echo", {false}),
+                                f.CheckNoOthers()}) {
+    if (!s.ok()) return s;
+  }
+  if (*top_logprobs > 0 && !*logprobs) {
+    return InvalidField("top_logprobs", "top_logprobs needs logprobs set to true");
+  }
   out.max_tokens = *max_completion > 0 ? *max_completion : *max_tokens;
   sp.set_logprobs(*logprobs);
   sp.set_top_logprobs(static_cast<int32_t>(*top_logprobs));

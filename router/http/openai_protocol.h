@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -52,23 +53,31 @@ struct CompletionRequest {
 absl::StatusOr<CompletionRequest> ParseCompletionRequest(std::string_view body,
                                                          const OpenAiLimits& limits);
 
-// A parsed /v1/chat/completions request, before its template is rendered: `completion` has no
-// prompts yet, and `sampling` no max_tokens (the door sets both once it knows the prompt).
-struct ChatRequest {
-  CompletionRequest completion;
+// A conversation as chat templates read it: what /v1/chat/completions and the chat form of
+// /tokenize take, before the template renders it.
+struct Conversation {
   nlohmann::ordered_json messages;  // [{role, content (a string), name?}]
   bool add_generation_prompt = true;
   bool continue_final_message = false;
   nlohmann::ordered_json template_kwargs = nlohmann::ordered_json::object();
+};
+
+// A parsed /v1/chat/completions request, before its template is rendered: `completion` has no
+// prompts yet, and `sampling` no max_tokens (the door sets both once it knows the prompt).
+struct ChatRequest : Conversation {
+  CompletionRequest completion;
   int64_t max_tokens = 0;  // 0: until the context is full
   tandem::v1::SamplingParams sampling;
 };
 absl::StatusOr<ChatRequest> ParseChatRequest(std::string_view body, const OpenAiLimits& limits);
 
-// POST /tokenize {"model"?, "prompt", "add_special_tokens"?} (vLLM's shape).
+// POST /tokenize (vLLM's shapes): {"model"?, "prompt", "add_special_tokens"? (default true)},
+// or the chat form {"model"?, "messages", "add_generation_prompt"?, "continue_final_message"?,
+// "chat_template_kwargs"?, "add_special_tokens"? (default false: the template places them)}.
 struct TokenizeRequest {
   std::string prompt;
   bool add_special_tokens = true;
+  std::optional<Conversation> chat;  // the chat form
 };
 absl::StatusOr<TokenizeRequest> ParseTokenizeRequest(std::string_view body,
                                                      const OpenAiLimits& limits);

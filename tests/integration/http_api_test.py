@@ -244,6 +244,22 @@ def echo_scores(serve):
     return lps["token_logprobs"][1:]
 
 
+def check_tokenize_chat(serve):
+    """/tokenize's chat form gives the tokens /v1/chat/completions prefills for the messages."""
+    messages = [{"role": "system", "content": "Sorting helpers."},
+                {"role": "user", "content": "Write quicksort"}]
+    chat = post(serve, "/tokenize", {"messages": messages})
+    # The bundled template: <|bos|>, the system message as a docstring, the user's as a comment.
+    text = post(serve, "/tokenize", {"prompt": '"""Sorting helpers."""\n\n# Write quicksort\n'})
+    assert chat["tokens"] == text["tokens"] and chat["count"] == len(chat["tokens"]), (chat, text)
+    used = post(serve, "/v1/chat/completions", {"messages": messages, "max_tokens": 1})
+    assert used["usage"]["prompt_tokens"] == chat["count"], (used["usage"], chat)
+    status, body = curl(f"{serve.base}/tokenize", body=json.dumps(
+        {"messages": messages, "prompt": "x"}).encode())
+    check_error(status, body, 400, "prompt")
+    print(f"tokenize: messages -> {chat['count']} tokens, as chat completions prefills them")
+
+
 def check_curl(serve):
     status, text = curl("-N", f"{serve.base}/v1/completions", body=json.dumps(
         {"prompt": "def add(a, b):", "max_tokens": 6, "temperature": 0, "stream": True,
@@ -384,7 +400,8 @@ def check_api_keys(modules):
     write_keys(keys, key_line("k-alice", "alice", "max_concurrent=4") +
                key_line("k-bob", "bob", "tokens_per_minute=150") + key_line("k-carol", "carol"))
     serve = Serve(["--set", f"security.api_keys_file={keys}",
-                   "--set", "security.cache_salt_per_key=true"])
+                   "--set", "security.cache_salt_per_key=true",
+                   "--set", "router.http_cors_origins=[http://localhost:3000]"])
     try:
         gen = lambda *extra: subprocess.run(  # noqa: E731
             [args.tandem, "generate", "--addr", serve.grpc, "--prompt", "def f(x):",
@@ -400,6 +417,26 @@ def check_api_keys(modules):
         assert openai_with_key(modules, serve, "k-wrong")["status"] == 401
         print("API keys: gRPC and HTTP refuse a missing or wrong key (401, UNAUTHENTICATED); "
               "the openai client and tandem generate --api-key get in; /health stays open")
+
+        # A web page on the allowed origin: its preflight (which carries no key) is answered,
+        # its requests still need a key, and every answer lets the page read it.
+        page = ("-H", "Origin: http://localhost:3000")
+        status, text = curl("-X", "OPTIONS", f"{serve.base}/v1/completions", *page,
+                            "-H", "Access-Control-Request-Method: POST",
+                            "-H", "Access-Control-Request-Headers: authorization, content-type")
+        assert status == 204, text
+        assert "Access-Control-Allow-Origin: http://localhost:3000" in text, text
+        assert "Access-Control-Allow-Headers: authorization, content-type" in text, text
+        status, text = curl(f"{serve.base}/v1/models", *page)
+        assert status == 401 and "Access-Control-Allow-Origin: http://localhost:3000" in text, text
+        status, text = curl(f"{serve.base}/v1/models", *page, "-H", "Authorization: Bearer k-carol")
+        assert status == 200 and "Access-Control-Allow-Origin: http://localhost:3000" in text, text
+        status, text = curl("-X", "OPTIONS", f"{serve.base}/v1/completions",
+                            "-H", "Origin: https://elsewhere.example",
+                            "-H", "Access-Control-Request-Method: POST")
+        assert status == 403 and "Access-Control-Allow-Origin" not in text, text
+        print("CORS: the allowed origin's preflight gets 204 without a key, its requests still "
+              "need one; another origin's preflight gets 403")
 
         # Tenants never share cached prompts: carol's second request hits her cache, alice's
         # first does not.
@@ -507,6 +544,7 @@ def main():
                    "--set", "router.http_write_timeout_seconds=2"])
     try:
         check_curl(serve)
+        check_tokenize_chat(serve)
         check_openai_client(serve, modules)
         check_misbehaving_clients(serve)
         check_abort_latency(serve)

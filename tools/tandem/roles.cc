@@ -426,6 +426,7 @@ class RouterRole final : public ServedRole {
                     // HTTPS with the router's certificate when the roles use TLS.
                     .tls_cert_file = c.security.tls.cert_file,
                     .tls_key_file = c.security.tls.key_file,
+                    .cors_origins = c.router.http_cors_origins,
                     .refusal_body = &router::OpenAiDoor::RefusalBody},
                    [door = door_.get()](router::HttpRequest request,
                                         std::shared_ptr<router::HttpResponder> responder) {

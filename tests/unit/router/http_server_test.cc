@@ -215,6 +215,67 @@ TEST_F(HttpServerTest, StoppingTheServerAbortsResponsesInProgress) {
   EXPECT_TRUE(c.peer_closed());
 }
 
+TEST_F(HttpServerTest, CorsAllowsOnlyTheConfiguredOriginsAndAnswersTheirPreflights) {
+  Start({.cors_origins = {"https://app.example"}});
+  RawHttpClient c(server_->port());
+  // A preflight from the allowed origin: 204 with what the page may send, never the handler.
+  ASSERT_TRUE(c.Send(
+      "OPTIONS /echo HTTP/1.1\r\nOrigin: https://app.example\r\n"
+      "Access-Control-Request-Method: POST\r\n"
+      "Access-Control-Request-Headers: authorization, content-type\r\n\r\n"));
+  std::string r = c.ReadUntilContains("\r\n\r\n", kWait);
+  EXPECT_NE(r.find("HTTP/1.1 204"), std::string::npos) << r;
+  EXPECT_NE(r.find("Access-Control-Allow-Origin: https://app.example"), std::string::npos) << r;
+  EXPECT_NE(r.find("Access-Control-Allow-Methods: GET, POST, OPTIONS"), std::string::npos) << r;
+  EXPECT_NE(r.find("Access-Control-Allow-Headers: authorization, content-type"),
+            std::string::npos)
+      << r;
+  EXPECT_EQ(handled_, 0);
+  // Its request, on the same connection, is answered with the origin allowed.
+  c.Clear();
+  ASSERT_TRUE(c.Send("POST /echo HTTP/1.1\r\nOrigin: https://app.example\r\n"
+                     "Content-Length: 2\r\n\r\nhi"));
+  r = c.ReadUntilContains("POST hi", kWait);
+  EXPECT_NE(r.find("Access-Control-Allow-Origin: https://app.example"), std::string::npos) << r;
+  EXPECT_NE(r.find("Vary: Origin"), std::string::npos) << r;
+  // Another origin: its preflight is refused, and its requests carry no CORS header (the
+  // browser keeps the answer from the page).
+  c.Clear();
+  ASSERT_TRUE(c.Send("OPTIONS /echo HTTP/1.1\r\nOrigin: https://evil.example\r\n"
+                     "Access-Control-Request-Method: POST\r\n\r\n"));
+  r = c.ReadUntilContains("not allowed", kWait);
+  EXPECT_NE(r.find("HTTP/1.1 403"), std::string::npos) << r;
+  EXPECT_EQ(r.find("Access-Control-Allow-Origin"), std::string::npos) << r;
+  c.Clear();
+  ASSERT_TRUE(c.Send("POST /echo HTTP/1.1\r\nOrigin: https://evil.example\r\n"
+                     "Content-Length: 2\r\n\r\nhi"));
+  r = c.ReadUntilContains("POST hi", kWait);
+  EXPECT_EQ(r.find("Access-Control-Allow-Origin"), std::string::npos) << r;
+  EXPECT_EQ(handled_, 2);
+}
+
+TEST_F(HttpServerTest, CorsIsOffByDefaultAndAWildcardAllowsAnyOrigin) {
+  Start();
+  {
+    RawHttpClient c(server_->port());
+    ASSERT_TRUE(c.Send("OPTIONS /echo HTTP/1.1\r\nOrigin: https://app.example\r\n"
+                       "Access-Control-Request-Method: POST\r\n\r\n"));
+    const std::string& r = c.ReadUntilContains("not allowed", kWait);
+    EXPECT_NE(r.find("HTTP/1.1 403"), std::string::npos) << r;
+    EXPECT_EQ(r.find("Vary"), std::string::npos) << r;
+  }
+  server_.reset();
+  Start({.cors_origins = {"*"}});
+  RawHttpClient c(server_->port());
+  ASSERT_TRUE(c.Send("GET /echo HTTP/1.1\r\nOrigin: http://localhost:3000\r\n\r\n"));
+  const std::string& r = c.ReadUntilContains("GET", kWait);
+  EXPECT_NE(r.find("Access-Control-Allow-Origin: *"), std::string::npos) << r;
+  // An OPTIONS that is not a preflight goes to the handler like any request.
+  c.Clear();
+  ASSERT_TRUE(c.Send("OPTIONS /echo HTTP/1.1\r\n\r\n"));
+  EXPECT_NE(c.ReadUntilContains("OPTIONS", kWait).find("200 OK"), std::string::npos);
+}
+
 TEST(SplitHostPortTest, ParsesAndRefuses) {
   EXPECT_EQ(SplitHostPort("127.0.0.1:8080").value(), std::make_pair(std::string("127.0.0.1"), 8080));
   EXPECT_EQ(SplitHostPort("[::1]:0").value(), std::make_pair(std::string("::1"), 0));

@@ -41,6 +41,38 @@ TEST(OpenAiProtocolTest, AbsentFieldsTakeTheOpenAiDefaults) {
             16);
 }
 
+TEST(OpenAiProtocolTest, TokenizeTakesAPromptOrAConversation) {
+  const OpenAiLimits limits{.model_name = "m", .context_length = 64};
+  TokenizeRequest text = ParseTokenizeRequest(R"({"prompt": "hi"})", limits).value();
+  EXPECT_EQ(text.prompt, "hi");
+  EXPECT_TRUE(text.add_special_tokens);
+  EXPECT_FALSE(text.chat.has_value());
+  TokenizeRequest chat =
+      ParseTokenizeRequest(R"({"messages": [{"role": "assistant", "content": "x"}],
+                              "continue_final_message": true,
+                              "chat_template_kwargs": {"k": 1}})",
+                           limits)
+          .value();
+  ASSERT_TRUE(chat.chat.has_value());
+  EXPECT_FALSE(chat.add_special_tokens);  // the template places them
+  EXPECT_EQ(chat.chat->messages.size(), 1u);
+  EXPECT_TRUE(chat.chat->continue_final_message);
+  EXPECT_FALSE(chat.chat->add_generation_prompt);
+  EXPECT_EQ(chat.chat->template_kwargs["k"], 1);
+  for (const auto& [body, param] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"messages": [{"role": "user", "content": "x"}], "prompt": "y"})", "prompt"},
+           {R"({})", "prompt"},
+           {R"({"prompt": 5})", "prompt"},
+           {R"({"messages": []})", "messages"},
+           {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{}]})", "tools"},
+           {R"({"prompt": "x", "max_tokens": 3})", "max_tokens"}}) {
+    absl::StatusOr<TokenizeRequest> r = ParseTokenizeRequest(body, limits);
+    ASSERT_FALSE(r.ok()) << body;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << body;
+    EXPECT_EQ(ParamOf(r.status()), param) << body << ": " << r.status();
+  }
+}
+
 TEST(OpenAiProtocolTest, EverySupportedFieldReachesTheRequest) {
   CompletionRequest r =
       Parse(R"({"model": "m", "prompt": [1, 2, 3], "max_tokens": 7, "temperature": 0.5,
