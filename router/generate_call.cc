@@ -5,6 +5,7 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "common/kv/block_hash.h"
 #include "common/rpc/status.h"
 #include "common/util/log.h"
@@ -549,9 +550,23 @@ void CallState::Cancel() {
                : grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the client"));
 }
 
+bool GrpcSink::CancelIfStalled(Clock::time_point now, Clock::duration timeout) {
+  if (!stream_.PinIfStalled(now, timeout)) return false;
+  // Pinned: the call cannot finish, so its context is still there.
+  Log(LogLevel::kWarning, "router",
+      absl::StrCat("a client took no message of its Generate stream for ",
+                   absl::FormatDuration(absl::FromChrono(timeout)),
+                   " (router.grpc_write_timeout_seconds): cancelled"));
+  context_->TryCancel();
+  stream_.Unpin();
+  if (cut_off_ != nullptr) cut_off_->Increment();
+  return true;
+}
+
 GenerateCall::GenerateCall(const CallEnvironment& env, grpc::CallbackServerContext* context,
-                           const grpc::ByteBuffer& raw, std::shared_ptr<security::KeyLease> lease)
-    : sink_(std::make_shared<GrpcSink>(this)) {
+                           const grpc::ByteBuffer& raw, std::shared_ptr<security::KeyLease> lease,
+                           StreamWatchdog& watchdog)
+    : sink_(std::make_shared<GrpcSink>(this, context, env.metrics.stalled_streams)) {
   const Clock::time_point arrival = Clock::now();
   absl::StatusOr<tandem::v1::GenerateRequest> request = ParseGenerateRequest(raw);
   absl::StatusOr<std::shared_ptr<CallState>> state =
@@ -563,6 +578,7 @@ GenerateCall::GenerateCall(const CallEnvironment& env, grpc::CallbackServerConte
     return;
   }
   state_ = std::move(*state);
+  watchdog.Watch(sink_);
 }
 
 }  // namespace tandem::router

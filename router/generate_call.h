@@ -29,6 +29,7 @@
 #include "common/rpc/server_stream.h"
 #include "common/security/api_keys.h"
 #include "router/call_environment.h"
+#include "router/stream_watchdog.h"
 #include "router/output_assembler.h"
 #include "router/response_sink.h"
 #include "tandem/v1/inference.grpc.pb.h"
@@ -163,24 +164,32 @@ class CallState : public std::enable_shared_from_this<CallState> {
 };
 
 // The gRPC door: a call's responses, serialized (Generate is a raw method, see RouterService).
-class GrpcSink final : public ResponseSink {
+class GrpcSink final : public ResponseSink, public WatchedStream {
  public:
-  explicit GrpcSink(grpc::ServerWriteReactor<grpc::ByteBuffer>* reactor) : stream_(reactor) {}
+  // `cut_off` (may be null) counts the streams CancelIfStalled cancels.
+  GrpcSink(grpc::ServerWriteReactor<grpc::ByteBuffer>* reactor,
+           grpc::CallbackServerContext* context, prometheus::Counter* cut_off)
+      : stream_(reactor), context_(context), cut_off_(cut_off) {}
   void Push(const tandem::v1::GenerateResponse& response,
             std::vector<std::function<void()>>& after_unlock) override;
   void End(const grpc::Status& status) override { stream_.End(status); }
+  bool CancelIfStalled(Clock::time_point now, Clock::duration timeout) override;
   rpc::ServerStream<grpc::ByteBuffer>& stream() { return stream_; }
 
  private:
   rpc::ServerStream<grpc::ByteBuffer> stream_;
+  grpc::CallbackServerContext* const context_;  // valid until the stream finishes
+  prometheus::Counter* const cut_off_;
 };
 
 // The server reactor of one Generate call.
 class GenerateCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
   // `lease`: the API key's (null without API keys).
+  // `watchdog` watches the call's stream for a client that stops reading.
   GenerateCall(const CallEnvironment& env, grpc::CallbackServerContext* context,
-               const grpc::ByteBuffer& request, std::shared_ptr<security::KeyLease> lease);
+               const grpc::ByteBuffer& request, std::shared_ptr<security::KeyLease> lease,
+               StreamWatchdog& watchdog);
   void OnWriteDone(bool ok) override { sink_->stream().WriteDone(ok); }
   void OnCancel() override {
     if (state_ != nullptr) state_->Cancel();

@@ -33,6 +33,9 @@ struct RouterOptions {
   int max_queued_requests = 1024;
   int64_t max_queued_tokens = 1 << 20;
   std::chrono::duration<double> default_deadline = std::chrono::seconds(600);
+  // A Generate stream whose client has not taken a message for this long (it stopped reading)
+  // is cancelled (StreamWatchdog); 0: never.
+  std::chrono::milliseconds grpc_write_timeout = std::chrono::seconds(30);
   // Colocated: decode workers run whole requests (prefill included); prefill is skipped.
   bool colocated = false;
   int max_attempts = 4;  // prefill and decode attempts per request (retries, migrations)

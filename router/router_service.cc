@@ -36,7 +36,8 @@ RouterService::RouterService(const RouterOptions& options, const tokenizer::Toke
            .queue = queue_,
            .clock = options_.clock != nullptr ? *options_.clock : TimeSource::Steady(),
            .next_serial = next_serial_,
-           .shutting_down = shutting_down_} {}
+           .shutting_down = shutting_down_},
+      watchdog_(options_.grpc_write_timeout) {}
 
 RouterService::Load RouterService::GetLoad() const {
   const RequestQueue::Counts c = queue_.counts();
@@ -72,7 +73,7 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* RouterService::Generate(
     }
     lease = *std::move(admitted);
   }
-  return new GenerateCall(env_, context, *request, std::move(lease));
+  return new GenerateCall(env_, context, *request, std::move(lease), watchdog_);
 }
 
 grpc::ServerUnaryReactor* RouterService::GetModelInfo(grpc::CallbackServerContext* context,

@@ -22,6 +22,7 @@
 #include "router/call_environment.h"
 #include "router/prefill_pacer.h"
 #include "router/request_queue.h"
+#include "router/stream_watchdog.h"
 #include "router/router_options.h"
 #include "router/worker_pool.h"
 #include "tandem/v1/inference.grpc.pb.h"
@@ -81,7 +82,8 @@ class RouterService final : public tandem::v1::Inference::WithRawCallbackMethod_
   RequestQueue queue_;
   std::atomic<bool> shutting_down_{false};
   std::atomic<uint64_t> next_serial_{1};
-  const CallEnvironment env_;  // last: refers to the parts above
+  const CallEnvironment env_;  // refers to the parts above
+  StreamWatchdog watchdog_;    // last: its sweeps reach the calls, which use env_
 };
 
 }  // namespace tandem::router

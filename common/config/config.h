@@ -59,6 +59,7 @@ struct RouterConfig {
   int max_queued_requests = 1024;
   int64_t max_queued_tokens = 1 << 20;
   double default_deadline_seconds = 600;     // applied when the client sets none
+  double grpc_write_timeout_seconds = 30;    // a Generate client that stops reading; 0: never
   std::vector<std::string> prefill_workers;  // static addresses; workers may also register
   std::vector<std::string> decode_workers;
   double heartbeat_interval_seconds = 1;

@@ -240,6 +240,10 @@ std::vector<Field> MakeSchema() {
       Int("router.max_queued_tokens", TANDEM_CONFIG_REF(router.max_queued_tokens), 1,
           std::numeric_limits<int64_t>::max(),
           "prompt tokens waiting for prefill before RESOURCE_EXHAUSTED"),
+      Real("router.grpc_write_timeout_seconds",
+           TANDEM_CONFIG_REF(router.grpc_write_timeout_seconds), 0, 86400,
+           "a gRPC Generate stream whose client takes no message for this long (it stopped "
+           "reading) is cancelled and its request freed; 0: never"),
       Real("router.default_deadline_seconds", TANDEM_CONFIG_REF(router.default_deadline_seconds),
            0.001, 86400, "deadline of a request whose client set none"),
       List("router.prefill_workers", TANDEM_CONFIG_REF(router.prefill_workers),

@@ -99,6 +99,10 @@ Metrics::Metrics(std::string process_role)
                     .Name("tandem_requests_total")
                     .Help("Finished requests by finish reason")
                     .Register(*registry_)),
+      stalled_streams_(BuildCounter()
+                           .Name("tandem_stalled_streams_total")
+                           .Help("Response streams cut off because the client stopped reading")
+                           .Register(*registry_)),
       pruned_layers_(BuildGauge()
                          .Name("tandem_pruned_layers")
                          .Help("Layers skipped by prefill-only pruning")
@@ -261,6 +265,7 @@ RoleMetrics Metrics::ForRole(const std::string& role, const std::string& api) {
   m.finished_length = &requests_.Add(with(per_request, "finish_reason", "length"));
   m.finished_abort = &requests_.Add(with(per_request, "finish_reason", "abort"));
   m.finished_error = &requests_.Add(with(per_request, "finish_reason", "error"));
+  m.stalled_streams = &stalled_streams_.Add(per_request);
   m.pruned_layers = &pruned_layers_.Add(l);
   m.stability_checks = &stability_checks_.Add(with(l, "result", "ok"));
   m.stability_alerts = &stability_checks_.Add(with(l, "result", "alert"));

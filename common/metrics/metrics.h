@@ -42,6 +42,9 @@ struct RoleMetrics {
   prometheus::Counter* finished_length = nullptr;
   prometheus::Counter* finished_abort = nullptr;
   prometheus::Counter* finished_error = nullptr;
+  // tandem_stalled_streams_total: response streams cut off because the client stopped reading
+  // them (router.grpc_write_timeout_seconds, router.http_write_timeout_seconds).
+  prometheus::Counter* stalled_streams = nullptr;
   prometheus::Gauge* pruned_layers = nullptr;
   // POP's attention-stability monitor (prefill workers),
   // tandem_pruning_stability_checks_total{result}: "ok", or "alert" when a pruned layer fell
@@ -142,6 +145,7 @@ class Metrics {
   prometheus::Family<prometheus::Counter>& prompt_tokens_;
   prometheus::Family<prometheus::Counter>& generation_tokens_;
   prometheus::Family<prometheus::Counter>& requests_;
+  prometheus::Family<prometheus::Counter>& stalled_streams_;
   prometheus::Family<prometheus::Gauge>& pruned_layers_;
   prometheus::Family<prometheus::Gauge>& pruning_cosine_;
   prometheus::Family<prometheus::Gauge>& device_memory_;

@@ -5,10 +5,15 @@
 // The queue is shared (std::shared_ptr) by the reactor and every producer, so producers may
 // outlive the reactor: after Finish nothing touches it again (`finished`), and the reactor's
 // OnDone follows Finish.
+//
+// A client that stops reading leaves a write outstanding (HTTP/2 flow control): PinIfStalled
+// finds such a write, and holds the call from finishing (so its context stays valid) while the
+// caller cancels it.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
 
+#include <chrono>
 #include <deque>
 #include <optional>
 #include <utility>
@@ -61,6 +66,24 @@ class ServerStream {
     return end_.has_value();
   }
 
+  // True when a write has been outstanding for longer than `timeout` at `now` (the client does
+  // not read); the call then cannot finish until Unpin, so the caller may cancel it through its
+  // context. False once the call has finished.
+  bool PinIfStalled(std::chrono::steady_clock::time_point now,
+                    std::chrono::steady_clock::duration timeout) {
+    absl::MutexLock lock(&mu_);
+    if (finished_ || !writing_ || now - write_started_ <= timeout) return false;
+    ++pins_;
+    return true;
+  }
+  void Unpin() {
+    {
+      absl::MutexLock lock(&mu_);
+      --pins_;
+    }
+    Pump();
+  }
+
  private:
   // Starts the next write, or finishes once nothing is left. The reactor calls happen outside
   // the lock; `writing_` and `finished_` make each happen once.
@@ -72,8 +95,9 @@ class ServerStream {
       if (writing_ || finished_) return;
       if (!queue_.empty()) {
         writing_ = true;
+        write_started_ = std::chrono::steady_clock::now();
         next = &queue_.front();  // deque: stable while others push_back
-      } else if (end_.has_value()) {
+      } else if (end_.has_value() && pins_ == 0) {
         finished_ = true;
         finish = *end_;
       }
@@ -88,6 +112,8 @@ class ServerStream {
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   std::optional<grpc::Status> end_ ABSL_GUARDED_BY(mu_);
+  std::chrono::steady_clock::time_point write_started_ ABSL_GUARDED_BY(mu_);
+  int pins_ ABSL_GUARDED_BY(mu_) = 0;  // PinIfStalled callers still using the call
 };
 
 }  // namespace tandem::rpc

@@ -528,6 +528,7 @@ void Session::Write(uint64_t generation, std::string data) {
     Log(LogLevel::kWarning, "http",
         absl::StrCat("a client is not reading its stream (", pending_bytes_,
                      " bytes waiting); closing the connection"));
+    if (options_.on_client_cut_off) options_.on_client_cut_off();
     Abort();
     return;
   }
@@ -595,6 +596,7 @@ void Session::DoWrite() {
 void Session::OnWrite(beast::error_code ec, Out::Kind kind) {
   writing_ = false;
   if (ec) {
+    if (ec == beast::error::timeout && options_.on_client_cut_off) options_.on_client_cut_off();
     Abort();
     return;
   }

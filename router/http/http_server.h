@@ -48,6 +48,8 @@ struct HttpServerOptions {
   // for an allowed origin and 403 otherwise, before the handler (and so before any API key
   // check: browsers send none with a preflight). Empty: no CORS headers, preflights get 403.
   std::vector<std::string> cors_origins = {};
+  // Runs when a client is cut off for not reading (write_timeout, max_pending_write_bytes).
+  std::function<void()> on_client_cut_off = nullptr;
   // The body of a response the server makes itself (413, 431, 408, 400 for malformed HTTP),
   // as {content type, body}; null: plain text.
   std::function<std::pair<std::string, std::string>(int status, const std::string& message)>

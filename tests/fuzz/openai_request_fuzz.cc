@@ -1,6 +1,6 @@
 // libFuzzer target: the HTTP door's parse of OpenAI request bodies (/v1/completions,
-// /v1/chat/completions, /tokenize, /detokenize). Every input is accepted within the limits or refused with an error
-// whose body is valid JSON in OpenAI's shape; nothing crashes or hangs.
+// /v1/chat/completions, /tokenize, /detokenize). Every input is accepted within the limits or
+// refused with an error whose body is valid JSON in OpenAI's shape; nothing crashes or hangs.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -33,7 +33,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (const auto& p : r.prompts) {
       if (p.prompt().empty() == (p.prompt_token_ids_size() == 0)) std::abort();
       if (p.sampling().max_tokens() < 1) std::abort();
+      // Prompt log-probabilities come only with echo; max_tokens 0 only with echo.
+      if (p.sampling().prompt_logprobs() && !r.echo) std::abort();
     }
+    if ((r.generate_none && !r.echo) || r.prompt_texts.size() != r.prompts.size()) std::abort();
   } else {
     CheckError(completion.status());
   }
@@ -45,7 +48,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } else {
     CheckError(chat.status());
   }
-  if (auto t = tandem::router::ParseTokenizeRequest(body, limits); !t.ok()) CheckError(t.status());
+  if (auto t = tandem::router::ParseTokenizeRequest(body, limits); !t.ok()) {
+    CheckError(t.status());
+  } else if (t->chat.has_value() && t->chat->messages.empty()) {
+    std::abort();
+  }
   if (auto d = tandem::router::ParseDetokenizeRequest(body, limits); !d.ok()) {
     CheckError(d.status());
   }

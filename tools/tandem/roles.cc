@@ -352,6 +352,8 @@ class RouterRole final : public ServedRole {
     o.max_queued_requests = c.router.max_queued_requests;
     o.max_queued_tokens = c.router.max_queued_tokens;
     o.default_deadline = std::chrono::duration<double>(c.router.default_deadline_seconds);
+    o.grpc_write_timeout = std::chrono::milliseconds(
+        static_cast<int64_t>(c.router.grpc_write_timeout_seconds * 1000));
     o.balancer = {.hit_rate_threshold = c.balancer.hit_rate_threshold,
                   .hysteresis = c.balancer.hysteresis,
                   .window = std::chrono::duration<double>(c.balancer.window_seconds),
@@ -427,6 +429,10 @@ class RouterRole final : public ServedRole {
                     .tls_cert_file = c.security.tls.cert_file,
                     .tls_key_file = c.security.tls.key_file,
                     .cors_origins = c.router.http_cors_origins,
+                    .on_client_cut_off =
+                        [counter = service_->environment().http_metrics.stalled_streams] {
+                          if (counter != nullptr) counter->Increment();
+                        },
                     .refusal_body = &router::OpenAiDoor::RefusalBody},
                    [door = door_.get()](router::HttpRequest request,
                                         std::shared_ptr<router::HttpResponder> responder) {

@@ -187,7 +187,10 @@ TEST_F(HttpServerTest, AClientThatLeavesMidStreamAbortsTheResponse) {
 }
 
 TEST_F(HttpServerTest, AClientThatNeverReadsIsCutOff) {
-  Start({.write_timeout = milliseconds(500), .max_pending_write_bytes = 1 << 20});
+  std::atomic<int> cut_off{0};
+  Start({.write_timeout = milliseconds(500),
+         .max_pending_write_bytes = 1 << 20,
+         .on_client_cut_off = [&cut_off] { ++cut_off; }});
   RawHttpClient c(server_->port());
   c.SetReceiveBuffer(4096);
   ASSERT_TRUE(c.Send("GET /hold HTTP/1.1\r\n\r\n"));
@@ -196,6 +199,7 @@ TEST_F(HttpServerTest, AClientThatNeverReadsIsCutOff) {
   const std::string piece(64 << 10, 'x');
   for (int i = 0; i < 64 && !aborted_.HasBeenNotified(); ++i) held->Write(piece);  // 4 MiB
   EXPECT_TRUE(aborted_.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_EQ(cut_off, 1);  // counted (tandem_stalled_streams_total)
   // Others are still served.
   RawHttpClient other(server_->port());
   ASSERT_TRUE(other.Send("POST /echo HTTP/1.1\r\nContent-Length: 1\r\n\r\ny"));

@@ -25,6 +25,9 @@ namespace tandem::testing {
 struct Result {
   std::vector<int32_t> tokens;
   std::vector<tandem::v1::TokenLogprobs> logprobs;
+  std::vector<int32_t> prompt_token_ids;  // sampling.prompt_logprobs: from the first chunk
+  std::vector<tandem::v1::TokenLogprobs> prompt_logprobs;
+  int chunks_with_prompt_logprobs = 0;
   tandem::v1::Complete complete;
   int chunks = 0;
   grpc::Status status;
@@ -129,6 +132,13 @@ class RouterClusterTest : public TinyModelTest {
                         msg.chunk().token_ids().end());
         r.logprobs.insert(r.logprobs.end(), msg.chunk().logprobs().begin(),
                           msg.chunk().logprobs().end());
+        if (msg.chunk().prompt_token_ids_size() > 0) {
+          ++r.chunks_with_prompt_logprobs;
+          r.prompt_token_ids.assign(msg.chunk().prompt_token_ids().begin(),
+                                    msg.chunk().prompt_token_ids().end());
+          r.prompt_logprobs.assign(msg.chunk().prompt_logprobs().begin(),
+                                   msg.chunk().prompt_logprobs().end());
+        }
         if (on_chunk) on_chunk(++r.chunks, context);
       } else {
         r.complete = msg.complete();

@@ -14,6 +14,8 @@
 #include <optional>
 #include <thread>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "common/rpc/engine_proto.h"
 #include "absl/synchronization/notification.h"
@@ -191,6 +193,82 @@ TEST_F(RouterServiceTest, QueueLimitIsResourceExhausted) {
   stuck_server->Shutdown(std::chrono::system_clock::now());
 }
 
+// sampling.prompt_logprobs: the prefill worker (or, colocated, the decode worker) computes them
+// once, and the first chunk carries them with the prompt's ids.
+void ExpectPromptLogprobs(testing::RouterClusterTest& t, const Result& r,
+                          const std::vector<int32_t>& prompt, const testing::RunResult& want) {
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.chunks_with_prompt_logprobs, 1);
+  EXPECT_EQ(r.prompt_token_ids, prompt);
+  ASSERT_EQ(r.prompt_logprobs.size(), prompt.size() - 1);
+  ASSERT_EQ(want.prompt_logprobs.size(), prompt.size() - 1);
+  for (size_t i = 0; i < r.prompt_logprobs.size(); ++i) {
+    EXPECT_NEAR(r.prompt_logprobs[i].logprob(), want.prompt_logprobs[i].logprob, 1e-5) << i;
+    ASSERT_EQ(r.prompt_logprobs[i].top_token_ids_size(), 3) << i;
+    for (int j = 0; j < 3; ++j) {
+      EXPECT_EQ(r.prompt_logprobs[i].top_token_ids(j), want.prompt_logprobs[i].top[j].first);
+    }
+  }
+  EXPECT_EQ(r.tokens, want.tokens);
+}
+
+TEST_F(RouterServiceTest, PromptLogprobsComeOnceInTheFirstChunk) {
+  StartCluster();
+  const std::vector<int32_t> prompt = Prompt(37, 9);
+  GenerateRequest request = Request(prompt, 6);
+  request.mutable_sampling()->set_prompt_logprobs(true);
+  request.mutable_sampling()->set_top_logprobs(3);
+  // Twice: the second finds the prompt cached and computes it anyway.
+  for (int round = 0; round < 2; ++round) {
+    const Result r = Generate(request);
+    engine::Request direct = testing::GreedyRequest("x", prompt, 6);
+    direct.prompt_logprobs = 3;
+    auto e = MakeEngine();
+    ExpectPromptLogprobs(*this, r, prompt, testing::RunToCompletion(*e, direct));
+    EXPECT_EQ(r.complete.usage().cached_prompt_tokens(), 0) << round;
+    EXPECT_TRUE(r.logprobs.empty());  // only the prompt's were asked for
+  }
+}
+
+TEST_F(RouterServiceTest, AClientThatStopsReadingIsCancelledAfterTheWriteTimeout) {
+  RouterOptions options;
+  options.grpc_write_timeout = std::chrono::milliseconds(300);
+  StartCluster(64 << 20, options);
+  // A client with a small flow-control window that never reads: the router's writes stall.
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 1024);
+  auto stub = tandem::v1::Inference::NewStub(
+      grpc::CreateCustomChannel(router_address_, grpc::InsecureChannelCredentials(), args));
+  GenerateRequest request = Request(Prompt(40, 3), 400);
+  request.mutable_sampling()->set_logprobs(true);
+  request.mutable_sampling()->set_top_logprobs(20);  // ~200 bytes a message
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  auto reader = stub->Generate(&context, request);
+  // The router cuts the stream off on its own, long before the deadline (the tiny model may
+  // have generated every token by then: the request has left the workers either way).
+  auto cut_off = [&] {
+    for (absl::string_view line : absl::StrSplit(metrics_.Serialize(), '\n')) {
+      if (absl::StartsWith(line, "tandem_stalled_streams_total{") &&
+          absl::StrContains(line, "api=\"grpc\"") && absl::StrContains(line, "role=\"router\"")) {
+        return absl::EndsWith(line, " 1");
+      }
+    }
+    return false;
+  };
+  EXPECT_TRUE(testing::Eventually(cut_off, std::chrono::seconds(10))) << metrics_.Serialize();
+  EXPECT_TRUE(testing::Eventually([&] { return AllBlocksFree(); }, std::chrono::seconds(5)));
+  tandem::v1::GenerateResponse msg;
+  int read = 0;
+  while (reader->Read(&msg)) ++read;
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_LT(read, 400);
+  // A client that reads is never cut off, however long its stream.
+  const Result ok = Generate(Request(Prompt(40, 4), 200));
+  EXPECT_TRUE(ok.status.ok()) << ok.status.error_message();
+}
+
 TEST_F(RouterServiceTest, ClientCancelFreesEverythingWithinASecond) {
   StartCluster();
   const Result r = Generate(Request(Prompt(40, 3), 400), [](int n, grpc::ClientContext& c) {
@@ -306,6 +384,15 @@ TEST_F(RouterServiceTest, ColocatedModeRunsWholeRequestsOnDecodeWorkers) {
     EXPECT_EQ(results[i].tokens, Expected(Prompt(10 + 20 * i, i), 12)) << i;
   }
   EXPECT_EQ(block_store_->Stats().puts, 0);  // nothing went through the store
+  // Colocated, the decode worker computes the prompt's log-probabilities.
+  const std::vector<int32_t> prompt = Prompt(29, 7);
+  GenerateRequest request = Request(prompt, 4);
+  request.mutable_sampling()->set_prompt_logprobs(true);
+  request.mutable_sampling()->set_top_logprobs(3);
+  engine::Request direct = testing::GreedyRequest("x", prompt, 4);
+  direct.prompt_logprobs = 3;
+  auto e = MakeEngine();
+  ExpectPromptLogprobs(*this, Generate(request), prompt, testing::RunToCompletion(*e, direct));
   // No prefill pool, so no tandem_workers{pool="prefill"} for an alert to find at 0.
   RegistryService registry(*router_, std::chrono::seconds(1), &metrics_);
   const std::string text = metrics_.Serialize();

@@ -38,6 +38,8 @@ RunResult RunToCompletion(engine::Engine& engine, engine::Request request) {
       if (result.cached_prompt_tokens < 0) result.cached_prompt_tokens = o.cached_prompt_tokens;
       result.tokens.insert(result.tokens.end(), o.new_tokens.begin(), o.new_tokens.end());
       result.logprobs.insert(result.logprobs.end(), o.logprobs.begin(), o.logprobs.end());
+      result.prompt_logprobs.insert(result.prompt_logprobs.end(), o.prompt_logprobs.begin(),
+                                    o.prompt_logprobs.end());
     }
   }
   return result;

@@ -31,6 +31,7 @@ class TinyModelTest : public ::testing::Test {
 struct RunResult {
   std::vector<int32_t> tokens;
   std::vector<model::TokenLogprobs> logprobs;  // when the request asked for them
+  std::vector<model::TokenLogprobs> prompt_logprobs;  // Request::prompt_logprobs
   int cached_prompt_tokens = -1;  // as the first output reported it
 };
 
