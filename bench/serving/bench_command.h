@@ -37,8 +37,8 @@ inline constexpr char kBenchUsage[] =
     "                           POST /v1/completions to an OpenAI-compatible server, one\n"
     "                           connection per request (random prompts need --vocab-size)\n"
     "  --api-key KEY            sent as `authorization: Bearer KEY` (both APIs)\n"
-    "  --ca-file PEM            gRPC over TLS, the server verified against this CA and the\n"
-    "                           host name in --addr (HTTPS for --api http is planned)\n";
+    "  --ca-file PEM            TLS (gRPC) or HTTPS (--api http), the server verified against\n"
+    "                           this CA and the host name in --addr\n";
 
 // Flags of `tandem bench` that take no value; pass them to CliArgs::Parse.
 inline std::set<std::string> BenchSwitches() { return {"progress"}; }

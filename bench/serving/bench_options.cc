@@ -144,9 +144,6 @@ absl::StatusOr<BenchOptions> ParseBenchOptions(const CliArgs& args) {
   o.api = args.StringOr("api", o.api);
   o.api_key = args.StringOr("api-key", "");
   o.ca_file = args.StringOr("ca-file", "");
-  if (!o.ca_file.empty() && o.api == "http") {
-    return absl::InvalidArgumentError("--ca-file: HTTPS for --api http is planned; use --api grpc");
-  }
   if (o.api != "grpc" && o.api != "http") {
     return OutOfRange("api", absl::StrCat("must be grpc or http, got \"", o.api, "\""));
   }

@@ -5,12 +5,15 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/strand.hpp>
+#include <boost/asio/ssl.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
 #include <nlohmann/json.hpp>
 #include <limits>
 #include <optional>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -50,19 +53,48 @@ struct HttpCalls::Impl {
   std::vector<std::thread> threads;
   tcp::endpoint endpoint;
   std::string host;  // the Host header
+  std::string server_name;  // HTTPS: the name the certificate must carry (SNI too)
   std::string authorization;  // empty: none
+  std::optional<net::ssl::context> tls;  // HTTPS; none: plain HTTP
 };
 
 namespace {
 
+// A connection to the server: plain TCP, or TLS over it (kTls).
+template <bool kTls>
+using Stream =
+    std::conditional_t<kTls, beast::ssl_stream<beast::tcp_stream>, beast::tcp_stream>;
+
+template <bool kTls, typename Executor>
+Stream<kTls> NewStream(HttpCalls::Impl& impl, Executor executor) {
+  if constexpr (kTls) {
+    return Stream<kTls>(executor, *impl.tls);
+  } else {
+    return Stream<kTls>(executor);
+  }
+}
+
+// HTTPS: names the server (SNI) and checks that its certificate is for that name.
+template <bool kTls>
+absl::Status PrepareHandshake(HttpCalls::Impl& impl, Stream<kTls>& stream) {
+  if constexpr (kTls) {
+    if (SSL_set_tlsext_host_name(stream.native_handle(), impl.server_name.c_str()) != 1) {
+      return absl::InternalError("cannot set the TLS server name");
+    }
+    stream.set_verify_callback(net::ssl::host_name_verification(impl.server_name));
+  }
+  return absl::OkStatus();
+}
+
 // One streaming completion on its own connection; keeps itself alive through its pending
 // operations and ends with `on_done`.
-class StreamCall : public std::enable_shared_from_this<StreamCall> {
+template <bool kTls>
+class StreamCall : public std::enable_shared_from_this<StreamCall<kTls>> {
  public:
   StreamCall(HttpCalls::Impl& impl, std::string body, std::chrono::steady_clock::time_point deadline,
              const RunClock& clock, RequestRecord& record, std::function<void(bool)> on_done)
       : impl_(impl),
-        stream_(net::make_strand(impl.ioc)),
+        stream_(NewStream<kTls>(impl, net::make_strand(impl.ioc))),
         body_(std::move(body)),
         deadline_(deadline),
         clock_(clock),
@@ -71,17 +103,36 @@ class StreamCall : public std::enable_shared_from_this<StreamCall> {
 
   void Run() {
     record_.send_s = clock_.Now();
-    stream_.expires_at(deadline_);
-    stream_.async_connect(impl_.endpoint, [self = shared_from_this()](beast::error_code ec) {
-      self->OnConnect(ec);
-    });
+    beast::get_lowest_layer(stream_).expires_at(deadline_);
+    beast::get_lowest_layer(stream_).async_connect(
+        impl_.endpoint, [self = this->shared_from_this()](beast::error_code ec) {
+          self->OnConnect(ec);
+        });
   }
 
  private:
   void OnConnect(beast::error_code ec) {
     if (ec) return Fail(absl::StatusCode::kUnavailable, "connect: " + ec.message());
     beast::error_code ignored;
-    stream_.socket().set_option(tcp::no_delay(true), ignored);
+    beast::get_lowest_layer(stream_).socket().set_option(tcp::no_delay(true), ignored);
+    if constexpr (kTls) {
+      if (absl::Status s = PrepareHandshake<kTls>(impl_, stream_); !s.ok()) {
+        return Fail(absl::StatusCode::kInternal, std::string(s.message()));
+      }
+      stream_.async_handshake(net::ssl::stream_base::client,
+                              [self = this->shared_from_this()](beast::error_code ec) {
+                                if (ec) {
+                                  return self->Fail(absl::StatusCode::kUnavailable,
+                                                    "TLS handshake: " + ec.message());
+                                }
+                                self->Send();
+                              });
+    } else {
+      Send();
+    }
+  }
+
+  void Send() {
     request_ = {http::verb::post, "/v1/completions", 11};
     request_.set(http::field::host, impl_.host);
     request_.set(http::field::content_type, "application/json");
@@ -89,7 +140,7 @@ class StreamCall : public std::enable_shared_from_this<StreamCall> {
     request_.body() = std::move(body_);
     request_.prepare_payload();
     http::async_write(stream_, request_,
-                      [self = shared_from_this()](beast::error_code ec, size_t) {
+                      [self = this->shared_from_this()](beast::error_code ec, size_t) {
                         self->OnWrite(ec);
                       });
   }
@@ -104,7 +155,7 @@ class StreamCall : public std::enable_shared_from_this<StreamCall> {
     };
     parser_.on_chunk_body(on_chunk_);  // by reference: the member outlives the parser's use
     http::async_read_header(stream_, buffer_, parser_,
-                            [self = shared_from_this()](beast::error_code ec, size_t) {
+                            [self = this->shared_from_this()](beast::error_code ec, size_t) {
                               self->OnHeader(ec);
                             });
   }
@@ -117,7 +168,7 @@ class StreamCall : public std::enable_shared_from_this<StreamCall> {
 
   void ReadMore() {
     http::async_read_some(stream_, buffer_, parser_,
-                          [self = shared_from_this()](beast::error_code ec, size_t) {
+                          [self = this->shared_from_this()](beast::error_code ec, size_t) {
                             self->OnRead(ec);
                           });
   }
@@ -189,14 +240,15 @@ class StreamCall : public std::enable_shared_from_this<StreamCall> {
     record_.code = code;
     record_.error = std::move(message);
     beast::error_code ignored;
-    stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
-    stream_.close();
+    // No TLS close_notify: the stream is done, and the server closes its side anyway.
+    beast::get_lowest_layer(stream_).socket().shutdown(tcp::socket::shutdown_both, ignored);
+    beast::get_lowest_layer(stream_).close();
     std::function<void(bool)> on_done = std::move(on_done_);
     on_done(code == absl::StatusCode::kOk);
   }
 
   HttpCalls::Impl& impl_;
-  beast::tcp_stream stream_;
+  Stream<kTls> stream_;
   std::string body_;
   const std::chrono::steady_clock::time_point deadline_;
   const RunClock& clock_;
@@ -215,7 +267,8 @@ class StreamCall : public std::enable_shared_from_this<StreamCall> {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<HttpCalls>> HttpCalls::Create(const std::string& addr, int threads,
-                                                             std::string authorization) {
+                                                             std::string authorization,
+                                                             const std::string& ca_pem) {
   const size_t colon = addr.rfind(':');
   int port = 0;
   if (colon == std::string::npos || !absl::SimpleAtoi(addr.substr(colon + 1), &port)) {
@@ -233,6 +286,16 @@ absl::StatusOr<std::unique_ptr<HttpCalls>> HttpCalls::Create(const std::string& 
   }
   impl->endpoint = results.begin()->endpoint();
   impl->host = addr;
+  impl->server_name = host;
+  if (!ca_pem.empty()) {
+    impl->tls.emplace(net::ssl::context::tls_client);
+    impl->tls->add_certificate_authority(net::buffer(ca_pem), ec);
+    if (ec) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--ca-file: not a PEM CA certificate: ", ec.message()));
+    }
+    impl->tls->set_verify_mode(net::ssl::verify_peer);
+  }
   impl->work.emplace(impl->ioc.get_executor());
   for (int i = 0; i < std::max(1, threads); ++i) {
     impl->threads.emplace_back([ioc = &impl->ioc] { ioc->run(); });
@@ -247,19 +310,38 @@ HttpCalls::~HttpCalls() {
   for (auto& t : impl_->threads) t.join();
 }
 
-absl::StatusOr<HttpModelInfo> HttpCalls::GetModel(double timeout_s) {
-  beast::tcp_stream stream(impl_->ioc);
-  stream.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-      std::chrono::duration<double>(timeout_s)));
+namespace {
+
+// GET `target` on a connection of its own, blocking.
+template <bool kTls>
+beast::error_code Get(HttpCalls::Impl& impl, const std::string& target, double timeout_s,
+                      http::response<http::string_body>& res) {
+  Stream<kTls> stream = NewStream<kTls>(impl, impl.ioc.get_executor());
+  beast::get_lowest_layer(stream).expires_after(
+      std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+          std::chrono::duration<double>(timeout_s)));
   beast::error_code ec;
-  stream.socket().connect(impl_->endpoint, ec);
-  http::request<http::empty_body> req{http::verb::get, "/v1/models", 11};
-  req.set(http::field::host, impl_->host);
-  if (!impl_->authorization.empty()) req.set(http::field::authorization, impl_->authorization);
+  beast::get_lowest_layer(stream).socket().connect(impl.endpoint, ec);
+  if constexpr (kTls) {
+    if (!ec && !PrepareHandshake<kTls>(impl, stream).ok()) ec = net::error::invalid_argument;
+    if (!ec) stream.handshake(net::ssl::stream_base::client, ec);
+  }
+  http::request<http::empty_body> req{http::verb::get, target, 11};
+  req.set(http::field::host, impl.host);
+  if (!impl.authorization.empty()) req.set(http::field::authorization, impl.authorization);
   if (!ec) http::write(stream, req, ec);
   beast::flat_buffer buffer;
-  http::response<http::string_body> res;
   if (!ec) http::read(stream, buffer, res, ec);
+  return ec;
+}
+
+}  // namespace
+
+absl::StatusOr<HttpModelInfo> HttpCalls::GetModel(double timeout_s) {
+  http::response<http::string_body> res;
+  const beast::error_code ec = impl_->tls.has_value()
+                                   ? Get<true>(*impl_, "/v1/models", timeout_s, res)
+                                   : Get<false>(*impl_, "/v1/models", timeout_s, res);
   if (ec) {
     return absl::UnavailableError(absl::StrCat("GET /v1/models on ", impl_->host, ": ",
                                                ec.message()));
@@ -291,9 +373,15 @@ void HttpCalls::Start(const BenchRequest& request, std::chrono::duration<double>
   const auto deadline =
       std::chrono::steady_clock::now() +
       std::chrono::duration_cast<std::chrono::steady_clock::duration>(timeout);
-  auto call = std::make_shared<StreamCall>(*impl_, body.dump(), deadline, clock, record,
-                                           std::move(on_done));
-  call->Run();
+  if (impl_->tls.has_value()) {
+    std::make_shared<StreamCall<true>>(*impl_, body.dump(), deadline, clock, record,
+                                       std::move(on_done))
+        ->Run();
+  } else {
+    std::make_shared<StreamCall<false>>(*impl_, body.dump(), deadline, clock, record,
+                                        std::move(on_done))
+        ->Run();
+  }
 }
 
 }  // namespace tandem::bench

@@ -31,8 +31,11 @@ class HttpCalls {
  public:
   // `addr` is HOST:PORT; `threads` I/O threads run every call.
   // `authorization`: the Authorization header of every request ("Bearer KEY"); empty: none.
+  // `ca_pem`: HTTPS, the server's certificate verified against this CA and the host in `addr`;
+  // empty: plain HTTP.
   static absl::StatusOr<std::unique_ptr<HttpCalls>> Create(const std::string& addr, int threads,
-                                                           std::string authorization = "");
+                                                           std::string authorization = "",
+                                                           const std::string& ca_pem = "");
   // Joins the I/O threads; every call must have ended.
   ~HttpCalls();
 

@@ -88,7 +88,8 @@ LoadClient::LoadClient(const std::string& addr, int connections, const std::stri
                        std::string authorization, const std::string& ca_pem)
     : addr_(addr),
       connections_(std::max(connections, 1)),
-      authorization_(std::move(authorization)) {
+      authorization_(std::move(authorization)),
+      ca_pem_(ca_pem) {
   if (api == "http") return;  // Connect creates the HTTP calls
   std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
   if (!ca_pem.empty()) {
@@ -112,7 +113,8 @@ LoadClient::~LoadClient() = default;
 absl::Status LoadClient::Connect(double timeout_s) {
   if (channels_.empty()) {
     TANDEM_ASSIGN_OR_RETURN(http_,
-                            HttpCalls::Create(addr_, std::min(connections_, 4), authorization_));
+                            HttpCalls::Create(addr_, std::min(connections_, 4), authorization_,
+                                              ca_pem_));
     return http_->GetModel(timeout_s).status();
   }
   const auto deadline = std::chrono::system_clock::now() +

@@ -62,6 +62,7 @@ class LoadClient {
   std::string addr_;
   const int connections_;
   const std::string authorization_;
+  const std::string ca_pem_;  // HTTPS (--api http) or TLS (grpc); empty: plaintext
   std::unique_ptr<HttpCalls> http_;  // api "http"
   std::vector<std::shared_ptr<grpc::Channel>> channels_;
   std::vector<std::unique_ptr<tandem::v1::Inference::Stub>> stubs_;

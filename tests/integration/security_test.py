@@ -17,7 +17,9 @@ Usage: security_test.py --tandem BIN --model DIR --proto-dir DIR --dev-certs SCR
 """
 import argparse
 import concurrent.futures
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -158,7 +160,55 @@ def check_https(c):
     assert curl(f"https://localhost:{port}/v1/models", "--cacert",
                 os.path.join(args.work, "b/ca.pem")).returncode != 0  # another CA: untrusted
     print("HTTPS: curl verified the router's certificate; plaintext and other-CA clients refused")
+    out = os.path.join(args.work, "bench-https.json")
+    bench = subprocess.run([args.tandem, "bench", "--addr", f"localhost:{port}", "--api", "http",
+                            "--ca-file", ca, "--num-requests", "16", "--input-len", "32",
+                            "--output-len", "8", "--vocab-size", "256", "--json-out", out,
+                            "--progress=false"], capture_output=True, text=True, timeout=300)
+    assert bench.returncode == 0, bench
+    with open(out) as f:
+        report = json.load(f)
+    assert report["completed"] == 16 and report["failed"] == 0, report
+    untrusted = subprocess.run([args.tandem, "bench", "--addr", f"localhost:{port}", "--api",
+                                "http", "--ca-file", os.path.join(args.work, "b/ca.pem"),
+                                "--num-requests", "1", "--vocab-size", "256", "--progress=false"],
+                               capture_output=True, text=True, timeout=120)
+    assert untrusted.returncode != 0, untrusted
+    print("HTTPS: tandem bench --api http --ca-file: 16/16 streams; another CA's client refused")
     return ca
+
+
+def check_serve_tls():
+    """`tandem serve` on every interface with the router's certificate: its public ports, gRPC and
+    HTTP, take TLS clients only; its roles inside talk over loopback."""
+    proc = subprocess.Popen([args.tandem, "serve", "--model", args.model,
+                             "--listen", "0.0.0.0:0", "--http-listen", "0.0.0.0:0",
+                             "--metrics-listen", "127.0.0.1:0"] + tls_args("router"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        m = re.search(r"router on \S+:(\d+); metrics \S+; http \S+:(\d+);", line)
+        assert m, (line, proc.stderr.read() if proc.poll() is not None else "")
+        grpc_port, http_port = m.group(1), m.group(2)
+        ca = os.path.join(args.work, "a/ca.pem")
+        out = subprocess.run([args.tandem, "generate", "--addr", f"localhost:{grpc_port}",
+                              "--ca-file", ca, "--prompt", "def add(a, b):", "--max-tokens", "8"],
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0 and "generate: finish" in out.stderr, out
+        plain = subprocess.run([args.tandem, "generate", "--addr", f"127.0.0.1:{grpc_port}",
+                                "--prompt", "x", "--max-tokens", "2", "--timeout", "10"],
+                               capture_output=True, text=True, timeout=60)
+        assert plain.returncode != 0, plain
+        https = curl(f"https://localhost:{http_port}/v1/completions", "--cacert", ca, "-H",
+                     "Content-Type: application/json", "-d",
+                     '{"prompt": "def add(a, b):", "max_tokens": 4}')
+        assert https.returncode == 0 and '"text"' in https.stdout, https
+        assert curl(f"http://127.0.0.1:{http_port}/v1/models").returncode != 0
+        print("tandem serve on 0.0.0.0 with the router's certificate: gRPC and HTTPS verified by "
+              "their clients, plaintext refused on both")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
 
 
 def check_silent_clients(c):
@@ -276,6 +326,7 @@ def main():
     certs("a", "--cert", "expired", "--uri", "spiffe://tandem/prefill", "--expired")
     install("a", read("a", "ca.pem"))
     check_fail_closed()
+    check_serve_tls()
     c = cluster.Cluster(args.tandem, args.model, shards=1, prefill=1, decode=1, register=True,
                         role_args=tls_args, router_extra=["--http-listen", "127.0.0.1:0"])
     try:

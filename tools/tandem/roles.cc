@@ -322,7 +322,8 @@ class RouterRole final : public ServedRole {
     }
   }
 
-  absl::Status Start(const config::TandemConfig& c, metrics::Metrics& metrics) {
+  absl::Status Start(const config::TandemConfig& c, metrics::Metrics& metrics,
+                     bool workers_in_process) {
     TANDEM_RETURN_IF_ERROR(Secure(c, "router", metrics));
     TANDEM_ASSIGN_OR_RETURN(model::ModelConfig m, model::ModelConfig::FromDirectory(c.model.path));
     if (std::filesystem::exists(std::filesystem::path(c.model.path) / "tokenizer.json")) {
@@ -364,7 +365,7 @@ class RouterRole final : public ServedRole {
         std::chrono::milliseconds(static_cast<int64_t>(c.router.worker_keepalive_seconds * 1000));
     o.pool.forget_after = std::chrono::milliseconds(
         static_cast<int64_t>(c.router.forget_workers_after_seconds * 1000));
-    o.pool.transport = transport_;
+    o.pool.transport = workers_in_process ? security::Transport::Insecure() : transport_;
     if (!c.security.api_keys_file.empty()) {
       TANDEM_ASSIGN_OR_RETURN(
           api_keys_,
@@ -525,9 +526,10 @@ absl::StatusOr<std::unique_ptr<Role>> StartDecode(const config::TandemConfig& co
 }
 
 absl::StatusOr<std::unique_ptr<Role>> StartRouter(const config::TandemConfig& config,
-                                                  metrics::Metrics& metrics) {
+                                                  metrics::Metrics& metrics,
+                                                  bool workers_in_process) {
   auto role = std::make_unique<RouterRole>();
-  TANDEM_RETURN_IF_ERROR(role->Start(config, metrics));
+  TANDEM_RETURN_IF_ERROR(role->Start(config, metrics, workers_in_process));
   return role;
 }
 

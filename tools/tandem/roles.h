@@ -54,7 +54,10 @@ absl::StatusOr<std::unique_ptr<Role>> StartPrefill(const config::TandemConfig& c
 absl::StatusOr<std::unique_ptr<Role>> StartDecode(const config::TandemConfig& config,
                                                   engine::ComputeShare* share,
                                                   metrics::Metrics& metrics);
+// `workers_in_process`: the workers are `tandem serve`'s own, on loopback without TLS; the
+// router's public port still takes security.tls.
 absl::StatusOr<std::unique_ptr<Role>> StartRouter(const config::TandemConfig& config,
-                                                  metrics::Metrics& metrics);
+                                                  metrics::Metrics& metrics,
+                                                  bool workers_in_process = false);
 
 }  // namespace tandem::cli

@@ -158,12 +158,8 @@ absl::Status RunServe(const CliArgs& args) {
       {"config", "set", "model", "listen", "metrics-listen", "http-listen"}));
   TANDEM_ASSIGN_OR_RETURN(config::TandemConfig c, EffectiveConfig(args));
   if (args.Has("listen")) c.router.listen = *args.String("listen");
-  // Its roles talk over loopback; TLS on its public port comes with API keys (planned).
-  if (!c.security.tls.ca_file.empty()) {
-    return absl::InvalidArgumentError(
-        "security.tls: `tandem serve` runs every role on loopback and does not take TLS yet; "
-        "start the roles one by one (tandem router, prefill, decode, cache-store) for TLS");
-  }
+  // security.tls (a router certificate) secures the public ports, gRPC and HTTP; the roles
+  // inside talk over loopback.
   TANDEM_ASSIGN_OR_RETURN(auto transport, RoleTransport(c, "router"));  // fails closed
   const sigset_t signals = BlockStopSignals();
   metrics::Metrics metrics("serve");
@@ -189,6 +185,7 @@ absl::Status RunServe(const CliArgs& args) {
   config::TandemConfig inner = c;
   inner.router.mode = layout.colocated ? "colocated" : "disaggregated";
   inner.cache_store.listen = inner.prefill.listen = inner.decode.listen = kLoopback;
+  inner.security.tls = {};  // the workers' and shards' (the router's is c's)
   inner.cache_store.shards.clear();
   const int store_shards = layout.colocated ? 0 : c.serve.cache_store_shards;
   for (int i = 0; i < store_shards; ++i) {
@@ -219,7 +216,9 @@ absl::Status RunServe(const CliArgs& args) {
     inner.router.decode_workers.push_back(role->address());
     decodes.push_back(std::move(role));
   }
-  TANDEM_ASSIGN_OR_RETURN(router, StartRouter(inner, metrics));
+  config::TandemConfig router_config = inner;
+  router_config.security.tls = c.security.tls;
+  TANDEM_ASSIGN_OR_RETURN(router, StartRouter(router_config, metrics, /*workers_in_process=*/true));
   loading->Done();
   std::printf("%s\n", StartupLine(c, layout, inner.router.mode, router->address(),
                                   router->http_address(), MetricsUrl(c, metrics_server.get()),
