@@ -15,6 +15,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "common/metrics/metrics.h"
 #include "common/util/file_util.h"
 #include "common/util/log.h"
 #include "common/util/status_macros.h"
@@ -67,6 +70,34 @@ std::vector<std::string> UriSans(X509* cert) {
   return uris;
 }
 
+// A store of the CA certificates in `pem`; null when it holds none.
+StorePtr StoreFromPem(const std::string& pem) {
+  StorePtr store(X509_STORE_new());
+  BioPtr bio = MemoryBio(pem);
+  int added = 0;
+  while (X509* c = PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr)) {
+    X509_STORE_add_cert(store.get(), c);
+    X509_free(c);
+    ++added;
+  }
+  return added > 0 ? std::move(store) : nullptr;
+}
+
+// X509_V_OK when `leaf` chains to a CA of `store` now, through certificates of `chain_pem`
+// (which may hold the leaf too); else OpenSSL's verification error.
+int VerifyChain(X509_STORE* store, X509* leaf, const std::string& chain_pem) {
+  STACK_OF(X509)* chain = sk_X509_new_null();
+  BioPtr bio = MemoryBio(chain_pem);
+  while (X509* c = PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr)) sk_X509_push(chain, c);
+  StoreCtxPtr ctx(X509_STORE_CTX_new());
+  X509_STORE_CTX_init(ctx.get(), store, leaf, chain);
+  const bool verified = X509_verify_cert(ctx.get()) == 1;
+  const int error = X509_STORE_CTX_get_error(ctx.get());
+  sk_X509_pop_free(chain, X509_free);
+  if (verified) return X509_V_OK;
+  return error == X509_V_OK ? X509_V_ERR_UNSPECIFIED : error;
+}
+
 // The checks Create makes of the files before gRPC ever reads them: the certificate parses,
 // matches the key, chains to the CA now, and names a role. Returns the role.
 absl::StatusOr<Role> CheckFiles(const TransportOptions& o) {
@@ -87,35 +118,14 @@ absl::StatusOr<Role> CheckFiles(const TransportOptions& o) {
     return absl::InvalidArgumentError(
         absl::StrCat("security.tls.key_file: ", o.key_file, " is not the key of ", o.cert_file));
   }
-  StorePtr store(X509_STORE_new());
-  {
-    BioPtr bio = MemoryBio(ca);
-    int added = 0;
-    while (X509* c = PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr)) {
-      X509_STORE_add_cert(store.get(), c);
-      X509_free(c);
-      ++added;
-    }
-    if (added == 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("security.tls.ca_file: ", o.ca_file, " holds no certificate"));
-    }
+  StorePtr store = StoreFromPem(ca);
+  if (store == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("security.tls.ca_file: ", o.ca_file, " holds no certificate"));
   }
   // Intermediates may follow the leaf in cert_file.
-  STACK_OF(X509)* chain = sk_X509_new_null();
-  {
-    BioPtr bio = MemoryBio(cert_pem);
-    X509_free(PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr));  // the leaf
-    while (X509* c = PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr)) {
-      sk_X509_push(chain, c);
-    }
-  }
-  StoreCtxPtr ctx(X509_STORE_CTX_new());
-  X509_STORE_CTX_init(ctx.get(), store.get(), cert.get(), chain);
-  const int verified = X509_verify_cert(ctx.get());
-  const int error = X509_STORE_CTX_get_error(ctx.get());
-  sk_X509_pop_free(chain, X509_free);
-  if (verified != 1) {
+  const int error = VerifyChain(store.get(), cert.get(), cert_pem);
+  if (error != X509_V_OK) {
     return absl::InvalidArgumentError(absl::StrCat("security.tls.cert_file: ", o.cert_file,
                                                    " does not verify against ", o.ca_file, ": ",
                                                    X509_verify_cert_error_string(error)));
@@ -131,6 +141,41 @@ absl::StatusOr<Role> CheckFiles(const TransportOptions& o) {
   }
   return *role;
 }
+
+}  // namespace
+
+// The cluster CA as servers verify client chains against it: the file is read again when its
+// content changes (looked at once per reload period at most), as gRPC's file watcher does.
+class CaBundle {
+ public:
+  CaBundle(std::string path, int reload_seconds)
+      : path_(std::move(path)), period_(absl::Seconds(std::max(1, reload_seconds))) {}
+
+  // The store of the file's certificates as last read; null when it never held one.
+  std::shared_ptr<X509_STORE> Current() {
+    absl::MutexLock lock(&mu_);
+    const absl::Time now = absl::Now();
+    if (now - checked_ < period_) return store_;
+    checked_ = now;
+    absl::StatusOr<std::string> pem = ReadFileToString(path_);
+    if (!pem.ok() || *pem == pem_) return store_;  // unreadable mid-swap: keep the last one
+    StorePtr store = StoreFromPem(*pem);
+    if (store == nullptr) return store_;
+    pem_ = *std::move(pem);
+    store_ = std::shared_ptr<X509_STORE>(store.release(), X509_STORE_free);
+    return store_;
+  }
+
+ private:
+  const std::string path_;
+  const absl::Duration period_;
+  absl::Mutex mu_;
+  absl::Time checked_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  std::string pem_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<X509_STORE> store_ ABSL_GUARDED_BY(mu_);
+};
+
+namespace {
 
 // A channel's check of the server it reached, after gRPC has verified the chain: the server's
 // certificate must name one of the roles the channel is for.
@@ -160,6 +205,68 @@ class RoleVerifier final : public grpc::experimental::ExternalCertificateVerifie
  private:
   const Roles expected_;
   const std::string prefix_;
+};
+
+// A server's check of the client certificate in its handshake (gRPC's own is off): the chain
+// must lead to the CA now. Each refusal is counted and logged with the certificate's identity.
+class ClientVerifier final : public grpc::experimental::ExternalCertificateVerifier {
+ public:
+  ClientVerifier(std::shared_ptr<CaBundle> ca, bool require, metrics::Metrics* metrics)
+      : ca_(std::move(ca)), require_(require), metrics_(metrics) {}
+
+  bool Verify(grpc::experimental::TlsCustomVerificationCheckRequest* request,
+              std::function<void(grpc::Status)> /*callback*/, grpc::Status* status) override {
+    const grpc::string_ref leaf_pem = request->peer_cert();
+    if (leaf_pem.empty()) {
+      *status = require_ ? Refuse("no_certificate", "no certificate", "this port requires one")
+                         : grpc::Status::OK;  // the per-call role check refuses what it must
+      return true;
+    }
+    X509Ptr leaf(PEM_read_bio_X509(MemoryBio(std::string(leaf_pem.data(), leaf_pem.size())).get(),
+                                   nullptr, nullptr, nullptr));
+    if (leaf == nullptr) {
+      *status = Refuse("untrusted", "an unreadable certificate", "it does not parse");
+      return true;
+    }
+    const std::shared_ptr<X509_STORE> store = ca_->Current();
+    const grpc::string_ref chain = request->peer_cert_full_chain();
+    const int error = store == nullptr
+                          ? X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT_LOCALLY
+                          : VerifyChain(store.get(), leaf.get(),
+                                        std::string(chain.data(), chain.size()));
+    if (error == X509_V_OK) {
+      *status = grpc::Status::OK;
+      return true;
+    }
+    const bool expired =
+        error == X509_V_ERR_CERT_HAS_EXPIRED || error == X509_V_ERR_CERT_NOT_YET_VALID;
+    *status = Refuse(expired ? "expired" : "untrusted", Identity(leaf.get()),
+                     X509_verify_cert_error_string(error));
+    return true;  // decided synchronously
+  }
+  void Cancel(grpc::experimental::TlsCustomVerificationCheckRequest*) override {}
+
+ private:
+  // The certificate's URI SANs, else its subject.
+  static std::string Identity(X509* cert) {
+    const std::vector<std::string> uris = UriSans(cert);
+    if (!uris.empty()) return absl::StrJoin(uris, ",");
+    char subject[256] = {};
+    X509_NAME_oneline(X509_get_subject_name(cert), subject, sizeof(subject) - 1);
+    return subject;
+  }
+
+  grpc::Status Refuse(const char* reason, const std::string& who, const std::string& why) const {
+    if (metrics_ != nullptr) metrics_->AuthDenied("tls_handshake", reason)->Increment();
+    Log(LogLevel::kWarning, "security",
+        absl::StrCat("TLS handshake refused (", reason, "): ", who, ": ", why));
+    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                        absl::StrCat("client certificate refused: ", why));
+  }
+
+  const std::shared_ptr<CaBundle> ca_;
+  const bool require_;
+  metrics::Metrics* const metrics_;
 };
 
 std::vector<std::string> Values(const grpc::AuthContext& auth, const char* property) {
@@ -216,6 +323,7 @@ absl::StatusOr<std::shared_ptr<const Transport>> Transport::Create(
   t->provider_ = std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
       options.key_file, options.cert_file, options.ca_file,
       static_cast<unsigned>(std::max(1, options.reload_seconds)));
+  t->ca_ = std::make_shared<CaBundle>(options.ca_file, options.reload_seconds);
   return std::shared_ptr<const Transport>(std::move(t));
 }
 
@@ -225,9 +333,11 @@ std::shared_ptr<grpc::ServerCredentials> Transport::ServerCredentials(
   grpc::experimental::TlsServerCredentialsOptions o(provider_);
   o.watch_root_certs();
   o.watch_identity_key_cert_pairs();
-  o.set_cert_request_type(clients == ClientCertificates::kRequire
-                              ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
-                              : GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_AND_VERIFY);
+  // gRPC asks for the certificate; ClientVerifier checks it (or its absence, on a port that
+  // requires one) and counts what it refuses.
+  o.set_cert_request_type(GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_BUT_DONT_VERIFY);
+  o.set_certificate_verifier(grpc::experimental::ExternalCertificateVerifier::Create<ClientVerifier>(
+      ca_, clients == ClientCertificates::kRequire, options_.metrics));
   return grpc::experimental::TlsServerCredentials(o);
 }
 

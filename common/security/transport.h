@@ -19,7 +19,13 @@
 
 #include "absl/status/statusor.h"
 
+namespace tandem::metrics {
+class Metrics;
+}
+
 namespace tandem::security {
+
+class CaBundle;
 
 enum class Role : uint8_t { kRouter = 1, kPrefill = 2, kDecode = 4, kCacheStore = 8 };
 
@@ -51,6 +57,10 @@ struct TransportOptions {
   // A certificate's role is the URI SAN that starts with this prefix, less the prefix.
   std::string role_uri_prefix = "spiffe://tandem/";
   int reload_seconds = 10;  // how often the files are checked for changes
+  // Where servers count the clients their TLS handshake refuses (no certificate where one is
+  // required, another CA's, an expired one): tandem_auth_denied_total{method="tls_handshake",
+  // reason}. May be null.
+  metrics::Metrics* metrics = nullptr;
 };
 
 // What a server asks of its clients' certificates.
@@ -69,6 +79,9 @@ class Transport {
   static absl::StatusOr<std::shared_ptr<const Transport>> Create(const TransportOptions& options);
 
   bool tls() const { return tls_; }
+  // Servers verify a client's certificate chain themselves (against the CA file, re-read as it
+  // changes), so each refusal is counted and logged with the certificate's identity; gRPC's own
+  // check would fail the handshake unseen.
   std::shared_ptr<grpc::ServerCredentials> ServerCredentials(ClientCertificates clients) const;
   // For channels to servers of the given roles.
   std::shared_ptr<grpc::ChannelCredentials> ChannelCredentials(Roles servers) const;
@@ -92,6 +105,7 @@ class Transport {
   TransportOptions options_;
   std::optional<Role> own_role_;
   std::shared_ptr<grpc::experimental::CertificateProviderInterface> provider_;
+  std::shared_ptr<CaBundle> ca_;  // the servers' verification of client chains
 };
 
 // Whether `listen` ("host:port") binds only the loopback interface (127.0.0.0/8, ::1,

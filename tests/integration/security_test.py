@@ -115,6 +115,10 @@ def check_refusals(c):
     cluster.wait_for(lambda: denied(router, "/tandem.v1.Registry/Register", "no_certificate") == 1
                      and denied(router, "/tandem.v1.Registry/Register", "role") == 1, 10,
                      "the router to count both refusals")
+    # The handshakes it refused are counted too, by reason.
+    cluster.wait_for(lambda: denied(router, "tls_handshake", "untrusted") >= 1
+                     and denied(router, "tls_handshake", "expired") >= 1, 10,
+                     "the router to count the other CA's and the expired certificate")
 
     # A decode worker may not write the store (a poisoned cache), the router may not read it.
     put = lambda ch: cache_store_pb2_grpc.CacheStoreStub(ch).Put(  # noqa: E731
@@ -129,8 +133,9 @@ def check_refusals(c):
     # The store's port asks every peer for a certificate: without one, no handshake.
     assert code_of(lambda: get(channel(store.address, "a/ca.pem"))) == grpc.StatusCode.UNAVAILABLE
     cluster.wait_for(lambda: denied(store, "/tandem.v1.CacheStore/Put", "role") == 1
-                     and denied(store, "/tandem.v1.CacheStore/Get", "role") == 1, 10,
-                     "the store to count both refusals")
+                     and denied(store, "/tandem.v1.CacheStore/Get", "role") == 1
+                     and denied(store, "tls_handshake", "no_certificate") >= 1, 10,
+                     "the store to count the refusals and the certificate-less handshake")
 
     # Only the router calls workers.
     decode_call = lambda ch: list(workers_pb2_grpc.DecodeWorkerStub(ch).Decode(  # noqa: E731
@@ -139,7 +144,8 @@ def check_refusals(c):
         grpc.StatusCode.PERMISSION_DENIED
     cluster.wait_for(lambda: denied(decode, "/tandem.v1.DecodeWorker/Decode", "role") == 1, 10,
                      "the decode worker to count the refusal")
-    print("refusals: registry (no certificate, wrong role, other CA, expired), store put/get, "
+    print("refusals: registry (no certificate, wrong role; other CA and expired in the "
+          "handshake), store put/get (and a handshake without a certificate), "
           "decode: refused and counted")
 
 

@@ -134,7 +134,7 @@ class ServedRole : public Role {
   // The transport for `role` and the authorizer its services check calls with.
   absl::Status Secure(const config::TandemConfig& c, const std::string& role,
                       metrics::Metrics& metrics) {
-    TANDEM_ASSIGN_OR_RETURN(transport_, RoleTransport(c, role));
+    TANDEM_ASSIGN_OR_RETURN(transport_, RoleTransport(c, role, &metrics));
     authorizer_ = std::make_unique<security::Authorizer>(transport_, &metrics);
     return absl::OkStatus();
   }
@@ -464,7 +464,7 @@ std::string ModelId(const config::TandemConfig& config) {
 }
 
 absl::StatusOr<std::shared_ptr<const security::Transport>> RoleTransport(
-    const config::TandemConfig& c, const std::string& role) {
+    const config::TandemConfig& c, const std::string& role, metrics::Metrics* metrics) {
   const config::SecurityConfig& s = c.security;
   const bool tls = !s.tls.ca_file.empty();
   const std::string& listen = role == "router"    ? c.router.listen
@@ -483,7 +483,8 @@ absl::StatusOr<std::shared_ptr<const security::Transport>> RoleTransport(
                                                        .cert_file = s.tls.cert_file,
                                                        .key_file = s.tls.key_file,
                                                        .role_uri_prefix = s.role_uri_prefix,
-                                                       .reload_seconds = s.tls.reload_seconds}));
+                                                       .reload_seconds = s.tls.reload_seconds,
+                                                       .metrics = metrics}));
   const std::string want = role == "cache-store" ? "cache_store" : role;
   if (security::RoleName(*transport->own_role()) != want) {
     return absl::InvalidArgumentError(absl::StrCat(

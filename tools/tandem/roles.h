@@ -41,8 +41,10 @@ std::vector<std::string> HealthNames(const std::string& role);
 // others: mutual TLS when security.tls is set (its certificate must name `role`), else
 // plaintext. Fails closed first: a listener of the role beyond loopback without TLS is refused
 // unless security.allow_insecure. The router's HTTP door serves HTTPS with the same certificate.
+// `metrics` (may be null; must outlive the transport) counts the handshakes its servers refuse.
 absl::StatusOr<std::shared_ptr<const security::Transport>> RoleTransport(
-    const config::TandemConfig& config, const std::string& role);
+    const config::TandemConfig& config, const std::string& role,
+    metrics::Metrics* metrics = nullptr);
 
 // `metrics` must outlive the role. A worker given `share` (which must outlive it) computes on
 // the process's shared pool, a step per turn; without one it has model.threads of its own.

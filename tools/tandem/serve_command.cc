@@ -160,9 +160,9 @@ absl::Status RunServe(const CliArgs& args) {
   if (args.Has("listen")) c.router.listen = *args.String("listen");
   // security.tls (a router certificate) secures the public ports, gRPC and HTTP; the roles
   // inside talk over loopback.
-  TANDEM_ASSIGN_OR_RETURN(auto transport, RoleTransport(c, "router"));  // fails closed
-  const sigset_t signals = BlockStopSignals();
   metrics::Metrics metrics("serve");
+  TANDEM_ASSIGN_OR_RETURN(auto transport, RoleTransport(c, "router", &metrics));  // fails closed
+  const sigset_t signals = BlockStopSignals();
   TANDEM_ASSIGN_OR_RETURN(auto metrics_server, StartMetrics(c, metrics));
   TANDEM_ASSIGN_OR_RETURN(auto loading, Loading::Start("serve", c.router.listen,
                                                        HealthNames("router"), *transport, signals));
@@ -247,9 +247,9 @@ absl::Status RunRole(const std::string& role, const CliArgs& args) {
                                             : c.cache_store.listen;
   if (args.Has("listen")) listen = *args.String("listen");
   // Before anything binds: a listener beyond loopback without TLS fails here.
-  TANDEM_ASSIGN_OR_RETURN(auto transport, RoleTransport(c, role));
-  const sigset_t signals = BlockStopSignals();
   metrics::Metrics metrics(role == "cache-store" ? "cache_store" : role);
+  TANDEM_ASSIGN_OR_RETURN(auto transport, RoleTransport(c, role, &metrics));
+  const sigset_t signals = BlockStopSignals();
   TANDEM_ASSIGN_OR_RETURN(auto metrics_server, StartMetrics(c, metrics));
   TANDEM_ASSIGN_OR_RETURN(auto loading,
                           Loading::Start(role, listen, HealthNames(role), *transport, signals));

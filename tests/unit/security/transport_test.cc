@@ -162,7 +162,9 @@ TEST_F(TransportTest, EachRoleGetsWhatItsRoleMayCall) {
 }
 
 TEST_F(TransportTest, PeersWithoutAGoodCertificateNeverGetIn) {
-  StartStore(Make("cache_store"));
+  TransportOptions options = For("cache_store");
+  options.metrics = &metrics_;  // the handshakes it refuses are counted
+  StartStore(Transport::Create(options).value());
   const auto refused = [&](std::shared_ptr<grpc::ChannelCredentials> c) {
     return Client(std::move(c))->Exists(std::vector<uint64_t>{1}).status();
   };
@@ -171,6 +173,11 @@ TEST_F(TransportTest, PeersWithoutAGoodCertificateNeverGetIn) {
   EXPECT_EQ(refused(SslClient("a/ca.pem", "other/prefill")).code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(refused(SslClient("a/ca.pem", "a/expired")).code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(refused(grpc::InsecureChannelCredentials()).code(), absl::StatusCode::kUnavailable);
+  // Each refused handshake by its reason (plaintext never reaches one; a client may try its
+  // handshake again before it gives up).
+  EXPECT_GE(Denied("tls_handshake", "no_certificate"), 1);
+  EXPECT_GE(Denied("tls_handshake", "untrusted"), 1);
+  EXPECT_GE(Denied("tls_handshake", "expired"), 1);
   // A good client certificate with no role gets through the handshake, then no method.
   EXPECT_EQ(refused(SslClient("a/ca.pem", "a/norole")).code(), absl::StatusCode::kPermissionDenied);
   EXPECT_EQ(Denied("/tandem.v1.CacheStore/Exists", "no_certificate"), 1);
