@@ -12,12 +12,13 @@ usage: /usr/bin/python3 bench/serving/tls_cost.py --build build [--requests 300]
            [--input-len 32] [--output-len 64] [--rounds 3] [--out FILE.json]
 """
 import argparse
-import json
 import os
-import re
-import statistics
 import subprocess
+import sys
 import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from router_cost import Roles, measured_burst, summarize, write_json  # noqa: E402
 
 p = argparse.ArgumentParser()
 p.add_argument("--build", default="build")
@@ -33,7 +34,7 @@ tandem = os.path.join(args.build, "tools", "tandem", "tandem")
 here = os.path.dirname(os.path.abspath(__file__))
 work = tempfile.mkdtemp(prefix="tandem_tls_cost_")
 certs = os.path.join(work, "certs")
-procs = []
+roles = Roles(tandem, args.model, work)
 
 
 def tls(role):
@@ -42,38 +43,9 @@ def tls(role):
             "--set", f"security.tls.key_file={certs}/{role}.key"]
 
 
-def start(role, extra):
-    log = open(os.path.join(work, f"{role}-{len(procs)}.log"), "w")
-    proc = subprocess.Popen([tandem, role, "--model", args.model, "--listen", "127.0.0.1:0",
-                             "--metrics-listen", ""] + extra,
-                            stdout=subprocess.PIPE, stderr=log, text=True)
-    line = proc.stdout.readline()
-    m = re.search(r"serving on ([^;\s]+)", line)
-    if not m:
-        raise RuntimeError(f"{role} did not start: {line!r}")
-    procs.append(proc)
-    return proc, m.group(1)
-
-
-def cpu_seconds(pid):
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def bench(addr, extra, out):
-    cmd = [tandem, "bench", "--addr", addr, "--num-requests", str(args.requests),
-           "--max-concurrency", str(args.requests), "--request-rate", "inf",
-           "--input-len", str(args.input_len), "--output-len", str(args.output_len),
-           "--vocab-size", str(args.vocab_size), "--json-out", out, "--progress=false"] + extra
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
-    with open(out) as f:
-        return json.load(f)
-
-
 def deployment(secure):
-    _, decode = start("decode", tls("decode") if secure else [])
-    router, addr = start("router", [
+    _, decode, _ = roles.start("decode", tls("decode") if secure else [])
+    router, addr, _ = roles.start("router", [
         "--set", "router.mode=colocated", "--set", f"router.decode_workers=[{decode}]",
         "--set", f"router.max_queued_requests={args.requests}"] + (tls("router") if secure else []))
     # The router's certificate names localhost; clients verify it by that name.
@@ -93,22 +65,11 @@ def main():
             order = ("plaintext", "tls") if r % 2 == 0 else ("tls", "plaintext")
             for name in order:
                 (router, addr), extra = setups[name]
-                before = cpu_seconds(router.pid)
-                report = bench(addr, extra, os.path.join(work, f"{name}-{r}.json"))
-                cpu = cpu_seconds(router.pid) - before
-                tokens = report["total_output_tokens"]
-                run = {"round": r, "completed": report["completed"], "failed": report["failed"],
-                       "output_tokens": tokens, "router_cpu_s": round(cpu, 3),
-                       "router_cpu_us_per_token": round(cpu / tokens * 1e6, 2),
-                       "output_throughput": round(report["output_throughput"], 1),
-                       "ttft_p50_ms": round(report["ttft_ms"]["p50"], 1)}
+                run = measured_burst(tandem, args, router, addr,
+                                     os.path.join(work, f"{name}-{r}.json"), r, extra)
                 runs[name].append(run)
                 print(f"{name:9} round {r}: {run}", flush=True)
-        summary = {name: {"router_cpu_us_per_token_median":
-                          statistics.median(x["router_cpu_us_per_token"] for x in v),
-                          "failed": sum(x["failed"] for x in v),
-                          "completed": sum(x["completed"] for x in v)}
-                   for name, v in runs.items()}
+        summary = summarize(runs)
         ratio = (summary["tls"]["router_cpu_us_per_token_median"] /
                  summary["plaintext"]["router_cpu_us_per_token_median"])
         print(f"router CPU per output token, median of {args.rounds}: plaintext "
@@ -116,14 +77,9 @@ def main():
               f"{summary['tls']['router_cpu_us_per_token_median']} us, TLS/plaintext {ratio:.2f}; "
               f"failed: {summary['plaintext']['failed']} / {summary['tls']['failed']}")
         if args.out:
-            with open(args.out, "w") as f:
-                json.dump({"config": vars(args), "runs": runs, "summary": summary,
-                           "tls_over_plaintext": round(ratio, 3)}, f, indent=2)
-                f.write("\n")
+            write_json(args.out, args, runs, summary, "tls_over_plaintext", ratio)
     finally:
-        for proc in reversed(procs):
-            proc.terminate()
-            proc.wait()
+        roles.stop()
 
 
 main()
