@@ -166,6 +166,7 @@ absl::StatusOr<ModelConfig> ModelConfig::FromJson(std::string_view json_text,
   auto dtype = ParseDType(dtype_name);
   if (!dtype.ok()) return f.Error("torch_dtype", std::string(dtype.status().message()));
   c.torch_dtype = *dtype;
+  TANDEM_ASSIGN_OR_RETURN(c.quantization, ParseQuantizationConfig(j, source));
   TANDEM_ASSIGN_OR_RETURN(int64_t bos, f.IntOr("bos_token_id", -1, -1, kMaxVocab));
   c.bos_token_id = static_cast<int32_t>(bos);
   TANDEM_RETURN_IF_ERROR(ParseEosIds(j, source, &c.eos_token_ids));

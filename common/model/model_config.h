@@ -7,6 +7,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/kv/kv_layout.h"
+#include "common/model/quantization_config.h"
 #include "common/util/dtype.h"
 
 namespace tandem::model {
@@ -49,6 +50,9 @@ struct ModelConfig {
   bool attention_bias = false;  // q/k/v biases (Qwen2 always; Llama when attention_bias=true)
   bool qk_norm = false;         // Qwen3
   DType torch_dtype = DType::kBF16;
+  // config.json's quantization_config: the published format of quantized weights (none for a
+  // float checkpoint). Loading quantized weights is planned; ModelWeights::Load refuses them.
+  QuantizationConfig quantization;
   int32_t bos_token_id = -1;  // -1 = none
   std::vector<int32_t> eos_token_ids;
 

@@ -203,6 +203,12 @@ absl::StatusOr<WeightMemory> ParseWeightMemory(std::string_view name) {
 absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(const std::string& dir,
                                                                  const ModelConfig& c,
                                                                  const WeightLoadOptions& options) {
+  if (c.quantization.quantized()) {
+    return absl::UnimplementedError(absl::StrCat(
+        dir, " holds quantized weights (", c.quantization.Name(),
+        ", from config.json's quantization_config); loading them is planned. Serve the model's "
+        "float (bf16/f16/f32) checkpoint"));
+  }
   auto w = std::make_unique<ModelWeights>();
   if (options.memory == WeightMemory::kHugePages) w->arena_ = std::make_unique<HugePageArena>();
   TANDEM_ASSIGN_OR_RETURN(std::vector<std::string> paths, ListWeightFiles(dir));

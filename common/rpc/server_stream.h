@@ -66,13 +66,15 @@ class ServerStream {
     return end_.has_value();
   }
 
-  // True when a write has been outstanding for longer than `timeout` at `now` (the client does
-  // not read); the call then cannot finish until Unpin, so the caller may cancel it through its
-  // context. False once the call has finished.
+  // True, once, when a write has been outstanding for longer than `timeout` at `now` (the
+  // client does not read); the call then cannot finish until Unpin, so the caller may cancel it
+  // through its context. False once the call has finished, and after the first true (the
+  // cancel takes a moment to reach the write).
   bool PinIfStalled(std::chrono::steady_clock::time_point now,
                     std::chrono::steady_clock::duration timeout) {
     absl::MutexLock lock(&mu_);
-    if (finished_ || !writing_ || now - write_started_ <= timeout) return false;
+    if (finished_ || stalled_ || !writing_ || now - write_started_ <= timeout) return false;
+    stalled_ = true;
     ++pins_;
     return true;
   }
@@ -114,6 +116,7 @@ class ServerStream {
   std::optional<grpc::Status> end_ ABSL_GUARDED_BY(mu_);
   std::chrono::steady_clock::time_point write_started_ ABSL_GUARDED_BY(mu_);
   int pins_ ABSL_GUARDED_BY(mu_) = 0;  // PinIfStalled callers still using the call
+  bool stalled_ ABSL_GUARDED_BY(mu_) = false;  // PinIfStalled has said so
 };
 
 }  // namespace tandem::rpc

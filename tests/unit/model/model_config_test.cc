@@ -3,6 +3,7 @@
 #include <cmath>
 #include <numbers>
 
+#include "common/model/model_weights.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -153,6 +154,138 @@ TEST(ModelConfigTest, ErrorsNameTheFileAndKey) {
   EXPECT_FALSE(ModelConfig::FromJson("[1, 2]", "x.json").ok());
   EXPECT_EQ(ModelConfig::FromDirectory("/nonexistent/dir").status().code(),
             absl::StatusCode::kNotFound);
+}
+
+// quantization_config as published checkpoints write it (TheBloke's GPTQ and AWQ exports,
+// llm-compressor's W8A8 and W4A16): parsed, named, and refused at weight load for now.
+TEST(QuantizationConfigTest, PublishedFormatsAreRecognized) {
+  using Method = QuantizationConfig::Method;
+  using Packing = QuantizationConfig::Packing;
+  const nlohmann::json gptq = {{"bits", 4},          {"group_size", 128}, {"damp_percent", 0.1},
+                               {"desc_act", true},   {"sym", true},       {"true_sequential", true},
+                               {"quant_method", "gptq"}};
+  const nlohmann::json awq = {{"quant_method", "awq"}, {"zero_point", true}, {"group_size", 64},
+                              {"bits", 4},             {"version", "gemm"},
+                              {"modules_to_not_convert", nullptr}};
+  const nlohmann::json w8a8 = nlohmann::json::parse(R"({
+      "config_groups": {"group_0": {
+        "input_activations": {"actorder": null, "dynamic": true, "group_size": null,
+                              "num_bits": 8, "observer": "memoryless", "strategy": "token",
+                              "symmetric": true, "type": "int"},
+        "output_activations": null, "targets": ["Linear"],
+        "weights": {"actorder": null, "dynamic": false, "group_size": null, "num_bits": 8,
+                    "observer": "minmax", "strategy": "channel", "symmetric": true,
+                    "type": "int"}}},
+      "format": "int-quantized", "ignore": ["lm_head"], "kv_cache_scheme": null,
+      "quant_method": "compressed-tensors", "quantization_status": "compressed"})");
+  nlohmann::json w4a16 = w8a8;
+  w4a16["format"] = "pack-quantized";
+  w4a16["sparsity_config"] = nlohmann::json::object();
+  w4a16["config_groups"]["group_0"]["input_activations"] = nullptr;
+  w4a16["config_groups"]["group_0"]["weights"]["num_bits"] = 4;
+  w4a16["config_groups"]["group_0"]["weights"]["strategy"] = "group";
+  w4a16["config_groups"]["group_0"]["weights"]["group_size"] = 128;
+  struct Want {
+    nlohmann::json q;
+    Method method;
+    Packing packing;
+    std::string name;
+  };
+  for (const Want& want : std::vector<Want>{
+           {gptq, Method::kGptq, Packing::kGptq, "gptq-w4-g128-sym-act"},
+           {awq, Method::kAwq, Packing::kAwqGemm, "awq-w4-g64"},
+           {w8a8, Method::kCompressedTensors, Packing::kCtInt, "ct-w8a8-channel"},
+           {w4a16, Method::kCompressedTensors, Packing::kCtPacked, "ct-w4-g128"}}) {
+    auto j = Llama3Json();
+    j["quantization_config"] = want.q;
+    auto c = Parse(j);
+    ASSERT_TRUE(c.ok()) << want.name << ": " << c.status();
+    const QuantizationConfig& q = c->quantization;
+    EXPECT_EQ(q.method, want.method) << want.name;
+    EXPECT_EQ(q.packing, want.packing) << want.name;
+    EXPECT_EQ(q.Name(), want.name);
+    // Loading them is planned: the loader says so, naming the format.
+    auto w = ModelWeights::Load("/nonexistent", *c);
+    EXPECT_EQ(w.status().code(), absl::StatusCode::kUnimplemented) << want.name;
+    EXPECT_THAT(std::string(w.status().message()), HasSubstr(want.name));
+  }
+  auto plain = Parse(Llama3Json());
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE(plain->quantization.quantized());
+  EXPECT_EQ(plain->quantization.Name(), "none");
+  // Details the names leave out.
+  auto j = Llama3Json();
+  j["quantization_config"] = gptq;
+  j["quantization_config"]["group_size"] = -1;
+  j["quantization_config"]["sym"] = false;
+  j["quantization_config"]["checkpoint_format"] = "gptq_v2";
+  j["quantization_config"]["lm_head"] = true;
+  const QuantizationConfig g = Parse(j)->quantization;
+  EXPECT_EQ(g.group_size, 0);
+  EXPECT_FALSE(g.symmetric);
+  EXPECT_TRUE(g.gptq_v2);
+  EXPECT_TRUE(g.lm_head);
+  EXPECT_EQ(g.Name(), "gptq-w4-asym-act-v2");
+  j["quantization_config"] = w8a8;
+  EXPECT_FALSE(Parse(j)->quantization.lm_head);  // "ignore": ["lm_head"]
+  EXPECT_TRUE(Parse(j)->quantization.int8_activations);
+}
+
+TEST(QuantizationConfigTest, VariantsTandemCannotReadAreRefusedByName) {
+  struct Case {
+    nlohmann::json q;
+    std::string expect;
+  };
+  const nlohmann::json ct_group = {
+      {"targets", {"Linear"}},
+      {"weights", {{"num_bits", 8}, {"type", "int"}, {"strategy", "channel"}}}};
+  auto ct = [&](nlohmann::json group) {
+    return nlohmann::json{{"quant_method", "compressed-tensors"},
+                          {"format", "int-quantized"},
+                          {"config_groups", {{"group_0", group}}}};
+  };
+  nlohmann::json static_input = ct_group;
+  static_input["input_activations"] = {{"num_bits", 8}, {"type", "int"}, {"strategy", "tensor"},
+                                       {"dynamic", false}};
+  nlohmann::json fp8 = ct_group;
+  fp8["weights"]["type"] = "float";
+  nlohmann::json tensor_scale = ct_group;
+  tensor_scale["weights"]["strategy"] = "tensor";
+  nlohmann::json two = ct(ct_group);
+  two["config_groups"]["group_1"] = ct_group;
+  const std::vector<Case> cases = {
+      {{{"quant_method", "fp8"}}, "\"quantization_config.quant_method\" is \"fp8\""},
+      {{{"quant_method", "bitsandbytes"}}, "gptq, awq and compressed-tensors"},
+      {{{"quant_method", "gptq"}, {"bits", 3}}, "\"quantization_config.bits\" is 3"},
+      {{{"quant_method", "gptq"}, {"group_size", 0}}, "\"quantization_config.group_size\" is 0"},
+      {{{"quant_method", "gptq"}, {"checkpoint_format", "marlin"}}, "\"marlin\""},
+      {{{"quant_method", "gptq"}, {"dynamic", {{"-:.*mlp", {}}}}},
+       "\"quantization_config.dynamic\""},
+      {{{"quant_method", "gptq"}, {"desc_act", "yes"}}, "\"quantization_config.desc_act\""},
+      {{{"quant_method", "awq"}, {"version", "gemv_fast"}}, "\"quantization_config.version\""},
+      {{{"quant_method", "awq"}, {"w_bit", 8}}, "\"quantization_config.w_bit\" is 8"},
+      {{{"quant_method", "awq"}, {"zero_point", false}}, "\"quantization_config.zero_point\""},
+      {ct(static_input), "config_groups.group_0.input_activations\" is"},
+      {ct(fp8), "config_groups.group_0.weights.type\" is \"float\""},
+      {ct(tensor_scale), "weights.strategy\" is \"tensor\""},
+      {two, "exactly one scheme"},
+      {nlohmann::json{{"quant_method", "compressed-tensors"}, {"format", "float-quantized"}},
+       "\"quantization_config.format\" is \"float-quantized\""},
+      {nlohmann::json{{"quant_method", "compressed-tensors"},
+                      {"format", "int-quantized"},
+                      {"sparsity_config", {{"format", "sparse-24"}}},
+                      {"config_groups", {{"group_0", ct_group}}}},
+       "\"quantization_config.sparsity_config\""},
+      {nlohmann::json::array({1}), "\"quantization_config\" must be an object"},
+  };
+  for (const Case& tc : cases) {
+    auto j = Llama3Json();
+    j["quantization_config"] = tc.q;
+    auto c = Parse(j);
+    ASSERT_FALSE(c.ok()) << tc.q.dump();
+    EXPECT_THAT(std::string(c.status().message()), HasSubstr("dir/config.json")) << tc.q.dump();
+    EXPECT_THAT(std::string(c.status().message()), HasSubstr(tc.expect)) << tc.q.dump();
+  }
 }
 
 }  // namespace
