@@ -15,6 +15,19 @@ namespace tandem::kernels {
 enum class WeightLayout {
   kRowMajor,  // [rows, cols], as safetensors stores it: used in place when memory-mapped
   kPanels,    // packed at load for the CPU GEMM (kernels/cpu/gemm.h, PackPanels)
+  // Integer codes with per-group scales in the CPU GEMM's panel order (kernels/cpu/quant_pack.h).
+  kQuantPanels,
+};
+
+// How a kQuantPanels matrix's integers stand for weights: w[n, k] = (code - zero) * scale, with
+// one scale and one zero per row n and group of `group_size` consecutive input columns k.
+struct QuantFormat {
+  int bits = 0;        // 8 or 4; 0: not quantized
+  int group_size = 0;  // input columns per scale; equals cols for one scale per row (per-channel)
+  // Zeros stored per row and group (asymmetric); otherwise every zero is 2^(bits-1).
+  bool has_zero = false;
+
+  bool operator==(const QuantFormat&) const = default;
 };
 
 // A weight matrix [rows, cols] in its stored dtype, in the Hugging Face nn.Linear orientation:
@@ -25,6 +38,7 @@ struct WeightMatrix {
   int64_t rows = 0;
   int64_t cols = 0;
   WeightLayout layout = WeightLayout::kRowMajor;
+  QuantFormat quant{};  // kQuantPanels only; dtype is then the dtype the matrix was quantized from
 };
 
 // One product of a GEMM call over a shared x: y = x * w^T + bias.

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "common/kernels/cpu/gemm_internal.h"
+#include "common/kernels/cpu/quant_pack.h"
 #include "common/kernels/cpu/simd_util.h"
 
 namespace tandem::kernels {
@@ -189,7 +190,7 @@ void GemmMulti(const float* x, int64_t m, int64_t x_stride, std::span<const Gemm
   bool all_streamable = m <= kDecodeMaxM, all_panels = true;
   for (const auto& o : outputs) {
     all_streamable &= o.w.rows > 0 && o.w.cols > 0 && o.w.layout == WeightLayout::kRowMajor;
-    all_panels &= o.w.layout == WeightLayout::kPanels;
+    all_panels &= o.w.layout != WeightLayout::kRowMajor;
   }
   if (all_streamable) return internal::GemmStreamingMulti(x, m, x_stride, outputs, pool);
   if (all_panels) return internal::GemmTiledMulti(x, m, x_stride, outputs, pool);
@@ -238,6 +239,17 @@ WeightMatrix PackPanels(const WeightMatrix& w, void* out, ThreadPool& pool) {
 
 void ReadRow(const WeightMatrix& w, int64_t row, float* out) {
   const char* base = static_cast<const char*>(w.data);
+  if (w.layout == WeightLayout::kQuantPanels) {
+    const int64_t group_size = w.quant.group_size > 0 ? w.quant.group_size : w.cols;
+    std::vector<uint8_t> codes(w.cols), zeros(w.cols / group_size);
+    std::vector<float> scales(w.cols / group_size);
+    ReadQuantRow(w, row, codes.data(), scales.data(), zeros.data());
+    for (int64_t k = 0; k < w.cols; ++k) {
+      const int64_t g = k / group_size;
+      out[k] = static_cast<float>(codes[k] - zeros[g]) * scales[g];
+    }
+    return;
+  }
   if (w.layout == WeightLayout::kRowMajor) {
     ToFloat(w.dtype, base + row * w.cols * static_cast<int64_t>(DTypeSize(w.dtype)), out, w.cols);
     return;

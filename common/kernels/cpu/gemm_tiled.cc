@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "common/kernels/cpu/gemm_internal.h"
+#include "common/kernels/cpu/quant_pack.h"
 #include "common/kernels/cpu/simd_util.h"
 
 namespace tandem::kernels::internal {
@@ -262,6 +263,26 @@ void PackX(const float* x, int64_t x_stride, int64_t k, const RowGroups& groups,
   pool.ParallelFor(groups.count, kGrain, pack);
 }
 
+// The thread's accumulator tile for `row_groups` groups of kMr rows x kNb outputs (see Block).
+float* AccumulatorTile(int64_t row_groups) {
+  thread_local std::vector<float> buffer;
+  const int64_t floats = row_groups * kMr * kNb;
+  if (static_cast<int64_t>(buffer.size()) < floats) buffer.resize(floats);
+  return buffer.data();
+}
+
+// y[rows of groups g0..g1, n0:n1] = the accumulator tile + bias.
+void WriteTile(const float* acc, const RowGroups& groups, int64_t g0, int64_t g1, int64_t n0,
+               int64_t n1, const float* bias, float* y, int64_t y_stride) {
+  for (int64_t g = g0; g < g1; ++g) {
+    for (int i = 0; i < groups.Size(g); ++i) {
+      const float* src = acc + ((g - g0) * kMr + i) * kNb;
+      float* dst = y + (groups.Start(g) + i) * y_stride + n0;
+      for (int64_t j = 0; j < n1 - n0; ++j) dst[j] = src[j] + (bias ? bias[n0 + j] : 0.0f);
+    }
+  }
+}
+
 // Computes y[rows of groups g0..g1, n0:n1] for one work item; n1 - n0 <= kNb and n0 is a
 // multiple of kNb. xp is x packed by PackX. The sums build up over the K blocks in a contiguous
 // thread-local tile and are written to y once at the end: y's own rows lie N floats apart, a
@@ -282,10 +303,7 @@ void Block(const float* xp, const RowGroups& groups, int64_t g0, int64_t g1, con
                          : stream ? kKernels<T, true>.data()
                                   : kKernels<T>.data();
   const Kernel* kernels = stream ? kKernels<T, true, true>.data() : narrow;
-  thread_local std::vector<float> acc_buffer;
-  const int64_t rows = (g1 - g0) * kMr;
-  if (static_cast<int64_t>(acc_buffer.size()) < rows * kNb) acc_buffer.resize(rows * kNb);
-  float* acc = acc_buffer.data();
+  float* acc = AccumulatorTile(g1 - g0);
   const int64_t m_pad = groups.PaddedRows();
   const int panels = static_cast<int>((n1 - n0 + kNr - 1) / kNr);
   const char* base = static_cast<const char*>(w.data);
@@ -338,13 +356,262 @@ void Block(const float* xp, const RowGroups& groups, int64_t g0, int64_t g1, con
       }
     }
   }
-  for (int64_t g = g0; g < g1; ++g) {
-    for (int i = 0; i < groups.Size(g); ++i) {
-      const float* src = acc + ((g - g0) * kMr + i) * kNb;
-      float* dst = y + (groups.Start(g) + i) * y_stride + n0;
-      for (int64_t j = 0; j < n1 - n0; ++j) dst[j] = src[j] + (bias ? bias[n0 + j] : 0.0f);
+  WriteTile(acc, groups, g0, g1, n0, n1, bias, y, y_stride);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Quantized panels (WeightLayout::kQuantPanels, quant_pack.h). The codes of a column become the
+// exact integers code - zero in registers; a group's products with x sum in registers and are
+// scaled once into the accumulator tile. Prefill converts each block to those integers (f32)
+// once, as for bf16; both paths sum in the same order, so results do not depend on M.
+// ---------------------------------------------------------------------------------------------
+
+// A K block's scales and zeros, for the microkernels. A segment is the columns of one group
+// within the block (a row with one group has one segment per block).
+struct QuantBlockArgs {
+  const char* scales = nullptr;  // the first panel's f32 [16] of the block's first group
+  const char* zeros = nullptr;   // its u8 [16] (formats with zeros)
+  int64_t panel_bytes = 0;       // distance between panels
+  int64_t segment = 0;           // columns per segment
+  int64_t group_step = 0;        // groups per segment: 1, or 0 for one group per row
+
+  QuantBlockArgs Panel(int p) const {
+    QuantBlockArgs q = *this;
+    q.scales += p * panel_bytes;
+    q.zeros += p * panel_bytes;
+    return q;
+  }
+};
+
+constexpr int32_t kFloatMagic = 0x4B000000;  // 2^23: OR-ing an integer below 2^23 into its
+                                             // mantissa makes the float 2^23 + integer
+
+// 2^23 + zero for each row of a panel's group, as kNv vectors.
+template <int kBits, bool kZero>
+inline void LoadZeros(const char* zeros, __m256 (&zf)[kNv]) {
+  if constexpr (kZero) {
+    const auto* z = reinterpret_cast<const uint8_t*>(zeros);
+    TANDEM_UNROLL
+    for (int v = 0; v < kNv; ++v) {
+      const __m256i zi = _mm256_cvtepu8_epi32(_mm_loadl_epi64(
+          reinterpret_cast<const __m128i*>(z + 8 * v)));
+      zf[v] = _mm256_castsi256_ps(_mm256_or_si256(zi, _mm256_set1_epi32(kFloatMagic)));
+    }
+  } else {
+    TANDEM_UNROLL
+    for (int v = 0; v < kNv; ++v) zf[v] = _mm256_set1_ps(8388608.0f + (1 << (kBits - 1)));
+  }
+}
+
+// Column k of a panel's codes as code - zero, exact in f32. Symmetric 8-bit codes are stored
+// as the signed code - 128 and convert directly.
+template <int kBits, bool kZero>
+inline void LoadCodeColumn(const uint8_t* codes, int64_t k, const __m256 (&zf)[kNv],
+                           __m256 (&b)[kNv]) {
+  static_assert(kNv == 2);
+  if constexpr (kBits == 8 && !kZero) {
+    const auto* p = reinterpret_cast<const __m128i*>(codes + k * kNr);
+    b[0] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(p)));
+    b[1] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
+        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + k * kNr + 8))));
+  } else {
+    __m256i lo, hi;
+    if constexpr (kBits == 8) {
+      lo = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + k * kNr)));
+      hi = _mm256_cvtepu8_epi32(
+          _mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + k * kNr + 8)));
+    } else {
+      const __m256i v = _mm256_cvtepu8_epi32(
+          _mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + k * (kNr / 2))));
+      lo = _mm256_and_si256(v, _mm256_set1_epi32(0xF));
+      hi = _mm256_srli_epi32(v, 4);
+    }
+    const __m256i magic = _mm256_set1_epi32(kFloatMagic);
+    b[0] = _mm256_sub_ps(_mm256_castsi256_ps(_mm256_or_si256(lo, magic)), zf[0]);
+    b[1] = _mm256_sub_ps(_mm256_castsi256_ps(_mm256_or_si256(hi, magic)), zf[1]);
+  }
+}
+
+// Converts kc columns of a panel's codes to code - zero in f32, in row order ([kc][16]).
+template <int kBits, bool kZero>
+void ConvertQuantPanel(const void* codes, int64_t kc, const QuantBlockArgs& q, float* out) {
+  for (int64_t s0 = 0, seg = 0; s0 < kc; s0 += q.segment, ++seg) {
+    __m256 zf[kNv];
+    LoadZeros<kBits, kZero>(q.zeros + seg * q.group_step * kNr, zf);
+    for (int64_t k = s0; k < std::min(kc, s0 + q.segment); ++k) {
+      __m256 b[kNv];
+      LoadCodeColumn<kBits, kZero>(static_cast<const uint8_t*>(codes), k, zf, b);
+      TANDEM_UNROLL
+      for (int v = 0; v < kNv; ++v) _mm256_storeu_ps(out + k * kNr + 8 * v, b[v]);
     }
   }
+}
+
+// MicroKernel for quantized panels: acc[0:MR, 0:NP*kNr] (+)= xp^T * (codes - zeros) * scales.
+// kBits 0: the panels were converted to f32 (ConvertQuantPanel). One segment at a time, the
+// sums build up in registers from zero and are added to acc scaled by their group's scales.
+template <int kBits, bool kZero, bool kStream, int MR, int NP>
+void QuantMicroKernel(const float* xp, const void* panel, int64_t panel_stride, int64_t kc,
+                      const QuantBlockArgs& q, bool first, float* acc_out, int64_t acc_stride) {
+  constexpr int64_t kStreamAhead = 2048;
+  constexpr int64_t kColumnBytes = kBits == 0 ? kNr * 4 : kNr * kBits / 8;
+  const char* panels[NP];
+  TANDEM_UNROLL
+  for (int j = 0; j < NP; ++j) panels[j] = static_cast<const char*>(panel) + j * panel_stride;
+  for (int64_t s0 = 0, seg = 0; s0 < kc; s0 += q.segment, ++seg) {
+    const int64_t group = seg * q.group_step;
+    __m256 zf[NP][kNv];
+    if constexpr (kBits != 0) {
+      TANDEM_UNROLL
+      for (int j = 0; j < NP; ++j) {
+        LoadZeros<kBits, kZero>(q.zeros + j * q.panel_bytes + group * kNr, zf[j]);
+      }
+    }
+    if constexpr (kStream) {  // the next group's scales (and zeros), which follow these
+      TANDEM_UNROLL
+      for (int j = 0; j < NP; ++j) {
+        _mm_prefetch(q.scales + j * q.panel_bytes + (group + q.group_step) * kNr * 4,
+                     _MM_HINT_T0);
+        if constexpr (kZero) {
+          _mm_prefetch(q.zeros + j * q.panel_bytes + (group + q.group_step) * kNr, _MM_HINT_T0);
+        }
+      }
+    }
+    __m256 acc[MR][NP][kNv];
+    TANDEM_UNROLL
+    for (int i = 0; i < MR; ++i) TANDEM_UNROLL
+    for (int j = 0; j < NP; ++j) TANDEM_UNROLL
+    for (int v = 0; v < kNv; ++v) acc[i][j][v] = _mm256_setzero_ps();
+    const int64_t s1 = std::min(kc, s0 + q.segment);
+#pragma GCC unroll 4
+    for (int64_t k = s0; k < s1; ++k) {
+      if constexpr (kStream) {
+        if ((k * kColumnBytes) % 64 == 0) {
+          TANDEM_UNROLL
+          for (int j = 0; j < NP; ++j) {
+            _mm_prefetch(panels[j] + k * kColumnBytes + kStreamAhead, _MM_HINT_T0);
+          }
+        }
+      }
+      __m256 b[NP][kNv];
+      TANDEM_UNROLL
+      for (int j = 0; j < NP; ++j) {
+        if constexpr (kBits == 0) {
+          LoadPanelColumn<DType::kF32>(panels[j], k, b[j]);
+        } else {
+          LoadCodeColumn<kBits, kZero>(reinterpret_cast<const uint8_t*>(panels[j]), k, zf[j],
+                                       b[j]);
+        }
+      }
+      TANDEM_UNROLL
+      for (int i = 0; i < MR; ++i) {
+        const __m256 a = _mm256_broadcast_ss(xp + k * kMr + i);
+        TANDEM_UNROLL
+        for (int j = 0; j < NP; ++j) TANDEM_UNROLL
+        for (int v = 0; v < kNv; ++v) acc[i][j][v] = _mm256_fmadd_ps(a, b[j][v], acc[i][j][v]);
+      }
+    }
+    const bool store = first && s0 == 0;
+    TANDEM_UNROLL
+    for (int j = 0; j < NP; ++j) {
+      const auto* scales =
+          reinterpret_cast<const float*>(q.scales + j * q.panel_bytes) + group * kNr;
+      TANDEM_UNROLL
+      for (int v = 0; v < kNv; ++v) {
+        const __m256 s = _mm256_loadu_ps(scales + 8 * v);
+        TANDEM_UNROLL
+        for (int i = 0; i < MR; ++i) {
+          float* out = acc_out + i * acc_stride + j * kNr + 8 * v;
+          _mm256_storeu_ps(out, store ? _mm256_mul_ps(acc[i][j][v], s)
+                                      : _mm256_fmadd_ps(acc[i][j][v], s, _mm256_loadu_ps(out)));
+        }
+      }
+    }
+  }
+}
+
+using QuantKernelFn = void (*)(const float*, const void*, int64_t, int64_t, const QuantBlockArgs&,
+                               bool, float*, int64_t);
+
+struct QuantKernel {
+  QuantKernelFn fn;
+  int panels;
+};
+
+template <int kBits, bool kZero, bool kStream, bool kWide, int... I>
+constexpr std::array<QuantKernel, sizeof...(I)> MakeQuantKernels(
+    std::integer_sequence<int, I...>) {
+  return {QuantKernel{
+      &QuantMicroKernel < kBits, kZero, kStream, I + 1, kWide ? StreamPanels(I + 1) : 1 >,
+      kWide ? StreamPanels(I + 1) : 1}...};
+}
+// Indexed by MR - 1, as kKernels.
+template <int kBits, bool kZero, bool kStream = false, bool kWide = false>
+constexpr auto kQuantKernels =
+    MakeQuantKernels<kBits, kZero, kStream, kWide>(std::make_integer_sequence<int, kMr>());
+
+// Block() for quantized panels.
+template <int kBits, bool kZero>
+void QuantBlock(const float* xp, const RowGroups& groups, int64_t g0, int64_t g1,
+                const WeightMatrix& w, int64_t n0, int64_t n1, const float* bias, float* y,
+                int64_t y_stride) {
+  constexpr int64_t kStreamMaxGroups = 2, kConvertMinGroups = 8;
+  const bool stream = g1 - g0 <= kStreamMaxGroups;
+  const bool to_f32 = g1 - g0 >= kConvertMinGroups;
+  const QuantKernel* narrow = to_f32   ? kQuantKernels<0, false>.data()
+                              : stream ? kQuantKernels<kBits, kZero, true>.data()
+                                       : kQuantKernels<kBits, kZero>.data();
+  const QuantKernel* kernels = stream ? kQuantKernels<kBits, kZero, true, true>.data() : narrow;
+  float* acc = AccumulatorTile(g1 - g0);
+  const int64_t m_pad = groups.PaddedRows();
+  const int panels = static_cast<int>((n1 - n0 + kNr - 1) / kNr);
+  const QuantPanelLayout layout = QuantPanelLayout::Of(w.quant, w.cols);
+  const int64_t group_size = w.quant.group_size > 0 ? w.quant.group_size : w.cols;
+  const bool one_group = group_size == w.cols;
+  const char* block_panels = static_cast<const char*>(w.data) + (n0 / kNr) * layout.panel_bytes;
+  float* packed = to_f32 ? PackBuffer() : nullptr;
+  for (int64_t k0 = 0; k0 < w.cols; k0 += kKc) {
+    const int64_t kc = std::min(kKc, w.cols - k0);
+    const int64_t first_group = one_group ? 0 : k0 / group_size;
+    const QuantBlockArgs q{
+        .scales = block_panels + layout.scale_offset + first_group * kNr * 4,
+        .zeros = block_panels + layout.zero_offset + first_group * kNr,
+        .panel_bytes = layout.panel_bytes,
+        .segment = one_group ? kKc : group_size,
+        .group_step = one_group ? 0 : 1,
+    };
+    const void* panel[kNb / kNr];
+    for (int p = 0; p < panels; ++p) {
+      panel[p] = block_panels + p * layout.panel_bytes + k0 * kNr * kBits / 8;
+      if (to_f32) {
+        float* f32 = packed + p * kKc * kNr;
+        ConvertQuantPanel<kBits, kZero>(panel[p], kc, q.Panel(p), f32);
+        panel[p] = f32;
+      }
+    }
+    const bool first = k0 == 0;
+    const int64_t next = k0 + kc, calls = (g1 - g0) * panels;
+    Prefetcher prefetch;
+    if (next < w.cols && !stream) {
+      const int64_t next_kc = std::min(kKc, w.cols - next);
+      prefetch = Prefetcher(block_panels + next * kNr * kBits / 8, layout.panel_bytes, panels,
+                            next_kc * kNr * kBits / 8, calls);
+    }
+    int64_t call = 0;
+    for (int64_t g = g0; g < g1; ++g) {
+      const int mr = groups.Size(g);
+      const float* xg = xp + k0 * m_pad + g * kc * kMr;
+      float* acc_g = acc + (g - g0) * kMr * kNb;
+      for (int p = 0; p < panels;) {
+        prefetch.UpTo(++call);
+        const QuantKernel kernel =
+            p + kernels[mr - 1].panels <= panels ? kernels[mr - 1] : narrow[mr - 1];
+        kernel.fn(xg, panel[p], layout.panel_bytes, kc, q.Panel(p), first, acc_g + p * kNr, kNb);
+        p += kernel.panels;
+      }
+    }
+  }
+  WriteTile(acc, groups, g0, g1, n0, n1, bias, y, y_stride);
 }
 
 using BlockFn = void (*)(const float*, const RowGroups&, int64_t, int64_t, const WeightMatrix&,
@@ -365,6 +632,10 @@ BlockFn BlockFor(DType dtype) {
 }
 
 BlockFn BlockFor(const WeightMatrix& w) {
+  if (w.layout == WeightLayout::kQuantPanels) {
+    if (w.quant.bits == 8) return w.quant.has_zero ? &QuantBlock<8, true> : &QuantBlock<8, false>;
+    return w.quant.has_zero ? &QuantBlock<4, true> : &QuantBlock<4, false>;
+  }
   return w.layout == WeightLayout::kPanels ? BlockFor<WeightLayout::kPanels>(w.dtype)
                                            : BlockFor<WeightLayout::kRowMajor>(w.dtype);
 }

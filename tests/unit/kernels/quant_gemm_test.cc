@@ -1,0 +1,258 @@
+// The GEMM over quantized panels (WeightLayout::kQuantPanels) against a double-precision
+// reference computed from the codes, scales and zeros as the format defines them, and the
+// round-to-nearest quantizer against GPTQ's definition.
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/kernels/cpu/gemm.h"
+#include "common/kernels/cpu/gemm_internal.h"
+#include "common/kernels/cpu/quant_pack.h"
+#include "common/util/dtype.h"
+#include "common/util/thread_pool.h"
+#include "gtest/gtest.h"
+
+namespace tandem::kernels {
+namespace {
+
+// A quantized matrix with random codes, scales and zeros, kept both as the source rows and
+// packed into panels.
+class RandomQuantMatrix {
+ public:
+  RandomQuantMatrix(const QuantFormat& f, int64_t rows, int64_t cols, uint32_t seed,
+                    ThreadPool& pool)
+      : f_(f), rows_(rows), cols_(cols) {
+    const int64_t g = f.group_size > 0 ? f.group_size : cols;
+    groups_ = cols / g;
+    group_size_ = g;
+    std::mt19937 rng(seed);
+    std::uniform_int_distribution<int> code(0, (1 << f.bits) - 1);
+    std::uniform_real_distribution<float> scale(0.001f, 0.05f);
+    codes_.resize(rows * cols);
+    scales_.resize(rows * groups_);
+    zeros_.resize(rows * groups_);
+    for (auto& c : codes_) c = static_cast<uint8_t>(code(rng));
+    for (auto& s : scales_) s = scale(rng);
+    for (auto& z : zeros_) z = f.has_zero ? static_cast<uint8_t>(code(rng)) : 1 << (f.bits - 1);
+    buffer_.resize(QuantPanelBytes(f, rows, cols) + 64);
+    auto* aligned = reinterpret_cast<uint8_t*>(
+        (reinterpret_cast<uintptr_t>(buffer_.data()) + 63) & ~uintptr_t{63});
+    matrix_ = PackQuantPanels(
+        f, DType::kBF16, rows, cols,
+        [&](int64_t r, uint8_t* c, float* s, uint8_t* z) {
+          std::copy_n(codes_.data() + r * cols, cols, c);
+          std::copy_n(scales_.data() + r * groups_, groups_, s);
+          if (f.has_zero) std::copy_n(zeros_.data() + r * groups_, groups_, z);
+        },
+        aligned, pool);
+  }
+
+  // The weight the format defines: (code - zero) * scale.
+  double Weight(int64_t r, int64_t k) const {
+    const int64_t g = k / group_size_;
+    return (static_cast<double>(codes_[r * cols_ + k]) - zeros_[r * groups_ + g]) *
+           scales_[r * groups_ + g];
+  }
+  const WeightMatrix& matrix() const { return matrix_; }
+  int64_t groups() const { return groups_; }
+  const std::vector<uint8_t>& codes() const { return codes_; }
+  const std::vector<float>& scales() const { return scales_; }
+  const std::vector<uint8_t>& zeros() const { return zeros_; }
+
+ private:
+  QuantFormat f_;
+  int64_t rows_, cols_, groups_ = 0, group_size_ = 0;
+  std::vector<uint8_t> codes_, zeros_;
+  std::vector<float> scales_;
+  std::vector<uint8_t> buffer_;
+  WeightMatrix matrix_;
+};
+
+std::vector<float> RandomVector(size_t n, std::mt19937& rng) {
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& f : v) f = dist(rng);
+  return v;
+}
+
+std::string Describe(const QuantFormat& f) {
+  return "int" + std::to_string(f.bits) + " group " + std::to_string(f.group_size) +
+         (f.has_zero ? " with zeros" : " symmetric");
+}
+
+const QuantFormat kFormats[] = {{8, -1, false}, {8, 32, true}, {8, 128, false},
+                                {4, 32, false}, {4, 64, true}, {4, -1, true},
+                                {4, 128, false}, {4, 256, true}};
+// (n, k): tails of a 16-row panel and of the 64-row block, K below, at and across 256-column
+// blocks. Each format runs the shapes whose k its group divides.
+const std::pair<int64_t, int64_t> kShapes[] = {{1, 32}, {7, 13}, {33, 96}, {5, 256},
+                                               {70, 576}, {200, 1024}, {17, 1280}};
+const int64_t kMs[] = {1, 2, 3, 5, 8, 13, 17, 64};
+
+TEST(QuantGemmTest, MatchesReferenceAtEveryM) {
+  uint32_t seed = 1;
+  for (int threads : {1, 2, 3}) {
+    ThreadPool pool(threads);
+    for (const QuantFormat& f : kFormats) {
+      for (auto [n, k] : kShapes) {
+        if (!CheckQuantFormat(f, k).ok()) continue;
+        const RandomQuantMatrix w(f, n, k, seed++, pool);
+        std::mt19937 rng(seed++);
+        std::vector<float> bias = RandomVector(n, rng);
+        for (int64_t m : kMs) {
+          SCOPED_TRACE(::testing::Message() << Describe(f) << " m=" << m << " n=" << n
+                                            << " k=" << k << " threads=" << threads);
+          std::vector<float> x = RandomVector(m * k, rng);
+          std::vector<float> y(m * (n + 3), 7.0f);
+          Gemm(x.data(), m, k, w.matrix(), bias.data(), y.data(), n + 3, pool);
+          const double tolerance = (k / 8 + 16 + 2 * w.groups()) * std::ldexp(1.0, -24);
+          for (int64_t i = 0; i < m; ++i) {
+            for (int64_t j = 0; j < n; ++j) {
+              double ref = bias[j], magnitude = std::abs(ref);
+              for (int64_t t = 0; t < k; ++t) {
+                const double p = x[i * k + t] * w.Weight(j, t);
+                ref += p;
+                magnitude += std::abs(p);
+              }
+              ASSERT_NEAR(y[i * (n + 3) + j], ref, tolerance * magnitude + 1e-6)
+                  << "at " << i << "," << j;
+            }
+            for (int64_t j = n; j < n + 3; ++j) ASSERT_EQ(y[i * (n + 3) + j], 7.0f);
+          }
+        }
+      }
+    }
+  }
+}
+
+// Decode streams the codes, prefill converts them to f32 first, a few rows take a wider kernel:
+// every path sums in the same order, so a row's result is bit-identical alone or in a batch.
+TEST(QuantGemmTest, ResultsDoNotDependOnBatchSize) {
+  ThreadPool pool(2);
+  std::mt19937 rng(3);
+  const int64_t n = 200, k = 576, rows = 70;
+  std::vector<float> x = RandomVector(rows * k, rng);
+  for (const QuantFormat& f : kFormats) {
+    if (!CheckQuantFormat(f, k).ok()) continue;
+    SCOPED_TRACE(Describe(f));
+    const RandomQuantMatrix w(f, n, k, 11, pool);
+    std::vector<float> batch(rows * n);
+    Gemm(x.data(), rows, k, w.matrix(), nullptr, batch.data(), n, pool);
+    for (int64_t m : {1, 2, 5, 13, 40}) {
+      std::vector<float> part(m * n);
+      Gemm(x.data(), m, k, w.matrix(), nullptr, part.data(), n, pool);
+      for (int64_t i = 0; i < m * n; ++i) ASSERT_EQ(part[i], batch[i]) << "m=" << m << " at " << i;
+    }
+  }
+}
+
+TEST(QuantGemmTest, MultiEqualsSeparateProducts) {
+  ThreadPool pool(2);
+  std::mt19937 rng(4);
+  const int64_t k = 256;
+  const RandomQuantMatrix a({4, 32, false}, 48, k, 1, pool), b({4, 32, false}, 100, k, 2, pool);
+  for (int64_t m : {1, 4, 30}) {
+    std::vector<float> x = RandomVector(m * k, rng);
+    std::vector<float> ya(m * 48), yb(m * 100), sa(m * 48), sb(m * 100);
+    const GemmOutput outs[] = {{a.matrix(), nullptr, ya.data(), 48},
+                               {b.matrix(), nullptr, yb.data(), 100}};
+    GemmMulti(x.data(), m, k, outs, pool);
+    Gemm(x.data(), m, k, a.matrix(), nullptr, sa.data(), 48, pool);
+    Gemm(x.data(), m, k, b.matrix(), nullptr, sb.data(), 100, pool);
+    EXPECT_EQ(ya, sa);
+    EXPECT_EQ(yb, sb);
+  }
+}
+
+TEST(QuantGemmTest, ReadRowDequantizes) {
+  ThreadPool pool(2);
+  for (const QuantFormat& f : kFormats) {
+    SCOPED_TRACE(Describe(f));
+    const int64_t n = 19, k = 256;
+    const RandomQuantMatrix w(f, n, k, 5, pool);
+    std::vector<float> row(k);
+    std::vector<uint8_t> codes(k), zeros(w.groups());
+    std::vector<float> scales(w.groups());
+    for (int64_t r = 0; r < n; ++r) {
+      ReadRow(w.matrix(), r, row.data());
+      for (int64_t t = 0; t < k; ++t) ASSERT_FLOAT_EQ(row[t], w.Weight(r, t)) << r << "," << t;
+      ReadQuantRow(w.matrix(), r, codes.data(), scales.data(), zeros.data());
+      ASSERT_TRUE(std::equal(codes.begin(), codes.end(), w.codes().begin() + r * k));
+      ASSERT_TRUE(std::equal(scales.begin(), scales.end(), w.scales().begin() + r * w.groups()));
+      ASSERT_TRUE(std::equal(zeros.begin(), zeros.end(), w.zeros().begin() + r * w.groups()));
+    }
+  }
+}
+
+TEST(QuantGemmTest, RefusesFormatsItCannotRun) {
+  EXPECT_TRUE(CheckQuantFormat({4, 128, false}, 4096).ok());
+  EXPECT_TRUE(CheckQuantFormat({8, -1, false}, 4095).ok());
+  EXPECT_TRUE(CheckQuantFormat({8, 4095, false}, 4095).ok());  // one group per row, named
+  const absl::Status bits = CheckQuantFormat({3, 128, false}, 4096);
+  EXPECT_NE(bits.message().find("4 or 8 bits, got 3"), std::string::npos) << bits;
+  const absl::Status divides = CheckQuantFormat({4, 128, false}, 1000);
+  EXPECT_NE(divides.message().find("group size 128 does not divide the input dimension 1000"),
+            std::string::npos)
+      << divides;
+  const absl::Status odd = CheckQuantFormat({4, 96, false}, 960);
+  EXPECT_NE(odd.message().find("group size 96 is not supported"), std::string::npos) << odd;
+  EXPECT_FALSE(CheckQuantFormat({4, 512, false}, 4096).ok());
+}
+
+// GPTQ's round-to-nearest (its Quantizer.find_params and quantize), worked by hand.
+TEST(QuantizeRowTest, FollowsGptqRoundToNearest) {
+  // Symmetric 4-bit, one group: max |w| = 1.5, scale = 3 / 15 = 0.2 (f16: 0.199951171875),
+  // zero 8. 1.5 / 0.19995 = 7.5018 -> 8 + 8 = 16, clamped to 15; -1.5 -> -8 + 8 = 0.
+  const float w[] = {1.5f, -1.5f, 0.0f, 0.3f, -0.1f, 0.7f, 1.0f, -0.55f};
+  uint8_t codes[8], zeros[1];
+  float scales[1];
+  QuantizeRow({4, -1, false}, w, 8, codes, scales, zeros);
+  EXPECT_EQ(scales[0], F16ToF32(F32ToF16(0.2f)));
+  const uint8_t want[] = {15, 0, 8, 10, 7, 12, 13, 5};
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(codes[i], want[i]) << i;
+
+  // With zeros, two groups of 4: [0.5, 1.0, 2.0, 1.5] has min(w, 0) = 0: scale 2 / 15 (f16:
+  // 0.13330078125, so 1.0 -> 7.5018 -> 8), zero 0; [-1, -0.5, 0.25, 0.5]: scale 1.5 / 15 = 0.1
+  // (f16: 0.0999755859375, so 0.25 -> 2.5006 -> 3, not the tie 2.5 -> 2), zero round(10.0024).
+  const float v[] = {0.5f, 1.0f, 2.0f, 1.5f, -1.0f, -0.5f, 0.25f, 0.5f};
+  float s2[2];
+  uint8_t z2[2];
+  QuantizeRow({4, 4, true}, v, 8, codes, s2, z2);
+  EXPECT_EQ(s2[0], F16ToF32(F32ToF16(2.0f / 15)));
+  EXPECT_EQ(z2[0], 0);
+  EXPECT_EQ(s2[1], F16ToF32(F32ToF16(0.1f)));
+  EXPECT_EQ(z2[1], 10);
+  const uint8_t want2[] = {4, 8, 15, 11, 0, 5, 13, 15};
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(codes[i], want2[i]) << i;
+
+  // An all-zero group gets scale 2 / maxq (GPTQ's xmin = -1, xmax = 1) and codes at the zero.
+  const float zero[4] = {};
+  QuantizeRow({8, -1, false}, zero, 4, codes, scales, zeros);
+  EXPECT_EQ(scales[0], F16ToF32(F32ToF16(2.0f / 255)));
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(codes[i], 128);
+}
+
+// Quantized weights stay within half a step of the originals (a full step where the
+// symmetric grid clips its top code).
+TEST(QuantizeRowTest, ErrorIsHalfAStep) {
+  std::mt19937 rng(9);
+  std::vector<float> w = RandomVector(512, rng);
+  for (const QuantFormat& f : kFormats) {
+    SCOPED_TRACE(Describe(f));
+    const int64_t g = f.group_size > 0 ? f.group_size : 512;
+    std::vector<uint8_t> codes(512), zeros(512 / g);
+    std::vector<float> scales(512 / g);
+    QuantizeRow(f, w.data(), 512, codes.data(), scales.data(), zeros.data());
+    for (int64_t k = 0; k < 512; ++k) {
+      const float zero = f.has_zero ? zeros[k / g] : 1 << (f.bits - 1);
+      const float back = (codes[k] - zero) * scales[k / g];
+      ASSERT_LE(std::abs(back - w[k]), scales[k / g] * 1.0001f) << k;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tandem::kernels
