@@ -4,6 +4,7 @@
 //   engine-bench --model DIR [--prompt-lens 128,512,2048] [--batches 1,8,32]
 //                [--decode-steps 32] [--repeats 3] [--threads N] [--weight-memory mmap|hugepages]
 //                [--prune-ratios 0.25,0.333,0.5] [--device cpu|cuda|cuda:N]
+//                [--weight-quantization none|int8|int4 [--weight-quantization-group-size G]]
 //
 // On a device other than the CPU the bound uses host memory bandwidth only when asked for
 // (--skip-bandwidth is implied): the device's is not measured here.
@@ -200,7 +201,8 @@ absl::Status RunPruning(model::Model& m, std::span<const int32_t> lens,
 absl::Status Run(const CliArgs& args) {
   TANDEM_RETURN_IF_ERROR(
       args.CheckKnown({"model", "prompt-lens", "batches", "decode-steps", "repeats", "threads",
-                       "skip-bandwidth", "weight-memory", "prune-ratios", "device"}));
+                       "skip-bandwidth", "weight-memory", "weight-quantization",
+                       "weight-quantization-group-size", "prune-ratios", "device"}));
   TANDEM_ASSIGN_OR_RETURN(std::string dir, args.String("model"));
   std::vector<int32_t> lens = {128, 512, 2048}, batches = {1, 8, 32};
   if (args.Has("prompt-lens")) {
@@ -217,14 +219,14 @@ absl::Status Run(const CliArgs& args) {
   TANDEM_ASSIGN_OR_RETURN(load.memory,
                           model::ParseWeightMemory(args.StringOr("weight-memory", "mmap")));
   TANDEM_ASSIGN_OR_RETURN(load.device, kernels::ParseDevice(args.StringOr("device", "cpu")));
+  TANDEM_ASSIGN_OR_RETURN(load.quantize, model::WeightQuantizationFromFlags(args));
   TANDEM_ASSIGN_OR_RETURN(auto model, model::Model::Load(dir, pool, load));
   const bool on_cpu = load.device.kind == kernels::DeviceSpec::Kind::kCpu;
-  const double weight_bytes = static_cast<double>(model->weights().total_bytes);
-  // The decode pass reads every matrix but the embedding (only rows are gathered from it).
+  // The decode pass reads every matrix but the embedding (only rows are gathered from it), in
+  // the form it has in memory (quantized: codes and scales).
   const auto& emb = model->weights().embed_tokens;
-  double read_bytes = weight_bytes;
-  if (model->weights().lm_head.data != emb.data)
-    read_bytes -= emb.rows * emb.cols * DTypeSize(emb.dtype);
+  double read_bytes = static_cast<double>(model->weights().memory_bytes);
+  if (model->weights().lm_head.data != emb.data) read_bytes -= kernels::MatrixBytes(emb);
   std::optional<BandwidthProbe> probe;
   double bw = 0;
   if (on_cpu && !args.Has("skip-bandwidth")) {
@@ -233,7 +235,7 @@ absl::Status Run(const CliArgs& args) {
   }
   std::printf("model: %s, %.1f M parameters, %s weights (%.1f MiB read per decode step)\n",
               dir.c_str(), model->config().ParameterCount() / 1e6,
-              std::string(DTypeName(model->weights().dtype)).c_str(), read_bytes / (1 << 20));
+              model->weights().format().c_str(), read_bytes / (1 << 20));
   std::printf("backend: %s\n", model->backend().Describe().c_str());
   std::printf("threads: %d, weight memory: %s, measured read bandwidth: %.2f GB/s\n\n",
               pool.num_threads(), args.StringOr("weight-memory", "mmap").c_str(), bw / 1e9);

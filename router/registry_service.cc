@@ -54,6 +54,14 @@ grpc::ServerUnaryReactor* RegistryService::Register(grpc::CallbackServerContext*
 std::string RegistryService::KvMismatch(const tandem::v1::KvLayout& worker) const {
   const tandem::v1::KvLayout& want = router_.options().kv_layout;
   if (want.dtype().empty() || worker.dtype().empty()) return "";
+  if (worker.weight_quantization() != want.weight_quantization()) {
+    auto describe = [](const std::string& q) { return q.empty() ? "float weights" : q; };
+    return absl::StrCat("weight mismatch: this router's workers compute with ",
+                        describe(want.weight_quantization()), ", the worker with ",
+                        describe(worker.weight_quantization()),
+                        "; give every role the same model.weight_quantization (prefill and "
+                        "decode must compute the same model)");
+  }
   if (worker.dtype() == want.dtype() && worker.block_size() == want.block_size() &&
       worker.num_layers() == want.num_layers() && worker.num_kv_heads() == want.num_kv_heads() &&
       worker.head_dim() == want.head_dim()) {

@@ -26,7 +26,8 @@ RouterService::RouterService(const RouterOptions& options, const tokenizer::Toke
              metrics_.requests_waiting, metrics_.requests_running),
       env_{.options = options_,
            .tokenizer = tokenizer_,
-           .model_hash = kv::HashModelId(options_.model_id),
+           .model_hash =
+               kv::HashModelId(options_.model_id, options_.kv_layout.weight_quantization()),
            .metrics = metrics_,
            .http_metrics = http_metrics_,
            .prefill_pool = prefill_pool_,

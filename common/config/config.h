@@ -20,6 +20,8 @@ struct ModelConfig {
   std::string path = "models/tandem-py-8l";  // Hugging Face model directory
   std::string name;                          // served name; empty: the directory's name
   std::string weight_memory = "hugepages";   // hugepages | mmap
+  std::string weight_quantization = "none";  // none | int8 | int4
+  int weight_quantization_group_size = 0;    // 0: the format's default; -1: one per row
   int threads = 0;                           // compute threads per engine; 0: all cores
   std::string device = "cpu";                // cpu | cuda | cuda:N
 };

@@ -175,6 +175,16 @@ std::vector<Field> MakeSchema() {
           "hugepages copies the matrices into 2 MiB pages packed for the GEMM kernels (faster "
           "decode and prefill, batch-invariant results); mmap uses the safetensors files in "
           "place (no copy, instant start)"),
+      Str("model.weight_quantization", TANDEM_CONFIG_REF(model.weight_quantization),
+          {"none", "int8", "int4"},
+          "quantize the decoder layers' matrices of a float checkpoint at load (round to "
+          "nearest, as GPTQ defines it; the embedding, norms and lm_head keep their dtype): "
+          "int8 reads about half of bf16's bytes per decode step, int4 about a quarter; CPU "
+          "only. Every role of a deployment needs the same setting"),
+      Int("model.weight_quantization_group_size",
+          TANDEM_CONFIG_REF(model.weight_quantization_group_size), -1, 256,
+          "input columns per scale of model.weight_quantization: -1 for one scale per output "
+          "row, or 16, 32, 64, 128, 256; 0: the format's default (int8: -1, int4: 128)"),
       Int("model.threads", TANDEM_CONFIG_REF(model.threads), 0, 1024,
           "compute threads of a role; `tandem serve` shares them between its engines; 0: every "
           "core"),

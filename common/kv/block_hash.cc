@@ -6,8 +6,10 @@
 
 namespace tandem::kv {
 
-uint64_t HashModelId(std::string_view model_id) {
-  return XXH3_64bits(model_id.data(), model_id.size());
+uint64_t HashModelId(std::string_view model_id, std::string_view weight_quantization) {
+  const uint64_t id = XXH3_64bits(model_id.data(), model_id.size());
+  if (weight_quantization.empty()) return id;
+  return XXH3_64bits_withSeed(weight_quantization.data(), weight_quantization.size(), id);
 }
 
 BlockHash HashBlock(uint64_t model_id_hash, BlockHash prev, std::span<const int32_t> tokens) {

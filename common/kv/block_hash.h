@@ -12,7 +12,9 @@ namespace tandem::kv {
 using BlockHash = uint64_t;
 
 // XXH3-64 of the model id; every block hash is seeded with it so two models never share blocks.
-uint64_t HashModelId(std::string_view model_id);
+// `weight_quantization` (empty for float weights) keeps the KV of a quantized model apart from
+// the float model's under the same name.
+uint64_t HashModelId(std::string_view model_id, std::string_view weight_quantization = "");
 
 // h_i = XXH3_64(tokens of block i as little-endian int32, seed = XXH3_64(model_id_hash, prev)).
 // `prev` is 0 for the first block, or a salt (see HashPrefixBlocks). Stable across processes and

@@ -43,6 +43,7 @@ struct KvCacheOptions {
   int64_t num_blocks = 0;
   MixedKvOptions mixed;
   std::string model_id;  // part of every block hash
+  std::string weight_quantization;  // also part of it (HashModelId); empty for float weights
   bool enable_prefix_caching = true;
   // Where the blocks live (BlockMemory); null: host memory. Must outlive the manager.
   BlockMemory* memory = nullptr;

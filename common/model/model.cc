@@ -37,7 +37,14 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir, Threa
   WeightLoadOptions load = options;
   if (load.pool == nullptr) load.pool = &pool;
   // A device backend copies the row-major matrices once; panels are the CPU GEMM's format.
-  if (!backend->host_addressable()) load.memory = WeightMemory::kMmap;
+  if (!backend->host_addressable()) {
+    if (load.quantize.bits != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("model.weight_quantization runs on the CPU backend only (",
+                       backend->Describe(), " was asked for); quantized CUDA kernels are planned"));
+    }
+    load.memory = WeightMemory::kMmap;
+  }
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<ModelWeights> weights,
                           ModelWeights::Load(dir, config, load));
   return Create(std::move(config), std::move(weights), std::move(backend), pool);

@@ -1,5 +1,6 @@
 #include "common/model/model_weights.h"
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <set>
@@ -31,24 +32,27 @@ class WeightBinder {
     return absl::OkStatus();
   }
 
+  // A matrix kept in its float dtype: mapped, or packed into panels in the arena.
   absl::StatusOr<kernels::WeightMatrix> Matrix(const std::string& name, int64_t rows,
                                                int64_t cols) {
-    TANDEM_ASSIGN_OR_RETURN(auto slot, Find(name, {rows, cols}));
-    TANDEM_ASSIGN_OR_RETURN(DType dtype, FloatType(slot));
-    TANDEM_ASSIGN_OR_RETURN(const void* data, Aligned(slot, dtype));
-    const kernels::WeightMatrix stored{data, dtype, rows, cols};
-    if (w_.arena_ == nullptr) return stored;
-    TANDEM_ASSIGN_OR_RETURN(uint8_t * packed,
-                            w_.arena_->Allocate(kernels::PanelBytes(dtype, rows, cols)));
-    kernels::WeightMatrix out = kernels::PackPanels(stored, packed, pool_);
-    if (!w_.realigned_.empty() && w_.realigned_.back().get() == data) w_.realigned_.pop_back();
-    return out;
+    return Load(name, rows, cols, /*quantize=*/{});
   }
+
+  // A decoder layer's matrix: quantized when the options ask for it, else as Matrix.
+  absl::StatusOr<kernels::WeightMatrix> Linear(const std::string& name, int64_t rows,
+                                               int64_t cols) {
+    return Load(name, rows, cols, quantize_);
+  }
+
+  void set_quantize(const kernels::QuantFormat& f) { quantize_ = f; }
+  bool packs() const { return packs_; }
+  void set_packs(bool packs) { packs_ = packs; }
 
   absl::StatusOr<std::vector<float>> Vector(const std::string& name, int64_t n) {
     TANDEM_ASSIGN_OR_RETURN(auto slot, Find(name, {n}));
     TANDEM_ASSIGN_OR_RETURN(DType dtype, FloatType(slot));
     std::vector<float> out(n);
+    w_.memory_bytes += n * static_cast<int64_t>(sizeof(float));
     // memcpy-based conversion: safe for unaligned mapped bytes.
     std::vector<uint8_t> tmp(n * DTypeSize(dtype));
     std::memcpy(tmp.data(), slot.file->Data(*slot.entry), tmp.size());
@@ -75,6 +79,33 @@ class WeightBinder {
     const SafetensorsFile* file;
     const TensorEntry* entry;
   };
+
+  absl::StatusOr<kernels::WeightMatrix> Load(const std::string& name, int64_t rows, int64_t cols,
+                                             const kernels::QuantFormat& quantize) {
+    TANDEM_ASSIGN_OR_RETURN(auto slot, Find(name, {rows, cols}));
+    TANDEM_ASSIGN_OR_RETURN(DType dtype, FloatType(slot));
+    TANDEM_ASSIGN_OR_RETURN(const void* data, Aligned(slot, dtype));
+    const kernels::WeightMatrix stored{data, dtype, rows, cols};
+    const bool realigned = !w_.realigned_.empty() && w_.realigned_.back().get() == data;
+    int64_t bytes = rows * cols * static_cast<int64_t>(DTypeSize(dtype));
+    kernels::WeightMatrix out = stored;
+    if (quantize.bits != 0) {
+      if (absl::Status format = kernels::CheckQuantFormat(quantize, cols); !format.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "model.weight_quantization: cannot quantize \"", name, "\": ", format.message()));
+      }
+      bytes = kernels::QuantPanelBytes(quantize, rows, cols);
+      TANDEM_ASSIGN_OR_RETURN(uint8_t * packed, w_.arena_->Allocate(bytes));
+      out = kernels::QuantizeToPanels(stored, quantize, packed, pool_);
+    } else if (packs_) {
+      bytes = kernels::PanelBytes(dtype, rows, cols);
+      TANDEM_ASSIGN_OR_RETURN(uint8_t * packed, w_.arena_->Allocate(bytes));
+      out = kernels::PackPanels(stored, packed, pool_);
+    }
+    if (out.data != data && realigned) w_.realigned_.pop_back();
+    w_.memory_bytes += bytes;
+    return out;
+  }
 
   absl::StatusOr<Slot> Find(const std::string& name, const std::vector<int64_t>& shape) {
     auto it = entries_.find(name);
@@ -128,6 +159,8 @@ class WeightBinder {
   ModelWeights& w_;
   std::string dir_;
   ThreadPool& pool_;
+  kernels::QuantFormat quantize_{};
+  bool packs_ = false;  // float matrices go into the arena as panels
   absl::flat_hash_map<std::string, Slot> entries_;
   std::set<std::string> used_;
 };
@@ -170,10 +203,10 @@ absl::Status BindLayer(WeightBinder& b, const ModelConfig& c, int i, LayerWeight
   int64_t h = c.hidden_size, q = int64_t{c.num_heads} * c.head_dim,
           kv = int64_t{c.num_kv_heads} * c.head_dim, f = c.intermediate_size;
   TANDEM_ASSIGN_OR_RETURN(l.input_norm, b.Vector(p + "input_layernorm.weight", h));
-  TANDEM_ASSIGN_OR_RETURN(l.q_proj, b.Matrix(p + "self_attn.q_proj.weight", q, h));
-  TANDEM_ASSIGN_OR_RETURN(l.k_proj, b.Matrix(p + "self_attn.k_proj.weight", kv, h));
-  TANDEM_ASSIGN_OR_RETURN(l.v_proj, b.Matrix(p + "self_attn.v_proj.weight", kv, h));
-  TANDEM_ASSIGN_OR_RETURN(l.o_proj, b.Matrix(p + "self_attn.o_proj.weight", h, q));
+  TANDEM_ASSIGN_OR_RETURN(l.q_proj, b.Linear(p + "self_attn.q_proj.weight", q, h));
+  TANDEM_ASSIGN_OR_RETURN(l.k_proj, b.Linear(p + "self_attn.k_proj.weight", kv, h));
+  TANDEM_ASSIGN_OR_RETURN(l.v_proj, b.Linear(p + "self_attn.v_proj.weight", kv, h));
+  TANDEM_ASSIGN_OR_RETURN(l.o_proj, b.Linear(p + "self_attn.o_proj.weight", h, q));
   if (c.attention_bias) {
     TANDEM_ASSIGN_OR_RETURN(l.q_bias, b.Vector(p + "self_attn.q_proj.bias", q));
     TANDEM_ASSIGN_OR_RETURN(l.k_bias, b.Vector(p + "self_attn.k_proj.bias", kv));
@@ -185,9 +218,9 @@ absl::Status BindLayer(WeightBinder& b, const ModelConfig& c, int i, LayerWeight
   }
   TANDEM_ASSIGN_OR_RETURN(l.post_attention_norm,
                           b.Vector(p + "post_attention_layernorm.weight", h));
-  TANDEM_ASSIGN_OR_RETURN(l.gate_proj, b.Matrix(p + "mlp.gate_proj.weight", f, h));
-  TANDEM_ASSIGN_OR_RETURN(l.up_proj, b.Matrix(p + "mlp.up_proj.weight", f, h));
-  TANDEM_ASSIGN_OR_RETURN(l.down_proj, b.Matrix(p + "mlp.down_proj.weight", h, f));
+  TANDEM_ASSIGN_OR_RETURN(l.gate_proj, b.Linear(p + "mlp.gate_proj.weight", f, h));
+  TANDEM_ASSIGN_OR_RETURN(l.up_proj, b.Linear(p + "mlp.up_proj.weight", f, h));
+  TANDEM_ASSIGN_OR_RETURN(l.down_proj, b.Linear(p + "mlp.down_proj.weight", h, f));
   return absl::OkStatus();
 }
 
@@ -200,6 +233,46 @@ absl::StatusOr<WeightMemory> ParseWeightMemory(std::string_view name) {
       absl::StrCat("weight memory must be mmap or hugepages, got \"", std::string(name), "\""));
 }
 
+absl::StatusOr<kernels::QuantFormat> ParseWeightQuantization(std::string_view name,
+                                                             int group_size) {
+  kernels::QuantFormat f;
+  if (name == "none") return f;
+  if (name == "int8") {
+    f.bits = 8;
+  } else if (name == "int4") {
+    f.bits = 4;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model.weight_quantization must be none, int8 or int4, got \"", std::string(name), "\""));
+  }
+  f.group_size = group_size != 0 ? group_size : f.bits == 8 ? -1 : 128;
+  if (f.group_size != -1 && (f.group_size < 16 || 256 % f.group_size != 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model.weight_quantization_group_size must be -1 (one group per row), 16, "
+                     "32, 64, 128 or 256, got ",
+                     group_size));
+  }
+  return f;
+}
+
+absl::StatusOr<kernels::QuantFormat> WeightQuantizationFromFlags(const CliArgs& args) {
+  TANDEM_ASSIGN_OR_RETURN(int64_t group, args.IntOr("weight-quantization-group-size", 0));
+  return ParseWeightQuantization(args.StringOr("weight-quantization", "none"),
+                                 static_cast<int>(std::clamp<int64_t>(group, -2, 1 << 20)));
+}
+
+std::string WeightFormatName(DType dtype, const kernels::QuantFormat& quant) {
+  return quant.bits == 0 ? std::string(DTypeName(dtype)) : QuantizationName(quant);
+}
+
+std::string QuantizationName(const kernels::QuantFormat& quant) {
+  if (quant.bits == 0) return "";
+  std::string name = absl::StrCat("int", quant.bits);
+  if (quant.group_size > 0) absl::StrAppend(&name, "-g", quant.group_size);
+  if (quant.has_zero) absl::StrAppend(&name, "-zp");
+  return name;
+}
+
 absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(const std::string& dir,
                                                                  const ModelConfig& c,
                                                                  const WeightLoadOptions& options) {
@@ -210,7 +283,9 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(const std::stri
         "float (bf16/f16/f32) checkpoint"));
   }
   auto w = std::make_unique<ModelWeights>();
-  if (options.memory == WeightMemory::kHugePages) w->arena_ = std::make_unique<HugePageArena>();
+  const bool packs = options.memory == WeightMemory::kHugePages;
+  if (packs || options.quantize.bits != 0) w->arena_ = std::make_unique<HugePageArena>();
+  w->quant = options.quantize;
   TANDEM_ASSIGN_OR_RETURN(std::vector<std::string> paths, ListWeightFiles(dir));
   for (const auto& path : paths) {
     TANDEM_ASSIGN_OR_RETURN(auto file, SafetensorsFile::Open(path));
@@ -219,6 +294,8 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(const std::stri
   ThreadPool serial(1);
   WeightBinder b(*w, dir, options.pool != nullptr ? *options.pool : serial);
   TANDEM_RETURN_IF_ERROR(b.Index());
+  b.set_packs(packs);
+  b.set_quantize(options.quantize);
   TANDEM_ASSIGN_OR_RETURN(w->embed_tokens,
                           b.Matrix("model.embed_tokens.weight", c.vocab_size, c.hidden_size));
   w->dtype = w->embed_tokens.dtype;
@@ -237,7 +314,7 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(const std::stri
   TANDEM_RETURN_IF_ERROR(b.CheckAllUsed());
   // Every matrix now lives in the arena and every vector was converted: the mappings would
   // only keep the files' pages charged to the process (twice the model in RSS).
-  if (w->arena_ != nullptr) w->files_.clear();
+  if (packs) w->files_.clear();
   return w;
 }
 

@@ -7,8 +7,10 @@
 #include "absl/status/statusor.h"
 #include "common/kernels/backend_factory.h"
 #include "common/kernels/cpu/gemm.h"
+#include "common/kernels/cpu/quant_pack.h"
 #include "common/model/model_config.h"
 #include "common/model/safetensors.h"
+#include "common/util/cli_args.h"
 #include "common/util/huge_page_arena.h"
 
 namespace tandem::model {
@@ -40,9 +42,30 @@ struct WeightLoadOptions {
   // Where the model computes (model.device). A device backend reads row-major weights, so
   // kHugePages (the CPU GEMM's panels) is for the CPU only.
   kernels::DeviceSpec device{};
+  // Quantize the decoder layers' matrices at load (bits 0: keep them as stored). The matrices
+  // are then kernels::WeightLayout::kQuantPanels in the arena, whatever `memory` says; the
+  // embedding, the norms and lm_head keep their dtype.
+  kernels::QuantFormat quantize{};
 };
 
 absl::StatusOr<WeightMemory> ParseWeightMemory(std::string_view name);
+
+// model.weight_quantization and its group size as a format: "none" (bits 0), "int8" (one scale
+// per output row unless group_size says otherwise) or "int4" (groups of 128 unless
+// group_size). group_size: 0 for the default, -1 for one group per row, else the columns per
+// group.
+absl::StatusOr<kernels::QuantFormat> ParseWeightQuantization(std::string_view name, int group_size);
+
+// --weight-quantization none|int8|int4 and --weight-quantization-group-size G, the tools' flags
+// for the same settings.
+absl::StatusOr<kernels::QuantFormat> WeightQuantizationFromFlags(const CliArgs& args);
+
+// The name of a quantized format, as workers compare it at registration: "int8" (one scale per
+// row), "int4-g128"; an asymmetric format adds "-zp". Empty when bits is 0.
+std::string QuantizationName(const kernels::QuantFormat& quant);
+
+// The weights' numeric format for people: QuantizationName, or the float dtype ("bf16").
+std::string WeightFormatName(DType dtype, const kernels::QuantFormat& quant);
 
 // All weights of a model directory, validated against its config: every expected tensor present
 // with the right shape and a float dtype, no unexpected tensors. Owns the mappings.
@@ -58,7 +81,12 @@ class ModelWeights {
   std::vector<float> final_norm;
   std::vector<LayerWeights> layers;
   DType dtype = DType::kBF16;  // dtype of the large matrices (the embedding's)
-  int64_t total_bytes = 0;     // bytes of all tensors used
+  kernels::QuantFormat quant{};  // of the decoder layers' matrices; bits 0: not quantized
+  int64_t total_bytes = 0;       // bytes of all tensors used, as stored in the files
+  int64_t memory_bytes = 0;      // bytes the loaded weights take in memory (mapped or copied)
+
+  // WeightFormatName of these weights.
+  std::string format() const { return WeightFormatName(dtype, quant); }
 
  private:
   std::vector<std::unique_ptr<SafetensorsFile>> files_;

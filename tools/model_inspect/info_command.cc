@@ -24,11 +24,16 @@ std::string HumanBytes(double bytes) {
 }  // namespace
 
 absl::Status RunInfo(const CliArgs& args) {
-  TANDEM_RETURN_IF_ERROR(args.CheckKnown({"model", "threads"}));
+  TANDEM_RETURN_IF_ERROR(args.CheckKnown(
+      {"model", "threads", "weight-quantization", "weight-quantization-group-size"}));
   TANDEM_ASSIGN_OR_RETURN(std::string dir, args.String("model"));
   TANDEM_ASSIGN_OR_RETURN(model::ModelConfig c, model::ModelConfig::FromDirectory(dir));
+  model::WeightLoadOptions load;
+  TANDEM_ASSIGN_OR_RETURN(load.quantize, model::WeightQuantizationFromFlags(args));
+  ThreadPool pool;
+  load.pool = &pool;
   // Loading the weights validates every tensor; info reports what the files really hold.
-  TANDEM_ASSIGN_OR_RETURN(auto weights, model::ModelWeights::Load(dir, c));
+  TANDEM_ASSIGN_OR_RETURN(auto weights, model::ModelWeights::Load(dir, c, load));
   std::printf("model: %s\n", dir.c_str());
   std::printf("architecture: %s (%s)\n", c.architecture_name.c_str(),
               std::string(model::ArchitectureName(c.architecture)).c_str());
@@ -37,6 +42,8 @@ absl::Status RunInfo(const CliArgs& args) {
   std::printf("weights dtype: %s (%s in weight files)\n",
               std::string(DTypeName(weights->dtype)).c_str(),
               HumanBytes(static_cast<double>(weights->total_bytes)).c_str());
+  std::printf("weight format: %s (%s in memory)\n", weights->format().c_str(),
+              HumanBytes(static_cast<double>(weights->memory_bytes)).c_str());
   std::printf("context length: %lld\n", static_cast<long long>(c.ContextLength()));
   std::printf("layers: %d\nhidden size: %lld\nintermediate size: %lld\n", c.num_layers,
               static_cast<long long>(c.hidden_size), static_cast<long long>(c.intermediate_size));

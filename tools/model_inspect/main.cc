@@ -89,7 +89,9 @@ constexpr char kUsage[] = R"(usage:
 Common: --threads N (default: TANDEM_NUM_THREADS or all cores);
         --weight-memory mmap|hugepages (default mmap: zero-copy views of the files;
         hugepages copies the matrices into 2 MiB pages packed for the GEMM kernels:
-        faster decode and prefill, batch-invariant results, more memory).
+        faster decode and prefill, batch-invariant results, more memory);
+        --weight-quantization none|int8|int4 [--weight-quantization-group-size G]
+        (quantize the decoder layers at load, as model.weight_quantization).
 )";
 
 }  // namespace

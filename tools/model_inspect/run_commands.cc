@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -66,6 +67,7 @@ absl::StatusOr<std::unique_ptr<model::Model>> LoadModel(const CliArgs& args, Thr
   model::WeightLoadOptions options;
   TANDEM_ASSIGN_OR_RETURN(options.memory,
                           model::ParseWeightMemory(args.StringOr("weight-memory", "mmap")));
+  TANDEM_ASSIGN_OR_RETURN(options.quantize, model::WeightQuantizationFromFlags(args));
   return model::Model::Load(dir, pool, options);
 }
 
@@ -135,7 +137,8 @@ absl::StatusOr<bool> PruningFromFlags(const CliArgs& args, int num_layers,
 absl::Status RunForward(const CliArgs& args) {
   TANDEM_RETURN_IF_ERROR(
       args.CheckKnown({"model", "tokens", "logits-out", "kv-dtype", "threads", "weight-memory",
-                       "prune-start-layer", "prune-ratio", "prune-keep-every", "protect-tokens"}));
+                       "weight-quantization", "weight-quantization-group-size", "prune-start-layer",
+                       "prune-ratio", "prune-keep-every", "protect-tokens"}));
   TANDEM_ASSIGN_OR_RETURN(std::string dir, args.String("model"));
   TANDEM_ASSIGN_OR_RETURN(std::vector<int32_t> tokens, args.IntList("tokens"));
   TANDEM_ASSIGN_OR_RETURN(std::string out_path, args.String("logits-out"));
@@ -205,6 +208,8 @@ absl::Status RunGenerate(const CliArgs& args) {
                                           "evict-shift-threshold",
                                           "threads",
                                           "weight-memory",
+                                          "weight-quantization",
+                                          "weight-quantization-group-size",
                                           "prune-start-layer",
                                           "prune-ratio",
                                           "prune-keep-every",

@@ -58,7 +58,13 @@ absl::StatusOr<DType> KvDType(const config::TandemConfig& c, const model::ModelC
 absl::StatusOr<tandem::v1::KvLayout> KvLayoutMessage(const config::TandemConfig& c,
                                                      const model::ModelConfig& m) {
   TANDEM_ASSIGN_OR_RETURN(DType dtype, KvDType(c, m));
-  return rpc::ToProto(m.KvLayoutFor(dtype, c.kv_cache.block_size), c.kv_cache.dtype == "mixed");
+  TANDEM_ASSIGN_OR_RETURN(kernels::QuantFormat quant,
+                          model::ParseWeightQuantization(c.model.weight_quantization,
+                                                         c.model.weight_quantization_group_size));
+  tandem::v1::KvLayout layout =
+      rpc::ToProto(m.KvLayoutFor(dtype, c.kv_cache.block_size), c.kv_cache.dtype == "mixed");
+  layout.set_weight_quantization(model::QuantizationName(quant));
+  return layout;
 }
 
 // `prefill`: the engine of a prefill worker, the one role that prunes (POP); decode always runs
@@ -237,6 +243,9 @@ class WorkerRole final : public ServedRole {
     model::WeightLoadOptions load;
     TANDEM_ASSIGN_OR_RETURN(load.memory, model::ParseWeightMemory(c.model.weight_memory));
     TANDEM_ASSIGN_OR_RETURN(load.device, kernels::ParseDevice(c.model.device));
+    TANDEM_ASSIGN_OR_RETURN(load.quantize,
+                            model::ParseWeightQuantization(c.model.weight_quantization,
+                                                           c.model.weight_quantization_group_size));
     {
       // Packing the weights computes on the pool too.
       std::optional<engine::ComputeShare::Turn> turn;

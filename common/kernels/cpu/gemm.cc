@@ -237,6 +237,18 @@ WeightMatrix PackPanels(const WeightMatrix& w, void* out, ThreadPool& pool) {
   return WeightMatrix{out, w.dtype, w.rows, w.cols, WeightLayout::kPanels};
 }
 
+int64_t MatrixBytes(const WeightMatrix& w) {
+  switch (w.layout) {
+    case WeightLayout::kRowMajor:
+      return w.rows * w.cols * static_cast<int64_t>(DTypeSize(w.dtype));
+    case WeightLayout::kPanels:
+      return PanelBytes(w.dtype, w.rows, w.cols);
+    case WeightLayout::kQuantPanels:
+      return QuantPanelBytes(w.quant, w.rows, w.cols);
+  }
+  return 0;
+}
+
 void ReadRow(const WeightMatrix& w, int64_t row, float* out) {
   const char* base = static_cast<const char*>(w.data);
   if (w.layout == WeightLayout::kQuantPanels) {

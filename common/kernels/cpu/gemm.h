@@ -25,7 +25,10 @@ int64_t PanelBytes(DType dtype, int64_t rows, int64_t cols);
 // it. Columns are split over `pool`.
 WeightMatrix PackPanels(const WeightMatrix& w, void* out, ThreadPool& pool);
 
-// Row `row` of `w`, in either layout, as f32 into out[0, w.cols).
+// Bytes `w` takes in memory in its layout.
+int64_t MatrixBytes(const WeightMatrix& w);
+
+// Row `row` of `w`, in any layout, as f32 into out[0, w.cols) (quantized: dequantized).
 void ReadRow(const WeightMatrix& w, int64_t row, float* out);
 
 // y[m, n] = sum_k x[m, k] * w[n, k] + (bias ? bias[n] : 0), for m in [0, M), n in [0, w.rows).

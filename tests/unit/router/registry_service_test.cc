@@ -95,6 +95,20 @@ TEST_F(RegistryServiceTest, AnotherKvDtypeOrBlockSizeIsRefusedNamingBoth) {
   EXPECT_EQ(router_->prefill_pool().size() + router_->decode_pool().size(), 0);
 }
 
+// Prefill and decode must compute the same model: a worker that quantized its weights
+// differently (model.weight_quantization) would hand over KV the other side cannot continue.
+TEST_F(RegistryServiceTest, AnotherWeightQuantizationIsRefusedNamingBoth) {
+  RegisterRequest int4 = Request(tandem::v1::WORKER_ROLE_DECODE, "10.0.0.8:7200");
+  int4.mutable_layout()->set_weight_quantization("int4-g128");
+  const grpc::Status s = Register(int4);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(s.error_message(),
+              HasSubstr("weight mismatch: this router's workers compute with float weights, the "
+                        "worker with int4-g128; give every role the same "
+                        "model.weight_quantization"));
+  EXPECT_EQ(router_->decode_pool().size(), 0);
+}
+
 TEST_F(RegistryServiceTest, AnotherModelARoleThatCannotJoinOrNoPortIsRefused) {
   RegisterRequest other = Request(tandem::v1::WORKER_ROLE_PREFILL, "10.0.0.7:7100");
   other.set_model_id("llama");

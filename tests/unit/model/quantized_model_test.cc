@@ -1,0 +1,182 @@
+// Quantize-on-load (model.weight_quantization): a quantized model computes what a float model
+// holding the dequantized weights computes, for every architecture and format.
+
+#include <cmath>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "common/kernels/cpu/gemm.h"
+#include "common/model/model.h"
+#include "common/model/scratch_kv.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/unit/testing/temp_model.h"
+
+namespace tandem::model {
+namespace {
+
+using make_random_model::Arch;
+using ::testing::HasSubstr;
+
+// A float (f32, row-major) copy of `q`'s weights, every matrix as ReadRow gives it: the
+// quantized matrices dequantized.
+class DenseCopy {
+ public:
+  explicit DenseCopy(const ModelWeights& q) : weights_(std::make_unique<ModelWeights>()) {
+    ModelWeights& w = *weights_;
+    w.dtype = DType::kF32;
+    w.embed_tokens = Dense(q.embed_tokens);
+    w.lm_head = q.lm_head.data == q.embed_tokens.data ? w.embed_tokens : Dense(q.lm_head);
+    w.final_norm = q.final_norm;
+    for (const LayerWeights& l : q.layers) {
+      LayerWeights d = l;
+      for (auto [from, to] : {std::pair{&l.q_proj, &d.q_proj},
+                              {&l.k_proj, &d.k_proj},
+                              {&l.v_proj, &d.v_proj},
+                              {&l.o_proj, &d.o_proj},
+                              {&l.gate_proj, &d.gate_proj},
+                              {&l.up_proj, &d.up_proj},
+                              {&l.down_proj, &d.down_proj}}) {
+        *to = Dense(*from);
+      }
+      w.layers.push_back(std::move(d));
+    }
+  }
+
+  std::unique_ptr<ModelWeights> Take() { return std::move(weights_); }
+
+ private:
+  kernels::WeightMatrix Dense(const kernels::WeightMatrix& m) {
+    auto& data = buffers_.emplace_back(m.rows * m.cols);
+    for (int64_t r = 0; r < m.rows; ++r) kernels::ReadRow(m, r, data.data() + r * m.cols);
+    return {data.data(), DType::kF32, m.rows, m.cols};
+  }
+
+  std::unique_ptr<ModelWeights> weights_;
+  // Outlive the model (a static store is simplest: one test binary, a few KiB per model).
+  static inline std::vector<std::vector<float>> buffers_;
+};
+
+std::vector<int32_t> Prompt(int len, int vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> p(len);
+  for (auto& t : p) t = static_cast<int32_t>(rng() % vocab);
+  return p;
+}
+
+double StdDev(const std::vector<float>& v) {
+  const double mean = std::accumulate(v.begin(), v.end(), 0.0) / v.size();
+  double sq = 0;
+  for (float x : v) sq += (x - mean) * (x - mean);
+  return std::sqrt(sq / v.size());
+}
+
+// Logits of every position of `prompt`, run as one prefill then token by token.
+std::vector<float> Logits(Model& model, const std::vector<int32_t>& prompt, int prefill) {
+  ScratchKv kv(model, DType::kF32, static_cast<int64_t>(prompt.size()));
+  std::vector<float> out;
+  EXPECT_TRUE(kv.Forward(prompt.data(), prefill, 0, LogitsMode::kAll, nullptr).ok());
+  out = kv.logits();
+  for (size_t i = prefill; i < prompt.size(); ++i) {
+    EXPECT_TRUE(
+        kv.Forward(prompt.data() + i, 1, static_cast<int64_t>(i), LogitsMode::kAll, nullptr).ok());
+    out.insert(out.end(), kv.logits().begin(), kv.logits().end());
+  }
+  return out;
+}
+
+struct Case {
+  Arch arch;
+  kernels::QuantFormat format;
+};
+
+TEST(QuantizedModelTest, ComputesTheDequantizedModel) {
+  const Case cases[] = {{Arch::kLlama, {8, -1, false}}, {Arch::kQwen2, {8, -1, false}},
+                        {Arch::kQwen3, {4, 32, false}}, {Arch::kMistral, {4, 32, false}},
+                        {Arch::kLlama, {4, -1, false}}, {Arch::kQwen2, {4, 16, false}}};
+  ThreadPool pool(2);
+  for (const Case& c : cases) {
+    auto spec = testing::TinySpec(c.arch);
+    spec.dtype = DType::kBF16;
+    spec.tie_embeddings = c.arch == Arch::kQwen2;
+    const std::string dir = testing::WriteTempModel(spec);
+    for (WeightMemory memory : {WeightMemory::kHugePages, WeightMemory::kMmap}) {
+      SCOPED_TRACE(::testing::Message() << dir << " " << QuantizationName(c.format)
+                                        << " hugepages=" << (memory == WeightMemory::kHugePages));
+      auto quantized = Model::Load(dir, pool, {.memory = memory, .quantize = c.format});
+      ASSERT_TRUE(quantized.ok()) << quantized.status();
+      const ModelWeights& qw = (*quantized)->weights();
+      EXPECT_EQ(qw.layers[1].down_proj.layout, kernels::WeightLayout::kQuantPanels);
+      EXPECT_EQ(qw.layers[0].q_proj.quant, c.format);
+      EXPECT_NE(qw.embed_tokens.layout, kernels::WeightLayout::kQuantPanels);
+      EXPECT_NE(qw.lm_head.layout, kernels::WeightLayout::kQuantPanels);
+      EXPECT_EQ(qw.format(), QuantizationName(c.format));
+      EXPECT_LT(qw.memory_bytes, qw.total_bytes);
+
+      auto config = ModelConfig::FromDirectory(dir);
+      ASSERT_TRUE(config.ok());
+      Model dense(*config, DenseCopy(qw).Take(), pool);
+      auto original = Model::Load(dir, pool);
+      ASSERT_TRUE(original.ok());
+
+      const std::vector<int32_t> prompt = Prompt(21, static_cast<int>(spec.vocab), 3);
+      const std::vector<float> q = Logits(**quantized, prompt, 13);
+      const std::vector<float> d = Logits(dense, prompt, 13);
+      const std::vector<float> f = Logits(**original, prompt, 13);
+      ASSERT_EQ(q.size(), d.size());
+      const double tolerance = 1e-3 * StdDev(d);
+      double quantization_error = 0;
+      for (size_t i = 0; i < q.size(); ++i) {
+        ASSERT_NEAR(q[i], d[i], tolerance) << "logit " << i;
+        quantization_error = std::max<double>(quantization_error, std::abs(q[i] - f[i]));
+      }
+      // The reference is not the float model itself: quantizing moved the logits.
+      EXPECT_GT(quantization_error, tolerance);
+    }
+  }
+}
+
+// Prefill, decode and batches take different kernel paths over quantized panels; each position's
+// logits are the same whichever way it was computed.
+TEST(QuantizedModelTest, LogitsDoNotDependOnHowThePromptIsSplit) {
+  ThreadPool pool(2);
+  auto spec = testing::TinySpec(Arch::kLlama);
+  spec.dtype = DType::kBF16;
+  const std::string dir = testing::WriteTempModel(spec);
+  auto model = Model::Load(dir, pool, {.memory = WeightMemory::kHugePages, .quantize = {4, 32}});
+  ASSERT_TRUE(model.ok()) << model.status();
+  const std::vector<int32_t> prompt = Prompt(56, static_cast<int>(spec.vocab), 5);
+  const std::vector<float> whole = Logits(**model, prompt, 56);  // 56 rows convert to f32
+  EXPECT_EQ(Logits(**model, prompt, 1), whole);
+  EXPECT_EQ(Logits(**model, prompt, 30), whole);
+}
+
+TEST(QuantizedModelTest, ClearErrors) {
+  ThreadPool pool(1);
+  const std::string dir = testing::WriteTempModel(testing::TinySpec());  // hidden 64, ffn 96
+  auto bad = Model::Load(dir, pool, {.quantize = {4, 64, false}});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.status().message()),
+              HasSubstr("cannot quantize \"model.layers.0.mlp.down_proj.weight\": group size 64 "
+                        "does not divide the input dimension 96"));
+
+  EXPECT_EQ(ParseWeightQuantization("none", 0)->bits, 0);
+  EXPECT_EQ(*ParseWeightQuantization("int8", 0), (kernels::QuantFormat{8, -1, false}));
+  EXPECT_EQ(*ParseWeightQuantization("int4", 0), (kernels::QuantFormat{4, 128, false}));
+  EXPECT_EQ(*ParseWeightQuantization("int4", 32), (kernels::QuantFormat{4, 32, false}));
+  EXPECT_EQ(*ParseWeightQuantization("int8", -1), (kernels::QuantFormat{8, -1, false}));
+  EXPECT_THAT(std::string(ParseWeightQuantization("int3", 0).status().message()),
+              HasSubstr("none, int8 or int4, got \"int3\""));
+  EXPECT_THAT(std::string(ParseWeightQuantization("int4", 48).status().message()),
+              HasSubstr("group_size must be -1 (one group per row), 16, 32, 64, 128 or 256, got "
+                        "48"));
+  EXPECT_EQ(QuantizationName({4, 128, false}), "int4-g128");
+  EXPECT_EQ(QuantizationName({8, -1, false}), "int8");
+  EXPECT_EQ(QuantizationName({4, 32, true}), "int4-g32-zp");
+  EXPECT_EQ(WeightFormatName(DType::kBF16, {}), "bf16");
+}
+
+}  // namespace
+}  // namespace tandem::model
