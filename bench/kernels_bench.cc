@@ -19,6 +19,7 @@
 #include "common/kernels/cpu/elementwise.h"
 #include "common/kernels/cpu/gemm.h"
 #include "common/kernels/cpu/gemm_internal.h"
+#include "common/kernels/cpu/quant_pack.h"
 #include "common/kv/kv_layout.h"
 #include "common/util/dtype.h"
 #include "common/util/thread_pool.h"
@@ -69,7 +70,9 @@ void BM_MemoryRead(benchmark::State& state) {
 BENCHMARK(BM_MemoryRead)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // Args: m, n, k, path (0: Gemm dispatch, 1: streaming, 2: tiled, 3: Gemm on weights packed into
-// panels, as `model.weight_memory: hugepages` loads them). bf16 weights. Iterations
+// panels, as `model.weight_memory: hugepages` loads them; 4: quantized to int8 per row, 5: to
+// int4 in groups of 128, 6: int4 groups of 32, as `model.weight_quantization` loads them). bf16
+// weights. Iterations
 // rotate over copies of W that together exceed the last-level cache, so every call reads its
 // weights from memory as a model's forward pass does (a single small W would stay in L3).
 void RunGemm(benchmark::State& state) {
@@ -84,8 +87,18 @@ void RunGemm(benchmark::State& state) {
   std::vector<WeightMatrix> matrices;
   const int64_t panel_elems = PanelBytes(DType::kBF16, n, k) / 2;
   std::vector<uint16_t> panels(path == 3 ? copies * panel_elems + 16 : 0);
+  const QuantFormat quant = path == 4   ? QuantFormat{8, -1, false}
+                            : path == 5 ? QuantFormat{4, 128, false}
+                                        : QuantFormat{4, 32, false};
+  const int64_t quant_bytes = QuantPanelBytes(quant, n, k);
+  std::vector<uint8_t> quantized(path >= 4 ? copies * quant_bytes + 64 : 0);
   for (int64_t c = 0; c < copies; ++c) {
     matrices.push_back({w.data() + c * n * k, DType::kBF16, n, k});
+    if (path >= 4) {
+      auto* aligned = reinterpret_cast<uint8_t*>(
+          (reinterpret_cast<uintptr_t>(quantized.data()) + 63) & ~uintptr_t{63});
+      matrices.back() = QuantizeToPanels(matrices.back(), quant, aligned + c * quant_bytes, pool);
+    }
     if (path != 3) continue;
     // 32-byte aligned, as the loader's arena gives.
     auto* aligned = reinterpret_cast<uint16_t*>((reinterpret_cast<uintptr_t>(panels.data()) + 31) &
@@ -104,7 +117,7 @@ void RunGemm(benchmark::State& state) {
     }
     benchmark::DoNotOptimize(y.data());
   }
-  state.SetBytesProcessed(state.iterations() * n * k * 2);
+  state.SetBytesProcessed(state.iterations() * MatrixBytes(matrices.front()));
   state.counters["FLOPS"] = benchmark::Counter(static_cast<double>(2 * m * n * k),
                                                benchmark::Counter::kIsIterationInvariantRate);
 }
@@ -119,6 +132,8 @@ BENCHMARK(BM_GemmDecode)
     ->ArgsProduct({{1, 8, 32}, {2048, 8192}, {2048}, {3}})
     ->ArgsProduct({{1, 8, 32}, {2048}, {8192}, {3}})
     ->ArgsProduct({{1, 8, 32}, {128256}, {2048}, {3}})
+    ->ArgsProduct({{1, 8, 32}, {8192}, {2048}, {4, 5, 6}})
+    ->ArgsProduct({{1, 8}, {2048}, {8192}, {4, 5, 6}})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 
@@ -129,6 +144,8 @@ BENCHMARK(BM_GemmPrefill)
     ->Args({512, 8192, 2048, 0})
     ->Args({512, 2048, 2048, 3})
     ->Args({512, 8192, 2048, 3})
+    ->Args({512, 8192, 2048, 4})
+    ->Args({512, 8192, 2048, 5})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

@@ -31,4 +31,9 @@ void GemmTiled(const float* x, int64_t m, int64_t x_stride, const WeightMatrix& 
 void GemmTiledMulti(const float* x, int64_t m, int64_t x_stride,
                     std::span<const GemmOutput> outputs, ThreadPool& pool);
 
+// Quantized panels run AVX-512 kernels where the CPU has AVX-512 (F, BW, VL, DQ), else AVX2;
+// both give the same bits. Asks for one or the other (for tests and benchmarks) and returns
+// whether AVX-512 is now used.
+bool UseAvx512QuantKernels(bool use);
+
 }  // namespace tandem::kernels::internal

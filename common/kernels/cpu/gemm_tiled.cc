@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <utility>
 #include <vector>
 
@@ -386,6 +387,10 @@ struct QuantBlockArgs {
 constexpr int32_t kFloatMagic = 0x4B000000;  // 2^23: OR-ing an integer below 2^23 into its
                                              // mantissa makes the float 2^23 + integer
 
+// Columns one load of codes gives: 4-bit codes lie in pairs of columns (quant_pack.h).
+template <int kBits>
+constexpr int kStep = kBits == 4 ? 2 : 1;
+
 // 2^23 + zero for each row of a panel's group, as kNv vectors.
 template <int kBits, bool kZero>
 inline void LoadZeros(const char* zeros, __m256 (&zf)[kNv]) {
@@ -393,8 +398,8 @@ inline void LoadZeros(const char* zeros, __m256 (&zf)[kNv]) {
     const auto* z = reinterpret_cast<const uint8_t*>(zeros);
     TANDEM_UNROLL
     for (int v = 0; v < kNv; ++v) {
-      const __m256i zi = _mm256_cvtepu8_epi32(_mm_loadl_epi64(
-          reinterpret_cast<const __m128i*>(z + 8 * v)));
+      const __m256i zi =
+          _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(z + 8 * v)));
       zf[v] = _mm256_castsi256_ps(_mm256_or_si256(zi, _mm256_set1_epi32(kFloatMagic)));
     }
   } else {
@@ -403,46 +408,56 @@ inline void LoadZeros(const char* zeros, __m256 (&zf)[kNv]) {
   }
 }
 
-// Column k of a panel's codes as code - zero, exact in f32. Symmetric 8-bit codes are stored
-// as the signed code - 128 and convert directly.
+// 8 codes (as 32-bit integers below 2^23) minus their zeros (2^23 + zero), exact in f32.
+inline __m256 CodesMinusZeros(__m256i codes, __m256 zf) {
+  return _mm256_sub_ps(_mm256_castsi256_ps(_mm256_or_si256(codes, _mm256_set1_epi32(kFloatMagic))),
+                       zf);
+}
+
+inline __m256i Load8Bytes(const uint8_t* p, bool sign) {
+  const __m128i v = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+  return sign ? _mm256_cvtepi8_epi32(v) : _mm256_cvtepu8_epi32(v);
+}
+
+// Column k of a panel's codes (and k + 1 for 4 bits; k even) as code - zero, exact in f32.
+// Symmetric 8-bit codes are stored as the signed code - 128 and convert directly.
 template <int kBits, bool kZero>
-inline void LoadCodeColumn(const uint8_t* codes, int64_t k, const __m256 (&zf)[kNv],
-                           __m256 (&b)[kNv]) {
+inline void LoadCodes(const uint8_t* codes, int64_t k, const __m256 (&zf)[kNv],
+                      __m256 (&b)[kStep<kBits>][kNv]) {
   static_assert(kNv == 2);
-  if constexpr (kBits == 8 && !kZero) {
-    const auto* p = reinterpret_cast<const __m128i*>(codes + k * kNr);
-    b[0] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(p)));
-    b[1] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
-        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + k * kNr + 8))));
-  } else {
-    __m256i lo, hi;
-    if constexpr (kBits == 8) {
-      lo = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + k * kNr)));
-      hi = _mm256_cvtepu8_epi32(
-          _mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + k * kNr + 8)));
-    } else {
-      const __m256i v = _mm256_cvtepu8_epi32(
-          _mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + k * (kNr / 2))));
-      lo = _mm256_and_si256(v, _mm256_set1_epi32(0xF));
-      hi = _mm256_srli_epi32(v, 4);
+  if constexpr (kBits == 8) {
+    const uint8_t* p = codes + k * kNr;
+    TANDEM_UNROLL
+    for (int v = 0; v < kNv; ++v) {
+      const __m256i c = Load8Bytes(p + 8 * v, !kZero);
+      b[0][v] = kZero ? CodesMinusZeros(c, zf[v]) : _mm256_cvtepi32_ps(c);
     }
-    const __m256i magic = _mm256_set1_epi32(kFloatMagic);
-    b[0] = _mm256_sub_ps(_mm256_castsi256_ps(_mm256_or_si256(lo, magic)), zf[0]);
-    b[1] = _mm256_sub_ps(_mm256_castsi256_ps(_mm256_or_si256(hi, magic)), zf[1]);
+  } else {
+    const uint8_t* p = codes + k / 2 * kNr;
+    TANDEM_UNROLL
+    for (int v = 0; v < kNv; ++v) {
+      const __m256i c = Load8Bytes(p + 8 * v, false);
+      b[0][v] = CodesMinusZeros(_mm256_and_si256(c, _mm256_set1_epi32(0xF)), zf[v]);
+      b[1][v] = CodesMinusZeros(_mm256_srli_epi32(c, 4), zf[v]);
+    }
   }
 }
 
 // Converts kc columns of a panel's codes to code - zero in f32, in row order ([kc][16]).
 template <int kBits, bool kZero>
 void ConvertQuantPanel(const void* codes, int64_t kc, const QuantBlockArgs& q, float* out) {
+  constexpr int kS = kStep<kBits>;
   for (int64_t s0 = 0, seg = 0; s0 < kc; s0 += q.segment, ++seg) {
     __m256 zf[kNv];
     LoadZeros<kBits, kZero>(q.zeros + seg * q.group_step * kNr, zf);
-    for (int64_t k = s0; k < std::min(kc, s0 + q.segment); ++k) {
-      __m256 b[kNv];
-      LoadCodeColumn<kBits, kZero>(static_cast<const uint8_t*>(codes), k, zf, b);
-      TANDEM_UNROLL
-      for (int v = 0; v < kNv; ++v) _mm256_storeu_ps(out + k * kNr + 8 * v, b[v]);
+    const int64_t s1 = std::min(kc, s0 + q.segment);
+    for (int64_t k = s0; k < s1; k += kS) {
+      __m256 b[kS][kNv];
+      LoadCodes<kBits, kZero>(static_cast<const uint8_t*>(codes), k, zf, b);
+      for (int c = 0; c < kS && k + c < s1; ++c) {
+        TANDEM_UNROLL
+        for (int v = 0; v < kNv; ++v) _mm256_storeu_ps(out + (k + c) * kNr + 8 * v, b[c][v]);
+      }
     }
   }
 }
@@ -455,6 +470,7 @@ void QuantMicroKernel(const float* xp, const void* panel, int64_t panel_stride, 
                       const QuantBlockArgs& q, bool first, float* acc_out, int64_t acc_stride) {
   constexpr int64_t kStreamAhead = 2048;
   constexpr int64_t kColumnBytes = kBits == 0 ? kNr * 4 : kNr * kBits / 8;
+  constexpr int kS = kBits == 0 ? 1 : kStep<kBits>;
   const char* panels[NP];
   TANDEM_UNROLL
   for (int j = 0; j < NP; ++j) panels[j] = static_cast<const char*>(panel) + j * panel_stride;
@@ -484,7 +500,7 @@ void QuantMicroKernel(const float* xp, const void* panel, int64_t panel_stride, 
     for (int v = 0; v < kNv; ++v) acc[i][j][v] = _mm256_setzero_ps();
     const int64_t s1 = std::min(kc, s0 + q.segment);
 #pragma GCC unroll 4
-    for (int64_t k = s0; k < s1; ++k) {
+    for (int64_t k = s0; k < s1; k += kS) {
       if constexpr (kStream) {
         if ((k * kColumnBytes) % 64 == 0) {
           TANDEM_UNROLL
@@ -493,22 +509,24 @@ void QuantMicroKernel(const float* xp, const void* panel, int64_t panel_stride, 
           }
         }
       }
-      __m256 b[NP][kNv];
       TANDEM_UNROLL
       for (int j = 0; j < NP; ++j) {
+        __m256 b[kS][kNv];
         if constexpr (kBits == 0) {
-          LoadPanelColumn<DType::kF32>(panels[j], k, b[j]);
+          LoadPanelColumn<DType::kF32>(panels[j], k, b[0]);
         } else {
-          LoadCodeColumn<kBits, kZero>(reinterpret_cast<const uint8_t*>(panels[j]), k, zf[j],
-                                       b[j]);
+          LoadCodes<kBits, kZero>(reinterpret_cast<const uint8_t*>(panels[j]), k, zf[j], b);
         }
-      }
-      TANDEM_UNROLL
-      for (int i = 0; i < MR; ++i) {
-        const __m256 a = _mm256_broadcast_ss(xp + k * kMr + i);
         TANDEM_UNROLL
-        for (int j = 0; j < NP; ++j) TANDEM_UNROLL
-        for (int v = 0; v < kNv; ++v) acc[i][j][v] = _mm256_fmadd_ps(a, b[j][v], acc[i][j][v]);
+        for (int c = 0; c < kS; ++c) {
+          if (kS > 1 && k + c >= s1) break;
+          TANDEM_UNROLL
+          for (int i = 0; i < MR; ++i) {
+            const __m256 a = _mm256_broadcast_ss(xp + (k + c) * kMr + i);
+            TANDEM_UNROLL
+            for (int v = 0; v < kNv; ++v) acc[i][j][v] = _mm256_fmadd_ps(a, b[c][v], acc[i][j][v]);
+          }
+        }
       }
     }
     const bool store = first && s0 == 0;
@@ -550,6 +568,132 @@ template <int kBits, bool kZero, bool kStream = false, bool kWide = false>
 constexpr auto kQuantKernels =
     MakeQuantKernels<kBits, kZero, kStream, kWide>(std::make_integer_sequence<int, kMr>());
 
+// The same kernels on AVX-512 (a panel column is one zmm), chosen at run time where the CPU has
+// it: decode over quantized weights is limited by converting codes, not by memory, and 16 lanes
+// per instruction halve that work. Each lane runs the AVX2 kernel's operations in the same
+// order, so the results are bit-identical.
+#define TANDEM_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
+
+template <int kBits, bool kZero>
+TANDEM_AVX512 inline __m512 LoadZeros512(const char* zeros) {
+  if constexpr (kZero) {
+    const __m128i z = _mm_loadu_si128(reinterpret_cast<const __m128i*>(zeros));
+    return _mm512_castsi512_ps(
+        _mm512_or_si512(_mm512_cvtepu8_epi32(z), _mm512_set1_epi32(kFloatMagic)));
+  } else {
+    return _mm512_set1_ps(8388608.0f + (1 << (kBits - 1)));
+  }
+}
+
+TANDEM_AVX512 inline __m512 CodesMinusZeros512(__m512i codes, __m512 zf) {
+  return _mm512_sub_ps(_mm512_castsi512_ps(_mm512_or_si512(codes, _mm512_set1_epi32(kFloatMagic))),
+                       zf);
+}
+
+// LoadCodes with a panel column in one vector.
+template <int kBits, bool kZero>
+TANDEM_AVX512 inline void LoadCodes512(const uint8_t* codes, int64_t k, __m512 zf,
+                                       __m512 (&b)[kStep<kBits>]) {
+  if constexpr (kBits == 8) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + k * kNr));
+    b[0] = kZero ? CodesMinusZeros512(_mm512_cvtepu8_epi32(v), zf)
+                 : _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(v));
+  } else {
+    const __m512i c = _mm512_cvtepu8_epi32(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + k / 2 * kNr)));
+    b[0] = CodesMinusZeros512(_mm512_and_si512(c, _mm512_set1_epi32(0xF)), zf);
+    b[1] = CodesMinusZeros512(_mm512_srli_epi32(c, 4), zf);
+  }
+}
+
+template <int kBits, bool kZero, bool kStream, int MR, int NP>
+TANDEM_AVX512 void QuantMicroKernel512(const float* xp, const void* panel, int64_t panel_stride,
+                                       int64_t kc, const QuantBlockArgs& q, bool first,
+                                       float* acc_out, int64_t acc_stride) {
+  constexpr int64_t kStreamAhead = 2048;
+  constexpr int64_t kColumnBytes = kNr * kBits / 8;
+  constexpr int kS = kStep<kBits>;
+  const char* panels[NP];
+  TANDEM_UNROLL
+  for (int j = 0; j < NP; ++j) panels[j] = static_cast<const char*>(panel) + j * panel_stride;
+  for (int64_t s0 = 0, seg = 0; s0 < kc; s0 += q.segment, ++seg) {
+    const int64_t group = seg * q.group_step;
+    __m512 zf[NP];
+    TANDEM_UNROLL
+    for (int j = 0; j < NP; ++j) {
+      zf[j] = LoadZeros512<kBits, kZero>(q.zeros + j * q.panel_bytes + group * kNr);
+    }
+    if constexpr (kStream) {
+      TANDEM_UNROLL
+      for (int j = 0; j < NP; ++j) {
+        _mm_prefetch(q.scales + j * q.panel_bytes + (group + q.group_step) * kNr * 4, _MM_HINT_T0);
+        if constexpr (kZero) {
+          _mm_prefetch(q.zeros + j * q.panel_bytes + (group + q.group_step) * kNr, _MM_HINT_T0);
+        }
+      }
+    }
+    __m512 acc[MR][NP];
+    TANDEM_UNROLL
+    for (int i = 0; i < MR; ++i) TANDEM_UNROLL
+    for (int j = 0; j < NP; ++j) acc[i][j] = _mm512_setzero_ps();
+    const int64_t s1 = std::min(kc, s0 + q.segment);
+#pragma GCC unroll 4
+    for (int64_t k = s0; k < s1; k += kS) {
+      if constexpr (kStream) {
+        if ((k * kColumnBytes) % 64 == 0) {
+          TANDEM_UNROLL
+          for (int j = 0; j < NP; ++j) {
+            _mm_prefetch(panels[j] + k * kColumnBytes + kStreamAhead, _MM_HINT_T0);
+          }
+        }
+      }
+      TANDEM_UNROLL
+      for (int j = 0; j < NP; ++j) {
+        __m512 b[kS];
+        LoadCodes512<kBits, kZero>(reinterpret_cast<const uint8_t*>(panels[j]), k, zf[j], b);
+        TANDEM_UNROLL
+        for (int c = 0; c < kS; ++c) {
+          if (kS > 1 && k + c >= s1) break;
+          TANDEM_UNROLL
+          for (int i = 0; i < MR; ++i) {
+            acc[i][j] = _mm512_fmadd_ps(_mm512_set1_ps(xp[(k + c) * kMr + i]), b[c], acc[i][j]);
+          }
+        }
+      }
+    }
+    const bool store = first && s0 == 0;
+    TANDEM_UNROLL
+    for (int j = 0; j < NP; ++j) {
+      const __m512 s = _mm512_loadu_ps(
+          reinterpret_cast<const float*>(q.scales + j * q.panel_bytes) + group * kNr);
+      TANDEM_UNROLL
+      for (int i = 0; i < MR; ++i) {
+        float* out = acc_out + i * acc_stride + j * kNr;
+        _mm512_storeu_ps(out, store ? _mm512_mul_ps(acc[i][j], s)
+                                    : _mm512_fmadd_ps(acc[i][j], s, _mm512_loadu_ps(out)));
+      }
+    }
+  }
+}
+
+template <int kBits, bool kZero, bool kStream, bool kWide, int... I>
+constexpr std::array<QuantKernel, sizeof...(I)> MakeQuantKernels512(
+    std::integer_sequence<int, I...>) {
+  return {QuantKernel{&QuantMicroKernel512 < kBits, kZero, kStream, I + 1,
+                      kWide ? StreamPanels(I + 1) : 1 >, kWide ? StreamPanels(I + 1) : 1}...};
+}
+template <int kBits, bool kZero, bool kStream = false, bool kWide = false>
+constexpr auto kQuantKernels512 =
+    MakeQuantKernels512<kBits, kZero, kStream, kWide>(std::make_integer_sequence<int, kMr>());
+
+bool Avx512Available() {
+  __builtin_cpu_init();  // this may run before the runtime's own initialization
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+}
+
+std::atomic<bool> use_avx512_quant{Avx512Available()};
+
 // Block() for quantized panels.
 template <int kBits, bool kZero>
 void QuantBlock(const float* xp, const RowGroups& groups, int64_t g0, int64_t g1,
@@ -558,10 +702,15 @@ void QuantBlock(const float* xp, const RowGroups& groups, int64_t g0, int64_t g1
   constexpr int64_t kStreamMaxGroups = 2, kConvertMinGroups = 8;
   const bool stream = g1 - g0 <= kStreamMaxGroups;
   const bool to_f32 = g1 - g0 >= kConvertMinGroups;
+  const bool avx512 = use_avx512_quant.load(std::memory_order_relaxed);
   const QuantKernel* narrow = to_f32   ? kQuantKernels<0, false>.data()
-                              : stream ? kQuantKernels<kBits, kZero, true>.data()
-                                       : kQuantKernels<kBits, kZero>.data();
-  const QuantKernel* kernels = stream ? kQuantKernels<kBits, kZero, true, true>.data() : narrow;
+                              : stream ? (avx512 ? kQuantKernels512<kBits, kZero, true>.data()
+                                                 : kQuantKernels<kBits, kZero, true>.data())
+                                       : (avx512 ? kQuantKernels512<kBits, kZero>.data()
+                                                 : kQuantKernels<kBits, kZero>.data());
+  const QuantKernel* kernels = !stream  ? narrow
+                               : avx512 ? kQuantKernels512<kBits, kZero, true, true>.data()
+                                        : kQuantKernels<kBits, kZero, true, true>.data();
   float* acc = AccumulatorTile(g1 - g0);
   const int64_t m_pad = groups.PaddedRows();
   const int panels = static_cast<int>((n1 - n0 + kNr - 1) / kNr);
@@ -698,6 +847,11 @@ void GemmTiledMulti(const float* x, int64_t m, int64_t x_stride,
       }
     }
   });
+}
+
+bool UseAvx512QuantKernels(bool use) {
+  use_avx512_quant.store(use && Avx512Available());
+  return use && Avx512Available();
 }
 
 }  // namespace tandem::kernels::internal

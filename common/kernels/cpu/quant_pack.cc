@@ -24,7 +24,8 @@ QuantPanelLayout QuantPanelLayout::Of(const QuantFormat& f, int64_t cols) {
   QuantPanelLayout l;
   const int64_t g = GroupSize(f, cols);
   l.groups = g > 0 ? cols / g : 0;
-  l.scale_offset = cols * kRows * f.bits / 8;
+  // 4-bit codes come in pairs of columns: an odd last column has a pair of its own.
+  l.scale_offset = f.bits == 8 ? cols * kRows : (cols + 1) / 2 * kRows;
   l.zero_offset = l.scale_offset + l.groups * kRows * static_cast<int64_t>(sizeof(float));
   const int64_t end = l.zero_offset + (f.has_zero ? l.groups * kRows : 0);
   l.panel_bytes = (end + 63) / 64 * 64;
@@ -69,9 +70,8 @@ WeightMatrix PackQuantPanels(const QuantFormat& f, DType dtype, int64_t rows, in
         if (f.bits == 8) {
           for (int64_t k = 0; k < cols; ++k) panel[k * kRows + r] = codes[k] ^ sign;
         } else {
-          const int shift = r < 8 ? 0 : 4;
           for (int64_t k = 0; k < cols; ++k) {
-            panel[k * 8 + r % 8] |= static_cast<uint8_t>((codes[k] & 0xF) << shift);
+            panel[k / 2 * kRows + r] |= static_cast<uint8_t>((codes[k] & 0xF) << (k % 2 * 4));
           }
         }
         for (int64_t g = 0; g < l.groups; ++g) {
@@ -142,8 +142,8 @@ void ReadQuantRow(const WeightMatrix& w, int64_t row, uint8_t* codes, float* sca
   const int64_t r = row % kRows;
   const uint8_t sign = f.bits == 8 && !f.has_zero ? 0x80 : 0;
   for (int64_t k = 0; k < w.cols; ++k) {
-    codes[k] = f.bits == 8 ? panel[k * kRows + r] ^ sign
-                           : (panel[k * 8 + r % 8] >> (r < 8 ? 0 : 4)) & 0xF;
+    codes[k] =
+        f.bits == 8 ? panel[k * kRows + r] ^ sign : (panel[k / 2 * kRows + r] >> (k % 2 * 4)) & 0xF;
   }
   const auto* panel_scales = reinterpret_cast<const float*>(panel + l.scale_offset);
   for (int64_t g = 0; g < l.groups; ++g) {

@@ -6,8 +6,9 @@
 // scale[n, g], g = k / group_size. As with kPanels, rows are taken 16 at a time (the last panel
 // padded with zero-scale rows) and each panel is one contiguous stream:
 //   codes   cols columns of 16 rows. 8 bits: byte k * 16 + r (code ^ 0x80 when the format is
-//           symmetric, so the byte is the signed code - 128). 4 bits: byte k * 8 + r % 8, row r in
-//           its low nibble for r < 8, its high nibble otherwise.
+//           symmetric, so the byte is the signed code - 128). 4 bits: byte k / 2 * 16 + r, even
+//           columns in the low nibble, odd ones in the high nibble (one load of 16 bytes gives
+//           two columns; an odd last column is padded to a pair).
 //   scales  f32 [groups][16]
 //   zeros   u8 [groups][16], has_zero only (a symmetric format's zero is 2^(bits - 1))
 // padded to 64 bytes. The GEMM converts codes to the exact integers code - zero, sums their

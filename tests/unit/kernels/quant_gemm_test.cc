@@ -94,7 +94,10 @@ const int64_t kMs[] = {1, 2, 3, 5, 8, 13, 17, 64};
 
 TEST(QuantGemmTest, MatchesReferenceAtEveryM) {
   uint32_t seed = 1;
+  const bool avx512 = internal::UseAvx512QuantKernels(true);
   for (int threads : {1, 2, 3}) {
+    // One pass on the AVX2 kernels where AVX-512 would be taken.
+    if (avx512) internal::UseAvx512QuantKernels(threads != 3);
     ThreadPool pool(threads);
     for (const QuantFormat& f : kFormats) {
       for (auto [n, k] : kShapes) {
@@ -103,8 +106,9 @@ TEST(QuantGemmTest, MatchesReferenceAtEveryM) {
         std::mt19937 rng(seed++);
         std::vector<float> bias = RandomVector(n, rng);
         for (int64_t m : kMs) {
-          SCOPED_TRACE(::testing::Message() << Describe(f) << " m=" << m << " n=" << n
-                                            << " k=" << k << " threads=" << threads);
+          SCOPED_TRACE(::testing::Message()
+                       << Describe(f) << " m=" << m << " n=" << n << " k=" << k
+                       << " threads=" << threads << " avx512=" << (avx512 && threads != 3));
           std::vector<float> x = RandomVector(m * k, rng);
           std::vector<float> y(m * (n + 3), 7.0f);
           Gemm(x.data(), m, k, w.matrix(), bias.data(), y.data(), n + 3, pool);
@@ -126,6 +130,7 @@ TEST(QuantGemmTest, MatchesReferenceAtEveryM) {
       }
     }
   }
+  internal::UseAvx512QuantKernels(true);
 }
 
 // Decode streams the codes, prefill converts them to f32 first, a few rows take a wider kernel:
@@ -147,6 +152,29 @@ TEST(QuantGemmTest, ResultsDoNotDependOnBatchSize) {
       for (int64_t i = 0; i < m * n; ++i) ASSERT_EQ(part[i], batch[i]) << "m=" << m << " at " << i;
     }
   }
+}
+
+// Where the CPU has AVX-512, decode runs 16-lane kernels; every lane performs the AVX2 kernel's
+// operations in the same order, so both give the same bits (and each matches the reference).
+TEST(QuantGemmTest, Avx512AndAvx2GiveTheSameBits) {
+  if (!internal::UseAvx512QuantKernels(true)) GTEST_SKIP() << "this CPU has no AVX-512";
+  ThreadPool pool(2);
+  std::mt19937 rng(6);
+  const int64_t n = 100, k = 1280;
+  for (const QuantFormat& f : kFormats) {
+    if (!CheckQuantFormat(f, k).ok()) continue;
+    SCOPED_TRACE(Describe(f));
+    const RandomQuantMatrix w(f, n, k, 12, pool);
+    for (int64_t m : {1, 2, 7, 13, 20}) {
+      std::vector<float> x = RandomVector(m * k, rng), wide(m * n), narrow(m * n);
+      ASSERT_TRUE(internal::UseAvx512QuantKernels(true));
+      Gemm(x.data(), m, k, w.matrix(), nullptr, wide.data(), n, pool);
+      internal::UseAvx512QuantKernels(false);
+      Gemm(x.data(), m, k, w.matrix(), nullptr, narrow.data(), n, pool);
+      ASSERT_EQ(wide, narrow) << "m=" << m;
+    }
+  }
+  internal::UseAvx512QuantKernels(true);
 }
 
 TEST(QuantGemmTest, MultiEqualsSeparateProducts) {
