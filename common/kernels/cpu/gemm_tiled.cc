@@ -573,6 +573,11 @@ constexpr auto kQuantKernels =
 // per instruction halve that work. Each lane runs the AVX2 kernel's operations in the same
 // order, so the results are bit-identical.
 #define TANDEM_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
+// GCC 12 flags the intrinsics' own _mm512_undefined_* placeholders as maybe-uninitialized.
+#if !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
 template <int kBits, bool kZero>
 TANDEM_AVX512 inline __m512 LoadZeros512(const char* zeros) {
@@ -606,39 +611,22 @@ TANDEM_AVX512 inline void LoadCodes512(const uint8_t* codes, int64_t k, __m512 z
   }
 }
 
-template <int kBits, bool kZero, bool kStream, int MR, int NP>
-TANDEM_AVX512 void QuantMicroKernel512(const float* xp, const void* panel, int64_t panel_stride,
-                                       int64_t kc, const QuantBlockArgs& q, bool first,
-                                       float* acc_out, int64_t acc_stride) {
+// Columns begin[n] + t, t in [t0, t1), of the first `segs` segments into acc[n] (see
+// QuantMicroKernel512).
+template <int kBits, bool kZero, bool kStream, int MR, int NP, int kSegs>
+TANDEM_AVX512 __attribute__((always_inline)) inline void SegmentColumns512(
+    const float* xp, const char* const (&panels)[NP], const int64_t (&begin)[kSegs],
+    const int64_t (&length)[kSegs], const __m512 (&zf)[kSegs][NP], int64_t t0, int64_t t1, int segs,
+    __m512 (&acc)[kSegs][MR][NP]) {
   constexpr int64_t kStreamAhead = 2048;
   constexpr int64_t kColumnBytes = kNr * kBits / 8;
   constexpr int kS = kStep<kBits>;
-  const char* panels[NP];
-  TANDEM_UNROLL
-  for (int j = 0; j < NP; ++j) panels[j] = static_cast<const char*>(panel) + j * panel_stride;
-  for (int64_t s0 = 0, seg = 0; s0 < kc; s0 += q.segment, ++seg) {
-    const int64_t group = seg * q.group_step;
-    __m512 zf[NP];
-    TANDEM_UNROLL
-    for (int j = 0; j < NP; ++j) {
-      zf[j] = LoadZeros512<kBits, kZero>(q.zeros + j * q.panel_bytes + group * kNr);
-    }
-    if constexpr (kStream) {
-      TANDEM_UNROLL
-      for (int j = 0; j < NP; ++j) {
-        _mm_prefetch(q.scales + j * q.panel_bytes + (group + q.group_step) * kNr * 4, _MM_HINT_T0);
-        if constexpr (kZero) {
-          _mm_prefetch(q.zeros + j * q.panel_bytes + (group + q.group_step) * kNr, _MM_HINT_T0);
-        }
-      }
-    }
-    __m512 acc[MR][NP];
-    TANDEM_UNROLL
-    for (int i = 0; i < MR; ++i) TANDEM_UNROLL
-    for (int j = 0; j < NP; ++j) acc[i][j] = _mm512_setzero_ps();
-    const int64_t s1 = std::min(kc, s0 + q.segment);
 #pragma GCC unroll 4
-    for (int64_t k = s0; k < s1; k += kS) {
+  for (int64_t t = t0; t < t1; t += kS) {
+    TANDEM_UNROLL
+    for (int n = 0; n < kSegs; ++n) {
+      if (n >= segs) break;
+      const int64_t k = begin[n] + t;
       if constexpr (kStream) {
         if ((k * kColumnBytes) % 64 == 0) {
           TANDEM_UNROLL
@@ -650,31 +638,89 @@ TANDEM_AVX512 void QuantMicroKernel512(const float* xp, const void* panel, int64
       TANDEM_UNROLL
       for (int j = 0; j < NP; ++j) {
         __m512 b[kS];
-        LoadCodes512<kBits, kZero>(reinterpret_cast<const uint8_t*>(panels[j]), k, zf[j], b);
+        LoadCodes512<kBits, kZero>(reinterpret_cast<const uint8_t*>(panels[j]), k, zf[n][j], b);
         TANDEM_UNROLL
         for (int c = 0; c < kS; ++c) {
-          if (kS > 1 && k + c >= s1) break;
+          if (kS > 1 && t + c >= length[n]) break;
           TANDEM_UNROLL
           for (int i = 0; i < MR; ++i) {
-            acc[i][j] = _mm512_fmadd_ps(_mm512_set1_ps(xp[(k + c) * kMr + i]), b[c], acc[i][j]);
+            acc[n][i][j] =
+                _mm512_fmadd_ps(_mm512_set1_ps(xp[(k + c) * kMr + i]), b[c], acc[n][i][j]);
           }
         }
       }
     }
-    const bool store = first && s0 == 0;
+  }
+}
+
+template <int kBits, bool kZero, bool kStream, int MR, int NP>
+TANDEM_AVX512 void QuantMicroKernel512(const float* xp, const void* panel, int64_t panel_stride,
+                                       int64_t kc, const QuantBlockArgs& q, bool first,
+                                       float* acc_out, int64_t acc_stride) {
+  // One row of x against NP panels is NP chains of FMAs, too few to hide their latency: that
+  // kernel runs two segments at once (each still sums from zero, column by column, and the
+  // two are scaled into acc in order, so the result is the same).
+  constexpr int kSegs = kStream && MR == 1 ? 2 : 1;
+  const char* panels[NP];
+  TANDEM_UNROLL
+  for (int j = 0; j < NP; ++j) panels[j] = static_cast<const char*>(panel) + j * panel_stride;
+  for (int64_t s0 = 0, seg = 0; s0 < kc; s0 += kSegs * q.segment, seg += kSegs) {
+    int64_t begin[kSegs], length[kSegs];
     TANDEM_UNROLL
-    for (int j = 0; j < NP; ++j) {
-      const __m512 s = _mm512_loadu_ps(
-          reinterpret_cast<const float*>(q.scales + j * q.panel_bytes) + group * kNr);
+    for (int n = 0; n < kSegs; ++n) {
+      begin[n] = std::min(kc, s0 + n * q.segment);
+      length[n] = std::min(kc, begin[n] + q.segment) - begin[n];  // 0: no such segment
+    }
+    __m512 zf[kSegs][NP], acc[kSegs][MR][NP];
+    TANDEM_UNROLL
+    for (int n = 0; n < kSegs; ++n) {
+      const int64_t group = (seg + n) * q.group_step;
       TANDEM_UNROLL
-      for (int i = 0; i < MR; ++i) {
-        float* out = acc_out + i * acc_stride + j * kNr;
-        _mm512_storeu_ps(out, store ? _mm512_mul_ps(acc[i][j], s)
-                                    : _mm512_fmadd_ps(acc[i][j], s, _mm512_loadu_ps(out)));
+      for (int j = 0; j < NP; ++j) {
+        zf[n][j] = LoadZeros512<kBits, kZero>(q.zeros + j * q.panel_bytes + group * kNr);
+        if constexpr (kStream) {  // the next segments' scales (and zeros), which follow these
+          _mm_prefetch(q.scales + j * q.panel_bytes + (group + kSegs * q.group_step) * kNr * 4,
+                       _MM_HINT_T0);
+          if constexpr (kZero) {
+            _mm_prefetch(q.zeros + j * q.panel_bytes + (group + kSegs * q.group_step) * kNr,
+                         _MM_HINT_T0);
+          }
+        }
+        TANDEM_UNROLL
+        for (int i = 0; i < MR; ++i) acc[n][i][j] = _mm512_setzero_ps();
+      }
+    }
+    // Columns t of every segment that has them: all segments while the last one lasts, then
+    // the first alone (only the last segment of a block can be shorter).
+    SegmentColumns512<kBits, kZero, kStream, MR, NP, kSegs>(xp, panels, begin, length, zf, 0,
+                                                            length[kSegs - 1], kSegs, acc);
+    if constexpr (kSegs > 1) {
+      SegmentColumns512<kBits, kZero, kStream, MR, NP, kSegs>(xp, panels, begin, length, zf,
+                                                              length[kSegs - 1], length[0], 1, acc);
+    }
+    TANDEM_UNROLL
+    for (int n = 0; n < kSegs; ++n) {
+      if (length[n] == 0) break;
+      const int64_t group = (seg + n) * q.group_step;
+      const bool store = first && s0 == 0 && n == 0;
+      TANDEM_UNROLL
+      for (int j = 0; j < NP; ++j) {
+        const __m512 s = _mm512_loadu_ps(
+            reinterpret_cast<const float*>(q.scales + j * q.panel_bytes) + group * kNr);
+        TANDEM_UNROLL
+        for (int i = 0; i < MR; ++i) {
+          float* out = acc_out + i * acc_stride + j * kNr;
+          _mm512_storeu_ps(out, store ? _mm512_mul_ps(acc[n][i][j], s)
+                                      : _mm512_fmadd_ps(acc[n][i][j], s, _mm512_loadu_ps(out)));
+        }
       }
     }
   }
 }
+
+#if !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 
 template <int kBits, bool kZero, bool kStream, bool kWide, int... I>
 constexpr std::array<QuantKernel, sizeof...(I)> MakeQuantKernels512(

@@ -24,7 +24,7 @@ class RandomQuantMatrix {
  public:
   RandomQuantMatrix(const QuantFormat& f, int64_t rows, int64_t cols, uint32_t seed,
                     ThreadPool& pool)
-      : f_(f), rows_(rows), cols_(cols) {
+      : cols_(cols) {
     const int64_t g = f.group_size > 0 ? f.group_size : cols;
     groups_ = cols / g;
     group_size_ = g;
@@ -63,8 +63,7 @@ class RandomQuantMatrix {
   const std::vector<uint8_t>& zeros() const { return zeros_; }
 
  private:
-  QuantFormat f_;
-  int64_t rows_, cols_, groups_ = 0, group_size_ = 0;
+  int64_t cols_, groups_ = 0, group_size_ = 0;
   std::vector<uint8_t> codes_, zeros_;
   std::vector<float> scales_;
   std::vector<uint8_t> buffer_;
