@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Greedy agreement and logit drift of a KV cache dtype against another on one model.
+"""Greedy agreement and logit drift of a KV cache dtype, or a weight quantization, against the base.
 
 Cuts a text into windows of --prompt tokens, generates --steps greedy tokens from each with
 `model-inspect generate --kv-dtype A` and `--kv-dtype B`, and prints the fraction of positions
@@ -10,9 +10,13 @@ the argmax agrees (teacher-forced). A mixed cache (--kv-dtype mixed, with --sink
 --window-tokens) only differs from fp16 once tokens fall behind its window during generation, so
 the one-pass forward comparison is skipped for it.
 
-  scripts/kv_dtype_agreement.py --model models/tandem-py-8l --text-file F [--base fp32]
+With --weight-quantization int8|int4 (and --group-size G) both sides keep the --base KV dtype
+and the evaluated side quantizes the model's weights at load instead (model.weight_quantization).
+
+  scripts/greedy_agreement.py --model models/tandem-py-8l --text-file F [--base fp32]
       [--kv-dtype int8|mixed] [--sink-tokens 4] [--window-tokens 64] [--prompt 256]
       [--steps 64] [--windows 16] [--forward 1024]
+      [--weight-quantization int8|int4 [--group-size G]]
 """
 import argparse
 import os
@@ -41,7 +45,15 @@ def main():
     p.add_argument("--forward", type=int, default=1024)
     p.add_argument("--sink-tokens", type=int, default=4)
     p.add_argument("--window-tokens", type=int, default=64)
+    p.add_argument("--weight-quantization", default="none")
+    p.add_argument("--group-size", type=int, default=0)
     a = p.parse_args()
+    # (KV dtype, extra model-inspect flags) of the base and the evaluated side.
+    if a.weight_quantization != "none":
+        sides = [(a.base, []), (a.base, ["--weight-quantization", a.weight_quantization,
+                                         "--weight-quantization-group-size", str(a.group_size)])]
+    else:
+        sides = [(a.base, []), (a.kv_dtype, [])]
     mi = a.model_inspect
     ids = [int(t) for t in run([mi, "tokenize", "--model", a.model, "--text-file",
                                 a.text_file]).replace("\n", ",").split(",") if t]
@@ -53,9 +65,9 @@ def main():
     for w in range(a.windows):
         prompt = ",".join(map(str, ids[w * stride:w * stride + a.prompt]))
         outs = []
-        for dt in (a.base, a.kv_dtype):
+        for dt, extra in sides:
             cmd = [mi, "generate", "--model", a.model, "--tokens", prompt, "--max-tokens",
-                   str(a.steps), "--ignore-eos", "--kv-dtype", dt]
+                   str(a.steps), "--ignore-eos", "--kv-dtype", dt] + extra
             if dt == "mixed":
                 cmd += ["--kv-sink-tokens", str(a.sink_tokens), "--kv-window-tokens",
                         str(a.window_tokens)]
@@ -68,16 +80,16 @@ def main():
     print("greedy agreement over %d tokens, %d windows of %d-token prompts: %.4f "
           "(%d/%d windows identical)" % (a.steps, a.windows, a.prompt, same / total, whole,
                                          a.windows))
-    if "mixed" in (a.base, a.kv_dtype):
+    if "mixed" in (sides[0][0], sides[1][0]):
         return
     n = min(a.forward, len(ids))
     tokens = ",".join(map(str, ids[:n]))
     with tempfile.TemporaryDirectory() as tmp:
         logits = []
-        for dt in (a.base, a.kv_dtype):
-            path = os.path.join(tmp, dt + ".f32")
+        for i, (dt, extra) in enumerate(sides):
+            path = os.path.join(tmp, "%d.f32" % i)
             run([mi, "forward", "--model", a.model, "--tokens", tokens, "--logits-out", path,
-                 "--kv-dtype", dt])
+                 "--kv-dtype", dt] + extra)
             logits.append(np.fromfile(path, dtype="<f4").reshape(n, -1).astype(np.float64))
     base, other = logits
     diff = np.abs(base - other) / base.std()
