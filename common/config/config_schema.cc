@@ -179,8 +179,8 @@ std::vector<Field> MakeSchema() {
           {"none", "int8", "int4"},
           "quantize the decoder layers' matrices of a float checkpoint at load (round to "
           "nearest, as GPTQ defines it; the embedding, norms and lm_head keep their dtype): "
-          "int8 reads about half of bf16's bytes per decode step, int4 about a quarter; CPU "
-          "only. Every role of a deployment needs the same setting"),
+          "int8 stores those matrices in about half of bf16's bytes, int4 in about a quarter "
+          "plus its scales; CPU only. Every role of a deployment needs the same setting"),
       Int("model.weight_quantization_group_size",
           TANDEM_CONFIG_REF(model.weight_quantization_group_size), -1, 256,
           "input columns per scale of model.weight_quantization: -1 for one scale per output "
