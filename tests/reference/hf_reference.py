@@ -134,10 +134,40 @@ def int8_rows(x):
     return q * scale
 
 
+# The decoder layers' matrices, which Tandem's model.weight_quantization quantizes.
+LINEAR_NAMES = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+                "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
+
+
+def gptq_round_to_nearest(w, bits, group_size):
+    """w [out, in] (float32) quantized and dequantized as GPTQ's symmetric Quantizer does it,
+    per row and group of `group_size` input columns (<= 0: the whole row), with each scale
+    rounded to fp16 as a GPTQ checkpoint stores it before the codes are computed:
+      xmax = max(|min(w, 0)|, max(w, 0)), xmin = -xmax (both 0: -1 and 1)
+      scale = (xmax - xmin) / (2^bits - 1), zero = 2^(bits - 1)
+      q = clamp(round(w / scale) + zero, 0, 2^bits - 1)   (round half to even, in float32)
+    Returns (q - zero) * scale in float64."""
+    out, cols = w.shape
+    g = cols if group_size <= 0 else group_size
+    maxq = 2 ** bits - 1
+    x = w.to(torch.float32).reshape(out, cols // g, g)
+    xmin = torch.clamp(x.amin(-1), max=0)
+    xmax = torch.clamp(x.amax(-1), min=0)
+    xmax = torch.maximum(-xmin, xmax)
+    xmin = -xmax
+    both_zero = (xmin == 0) & (xmax == 0)
+    xmin = torch.where(both_zero, torch.full_like(xmin, -1), xmin)
+    xmax = torch.where(both_zero, torch.full_like(xmax, 1), xmax)
+    scale = ((xmax - xmin) / maxq).to(torch.float16).to(torch.float32)[..., None]
+    zero = (maxq + 1) // 2
+    q = torch.clamp(torch.round(x / scale) + zero, 0, maxq)
+    return ((q.to(torch.float64) - zero) * scale.to(torch.float64)).reshape(out, cols)
+
+
 class Reference:
     """Forward pass of a decoder-only HF model from a config dict and float32 weights."""
 
-    def __init__(self, config, weights, native=None, kv_dtype=None):
+    def __init__(self, config, weights, native=None, kv_dtype=None, weight_quantization=None):
         self.config = config
         archs = config.get("architectures") or []
         self.model_type = config["model_type"]
@@ -159,6 +189,13 @@ class Reference:
         # "int8" (Tandem's int8 cache: see int8_rows).
         self.kv_dtype = "int8" if kv_dtype == "int8" else dtypes[kv_dtype]
         self.w = {k: v.to(torch.float64) for k, v in weights.items()}
+        # (bits, group_size): the decoder matrices as model.weight_quantization makes them.
+        if weight_quantization is not None:
+            bits, group = weight_quantization
+            for i in range(self.layers):
+                for name in LINEAR_NAMES:
+                    key = "model.layers.%d.%s.weight" % (i, name)
+                    self.w[key] = gptq_round_to_nearest(weights[key], bits, group)
         if "lm_head.weight" not in self.w:
             if not config.get("tie_word_embeddings", True):
                 raise ValueError("lm_head.weight missing and embeddings are not tied")
@@ -166,11 +203,12 @@ class Reference:
         self.inv_freq = rope_inv_freq(config, self.head_dim)
 
     @classmethod
-    def from_dir(cls, model_dir, native=None, kv_dtype=None):
+    def from_dir(cls, model_dir, native=None, kv_dtype=None, weight_quantization=None):
         with open(os.path.join(model_dir, "config.json")) as f:
             config = json.load(f)
         weights, _ = load_weights(model_dir)
-        return cls(config, weights, native=native, kv_dtype=kv_dtype)
+        return cls(config, weights, native=native, kv_dtype=kv_dtype,
+                   weight_quantization=weight_quantization)
 
     # Rounds to the native dtype (no-op in reference mode).
     def _r(self, x):

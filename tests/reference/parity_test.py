@@ -97,6 +97,18 @@ CASES = {
     "llama3_int8kv": dict(arch="llama", heads=4, kv_heads=2, tie=True, rope_theta=500000,
                           rope_scaling="llama3", rope_original_max_pos=64, kv_dtype="int8"),
     "qwen3_int8kv": dict(arch="qwen3", heads=4, kv_heads=2, head_dim=32, kv_dtype="int8"),
+    # Weights quantized at load (model.weight_quantization), compared with the reference
+    # quantizing them by GPTQ's round-to-nearest definition: int8 with one scale per row on
+    # Llama-3, int4 in groups of 32 on Qwen2 (biases, tied embeddings) and of 16 on Qwen3
+    # (q/k norms, bf16 weights). The fp32 bound holds: the reference computes in float64 on the
+    # same dequantized weights.
+    "llama3_int8w": dict(arch="llama", heads=4, kv_heads=2, tie=True, rope_theta=500000,
+                         rope_scaling="llama3", rope_original_max_pos=64,
+                         weight_quantization=(8, -1)),
+    "qwen2_int4w": dict(arch="qwen2", heads=4, kv_heads=2, tie=True, ffn=96,
+                        weight_quantization=(4, 32)),
+    "qwen3_int4w_bf16": dict(arch="qwen3", heads=4, kv_heads=2, head_dim=32, dtype="bf16",
+                             weight_quantization=(4, 16)),
     # A trained model directory given with --model-dir (the bundled model), bf16 weights.
     "model_dir": dict(dtype="bf16"),
 }
@@ -224,9 +236,17 @@ def run_case(case, args):
         model = os.path.join(work, "model")
         run([args.make_model] + make_model_args(case, spec, model))
     kv_dtype = spec.get("kv_dtype")
-    ref = hf_reference.Reference.from_dir(model, kv_dtype=kv_dtype)
+    quant = spec.get("weight_quantization")
+    ref = hf_reference.Reference.from_dir(model, kv_dtype=kv_dtype, weight_quantization=quant)
     kv_flags = ["--kv-dtype", kv_dtype] if kv_dtype else []
-    dtype = spec.get("dtype", "fp32")
+    if quant:
+        kv_flags += ["--weight-quantization", "int%d" % quant[0],
+                     "--weight-quantization-group-size", str(quant[1])]
+        if spec.get("dtype", "fp32") != "fp32" and not kv_dtype:
+            kv_flags += ["--kv-dtype", "fp32"]  # else K/V would round to the model's dtype
+    # Quantized weights: the reference computes on the same dequantized matrices in float64, and
+    # the engine in float32 whatever the checkpoint's dtype (no half-precision activations).
+    dtype = "fp32" if quant else spec.get("dtype", "fp32")
     rng = np.random.RandomState(sum(map(ord, case)) + 1)
     prompt = rng.randint(0, ref.vocab, size=PROMPT_LEN).tolist()
 
