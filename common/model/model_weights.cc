@@ -38,13 +38,16 @@ class WeightBinder {
     return Load(name, rows, cols, /*quantize=*/{});
   }
 
-  // A decoder layer's matrix: quantized when the options ask for it, else as Matrix.
+  // A decoder layer's matrix: read from a GPTQ checkpoint's tensors, or quantized when the
+  // options ask for it, else as Matrix. `name` ends in ".weight".
   absl::StatusOr<kernels::WeightMatrix> Linear(const std::string& name, int64_t rows,
                                                int64_t cols) {
+    if (gptq_ != nullptr) return Gptq(name.substr(0, name.size() - 7), rows, cols, *gptq_);
     return Load(name, rows, cols, quantize_);
   }
 
   void set_quantize(const kernels::QuantFormat& f) { quantize_ = f; }
+  void set_gptq(const QuantizationConfig* q) { gptq_ = q; }
   bool packs() const { return packs_; }
   void set_packs(bool packs) { packs_ = packs; }
 
@@ -107,6 +110,100 @@ class WeightBinder {
     return out;
   }
 
+  // A GPTQ linear layer (prefix.qweight, .qzeros, .scales, .g_idx) of `rows` outputs and `cols`
+  // inputs, as the format packs it: qweight int32 [cols / pf, rows] holds input k of output n at
+  // bits (k % pf) * bits of qweight[k / pf][n] (pf = 32 / bits); qzeros int32 [groups, rows / pf]
+  // holds output n's zero at bits (n % pf) * bits of qzeros[g][n / pf], minus one unless the
+  // checkpoint is gptq_v2; scales [groups, rows]; g_idx [cols] the group of each input.
+  absl::StatusOr<kernels::WeightMatrix> Gptq(const std::string& prefix, int64_t rows, int64_t cols,
+                                             const QuantizationConfig& q) {
+    const int bits = q.bits, pf = 32 / bits;
+    const uint32_t mask = (1u << bits) - 1;
+    const int64_t group = q.group_size > 0 ? q.group_size : cols;
+    auto refuse = [&](const std::string& why) {
+      return absl::InvalidArgumentError(absl::StrCat(dir_, ": GPTQ layer \"", prefix, "\": ", why));
+    };
+    if (cols % pf != 0 || rows % pf != 0) {
+      return refuse(absl::StrCat("its shape [", rows, ", ", cols, "] is not a multiple of ", pf,
+                                 " in both dimensions, as ", bits, "-bit GPTQ packing needs"));
+    }
+    if (cols % group != 0) {
+      return refuse(absl::StrCat("quantization_config.group_size ", group,
+                                 " does not divide its input dimension ", cols));
+    }
+    const int64_t groups = cols / group;
+    TANDEM_ASSIGN_OR_RETURN(auto qweight, Find(prefix + ".qweight", {cols / pf, rows}));
+    TANDEM_ASSIGN_OR_RETURN(auto qzeros, Find(prefix + ".qzeros", {groups, rows / pf}));
+    TANDEM_ASSIGN_OR_RETURN(auto scale_slot, Find(prefix + ".scales", {groups, rows}));
+    for (const Slot* s : {&qweight, &qzeros}) {
+      if (s->entry->dtype != StDType::kI32) {
+        return refuse(absl::StrCat("tensor \"", s->entry->name, "\" has dtype ",
+                                   std::string(StDTypeName(s->entry->dtype)), ", GPTQ packs I32"));
+      }
+    }
+    TANDEM_ASSIGN_OR_RETURN(DType scale_dtype, FloatType(scale_slot));
+    auto word = [](const Slot& s, int64_t i) {
+      uint32_t v;
+      std::memcpy(&v, s.file->Data(*s.entry) + i * 4, 4);
+      return v;
+    };
+    if (Has(prefix + ".g_idx")) {
+      TANDEM_ASSIGN_OR_RETURN(auto g_idx, Find(prefix + ".g_idx", {cols}));
+      if (g_idx.entry->dtype != StDType::kI32) return refuse("g_idx must be I32");
+      for (int64_t k = 0; k < cols; ++k) {
+        if (static_cast<int64_t>(word(g_idx, k)) != k / group) {
+          return refuse(absl::StrCat(
+              "g_idx[", k, "] is ", static_cast<int32_t>(word(g_idx, k)), ", not ", k / group,
+              ": act-order (desc_act) checkpoints, whose groups are not consecutive columns, are "
+              "planned"));
+        }
+      }
+    }
+    // Zeros and scales of every group and output, unpacked once.
+    std::vector<float> scales(groups * rows);
+    {
+      std::vector<uint8_t> raw(scales.size() * DTypeSize(scale_dtype));
+      std::memcpy(raw.data(), scale_slot.file->Data(*scale_slot.entry), raw.size());
+      ToFloat(scale_dtype, raw.data(), scales.data(), scales.size());
+    }
+    std::vector<uint8_t> zeros(groups * rows);
+    bool all_middle = true;
+    for (int64_t g = 0; g < groups; ++g) {
+      for (int64_t n = 0; n < rows; ++n) {
+        const uint32_t stored = (word(qzeros, g * (rows / pf) + n / pf) >> (n % pf * bits)) & mask;
+        const uint32_t zero = stored + (q.gptq_v2 ? 0 : 1);
+        if (zero > 255) {
+          return refuse(absl::StrCat("output ", n, " of group ", g,
+                                     " has zero 256 (GPTQ v1 stores a zero of 0 that way), "
+                                     "which Tandem cannot represent"));
+        }
+        zeros[g * rows + n] = static_cast<uint8_t>(zero);
+        all_middle &= zero == (1u << (bits - 1));
+      }
+    }
+    const kernels::QuantFormat f{
+        .bits = bits, .group_size = q.group_size > 0 ? q.group_size : -1, .has_zero = !all_middle};
+    if (absl::Status s = kernels::CheckQuantFormat(f, cols); !s.ok()) {
+      return refuse(std::string(s.message()));
+    }
+    const int64_t bytes = kernels::QuantPanelBytes(f, rows, cols);
+    TANDEM_ASSIGN_OR_RETURN(uint8_t * packed, w_.arena_->Allocate(bytes));
+    w_.memory_bytes += bytes;
+    return kernels::PackQuantPanels(
+        f, scale_dtype, rows, cols,
+        [&](int64_t n, uint8_t* codes, float* row_scales, uint8_t* row_zeros) {
+          for (int64_t k = 0; k < cols; ++k) {
+            codes[k] =
+                static_cast<uint8_t>((word(qweight, k / pf * rows + n) >> (k % pf * bits)) & mask);
+          }
+          for (int64_t g = 0; g < groups; ++g) {
+            row_scales[g] = scales[g * rows + n];
+            row_zeros[g] = zeros[g * rows + n];
+          }
+        },
+        packed, pool_);
+  }
+
   absl::StatusOr<Slot> Find(const std::string& name, const std::vector<int64_t>& shape) {
     auto it = entries_.find(name);
     if (it == entries_.end()) {
@@ -160,6 +257,7 @@ class WeightBinder {
   std::string dir_;
   ThreadPool& pool_;
   kernels::QuantFormat quantize_{};
+  const QuantizationConfig* gptq_ = nullptr;  // a GPTQ checkpoint's settings
   bool packs_ = false;  // float matrices go into the arena as panels
   absl::flat_hash_map<std::string, Slot> entries_;
   std::set<std::string> used_;
@@ -276,16 +374,37 @@ std::string QuantizationName(const kernels::QuantFormat& quant) {
 absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(const std::string& dir,
                                                                  const ModelConfig& c,
                                                                  const WeightLoadOptions& options) {
-  if (c.quantization.quantized()) {
-    return absl::UnimplementedError(absl::StrCat(
-        dir, " holds quantized weights (", c.quantization.Name(),
-        ", from config.json's quantization_config); loading them is planned. Serve the model's "
-        "float (bf16/f16/f32) checkpoint"));
+  const QuantizationConfig& q = c.quantization;
+  if (q.quantized()) {
+    if (q.method != QuantizationConfig::Method::kGptq) {
+      return absl::UnimplementedError(absl::StrCat(
+          dir, " holds quantized weights (", q.Name(),
+          ", from config.json's quantization_config); of the quantized formats Tandem loads GPTQ "
+          "today, AWQ and compressed-tensors are planned. Serve the model's float "
+          "(bf16/f16/f32) checkpoint or a GPTQ one"));
+    }
+    if (q.act_order) {
+      return absl::UnimplementedError(
+          absl::StrCat(dir, " holds quantized weights (", q.Name(),
+                       "): act-order (quantization_config.desc_act) GPTQ checkpoints are planned"));
+    }
+    if (q.lm_head) {
+      return absl::UnimplementedError(absl::StrCat(
+          dir, ": quantization_config.lm_head is true; a quantized lm_head is planned"));
+    }
+    if (options.quantize.bits != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("model.weight_quantization: ", dir,
+                                                     " is already quantized (", q.Name(),
+                                                     "); leave model.weight_quantization at none"));
+    }
   }
   auto w = std::make_unique<ModelWeights>();
   const bool packs = options.memory == WeightMemory::kHugePages;
-  if (packs || options.quantize.bits != 0) w->arena_ = std::make_unique<HugePageArena>();
+  if (packs || options.quantize.bits != 0 || q.quantized()) {
+    w->arena_ = std::make_unique<HugePageArena>();
+  }
   w->quant = options.quantize;
+  w->quantization = q.quantized() ? q.Name() : QuantizationName(options.quantize);
   TANDEM_ASSIGN_OR_RETURN(std::vector<std::string> paths, ListWeightFiles(dir));
   for (const auto& path : paths) {
     TANDEM_ASSIGN_OR_RETURN(auto file, SafetensorsFile::Open(path));
@@ -296,6 +415,7 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(const std::stri
   TANDEM_RETURN_IF_ERROR(b.Index());
   b.set_packs(packs);
   b.set_quantize(options.quantize);
+  if (q.quantized()) b.set_gptq(&q);
   TANDEM_ASSIGN_OR_RETURN(w->embed_tokens,
                           b.Matrix("model.embed_tokens.weight", c.vocab_size, c.hidden_size));
   w->dtype = w->embed_tokens.dtype;
@@ -303,6 +423,7 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(const std::stri
   for (int i = 0; i < c.num_layers; ++i) {
     TANDEM_RETURN_IF_ERROR(BindLayer(b, c, i, w->layers[i]));
   }
+  if (q.quantized()) w->quant = w->layers[0].q_proj.quant;
   TANDEM_ASSIGN_OR_RETURN(w->final_norm, b.Vector("model.norm.weight", c.hidden_size));
   if (c.tie_word_embeddings) {
     // Some tied checkpoints still store lm_head; HF ties it to the embedding regardless.

@@ -82,11 +82,16 @@ class ModelWeights {
   std::vector<LayerWeights> layers;
   DType dtype = DType::kBF16;  // dtype of the large matrices (the embedding's)
   kernels::QuantFormat quant{};  // of the decoder layers' matrices; bits 0: not quantized
+  // The quantized format's name (QuantizationName, or QuantizationConfig::Name for a quantized
+  // checkpoint such as "gptq-w4-g128-sym"); empty for float weights.
+  std::string quantization;
   int64_t total_bytes = 0;       // bytes of all tensors used, as stored in the files
   int64_t memory_bytes = 0;      // bytes the loaded weights take in memory (mapped or copied)
 
-  // WeightFormatName of these weights.
-  std::string format() const { return WeightFormatName(dtype, quant); }
+  // The format for people: the quantization's name, or the float dtype.
+  std::string format() const {
+    return quantization.empty() ? std::string(DTypeName(dtype)) : quantization;
+  }
 
  private:
   std::vector<std::unique_ptr<SafetensorsFile>> files_;

@@ -48,6 +48,8 @@ def _decode(raw, dtype, shape):
         arr = bits.view(np.float32)
     elif dtype == "F64":
         arr = np.frombuffer(raw, dtype="<f8").astype(np.float32)
+    elif dtype == "I32":  # a quantized checkpoint's packed integers, kept as integers
+        return torch.from_numpy(np.frombuffer(raw, dtype="<i4").reshape(shape).copy())
     else:
         raise ValueError("unsupported safetensors dtype %s" % dtype)
     return torch.from_numpy(arr.reshape(shape).copy())
@@ -164,6 +166,46 @@ def gptq_round_to_nearest(w, bits, group_size):
     return ((q.to(torch.float64) - zero) * scale.to(torch.float64)).reshape(out, cols)
 
 
+def gptq_dequantize(tensors, prefix, bits, v2=False):
+    """The float64 [out, in] weight of a GPTQ linear layer, from the format's definition
+    (AutoGPTQ's QuantLinear packing): with pf = 32 / bits values per int32,
+      qweight int32 [in / pf, out]: input k of output n at bits (k % pf) * bits of
+          qweight[k // pf, n]
+      qzeros int32 [groups, out / pf]: output n's zero at bits (n % pf) * bits of
+          qzeros[g, n // pf], stored minus one (v1; gptq_v2 stores the zero itself)
+      scales [groups, out]; g_idx int32 [in]: the group of each input
+    and w[n, k] = (code[k, n] - zero[g_idx[k], n]) * scale[g_idx[k], n]."""
+    pf, mask = 32 // bits, (1 << bits) - 1
+    qweight = tensors[prefix + ".qweight"].to(torch.int64)
+    qzeros = tensors[prefix + ".qzeros"].to(torch.int64)
+    scales = tensors[prefix + ".scales"].to(torch.float64)
+    shifts = torch.arange(pf, dtype=torch.int64) * bits
+    codes = ((qweight[:, None, :] >> shifts[None, :, None]) & mask).reshape(-1, qweight.shape[1])
+    zeros = ((qzeros[:, :, None] >> shifts[None, None, :]) & mask).reshape(qzeros.shape[0], -1)
+    zeros = zeros + (0 if v2 else 1)
+    g_idx = tensors[prefix + ".g_idx"].to(torch.int64)
+    w = (codes.to(torch.float64) - zeros[g_idx].to(torch.float64)) * scales[g_idx]
+    return w.T.contiguous()
+
+
+def dequantize_checkpoint(config, tensors):
+    """Replaces a GPTQ checkpoint's packed tensors by the float weights they stand for."""
+    q = config.get("quantization_config")
+    if not q:
+        return tensors
+    if q.get("quant_method") != "gptq":
+        raise ValueError("unsupported quant_method %r" % q.get("quant_method"))
+    out = dict(tensors)
+    for name in list(tensors):
+        if name.endswith(".qweight"):
+            prefix = name[:-len(".qweight")]
+            out[prefix + ".weight"] = gptq_dequantize(
+                tensors, prefix, q["bits"], q.get("checkpoint_format") == "gptq_v2")
+            for suffix in (".qweight", ".qzeros", ".scales", ".g_idx"):
+                out.pop(prefix + suffix, None)
+    return out
+
+
 class Reference:
     """Forward pass of a decoder-only HF model from a config dict and float32 weights."""
 
@@ -207,6 +249,7 @@ class Reference:
         with open(os.path.join(model_dir, "config.json")) as f:
             config = json.load(f)
         weights, _ = load_weights(model_dir)
+        weights = dequantize_checkpoint(config, weights)
         return cls(config, weights, native=native, kv_dtype=kv_dtype,
                    weight_quantization=weight_quantization)
 

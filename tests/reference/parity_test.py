@@ -109,6 +109,12 @@ CASES = {
                         weight_quantization=(4, 32)),
     "qwen3_int4w_bf16": dict(arch="qwen3", heads=4, kv_heads=2, head_dim=32, dtype="bf16",
                              weight_quantization=(4, 16)),
+    # GPTQ checkpoints (written by write_gptq below from the format's definition), read back by
+    # the reference's own dequantization: 4-bit in groups of 32 on Llama, 8-bit with zero
+    # points and one group per row on Qwen2.
+    "llama_gptq4": dict(arch="llama", heads=4, kv_heads=2, tie=False, gptq=(4, 32, True)),
+    "qwen2_gptq8_asym": dict(arch="qwen2", heads=4, kv_heads=2, tie=True, ffn=96,
+                             gptq=(8, -1, False)),
     # A trained model directory given with --model-dir (the bundled model), bf16 weights.
     "model_dir": dict(dtype="bf16"),
 }
@@ -127,6 +133,65 @@ def make_model_args(case, spec, out):
         if key in spec:
             args += [flag, spec[key]]
     return [str(a) for a in args]
+
+
+def write_gptq(model_dir, bits, group, sym):
+    """Rewrites the float model in model_dir as a GPTQ (v1) checkpoint: each decoder matrix
+    rounded to nearest per row and group (scales rounded to fp16; symmetric zero 2^(bits-1),
+    else round(-min(w, 0) / scale)) and packed as AutoGPTQ packs qweight, qzeros, scales and
+    g_idx (see hf_reference.gptq_dequantize)."""
+    import json
+    import struct
+    path = os.path.join(model_dir, "model.safetensors")
+    tensors, _ = hf_reference.read_safetensors(path)
+    maxq, pf = 2 ** bits - 1, 32 // bits
+    out = {}
+    for name, t in tensors.items():
+        if not any(name.endswith(p + ".weight") for p in hf_reference.LINEAR_NAMES):
+            out[name] = ("F32", t.to(torch.float32).numpy())
+            continue
+        w = t.to(torch.float32)
+        n, k = w.shape
+        g = k if group <= 0 else group
+        x = w.reshape(n, k // g, g)
+        lo = torch.clamp(x.amin(-1), max=0)
+        hi = torch.clamp(x.amax(-1), min=0)
+        if sym:
+            hi = torch.maximum(-lo, hi)
+            lo = -hi
+        scale = ((hi - lo) / maxq).to(torch.float16).to(torch.float32)
+        scale = torch.where(scale > 0, scale, torch.ones_like(scale))
+        zero = (torch.full_like(scale, (maxq + 1) // 2) if sym
+                else torch.clamp(torch.round(-lo / scale), 1, maxq))  # v1 cannot store 0
+        codes = torch.clamp(torch.round(x / scale[..., None]) + zero[..., None], 0, maxq)
+        codes = codes.reshape(n, k).to(torch.int64).T  # [k, n]
+        shifts = torch.arange(pf, dtype=torch.int64) * bits
+        qweight = (codes.reshape(k // pf, pf, n) << shifts[None, :, None]).sum(1)
+        stored = (zero.to(torch.int64) - 1).T  # [groups, n]
+        qzeros = (stored.reshape(k // g, n // pf, pf) << shifts[None, None, :]).sum(2)
+        prefix = name[:-len(".weight")]
+        as_i32 = lambda v: (v & 0xFFFFFFFF).numpy().astype("<u4").view("<i4")
+        out[prefix + ".qweight"] = ("I32", as_i32(qweight))
+        out[prefix + ".qzeros"] = ("I32", as_i32(qzeros))
+        out[prefix + ".scales"] = ("F16", scale.T.contiguous().to(torch.float16).numpy())
+        out[prefix + ".g_idx"] = ("I32", (torch.arange(k) // g).to(torch.int32).numpy())
+    header, blobs, offset = {}, [], 0
+    for name, (dtype, arr) in out.items():
+        raw = np.ascontiguousarray(arr).tobytes()
+        header[name] = {"dtype": dtype, "shape": list(arr.shape),
+                        "data_offsets": [offset, offset + len(raw)]}
+        blobs.append(raw)
+        offset += len(raw)
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+    with open(os.path.join(model_dir, "config.json")) as f:
+        config = json.load(f)
+    config["quantization_config"] = {"quant_method": "gptq", "bits": bits, "group_size": group,
+                                     "desc_act": False, "sym": sym, "checkpoint_format": "gptq"}
+    with open(os.path.join(model_dir, "config.json"), "w") as f:
+        json.dump(config, f, indent=2)
 
 
 def run(cmd, timeout=120):
@@ -235,6 +300,8 @@ def run_case(case, args):
     else:
         model = os.path.join(work, "model")
         run([args.make_model] + make_model_args(case, spec, model))
+        if "gptq" in spec:
+            write_gptq(model, *spec["gptq"])
     kv_dtype = spec.get("kv_dtype")
     quant = spec.get("weight_quantization")
     ref = hf_reference.Reference.from_dir(model, kv_dtype=kv_dtype, weight_quantization=quant)

@@ -63,7 +63,9 @@ absl::StatusOr<tandem::v1::KvLayout> KvLayoutMessage(const config::TandemConfig&
                                                          c.model.weight_quantization_group_size));
   tandem::v1::KvLayout layout =
       rpc::ToProto(m.KvLayoutFor(dtype, c.kv_cache.block_size), c.kv_cache.dtype == "mixed");
-  layout.set_weight_quantization(model::QuantizationName(quant));
+  // A quantized checkpoint names its own format (model.weight_quantization is then refused).
+  layout.set_weight_quantization(m.quantization.quantized() ? m.quantization.Name()
+                                                            : model::QuantizationName(quant));
   return layout;
 }
 

@@ -204,7 +204,8 @@ TEST(QuantizationConfigTest, PublishedFormatsAreRecognized) {
     EXPECT_EQ(q.method, want.method) << want.name;
     EXPECT_EQ(q.packing, want.packing) << want.name;
     EXPECT_EQ(q.Name(), want.name);
-    // Loading them is planned: the loader says so, naming the format.
+    // Loading these is planned (GPTQ without act-order loads: gptq_checkpoint_test.cc): the
+    // loader says so before reading any file, naming the format.
     auto w = ModelWeights::Load("/nonexistent", *c);
     EXPECT_EQ(w.status().code(), absl::StatusCode::kUnimplemented) << want.name;
     EXPECT_THAT(std::string(w.status().message()), HasSubstr(want.name));
