@@ -2,8 +2,8 @@
 // checkpoint's weights are in (GPTQ, AWQ, compressed-tensors int), parsed and checked here so
 // that a variant Tandem does not take is refused by name at load, never misread.
 //
-// Loading quantized weights is planned (issue #23); today ModelWeights::Load refuses a
-// quantized checkpoint, naming its format.
+// ModelWeights::Load reads GPTQ checkpoints without act-order; it refuses the other formats
+// and variants, naming them (their loaders are planned, issue #23).
 #pragma once
 
 #include <string>
