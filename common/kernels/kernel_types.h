@@ -26,6 +26,9 @@ struct QuantFormat {
   int group_size = 0;  // input columns per scale; equals cols for one scale per row (per-channel)
   // Zeros stored per row and group (asymmetric); otherwise every zero is 2^(bits-1).
   bool has_zero = false;
+  // Each row of x is rounded to int8 before the product, as a W8A8 checkpoint defines it:
+  // x' = round(x / s) * s with s = max|x| / 127 per row (per token, dynamic).
+  bool int8_activations = false;
 
   bool operator==(const QuantFormat&) const = default;
 };
@@ -39,6 +42,9 @@ struct WeightMatrix {
   int64_t cols = 0;
   WeightLayout layout = WeightLayout::kRowMajor;
   QuantFormat quant{};  // kQuantPanels only; dtype is then the dtype the matrix was quantized from
+  // kQuantPanels only: column j of the panels holds input column input_order[j] (an act-order
+  // checkpoint's columns sorted by group, so that every group is consecutive); null: column j.
+  const int32_t* input_order = nullptr;
 };
 
 // One product of a GEMM call over a shared x: y = x * w^T + bias.

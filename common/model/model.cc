@@ -43,6 +43,12 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir, Threa
           absl::StrCat("model.weight_quantization runs on the CPU backend only (",
                        backend->Describe(), " was asked for); quantized CUDA kernels are planned"));
     }
+    if (config.quantization.quantized()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(dir, " holds quantized weights (", config.quantization.Name(),
+                       "), which run on the CPU backend only (", backend->Describe(),
+                       " was asked for); quantized CUDA kernels are planned"));
+    }
     load.memory = WeightMemory::kMmap;
   }
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<ModelWeights> weights,

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <map>
+#include <regex>
 #include <set>
 
 #include "absl/container/flat_hash_map.h"
@@ -38,16 +40,19 @@ class WeightBinder {
     return Load(name, rows, cols, /*quantize=*/{});
   }
 
-  // A decoder layer's matrix: read from a GPTQ checkpoint's tensors, or quantized when the
+  // A decoder layer's matrix: read from a quantized checkpoint's tensors, or quantized when the
   // options ask for it, else as Matrix. `name` ends in ".weight".
   absl::StatusOr<kernels::WeightMatrix> Linear(const std::string& name, int64_t rows,
                                                int64_t cols) {
-    if (gptq_ != nullptr) return Gptq(name.substr(0, name.size() - 7), rows, cols, *gptq_);
+    const std::string prefix = name.substr(0, name.size() - 7);
+    if (checkpoint_ != nullptr && !Unquantized(*checkpoint_, prefix)) {
+      return Quantized(prefix, rows, cols, *checkpoint_);
+    }
     return Load(name, rows, cols, quantize_);
   }
 
   void set_quantize(const kernels::QuantFormat& f) { quantize_ = f; }
-  void set_gptq(const QuantizationConfig* q) { gptq_ = q; }
+  void set_checkpoint(const QuantizationConfig* q) { checkpoint_ = q; }
   bool packs() const { return packs_; }
   void set_packs(bool packs) { packs_ = packs; }
 
@@ -110,98 +115,358 @@ class WeightBinder {
     return out;
   }
 
-  // A GPTQ linear layer (prefix.qweight, .qzeros, .scales, .g_idx) of `rows` outputs and `cols`
-  // inputs, as the format packs it: qweight int32 [cols / pf, rows] holds input k of output n at
-  // bits (k % pf) * bits of qweight[k / pf][n] (pf = 32 / bits); qzeros int32 [groups, rows / pf]
-  // holds output n's zero at bits (n % pf) * bits of qzeros[g][n / pf], minus one unless the
-  // checkpoint is gptq_v2; scales [groups, rows]; g_idx [cols] the group of each input.
-  absl::StatusOr<kernels::WeightMatrix> Gptq(const std::string& prefix, int64_t rows, int64_t cols,
-                                             const QuantizationConfig& q) {
-    const int bits = q.bits, pf = 32 / bits;
-    const uint32_t mask = (1u << bits) - 1;
-    const int64_t group = q.group_size > 0 ? q.group_size : cols;
-    auto refuse = [&](const std::string& why) {
-      return absl::InvalidArgumentError(absl::StrCat(dir_, ": GPTQ layer \"", prefix, "\": ", why));
-    };
-    if (cols % pf != 0 || rows % pf != 0) {
-      return refuse(absl::StrCat("its shape [", rows, ", ", cols, "] is not a multiple of ", pf,
-                                 " in both dimensions, as ", bits, "-bit GPTQ packing needs"));
+  // A quantized checkpoint's linear layer as its format stores it, unpacked to what the panels
+  // need: codes in the checkpoint's column order, and each group's scale and zero.
+  struct StoredQuant {
+    int bits = 0;
+    int64_t group = 0;  // input columns per group (cols: one group per row)
+    DType scale_dtype = DType::kF16;
+    std::vector<float> scales;   // [groups][rows]
+    std::vector<uint8_t> zeros;  // [groups][rows], as codes
+    std::vector<int32_t> g_idx;  // the group of each input column; empty: k / group
+    std::function<void(int64_t row, uint8_t* codes)> codes;  // one row, [cols]
+  };
+
+  // A decoder layer's linear from a quantized checkpoint; `prefix` is its module name.
+  absl::StatusOr<kernels::WeightMatrix> Quantized(const std::string& prefix, int64_t rows,
+                                                  int64_t cols, const QuantizationConfig& q) {
+    StoredQuant stored;
+    switch (q.packing) {
+      case QuantizationConfig::Packing::kGptq:
+        TANDEM_RETURN_IF_ERROR(Gptq(prefix, rows, cols, q, stored));
+        break;
+      case QuantizationConfig::Packing::kAwqGemm:
+        TANDEM_RETURN_IF_ERROR(Awq(prefix, rows, cols, q, stored));
+        break;
+      case QuantizationConfig::Packing::kCtInt:
+      case QuantizationConfig::Packing::kCtPacked:
+        TANDEM_RETURN_IF_ERROR(CompressedTensors(prefix, rows, cols, q, stored));
+        break;
+      case QuantizationConfig::Packing::kNone:
+        return absl::InternalError("quantized checkpoint without a packing");
     }
+    return PackStored(prefix, rows, cols, q, stored);
+  }
+
+  // The error for a quantized layer `prefix` of the checkpoint.
+  absl::Status Refuse(const QuantizationConfig& q, const std::string& prefix,
+                      const std::string& why) const {
+    return absl::InvalidArgumentError(
+        absl::StrCat(dir_, ": ", q.Name(), " layer \"", prefix, "\": ", why));
+  }
+
+  // A tensor of integers (I8 or I32, as `dtype` says the format stores it) and shape.
+  absl::StatusOr<Slot> Integers(const QuantizationConfig& q, const std::string& prefix,
+                                const std::string& name, const std::vector<int64_t>& shape,
+                                StDType dtype) {
+    TANDEM_ASSIGN_OR_RETURN(Slot s, Find(name, shape));
+    if (s.entry->dtype != dtype) {
+      return Refuse(
+          q, prefix,
+          absl::StrCat("tensor \"", name, "\" has dtype ", std::string(StDTypeName(s.entry->dtype)),
+                       ", the format stores ", std::string(StDTypeName(dtype))));
+    }
+    return s;
+  }
+
+  static uint32_t Word(const Slot& s, int64_t i) {
+    uint32_t v;
+    std::memcpy(&v, s.file->Data(*s.entry) + i * 4, 4);
+    return v;
+  }
+  static int8_t Byte(const Slot& s, int64_t i) {
+    return static_cast<int8_t>(s.file->Data(*s.entry)[i]);
+  }
+
+  // Converts a float tensor to f32 in `out`, returning its dtype.
+  absl::StatusOr<DType> Floats(const Slot& s, std::vector<float>& out) {
+    TANDEM_ASSIGN_OR_RETURN(DType dtype, FloatType(s));
+    const int64_t n = static_cast<int64_t>(s.entry->end - s.entry->begin) / DTypeSize(dtype);
+    out.resize(n);
+    std::vector<uint8_t> raw(n * DTypeSize(dtype));
+    std::memcpy(raw.data(), s.file->Data(*s.entry), raw.size());
+    ToFloat(dtype, raw.data(), out.data(), n);
+    return dtype;
+  }
+
+  // The group size a layer of `cols` inputs has, checked to divide it.
+  absl::StatusOr<int64_t> GroupOf(const QuantizationConfig& q, const std::string& prefix,
+                                  int64_t cols) const {
+    const int64_t group = q.group_size > 0 ? q.group_size : cols;
     if (cols % group != 0) {
-      return refuse(absl::StrCat("quantization_config.group_size ", group,
+      return Refuse(q, prefix,
+                    absl::StrCat("quantization_config group size ", group,
                                  " does not divide its input dimension ", cols));
     }
+    return group;
+  }
+
+  // An act-order layer's g_idx [cols] (I32): the group of each input column.
+  absl::Status GroupIndex(const QuantizationConfig& q, const std::string& prefix,
+                          const std::string& name, int64_t cols, StoredQuant& out) {
+    TANDEM_ASSIGN_OR_RETURN(Slot s, Integers(q, prefix, name, {cols}, StDType::kI32));
+    out.g_idx.resize(cols);
+    for (int64_t k = 0; k < cols; ++k) out.g_idx[k] = static_cast<int32_t>(Word(s, k));
+    return absl::OkStatus();
+  }
+
+  // GPTQ (prefix.qweight, .qzeros, .scales, .g_idx), as the format packs it: qweight int32
+  // [cols / pf, rows] holds input k of output n at bits (k % pf) * bits of qweight[k / pf][n]
+  // (pf = 32 / bits); qzeros int32 [groups, rows / pf] holds output n's zero at bits (n % pf) *
+  // bits of qzeros[g][n / pf], minus one (mod 2^bits) unless the checkpoint is gptq_v2; scales
+  // [groups, rows]; g_idx [cols] the group of each input (act-order: any order).
+  absl::Status Gptq(const std::string& prefix, int64_t rows, int64_t cols,
+                    const QuantizationConfig& q, StoredQuant& out) {
+    const int bits = q.bits, pf = 32 / bits;
+    const uint32_t mask = (1u << bits) - 1;
+    if (cols % pf != 0 || rows % pf != 0) {
+      return Refuse(q, prefix,
+                    absl::StrCat("its shape [", rows, ", ", cols, "] is not a multiple of ", pf,
+                                 " in both dimensions, as ", bits, "-bit GPTQ packing needs"));
+    }
+    TANDEM_ASSIGN_OR_RETURN(const int64_t group, GroupOf(q, prefix, cols));
     const int64_t groups = cols / group;
-    TANDEM_ASSIGN_OR_RETURN(auto qweight, Find(prefix + ".qweight", {cols / pf, rows}));
-    TANDEM_ASSIGN_OR_RETURN(auto qzeros, Find(prefix + ".qzeros", {groups, rows / pf}));
-    TANDEM_ASSIGN_OR_RETURN(auto scale_slot, Find(prefix + ".scales", {groups, rows}));
-    for (const Slot* s : {&qweight, &qzeros}) {
-      if (s->entry->dtype != StDType::kI32) {
-        return refuse(absl::StrCat("tensor \"", s->entry->name, "\" has dtype ",
-                                   std::string(StDTypeName(s->entry->dtype)), ", GPTQ packs I32"));
-      }
-    }
-    TANDEM_ASSIGN_OR_RETURN(DType scale_dtype, FloatType(scale_slot));
-    auto word = [](const Slot& s, int64_t i) {
-      uint32_t v;
-      std::memcpy(&v, s.file->Data(*s.entry) + i * 4, 4);
-      return v;
-    };
+    TANDEM_ASSIGN_OR_RETURN(
+        Slot qweight, Integers(q, prefix, prefix + ".qweight", {cols / pf, rows}, StDType::kI32));
+    TANDEM_ASSIGN_OR_RETURN(
+        Slot qzeros, Integers(q, prefix, prefix + ".qzeros", {groups, rows / pf}, StDType::kI32));
+    TANDEM_ASSIGN_OR_RETURN(Slot scales, Find(prefix + ".scales", {groups, rows}));
+    TANDEM_ASSIGN_OR_RETURN(out.scale_dtype, Floats(scales, out.scales));
     if (Has(prefix + ".g_idx")) {
-      TANDEM_ASSIGN_OR_RETURN(auto g_idx, Find(prefix + ".g_idx", {cols}));
-      if (g_idx.entry->dtype != StDType::kI32) return refuse("g_idx must be I32");
-      for (int64_t k = 0; k < cols; ++k) {
-        if (static_cast<int64_t>(word(g_idx, k)) != k / group) {
-          return refuse(absl::StrCat(
-              "g_idx[", k, "] is ", static_cast<int32_t>(word(g_idx, k)), ", not ", k / group,
-              ": act-order (desc_act) checkpoints, whose groups are not consecutive columns, are "
-              "planned"));
-        }
-      }
+      TANDEM_RETURN_IF_ERROR(GroupIndex(q, prefix, prefix + ".g_idx", cols, out));
     }
-    // Zeros and scales of every group and output, unpacked once.
-    std::vector<float> scales(groups * rows);
-    {
-      std::vector<uint8_t> raw(scales.size() * DTypeSize(scale_dtype));
-      std::memcpy(raw.data(), scale_slot.file->Data(*scale_slot.entry), raw.size());
-      ToFloat(scale_dtype, raw.data(), scales.data(), scales.size());
-    }
-    std::vector<uint8_t> zeros(groups * rows);
-    bool all_middle = true;
+    out.bits = bits;
+    out.group = group;
+    out.zeros.resize(groups * rows);
     for (int64_t g = 0; g < groups; ++g) {
       for (int64_t n = 0; n < rows; ++n) {
-        const uint32_t stored = (word(qzeros, g * (rows / pf) + n / pf) >> (n % pf * bits)) & mask;
-        const uint32_t zero = stored + (q.gptq_v2 ? 0 : 1);
-        if (zero > 255) {
-          return refuse(absl::StrCat("output ", n, " of group ", g,
-                                     " has zero 256 (GPTQ v1 stores a zero of 0 that way), "
-                                     "which Tandem cannot represent"));
-        }
-        zeros[g * rows + n] = static_cast<uint8_t>(zero);
-        all_middle &= zero == (1u << (bits - 1));
+        // v1 stores zero - 1 in `bits` bits, so a zero of 0 wraps to all ones and back (as
+        // AutoGPTQ's own dequantization masks zeros + 1).
+        const uint32_t stored = (Word(qzeros, g * (rows / pf) + n / pf) >> (n % pf * bits)) & mask;
+        out.zeros[g * rows + n] = static_cast<uint8_t>((stored + (q.gptq_v2 ? 0 : 1)) & mask);
       }
     }
-    const kernels::QuantFormat f{
-        .bits = bits, .group_size = q.group_size > 0 ? q.group_size : -1, .has_zero = !all_middle};
-    if (absl::Status s = kernels::CheckQuantFormat(f, cols); !s.ok()) {
-      return refuse(std::string(s.message()));
+    out.codes = [qweight, rows, cols, pf, bits, mask](int64_t n, uint8_t* codes) {
+      for (int64_t k = 0; k < cols; ++k) {
+        codes[k] =
+            static_cast<uint8_t>((Word(qweight, k / pf * rows + n) >> (k % pf * bits)) & mask);
+      }
+    };
+    return absl::OkStatus();
+  }
+
+  // AWQ, GEMM packing (prefix.qweight, .qzeros, .scales): qweight int32 [cols, rows / 8] holds
+  // output n of input k in nibble i of qweight[k][n / 8], where n % 8 is {0, 2, 4, 6, 1, 3, 5,
+  // 7}[i]; qzeros int32 [groups, rows / 8] packs the zeros the same way (stored as they are);
+  // scales [groups, rows].
+  absl::Status Awq(const std::string& prefix, int64_t rows, int64_t cols,
+                   const QuantizationConfig& q, StoredQuant& out) {
+    // Nibble of output n % 8 (the inverse of the packing order).
+    static constexpr int kNibble[8] = {0, 4, 1, 5, 2, 6, 3, 7};
+    if (rows % 8 != 0) {
+      return Refuse(q, prefix,
+                    absl::StrCat("its output dimension ", rows,
+                                 " is not a multiple of 8, as AWQ's packing needs"));
     }
+    TANDEM_ASSIGN_OR_RETURN(const int64_t group, GroupOf(q, prefix, cols));
+    const int64_t groups = cols / group, words = rows / 8;
+    TANDEM_ASSIGN_OR_RETURN(Slot qweight,
+                            Integers(q, prefix, prefix + ".qweight", {cols, words}, StDType::kI32));
+    TANDEM_ASSIGN_OR_RETURN(
+        Slot qzeros, Integers(q, prefix, prefix + ".qzeros", {groups, words}, StDType::kI32));
+    TANDEM_ASSIGN_OR_RETURN(Slot scales, Find(prefix + ".scales", {groups, rows}));
+    TANDEM_ASSIGN_OR_RETURN(out.scale_dtype, Floats(scales, out.scales));
+    out.bits = 4;
+    out.group = group;
+    out.zeros.resize(groups * rows);
+    for (int64_t g = 0; g < groups; ++g) {
+      for (int64_t n = 0; n < rows; ++n) {
+        out.zeros[g * rows + n] =
+            static_cast<uint8_t>((Word(qzeros, g * words + n / 8) >> (4 * kNibble[n % 8])) & 15);
+      }
+    }
+    out.codes = [qweight, cols, words](int64_t n, uint8_t* codes) {
+      const int shift = 4 * kNibble[n % 8];
+      for (int64_t k = 0; k < cols; ++k) {
+        codes[k] = static_cast<uint8_t>((Word(qweight, k * words + n / 8) >> shift) & 15);
+      }
+    };
+    return absl::OkStatus();
+  }
+
+  // compressed-tensors: int-quantized / naive-quantized keep prefix.weight as int8 [rows,
+  // cols]; pack-quantized packs prefix.weight_packed int32 [rows, ceil(cols / pf)], input k in
+  // bits (k % pf) * bits of word k / pf, each value stored plus 2^(bits - 1), with
+  // prefix.weight_shape [2] the unpacked shape. weight_scale [rows, groups] (channel: [rows,
+  // 1]); weight_zero_point int8 [rows, groups] when asymmetric; weight_g_idx [cols] with
+  // actorder.
+  absl::Status CompressedTensors(const std::string& prefix, int64_t rows, int64_t cols,
+                                 const QuantizationConfig& q, StoredQuant& out) {
+    const bool packed = q.packing == QuantizationConfig::Packing::kCtPacked;
+    const int bits = q.bits;
+    const int64_t offset = int64_t{1} << (bits - 1);
+    if (packed && !q.symmetric) {
+      return Refuse(q, prefix,
+                    "asymmetric pack-quantized weights (packed zero points) are planned");
+    }
+    TANDEM_ASSIGN_OR_RETURN(const int64_t group, GroupOf(q, prefix, cols));
+    const int64_t groups = cols / group;
+    TANDEM_ASSIGN_OR_RETURN(Slot scales, Find(prefix + ".weight_scale", {rows, groups}));
+    std::vector<float> by_row;
+    TANDEM_ASSIGN_OR_RETURN(out.scale_dtype, Floats(scales, by_row));
+    out.bits = bits;
+    out.group = group;
+    out.scales.resize(groups * rows);
+    out.zeros.assign(groups * rows, static_cast<uint8_t>(offset));
+    for (int64_t n = 0; n < rows; ++n) {
+      for (int64_t g = 0; g < groups; ++g) out.scales[g * rows + n] = by_row[n * groups + g];
+    }
+    if (!q.symmetric) {
+      TANDEM_ASSIGN_OR_RETURN(Slot zp, Integers(q, prefix, prefix + ".weight_zero_point",
+                                                {rows, groups}, StDType::kI8));
+      for (int64_t n = 0; n < rows; ++n) {
+        for (int64_t g = 0; g < groups; ++g) {
+          out.zeros[g * rows + n] = static_cast<uint8_t>(Byte(zp, n * groups + g) + offset);
+        }
+      }
+    }
+    if (Has(prefix + ".weight_g_idx")) {
+      TANDEM_RETURN_IF_ERROR(GroupIndex(q, prefix, prefix + ".weight_g_idx", cols, out));
+    }
+    if (!packed) {
+      TANDEM_ASSIGN_OR_RETURN(Slot weight,
+                              Integers(q, prefix, prefix + ".weight", {rows, cols}, StDType::kI8));
+      out.codes = [weight, cols, offset](int64_t n, uint8_t* codes) {
+        for (int64_t k = 0; k < cols; ++k) {
+          codes[k] = static_cast<uint8_t>(Byte(weight, n * cols + k) + offset);
+        }
+      };
+      return absl::OkStatus();
+    }
+    const int pf = 32 / bits;
+    const int64_t words = (cols + pf - 1) / pf;
+    const uint32_t mask = (1u << bits) - 1;
+    TANDEM_ASSIGN_OR_RETURN(
+        Slot weight, Integers(q, prefix, prefix + ".weight_packed", {rows, words}, StDType::kI32));
+    const std::string shape_name = prefix + ".weight_shape";
+    TANDEM_ASSIGN_OR_RETURN(Slot shape, Find(shape_name, {2}));
+    std::vector<int64_t> dims;
+    for (int i = 0; i < 2; ++i) {
+      if (shape.entry->dtype == StDType::kI64) {
+        int64_t v;
+        std::memcpy(&v, shape.file->Data(*shape.entry) + 8 * i, 8);
+        dims.push_back(v);
+      } else if (shape.entry->dtype == StDType::kI32) {
+        dims.push_back(static_cast<int32_t>(Word(shape, i)));
+      }
+    }
+    if (dims != std::vector<int64_t>{rows, cols}) {
+      return Refuse(q, prefix,
+                    absl::StrCat("tensor \"", shape_name, "\" must be an I64 or I32 [", rows, ", ",
+                                 cols, "], as config.json implies"));
+    }
+    out.codes = [weight, cols, words, pf, bits, mask](int64_t n, uint8_t* codes) {
+      for (int64_t k = 0; k < cols; ++k) {
+        codes[k] =
+            static_cast<uint8_t>((Word(weight, n * words + k / pf) >> (k % pf * bits)) & mask);
+      }
+    };
+    return absl::OkStatus();
+  }
+
+  // Packs a layer read by one of the formats above into panels, its columns sorted by group
+  // when the checkpoint is act-order.
+  absl::StatusOr<kernels::WeightMatrix> PackStored(const std::string& prefix, int64_t rows,
+                                                   int64_t cols, const QuantizationConfig& q,
+                                                   const StoredQuant& stored) {
+    const int64_t groups = cols / stored.group;
+    const uint8_t middle = static_cast<uint8_t>(1u << (stored.bits - 1));
+    const bool has_zero = std::any_of(stored.zeros.begin(), stored.zeros.end(),
+                                      [&](uint8_t z) { return z != middle; });
+    const kernels::QuantFormat f{
+        .bits = stored.bits,
+        .group_size = stored.group == cols ? -1 : static_cast<int>(stored.group),
+        .has_zero = has_zero,
+        .int8_activations = q.int8_activations};
+    if (absl::Status s = kernels::CheckQuantFormat(f, cols); !s.ok()) {
+      return Refuse(q, prefix, std::string(s.message()));
+    }
+    TANDEM_ASSIGN_OR_RETURN(const int32_t* order, InputOrder(q, prefix, stored, cols));
     const int64_t bytes = kernels::QuantPanelBytes(f, rows, cols);
     TANDEM_ASSIGN_OR_RETURN(uint8_t * packed, w_.arena_->Allocate(bytes));
     w_.memory_bytes += bytes;
-    return kernels::PackQuantPanels(
-        f, scale_dtype, rows, cols,
+    kernels::WeightMatrix m = kernels::PackQuantPanels(
+        f, stored.scale_dtype, rows, cols,
         [&](int64_t n, uint8_t* codes, float* row_scales, uint8_t* row_zeros) {
-          for (int64_t k = 0; k < cols; ++k) {
-            codes[k] =
-                static_cast<uint8_t>((word(qweight, k / pf * rows + n) >> (k % pf * bits)) & mask);
+          if (order == nullptr) {
+            stored.codes(n, codes);
+          } else {
+            thread_local std::vector<uint8_t> in_order;
+            in_order.resize(cols);
+            stored.codes(n, in_order.data());
+            for (int64_t j = 0; j < cols; ++j) codes[j] = in_order[order[j]];
           }
           for (int64_t g = 0; g < groups; ++g) {
-            row_scales[g] = scales[g * rows + n];
-            row_zeros[g] = zeros[g * rows + n];
+            row_scales[g] = stored.scales[g * rows + n];
+            row_zeros[g] = stored.zeros[g * rows + n];
           }
         },
         packed, pool_);
+    m.input_order = order;
+    return m;
+  }
+
+  // Null when every input column k is in group k / group; else the columns sorted by group
+  // (stable), shared by every matrix with the same order so that products over one input
+  // still share its packing. Every group must hold `group` columns.
+  absl::StatusOr<const int32_t*> InputOrder(const QuantizationConfig& q, const std::string& prefix,
+                                            const StoredQuant& stored, int64_t cols) {
+    if (stored.g_idx.empty()) return nullptr;
+    const int64_t groups = cols / stored.group;
+    std::vector<int64_t> count(groups);
+    bool identity = true;
+    for (int64_t k = 0; k < cols; ++k) {
+      const int64_t g = stored.g_idx[k];
+      if (g < 0 || g >= groups) {
+        return Refuse(q, prefix,
+                      absl::StrCat("g_idx[", k, "] is ", g, ", outside [0, ", groups, ")"));
+      }
+      if (++count[g] > stored.group) {
+        return Refuse(
+            q, prefix,
+            absl::StrCat("g_idx puts more than ", stored.group, " input columns in group ", g));
+      }
+      identity &= g == k / stored.group;
+    }
+    if (identity) return nullptr;
+    std::vector<int32_t> order(cols);
+    for (int64_t k = 0; k < cols; ++k) order[k] = static_cast<int32_t>(k);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int32_t a, int32_t b) { return stored.g_idx[a] < stored.g_idx[b]; });
+    auto [it, inserted] = orders_.emplace(std::move(order), nullptr);
+    if (inserted) {
+      TANDEM_ASSIGN_OR_RETURN(uint8_t * bytes, w_.arena_->Allocate(cols * sizeof(int32_t)));
+      std::memcpy(bytes, it->first.data(), cols * sizeof(int32_t));
+      w_.memory_bytes += cols * static_cast<int64_t>(sizeof(int32_t));
+      it->second = reinterpret_cast<const int32_t*>(bytes);
+    }
+    return it->second;
+  }
+
+  // True when the checkpoint leaves module `prefix` in its float dtype: AWQ's
+  // modules_to_not_convert (a name anywhere in the module's), compressed-tensors' ignore (the
+  // module's name, or "re:" and a regular expression it matches).
+  bool Unquantized(const QuantizationConfig& q, const std::string& prefix) const {
+    for (const std::string& entry : q.ignore) {
+      if (q.method == QuantizationConfig::Method::kAwq) {
+        if (prefix.find(entry) != std::string::npos) return true;
+      } else if (absl::StartsWith(entry, "re:")) {
+        if (std::regex_match(prefix, std::regex(entry.substr(3)))) return true;
+      } else if (entry == prefix) {
+        return true;
+      }
+    }
+    return false;
   }
 
   absl::StatusOr<Slot> Find(const std::string& name, const std::vector<int64_t>& shape) {
@@ -257,15 +522,13 @@ class WeightBinder {
   std::string dir_;
   ThreadPool& pool_;
   kernels::QuantFormat quantize_{};
-  const QuantizationConfig* gptq_ = nullptr;  // a GPTQ checkpoint's settings
+  const QuantizationConfig* checkpoint_ = nullptr;  // a quantized checkpoint's settings
   bool packs_ = false;  // float matrices go into the arena as panels
   absl::flat_hash_map<std::string, Slot> entries_;
+  std::map<std::vector<int32_t>, const int32_t*> orders_;  // act-order permutations, shared
   std::set<std::string> used_;
 };
 
-namespace {
-
-// Lists the safetensors files of a model directory (sharded or not).
 absl::StatusOr<std::vector<std::string>> ListWeightFiles(const std::string& dir) {
   std::string index_path = dir + "/model.safetensors.index.json";
   if (!FileExists(index_path)) {
@@ -295,6 +558,8 @@ absl::StatusOr<std::vector<std::string>> ListWeightFiles(const std::string& dir)
   for (const auto& f : files) out.push_back(dir + "/" + f);
   return out;
 }
+
+namespace {
 
 absl::Status BindLayer(WeightBinder& b, const ModelConfig& c, int i, LayerWeights& l) {
   std::string p = absl::StrCat("model.layers.", i, ".");
@@ -376,21 +641,13 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(const std::stri
                                                                  const WeightLoadOptions& options) {
   const QuantizationConfig& q = c.quantization;
   if (q.quantized()) {
-    if (q.method != QuantizationConfig::Method::kGptq) {
-      return absl::UnimplementedError(absl::StrCat(
-          dir, " holds quantized weights (", q.Name(),
-          ", from config.json's quantization_config); of the quantized formats Tandem loads GPTQ "
-          "today, AWQ and compressed-tensors are planned. Serve the model's float "
-          "(bf16/f16/f32) checkpoint or a GPTQ one"));
-    }
-    if (q.act_order) {
-      return absl::UnimplementedError(
-          absl::StrCat(dir, " holds quantized weights (", q.Name(),
-                       "): act-order (quantization_config.desc_act) GPTQ checkpoints are planned"));
-    }
     if (q.lm_head) {
-      return absl::UnimplementedError(absl::StrCat(
-          dir, ": quantization_config.lm_head is true; a quantized lm_head is planned"));
+      return absl::UnimplementedError(
+          absl::StrCat(dir, ": quantization_config ",
+                       q.method == QuantizationConfig::Method::kCompressedTensors
+                           ? "quantizes lm_head (\"ignore\" does not list it)"
+                           : "has lm_head true",
+                       "; a quantized lm_head is planned"));
     }
     if (options.quantize.bits != 0) {
       return absl::InvalidArgumentError(absl::StrCat("model.weight_quantization: ", dir,
@@ -415,7 +672,7 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(const std::stri
   TANDEM_RETURN_IF_ERROR(b.Index());
   b.set_packs(packs);
   b.set_quantize(options.quantize);
-  if (q.quantized()) b.set_gptq(&q);
+  if (q.quantized()) b.set_checkpoint(&q);
   TANDEM_ASSIGN_OR_RETURN(w->embed_tokens,
                           b.Matrix("model.embed_tokens.weight", c.vocab_size, c.hidden_size));
   w->dtype = w->embed_tokens.dtype;

@@ -67,6 +67,10 @@ std::string QuantizationName(const kernels::QuantFormat& quant);
 // The weights' numeric format for people: QuantizationName, or the float dtype ("bf16").
 std::string WeightFormatName(DType dtype, const kernels::QuantFormat& quant);
 
+// The safetensors files of a model directory: DIR/model.safetensors, or the shards
+// DIR/model.safetensors.index.json lists.
+absl::StatusOr<std::vector<std::string>> ListWeightFiles(const std::string& dir);
+
 // All weights of a model directory, validated against its config: every expected tensor present
 // with the right shape and a float dtype, no unexpected tensors. Owns the mappings.
 class ModelWeights {

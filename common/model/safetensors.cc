@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/util/json_fields.h"
 #include "common/util/status_macros.h"
+#include "nlohmann/json.hpp"
 
 namespace tandem::model {
 namespace {
@@ -143,6 +144,27 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std
                           ParseSafetensorsHeader(file->data(), file->size(), path, &data_start));
   return std::unique_ptr<SafetensorsFile>(
       new SafetensorsFile(std::move(file), std::move(tensors), data_start));
+}
+
+absl::Status WriteSafetensorsFile(const std::string& path,
+                                  const std::vector<SafetensorsTensor>& tensors) {
+  nlohmann::json header = nlohmann::json::object();
+  size_t offset = 0;
+  for (const SafetensorsTensor& t : tensors) {
+    header[t.name] = {{"dtype", std::string(StDTypeName(t.dtype))},
+                      {"shape", t.shape},
+                      {"data_offsets", {offset, offset + t.bytes.size()}}};
+    offset += t.bytes.size();
+  }
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  std::string out(8, '\0');
+  const uint64_t n = text.size();
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((n >> (8 * i)) & 0xff);
+  out += text;
+  out.reserve(out.size() + offset);
+  for (const SafetensorsTensor& t : tensors) out += t.bytes;
+  return WriteStringToFile(path, out);
 }
 
 }  // namespace tandem::model

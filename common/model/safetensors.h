@@ -33,6 +33,18 @@ absl::StatusOr<std::vector<TensorEntry>> ParseSafetensorsHeader(const uint8_t* f
 size_t StDTypeSize(StDType t);
 std::string_view StDTypeName(StDType t);
 
+// One tensor to write: its bytes, little-endian, row-major.
+struct SafetensorsTensor {
+  std::string name;
+  StDType dtype = StDType::kF32;
+  std::vector<int64_t> shape;
+  std::string bytes;
+};
+
+// Writes `tensors` in order as a safetensors file at `path` (the data 8-byte aligned).
+absl::Status WriteSafetensorsFile(const std::string& path,
+                                  const std::vector<SafetensorsTensor>& tensors);
+
 // A memory-mapped safetensors file with its parsed header.
 class SafetensorsFile {
  public:

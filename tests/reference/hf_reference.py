@@ -48,8 +48,9 @@ def _decode(raw, dtype, shape):
         arr = bits.view(np.float32)
     elif dtype == "F64":
         arr = np.frombuffer(raw, dtype="<f8").astype(np.float32)
-    elif dtype == "I32":  # a quantized checkpoint's packed integers, kept as integers
-        return torch.from_numpy(np.frombuffer(raw, dtype="<i4").reshape(shape).copy())
+    elif dtype in ("I32", "I8", "I64"):  # a quantized checkpoint's integers, kept as integers
+        kind = {"I32": "<i4", "I8": "i1", "I64": "<i8"}[dtype]
+        return torch.from_numpy(np.frombuffer(raw, dtype=kind).reshape(shape).copy())
     else:
         raise ValueError("unsupported safetensors dtype %s" % dtype)
     return torch.from_numpy(arr.reshape(shape).copy())
@@ -172,8 +173,9 @@ def gptq_dequantize(tensors, prefix, bits, v2=False):
       qweight int32 [in / pf, out]: input k of output n at bits (k % pf) * bits of
           qweight[k // pf, n]
       qzeros int32 [groups, out / pf]: output n's zero at bits (n % pf) * bits of
-          qzeros[g, n // pf], stored minus one (v1; gptq_v2 stores the zero itself)
-      scales [groups, out]; g_idx int32 [in]: the group of each input
+          qzeros[g, n // pf], stored minus one (v1, read back as (stored + 1) & mask, as
+          AutoGPTQ's own dequantization does; gptq_v2 stores the zero itself)
+      scales [groups, out]; g_idx int32 [in]: the group of each input (any order: act-order)
     and w[n, k] = (code[k, n] - zero[g_idx[k], n]) * scale[g_idx[k], n]."""
     pf, mask = 32 // bits, (1 << bits) - 1
     qweight = tensors[prefix + ".qweight"].to(torch.int64)
@@ -182,28 +184,114 @@ def gptq_dequantize(tensors, prefix, bits, v2=False):
     shifts = torch.arange(pf, dtype=torch.int64) * bits
     codes = ((qweight[:, None, :] >> shifts[None, :, None]) & mask).reshape(-1, qweight.shape[1])
     zeros = ((qzeros[:, :, None] >> shifts[None, None, :]) & mask).reshape(qzeros.shape[0], -1)
-    zeros = zeros + (0 if v2 else 1)
+    if not v2:
+        zeros = (zeros + 1) & mask
     g_idx = tensors[prefix + ".g_idx"].to(torch.int64)
     w = (codes.to(torch.float64) - zeros[g_idx].to(torch.float64)) * scales[g_idx]
     return w.T.contiguous()
 
 
+# AWQ's GEMM packing puts outputs 0..7 of a word in nibbles 0, 2, 4, 6, 1, 3, 5, 7 (AutoAWQ's
+# order_map); reading nibble AWQ_REVERSE_ORDER[j] gives output j.
+AWQ_REVERSE_ORDER = (0, 4, 1, 5, 2, 6, 3, 7)
+
+
+def awq_unpack(packed):
+    """int32 [rows, words] -> int64 [rows, words * 8], the AWQ nibbles in output order."""
+    shifts = torch.arange(0, 32, 4, dtype=torch.int64)
+    nibbles = (packed.to(torch.int64)[:, :, None] >> shifts) & 15  # [rows, words, 8] by nibble
+    return nibbles[:, :, list(AWQ_REVERSE_ORDER)].reshape(packed.shape[0], -1)
+
+
+def awq_dequantize(tensors, prefix, group_size):
+    """The float64 [out, in] weight of an AWQ (GEMM) layer: qweight int32 [in, out / 8],
+    qzeros int32 [in / group, out / 8] (zeros as they are), scales [in / group, out];
+    w[n, k] = (code[k, n] - zero[k // group, n]) * scale[k // group, n]."""
+    codes = awq_unpack(tensors[prefix + ".qweight"]).to(torch.float64)
+    zeros = awq_unpack(tensors[prefix + ".qzeros"]).to(torch.float64)
+    scales = tensors[prefix + ".scales"].to(torch.float64)
+    g = torch.arange(codes.shape[0]) // group_size
+    return ((codes - zeros[g]) * scales[g]).T.contiguous()
+
+
+def ct_dequantize(tensors, prefix, bits, group_size):
+    """The float64 [out, in] weight of a compressed-tensors layer: int-quantized stores
+    weight int8 [out, in]; pack-quantized weight_packed int32 [out, ceil(in * bits / 32)], input
+    k at bits (k % pf) * bits of word k // pf, stored plus 2^(bits - 1), and weight_shape.
+    weight_scale [out, groups] ([out, 1] per channel), weight_zero_point int8 likewise when
+    asymmetric, weight_g_idx [in] the group of each input (actorder):
+    w[n, k] = (q[n, k] - zp[n, g]) * scale[n, g], g = g_idx[k] or k // group_size."""
+    if prefix + ".weight_packed" in tensors:
+        packed = tensors[prefix + ".weight_packed"].to(torch.int64)
+        out, cols = [int(v) for v in tensors[prefix + ".weight_shape"].tolist()]
+        pf = 32 // bits
+        shifts = torch.arange(pf, dtype=torch.int64) * bits
+        values = (packed[:, :, None] >> shifts) & ((1 << bits) - 1)
+        q = values.reshape(out, -1)[:, :cols] - (1 << (bits - 1))
+    else:
+        q = tensors[prefix + ".weight"].to(torch.int64)
+        out, cols = q.shape
+    scale = tensors[prefix + ".weight_scale"].to(torch.float64)
+    zp = tensors.get(prefix + ".weight_zero_point")
+    zp = torch.zeros_like(scale) if zp is None else zp.to(torch.float64)
+    if prefix + ".weight_g_idx" in tensors:
+        g = tensors[prefix + ".weight_g_idx"].to(torch.int64)
+    else:
+        g = torch.arange(cols) // (group_size if group_size > 0 else cols)
+    return (q.to(torch.float64) - zp[:, g]) * scale[:, g]
+
+
 def dequantize_checkpoint(config, tensors):
-    """Replaces a GPTQ checkpoint's packed tensors by the float weights they stand for."""
+    """Replaces a quantized checkpoint's tensors (GPTQ, AWQ, compressed-tensors) by the float
+    weights they stand for."""
     q = config.get("quantization_config")
     if not q:
         return tensors
-    if q.get("quant_method") != "gptq":
-        raise ValueError("unsupported quant_method %r" % q.get("quant_method"))
+    method = q.get("quant_method")
     out = dict(tensors)
+    if method == "gptq":
+        suffixes, marker = (".qweight", ".qzeros", ".scales", ".g_idx"), ".qweight"
+        deq = lambda p: gptq_dequantize(tensors, p, q["bits"],
+                                        q.get("checkpoint_format") == "gptq_v2")
+    elif method == "awq":
+        suffixes, marker = (".qweight", ".qzeros", ".scales"), ".qweight"
+        deq = lambda p: awq_dequantize(tensors, p, q.get("group_size", q.get("q_group_size")))
+    elif method == "compressed-tensors":
+        (scheme,) = q["config_groups"].values()
+        w = scheme["weights"]
+        group = w.get("group_size") or -1 if w.get("strategy") == "group" else -1
+        suffixes = (".weight", ".weight_packed", ".weight_shape", ".weight_scale",
+                    ".weight_zero_point", ".weight_g_idx")
+        marker = ".weight_scale"
+        deq = lambda p: ct_dequantize(tensors, p, w["num_bits"], group)
+    else:
+        raise ValueError("unsupported quant_method %r" % method)
     for name in list(tensors):
-        if name.endswith(".qweight"):
-            prefix = name[:-len(".qweight")]
-            out[prefix + ".weight"] = gptq_dequantize(
-                tensors, prefix, q["bits"], q.get("checkpoint_format") == "gptq_v2")
-            for suffix in (".qweight", ".qzeros", ".scales", ".g_idx"):
+        if name.endswith(marker):
+            prefix = name[:-len(marker)]
+            weight = deq(prefix)
+            for suffix in suffixes:
                 out.pop(prefix + suffix, None)
+            out[prefix + ".weight"] = weight
     return out
+
+
+def int8_activations(config):
+    """True when a compressed-tensors checkpoint quantizes the linears' inputs to int8 per token
+    (W8A8, dynamic)."""
+    q = config.get("quantization_config") or {}
+    if q.get("quant_method") != "compressed-tensors":
+        return False
+    (scheme,) = q["config_groups"].values()
+    return bool(scheme.get("input_activations"))
+
+
+def int8_tokens(x):
+    """x [..., in] rounded as W8A8's dynamic per-token quantization does before the product:
+    s = max|x| / 127 per row, round(x / s) (half to even) times s."""
+    s = x.abs().amax(-1, keepdim=True) / 127
+    safe = torch.where(s > 0, s, torch.ones_like(s))
+    return torch.round(x / safe) * s
 
 
 class Reference:
@@ -243,6 +331,7 @@ class Reference:
                 raise ValueError("lm_head.weight missing and embeddings are not tied")
             self.w["lm_head.weight"] = self.w["model.embed_tokens.weight"]
         self.inv_freq = rope_inv_freq(config, self.head_dim)
+        self.int8_inputs = int8_activations(config)
 
     @classmethod
     def from_dir(cls, model_dir, native=None, kv_dtype=None, weight_quantization=None):
@@ -268,6 +357,8 @@ class Reference:
         return normed * weight
 
     def _linear(self, x, name, bias=False):
+        if self.int8_inputs and name.startswith("model.layers."):
+            x = int8_tokens(x)
         y = x @ self.w[name + ".weight"].T
         if bias:
             y = self._r(y) + self.w[name + ".bias"]

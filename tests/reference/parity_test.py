@@ -115,6 +115,25 @@ CASES = {
     "llama_gptq4": dict(arch="llama", heads=4, kv_heads=2, tie=False, gptq=(4, 32, True)),
     "qwen2_gptq8_asym": dict(arch="qwen2", heads=4, kv_heads=2, tie=True, ffn=96,
                              gptq=(8, -1, False)),
+    # Act-order (desc_act): each group's columns scattered over the input as g_idx says, in a
+    # permutation shared by the matrices that read one input (q/k/v, gate/up), as GPTQ's
+    # Hessian order is, except layer 1's k_proj, which has its own.
+    "qwen3_gptq4_act": dict(arch="qwen3", heads=4, kv_heads=2, head_dim=32, tie=False,
+                            gptq=(4, 16, False, True)),
+    # Checkpoints written by make-random-model --quantize (Tandem's writer), read back by the
+    # reference's dequantization of each format from its definition: AWQ (GEMM packing, zero
+    # points), compressed-tensors int8 per channel, int8 per group with zero points, W8A8
+    # (activations rounded to int8 per token in both) and 4-bit pack-quantized.
+    "llama_awq4": dict(arch="llama", heads=4, kv_heads=2, tie=True,
+                       quantize=("awq", 4, 32, "false", "float")),
+    "qwen2_ct_int8": dict(arch="qwen2", heads=4, kv_heads=2, tie=False, ffn=96,
+                          quantize=("compressed-tensors", 8, -1, "true", "float")),
+    "llama_ct_int8_g32_asym": dict(arch="llama", heads=4, kv_heads=2, tie=True,
+                                   quantize=("compressed-tensors", 8, 32, "false", "float")),
+    "qwen3_ct_w8a8": dict(arch="qwen3", heads=4, kv_heads=2, head_dim=32, tie=True,
+                          quantize=("compressed-tensors", 8, -1, "true", "int8")),
+    "mistral_ct_w4_g16": dict(arch="mistral", heads=4, kv_heads=2, tie=False,
+                              quantize=("compressed-tensors", 4, 16, "true", "float")),
     # A trained model directory given with --model-dir (the bundled model), bf16 weights.
     "model_dir": dict(dtype="bf16"),
 }
@@ -125,6 +144,10 @@ def make_model_args(case, spec, out):
             "--kv-heads", spec["kv_heads"], "--dtype", spec.get("dtype", "fp32"),
             "--tie-embeddings", "true" if spec.get("tie") else "false",
             "--seed", sum(map(ord, case))]
+    if "quantize" in spec:
+        fmt, bits, group, sym, activations = spec["quantize"]
+        args += ["--quantize", fmt, "--quant-bits", bits, "--quant-group-size", group,
+                 "--quant-sym", sym, "--quant-activations", activations]
     for key, flag in (("layers", "--layers"), ("head_dim", "--head-dim"), ("hidden", "--hidden"),
                       ("ffn", "--ffn"), ("vocab", "--vocab"),
                       ("rope_theta", "--rope-theta"), ("rope_scaling", "--rope-scaling"),
@@ -135,11 +158,28 @@ def make_model_args(case, spec, out):
     return [str(a) for a in args]
 
 
-def write_gptq(model_dir, bits, group, sym):
+def act_order(name, k, group):
+    """g_idx [k] of an act-order layer: the columns in a permutation (GPTQ: by decreasing
+    Hessian diagonal), column perm[j] in group j // group. The permutation depends on the layer
+    and the input the matrix reads (q/k/v share one, gate/up another), except layer 1's k_proj,
+    which has its own."""
+    kind = ("o" if "o_proj" in name else "down" if "down_proj" in name else
+            "qkv" if "_attn." in name else "mlp")
+    if "layers.1.self_attn.k_proj" in name:
+        kind = "k"
+    seed = sum(map(ord, name.split(".self_attn")[0].split(".mlp")[0] + kind))
+    perm = torch.from_numpy(np.random.RandomState(seed).permutation(k))
+    g_idx = torch.empty(k, dtype=torch.int64)
+    g_idx[perm] = torch.arange(k) // group
+    return g_idx
+
+
+def write_gptq(model_dir, bits, group, sym, desc_act=False):
     """Rewrites the float model in model_dir as a GPTQ (v1) checkpoint: each decoder matrix
     rounded to nearest per row and group (scales rounded to fp16; symmetric zero 2^(bits-1),
     else round(-min(w, 0) / scale)) and packed as AutoGPTQ packs qweight, qzeros, scales and
-    g_idx (see hf_reference.gptq_dequantize)."""
+    g_idx (see hf_reference.gptq_dequantize). desc_act: groups of columns in act_order's
+    permutation, the columns stored in their own order."""
     import json
     import struct
     path = os.path.join(model_dir, "model.safetensors")
@@ -153,7 +193,9 @@ def write_gptq(model_dir, bits, group, sym):
         w = t.to(torch.float32)
         n, k = w.shape
         g = k if group <= 0 else group
-        x = w.reshape(n, k // g, g)
+        g_idx = act_order(name, k, g) if desc_act else torch.arange(k) // g
+        order = torch.argsort(g_idx, stable=True)  # the columns group by group
+        x = w[:, order].reshape(n, k // g, g)
         lo = torch.clamp(x.amin(-1), max=0)
         hi = torch.clamp(x.amax(-1), min=0)
         if sym:
@@ -162,19 +204,19 @@ def write_gptq(model_dir, bits, group, sym):
         scale = ((hi - lo) / maxq).to(torch.float16).to(torch.float32)
         scale = torch.where(scale > 0, scale, torch.ones_like(scale))
         zero = (torch.full_like(scale, (maxq + 1) // 2) if sym
-                else torch.clamp(torch.round(-lo / scale), 1, maxq))  # v1 cannot store 0
+                else torch.clamp(torch.round(-lo / scale), 0, maxq))
         codes = torch.clamp(torch.round(x / scale[..., None]) + zero[..., None], 0, maxq)
-        codes = codes.reshape(n, k).to(torch.int64).T  # [k, n]
+        codes = codes.reshape(n, k).to(torch.int64)[:, torch.argsort(order)].T  # [k, n]
         shifts = torch.arange(pf, dtype=torch.int64) * bits
         qweight = (codes.reshape(k // pf, pf, n) << shifts[None, :, None]).sum(1)
-        stored = (zero.to(torch.int64) - 1).T  # [groups, n]
+        stored = ((zero.to(torch.int64) - 1) & maxq).T  # [groups, n]; v1: zero 0 wraps
         qzeros = (stored.reshape(k // g, n // pf, pf) << shifts[None, None, :]).sum(2)
         prefix = name[:-len(".weight")]
         as_i32 = lambda v: (v & 0xFFFFFFFF).numpy().astype("<u4").view("<i4")
         out[prefix + ".qweight"] = ("I32", as_i32(qweight))
         out[prefix + ".qzeros"] = ("I32", as_i32(qzeros))
         out[prefix + ".scales"] = ("F16", scale.T.contiguous().to(torch.float16).numpy())
-        out[prefix + ".g_idx"] = ("I32", (torch.arange(k) // g).to(torch.int32).numpy())
+        out[prefix + ".g_idx"] = ("I32", g_idx.to(torch.int32).numpy())
     header, blobs, offset = {}, [], 0
     for name, (dtype, arr) in out.items():
         raw = np.ascontiguousarray(arr).tobytes()
@@ -189,7 +231,8 @@ def write_gptq(model_dir, bits, group, sym):
     with open(os.path.join(model_dir, "config.json")) as f:
         config = json.load(f)
     config["quantization_config"] = {"quant_method": "gptq", "bits": bits, "group_size": group,
-                                     "desc_act": False, "sym": sym, "checkpoint_format": "gptq"}
+                                     "desc_act": desc_act, "sym": sym,
+                                     "checkpoint_format": "gptq"}
     with open(os.path.join(model_dir, "config.json"), "w") as f:
         json.dump(config, f, indent=2)
 

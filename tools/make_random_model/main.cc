@@ -4,13 +4,16 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/model/quantized_writer.h"
 #include "tools/make_random_model/model_spec.h"
 #include "tools/make_random_model/model_writer.h"
 
@@ -34,13 +37,19 @@ Overrides of the preset:
   --seed N                  PRNG seed (default 0)
   --init-std F              std of weight matrices (default 1.5/sqrt(hidden))
   --shards N                split weights into N files with an index (default 1)
+  --quantize FORMAT         write a quantized checkpoint instead (always one file):
+                            gptq | awq | compressed-tensors, as model-inspect quantize writes
+                            it, with --quant-bits N (default 4), --quant-group-size N (default
+                            128; -1: per row), --quant-sym true|false (default true; AWQ false),
+                            --quant-activations float|int8 (compressed-tensors W8A8)
 )";
 
 // Space-separated, with a space at both ends, for whole-word lookup.
 constexpr char kKnownFlags[] =
     " out arch preset layers hidden heads kv-heads head-dim ffn vocab max-pos rope-theta"
     " rope-scaling rope-scaling-factor rope-original-max-pos tie-embeddings dtype seed shards"
-    " init-std rms-eps bos-id eos-id ";
+    " init-std rms-eps bos-id eos-id quantize quant-bits quant-group-size quant-sym"
+    " quant-activations ";
 
 // Accepts "--name value" and "--name=value".
 absl::StatusOr<std::map<std::string, std::string>> ParseArgs(int argc, char** argv) {
@@ -148,6 +157,43 @@ absl::StatusOr<ModelSpec> SpecFromFlags(const std::map<std::string, std::string>
   return spec;
 }
 
+// --quantize and its settings; nullopt without --quantize.
+absl::StatusOr<std::optional<model::CheckpointQuantization>> QuantFromFlags(
+    const std::map<std::string, std::string>& flags) {
+  if (!flags.count("quantize")) {
+    for (const char* name : {"quant-bits", "quant-group-size", "quant-sym", "quant-activations"}) {
+      if (flags.count(name)) {
+        return absl::InvalidArgumentError(absl::StrCat("--", name, " needs --quantize"));
+      }
+    }
+    return std::nullopt;
+  }
+  model::CheckpointQuantization q;
+  if (absl::Status s = model::ParseCheckpointFormat(flags.at("quantize"), q.format); !s.ok()) {
+    return s;
+  }
+  q.symmetric = q.format != model::CheckpointQuantization::Format::kAwq;
+  int64_t bits = q.bits, group = q.group_size;
+  Overrides o(flags);
+  o.Int("quant-bits", bits);
+  o.Int("quant-group-size", group);
+  o.Bool("quant-sym", q.symmetric);
+  if (!o.status().ok()) return o.status();
+  if (bits < 1 || bits > 8 || group < -1 || group > (1 << 20)) {
+    return absl::InvalidArgumentError("--quant-bits / --quant-group-size out of range");
+  }
+  q.bits = static_cast<int>(bits);
+  q.group_size = static_cast<int>(group);
+  if (flags.count("quant-activations")) {
+    const std::string& a = flags.at("quant-activations");
+    if (a != "float" && a != "int8") {
+      return absl::InvalidArgumentError("--quant-activations must be float or int8");
+    }
+    q.int8_activations = a == "int8";
+  }
+  return q;
+}
+
 int Run(int argc, char** argv) {
   absl::StatusOr<std::map<std::string, std::string>> flags = ParseArgs(argc, argv);
   if (absl::IsCancelled(flags.status())) {
@@ -169,7 +215,21 @@ int Run(int argc, char** argv) {
     return 2;
   }
   const auto start = std::chrono::steady_clock::now();
-  absl::Status st = WriteModelDir(*spec, flags->at("out"), static_cast<int>(shards));
+  const std::string out = flags->at("out");
+  absl::StatusOr<std::optional<model::CheckpointQuantization>> quant = QuantFromFlags(*flags);
+  if (!quant.ok()) {
+    std::fprintf(stderr, "make-random-model: %s\n", quant.status().ToString().c_str());
+    return 2;
+  }
+  // A quantized checkpoint is written from the float model, made beside it first.
+  const std::string float_dir = *quant ? out + ".float.tmp" : out;
+  absl::Status st = WriteModelDir(*spec, float_dir, static_cast<int>(shards));
+  if (st.ok() && *quant) {
+    ThreadPool pool;
+    st = model::WriteQuantizedCheckpoint(float_dir, out, **quant, pool);
+    std::error_code ec;
+    std::filesystem::remove_all(float_dir, ec);
+  }
   if (!st.ok()) {
     std::fprintf(stderr, "make-random-model: %s\n", st.ToString().c_str());
     return 1;
@@ -178,9 +238,11 @@ int Run(int argc, char** argv) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   int64_t params = 0;
   for (const TensorSpec& t : TensorList(*spec)) params += t.NumElements();
-  std::fprintf(stderr, "make-random-model: wrote %s %s (%lld params, %s, init_std %.4g) in %.1fs\n",
-               std::string(ArchModelType(spec->arch)).c_str(), flags->at("out").c_str(),
+  std::fprintf(stderr,
+               "make-random-model: wrote %s %s (%lld params, %s%s, init_std %.4g) in %.1fs\n",
+               std::string(ArchModelType(spec->arch)).c_str(), out.c_str(),
                static_cast<long long>(params), std::string(DTypeName(spec->dtype)).c_str(),
+               *quant ? absl::StrCat(", quantized: ", flags->at("quantize")).c_str() : "",
                spec->InitStd(), secs);
   return 0;
 }

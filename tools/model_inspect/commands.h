@@ -26,6 +26,7 @@ absl::Status RunPruneEval(const CliArgs& args);
 absl::Status RunPruningStats(const CliArgs& args);  // --kv-cache --pruning-stats
 absl::Status RunImportance(const CliArgs& args);
 absl::Status RunKvEval(const CliArgs& args);
+absl::Status RunQuantize(const CliArgs& args);
 
 // Shared flag handling of the commands that run a model.
 absl::StatusOr<std::unique_ptr<ThreadPool>> MakePool(const CliArgs& args);  // --threads

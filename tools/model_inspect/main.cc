@@ -81,6 +81,16 @@ constexpr char kUsage[] = R"(usage:
       attention output (o_proj) and the argmax and logit agreement), and the evaluated cache
       also generates on its own (free-running greedy agreement with the base, position by
       position, over --continuation-tokens tokens).
+  model-inspect quantize --model DIR --out DIR2 [--format gptq|awq|compressed-tensors]
+                [--bits 4] [--group-size 128] [--sym true|false] [--activations float|int8]
+      writes DIR's float model as a quantized checkpoint that GPTQ, AWQ and compressed-tensors
+      loaders (vLLM, SGLang, transformers) read: the decoder layers' matrices rounded to
+      nearest per row and group of --group-size input columns (-1: one group per row), f16
+      scales, with zero points unless --sym true (AWQ: always zero points); embeddings, norms
+      and lm_head as stored. gptq: 4 or 8 bits (v1 zeros); awq: 4 bits, GEMM packing;
+      compressed-tensors: 8 bits int-quantized (--activations int8: W8A8, activations int8 per
+      token) or 4 bits pack-quantized. Loading DIR2 computes what --weight-quantization computes
+      on DIR with the same bits, group and zero points.
   model-inspect tokenize --model DIR --text-file F
       for each line of F (without its newline) prints its ids comma-separated, one line each,
       no special tokens added. Needs only tokenizer.json (+ tokenizer_config.json).
@@ -130,6 +140,8 @@ int main(int argc, char** argv) {
     status = tandem::tools::RunPruneEval(*args);
   } else if (command == "kv-eval") {
     status = tandem::tools::RunKvEval(*args);
+  } else if (command == "quantize") {
+    status = tandem::tools::RunQuantize(*args);
   } else if (command == "generate") {
     status = tandem::tools::RunGenerate(*args);
   } else {

@@ -258,7 +258,8 @@ void ReadRow(const WeightMatrix& w, int64_t row, float* out) {
     ReadQuantRow(w, row, codes.data(), scales.data(), zeros.data());
     for (int64_t k = 0; k < w.cols; ++k) {
       const int64_t g = k / group_size;
-      out[k] = static_cast<float>(codes[k] - zeros[g]) * scales[g];
+      out[w.input_order ? w.input_order[k] : k] =
+          static_cast<float>(codes[k] - zeros[g]) * scales[g];
     }
     return;
   }

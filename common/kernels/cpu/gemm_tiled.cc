@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cmath>
 #include <utility>
 #include <vector>
 
@@ -237,19 +238,50 @@ struct RowGroups {
   int64_t m, count;
 };
 
+// How the GEMM reads x for a quantized matrix: its columns in the panels' order, and each row
+// rounded to int8 for a W8A8 format (see WeightMatrix::input_order, QuantFormat).
+struct XTransform {
+  const int32_t* order = nullptr;
+  bool int8 = false;
+
+  static XTransform Of(const WeightMatrix& w) {
+    if (w.layout != WeightLayout::kQuantPanels) return {};
+    return {w.input_order, w.quant.int8_activations};
+  }
+  bool operator==(const XTransform&) const = default;
+};
+
+// Row `src` of x as the GEMM multiplies it: gathered through t.order, rounded by t.int8.
+void TransformRow(const float* src, int64_t k, const XTransform& t, float* out) {
+  for (int64_t j = 0; j < k; ++j) out[j] = src[t.order ? t.order[j] : j];
+  if (!t.int8) return;
+  float absmax = 0.0f;
+  for (int64_t j = 0; j < k; ++j) absmax = std::max(absmax, std::fabs(out[j]));
+  const float scale = absmax / 127.0f;
+  if (scale == 0.0f) return;  // all zeros stay zeros
+  for (int64_t j = 0; j < k; ++j) out[j] = std::nearbyint(out[j] / scale) * scale;
+}
+
 // Packs x group by group, each group's rows k-major (kMr slots per k, unused slots zero) within
 // each K block of kKc columns, the groups of one K block contiguous: row Start(g) + i, column
 // k0 + kk lands at xp[k0 * m_pad + (g * kc + kk) * kMr + i] (m_pad: PaddedRows(); kc: the
 // block's width). Unpacked, the rows of a microkernel sit a multiple of 4 KiB apart for typical
 // K and fight over the same L1 sets; blocked by K, the microkernels of one K block read x as a
-// single sequential stream.
-void PackX(const float* x, int64_t x_stride, int64_t k, const RowGroups& groups, float* xp,
-           ThreadPool& pool) {
+// single sequential stream. A transform `t` is applied to each row first.
+void PackX(const float* x, int64_t x_stride, int64_t k, const RowGroups& groups,
+           const XTransform& t, float* xp, ThreadPool& pool) {
   const int64_t m_pad = groups.PaddedRows();
+  const bool transform = t.order != nullptr || t.int8;
   auto pack = [&](int64_t g0, int64_t g1) {
+    thread_local std::vector<float> row;
+    if (transform && static_cast<int64_t>(row.size()) < k) row.resize(k);
     for (int64_t g = g0; g < g1; ++g) {
       for (int i = 0; i < kMr; ++i) {
         const float* src = i < groups.Size(g) ? x + (groups.Start(g) + i) * x_stride : nullptr;
+        if (src != nullptr && transform) {
+          TransformRow(src, k, t, row.data());
+          src = row.data();
+        }
         for (int64_t k0 = 0; k0 < k; k0 += kKc) {
           const int64_t kc = std::min(kKc, k - k0);
           float* dst = xp + k0 * m_pad + g * kc * kMr + i;
@@ -579,15 +611,28 @@ constexpr auto kQuantKernels =
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 
+// What LoadCodes512 subtracts from a panel column's codes: 2^23 + zero for 8 bits, the zero
+// itself for 4 bits (whose codes become floats by table lookup); symmetric 4-bit codes need
+// nothing subtracted, their table holding code - 8.
 template <int kBits, bool kZero>
 TANDEM_AVX512 inline __m512 LoadZeros512(const char* zeros) {
   if constexpr (kZero) {
-    const __m128i z = _mm_loadu_si128(reinterpret_cast<const __m128i*>(zeros));
-    return _mm512_castsi512_ps(
-        _mm512_or_si512(_mm512_cvtepu8_epi32(z), _mm512_set1_epi32(kFloatMagic)));
+    const __m512i z =
+        _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(zeros)));
+    if constexpr (kBits == 4) return _mm512_cvtepi32_ps(z);
+    return _mm512_castsi512_ps(_mm512_or_si512(z, _mm512_set1_epi32(kFloatMagic)));
   } else {
     return _mm512_set1_ps(8388608.0f + (1 << (kBits - 1)));
   }
+}
+
+// The float of each 4-bit code (index = the low 4 bits of a lane): code - 8 without zeros,
+// else the code, from which the zero is then subtracted; the same exact values the AVX2
+// kernel's 2^23 trick gives, in one permute instead of three operations.
+template <bool kZero>
+TANDEM_AVX512 inline __m512 NibbleTable512() {
+  const __m512 codes = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  return kZero ? codes : _mm512_sub_ps(codes, _mm512_set1_ps(8.0f));
 }
 
 TANDEM_AVX512 inline __m512 CodesMinusZeros512(__m512i codes, __m512 zf) {
@@ -604,10 +649,17 @@ TANDEM_AVX512 inline void LoadCodes512(const uint8_t* codes, int64_t k, __m512 z
     b[0] = kZero ? CodesMinusZeros512(_mm512_cvtepu8_epi32(v), zf)
                  : _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(v));
   } else {
+    // vpermps reads the low 4 bits of each lane: the even column's nibble as loaded, the odd
+    // column's once shifted down.
     const __m512i c = _mm512_cvtepu8_epi32(
         _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + k / 2 * kNr)));
-    b[0] = CodesMinusZeros512(_mm512_and_si512(c, _mm512_set1_epi32(0xF)), zf);
-    b[1] = CodesMinusZeros512(_mm512_srli_epi32(c, 4), zf);
+    const __m512 table = NibbleTable512<kZero>();
+    b[0] = _mm512_permutexvar_ps(c, table);
+    b[1] = _mm512_permutexvar_ps(_mm512_srli_epi32(c, 4), table);
+    if constexpr (kZero) {
+      b[0] = _mm512_sub_ps(b[0], zf);
+      b[1] = _mm512_sub_ps(b[1], zf);
+    }
   }
 }
 
@@ -846,6 +898,13 @@ void GemmTiled(const float* x, int64_t m, int64_t x_stride, const WeightMatrix& 
 void GemmTiledMulti(const float* x, int64_t m, int64_t x_stride,
                     std::span<const GemmOutput> outputs, ThreadPool& pool) {
   if (m <= 0 || outputs.empty()) return;
+  // One packed x serves every output: outputs that read x differently go one by one.
+  const XTransform transform = XTransform::Of(outputs.front().w);
+  for (const auto& o : outputs) {
+    if (XTransform::Of(o.w) == transform) continue;
+    for (const auto& each : outputs) GemmTiledMulti(x, m, x_stride, {&each, 1}, pool);
+    return;
+  }
   const int64_t cols = outputs.front().w.cols;
   if (cols == 0) {
     for (const auto& o : outputs) {
@@ -873,7 +932,7 @@ void GemmTiledMulti(const float* x, int64_t m, int64_t x_stride,
   const int64_t packed_x = groups.PaddedRows() * cols;
   if (static_cast<int64_t>(xp_buffer.size()) < packed_x) xp_buffer.resize(packed_x);
   const float* xp = xp_buffer.data();
-  PackX(x, x_stride, cols, groups, xp_buffer.data(), pool);
+  PackX(x, x_stride, cols, groups, transform, xp_buffer.data(), pool);
   pool.ParallelForDynamic(n_blocks * m_parts, 1, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       int64_t nb = t / m_parts;

@@ -2,6 +2,7 @@
 // reference computed from the codes, scales and zeros as the format defines them, and the
 // round-to-nearest quantizer against GPTQ's definition.
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -191,6 +192,73 @@ TEST(QuantGemmTest, MultiEqualsSeparateProducts) {
     Gemm(x.data(), m, k, b.matrix(), nullptr, sb.data(), 100, pool);
     EXPECT_EQ(ya, sa);
     EXPECT_EQ(yb, sb);
+  }
+}
+
+// An act-order matrix (input_order) multiplies x's columns in its order: the same bits as the
+// plain matrix times x gathered, at every M, alone and beside a matrix that reads x plainly.
+TEST(QuantGemmTest, InputOrderGathersX) {
+  ThreadPool pool(2);
+  std::mt19937 rng(6);
+  const int64_t n = 40, k = 256;
+  for (const QuantFormat& f : {QuantFormat{4, 32, true}, QuantFormat{8, 64, false}}) {
+    SCOPED_TRACE(Describe(f));
+    const RandomQuantMatrix plain(f, n, k, 7, pool);
+    std::vector<int32_t> order(k);
+    for (int64_t j = 0; j < k; ++j) order[j] = static_cast<int32_t>(j);
+    std::shuffle(order.begin(), order.end(), rng);
+    WeightMatrix ordered = plain.matrix();
+    ordered.input_order = order.data();
+    for (int64_t m : {1, 3, 17}) {
+      std::vector<float> x = RandomVector(m * k, rng), gathered(m * k);
+      for (int64_t i = 0; i < m; ++i) {
+        for (int64_t j = 0; j < k; ++j) gathered[i * k + j] = x[i * k + order[j]];
+      }
+      std::vector<float> got(m * n), want(m * n), beside(m * n), beside_want(m * n);
+      Gemm(x.data(), m, k, ordered, nullptr, got.data(), n, pool);
+      Gemm(gathered.data(), m, k, plain.matrix(), nullptr, want.data(), n, pool);
+      EXPECT_EQ(got, want) << "m " << m;
+      const GemmOutput outs[] = {{ordered, nullptr, got.data(), n},
+                                 {plain.matrix(), nullptr, beside.data(), n}};
+      GemmMulti(x.data(), m, k, outs, pool);
+      Gemm(x.data(), m, k, plain.matrix(), nullptr, beside_want.data(), n, pool);
+      EXPECT_EQ(got, want) << "m " << m;
+      EXPECT_EQ(beside, beside_want) << "m " << m;
+      // ReadRow gives the row in x's order.
+      std::vector<float> row(k);
+      ReadRow(ordered, 5, row.data());
+      for (int64_t j = 0; j < k; ++j) ASSERT_FLOAT_EQ(row[order[j]], plain.Weight(5, j));
+    }
+  }
+}
+
+// W8A8: each row of x is rounded to int8 (scale max|x| / 127) before the product.
+TEST(QuantGemmTest, Int8ActivationsRoundEachRowOfX) {
+  ThreadPool pool(2);
+  std::mt19937 rng(8);
+  const int64_t n = 24, k = 128;
+  const RandomQuantMatrix plain({8, -1, false}, n, k, 9, pool);
+  WeightMatrix a8 = plain.matrix();
+  a8.quant.int8_activations = true;
+  for (int64_t m : {1, 9}) {
+    std::vector<float> x = RandomVector(m * k, rng), rounded(m * k);
+    if (m > 1) std::fill_n(x.begin() + (m - 1) * k, k, 0.0f);  // an all-zero row stays zero
+    for (int64_t i = 0; i < m; ++i) {
+      float absmax = 0;
+      for (int64_t j = 0; j < k; ++j) absmax = std::max(absmax, std::fabs(x[i * k + j]));
+      const float s = absmax / 127.0f;
+      for (int64_t j = 0; j < k; ++j) {
+        const float q = s > 0 ? std::nearbyint(x[i * k + j] / s) : 0.0f;
+        ASSERT_LE(std::fabs(q), 127.0f);
+        rounded[i * k + j] = q * s;
+      }
+    }
+    std::vector<float> got(m * n), want(m * n), unrounded(m * n);
+    Gemm(x.data(), m, k, a8, nullptr, got.data(), n, pool);
+    Gemm(rounded.data(), m, k, plain.matrix(), nullptr, want.data(), n, pool);
+    Gemm(x.data(), m, k, plain.matrix(), nullptr, unrounded.data(), n, pool);
+    EXPECT_EQ(got, want) << "m " << m;
+    EXPECT_NE(got, unrounded) << "m " << m;
   }
 }
 

@@ -157,7 +157,7 @@ TEST(ModelConfigTest, ErrorsNameTheFileAndKey) {
 }
 
 // quantization_config as published checkpoints write it (TheBloke's GPTQ and AWQ exports,
-// llm-compressor's W8A8 and W4A16): parsed, named, and refused at weight load for now.
+// llm-compressor's W8A8 and W4A16): parsed and named.
 TEST(QuantizationConfigTest, PublishedFormatsAreRecognized) {
   using Method = QuantizationConfig::Method;
   using Packing = QuantizationConfig::Packing;
@@ -204,11 +204,9 @@ TEST(QuantizationConfigTest, PublishedFormatsAreRecognized) {
     EXPECT_EQ(q.method, want.method) << want.name;
     EXPECT_EQ(q.packing, want.packing) << want.name;
     EXPECT_EQ(q.Name(), want.name);
-    // Loading these is planned (GPTQ without act-order loads: gptq_checkpoint_test.cc): the
-    // loader says so before reading any file, naming the format.
+    // Each loads (quantized_checkpoint_test.cc): the loader goes on to look for the files.
     auto w = ModelWeights::Load("/nonexistent", *c);
-    EXPECT_EQ(w.status().code(), absl::StatusCode::kUnimplemented) << want.name;
-    EXPECT_THAT(std::string(w.status().message()), HasSubstr(want.name));
+    EXPECT_EQ(w.status().code(), absl::StatusCode::kNotFound) << want.name << w.status();
   }
   auto plain = Parse(Llama3Json());
   ASSERT_TRUE(plain.ok());
@@ -227,6 +225,11 @@ TEST(QuantizationConfigTest, PublishedFormatsAreRecognized) {
   EXPECT_TRUE(g.gptq_v2);
   EXPECT_TRUE(g.lm_head);
   EXPECT_EQ(g.Name(), "gptq-w4-asym-act-v2");
+  // A quantized lm_head is refused by name before any file is read (planned).
+  const ModelConfig with_head = *Parse(j);
+  auto head = ModelWeights::Load("/nonexistent", with_head);
+  EXPECT_EQ(head.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(std::string(head.status().message()), HasSubstr("lm_head"));
   j["quantization_config"] = w8a8;
   EXPECT_FALSE(Parse(j)->quantization.lm_head);  // "ignore": ["lm_head"]
   EXPECT_TRUE(Parse(j)->quantization.int8_activations);
