@@ -641,14 +641,6 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(const std::stri
                                                                  const WeightLoadOptions& options) {
   const QuantizationConfig& q = c.quantization;
   if (q.quantized()) {
-    if (q.lm_head) {
-      return absl::UnimplementedError(
-          absl::StrCat(dir, ": quantization_config ",
-                       q.method == QuantizationConfig::Method::kCompressedTensors
-                           ? "quantizes lm_head (\"ignore\" does not list it)"
-                           : "has lm_head true",
-                       "; a quantized lm_head is planned"));
-    }
     if (options.quantize.bits != 0) {
       return absl::InvalidArgumentError(absl::StrCat("model.weight_quantization: ", dir,
                                                      " is already quantized (", q.Name(),
@@ -682,7 +674,11 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(const std::stri
   }
   if (q.quantized()) w->quant = w->layers[0].q_proj.quant;
   TANDEM_ASSIGN_OR_RETURN(w->final_norm, b.Vector("model.norm.weight", c.hidden_size));
-  if (c.tie_word_embeddings) {
+  if (q.quantized() && q.lm_head) {
+    // GPTQ lm_head: true, or compressed-tensors not ignoring it: its own quantized tensors (a
+    // checkpoint quantizing a tied head stores it untied).
+    TANDEM_ASSIGN_OR_RETURN(w->lm_head, b.Linear("lm_head.weight", c.vocab_size, c.hidden_size));
+  } else if (c.tie_word_embeddings) {
     // Some tied checkpoints still store lm_head; HF ties it to the embedding regardless.
     b.Ignore("lm_head.weight");
     w->lm_head = w->embed_tokens;

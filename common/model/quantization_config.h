@@ -2,8 +2,8 @@
 // checkpoint's weights are in (GPTQ, AWQ, compressed-tensors int), parsed and checked here so
 // that a variant Tandem does not take is refused by name at load, never misread.
 //
-// ModelWeights::Load reads every configuration this accepts (WeightBinder::Quantized), except a
-// quantized lm_head and asymmetric pack-quantized weights, which it refuses by name (planned).
+// ModelWeights::Load reads every configuration this accepts (WeightBinder::Quantized), except
+// asymmetric pack-quantized weights, which it refuses by name (planned).
 #pragma once
 
 #include <string>

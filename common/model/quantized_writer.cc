@@ -48,6 +48,7 @@ absl::Status CheckSettings(const CheckpointQuantization& q) {
       if (q.group_size <= 0) return refuse("AWQ: --group-size must be > 0 (AWQ scales groups)");
       if (q.int8_activations)
         return refuse("AWQ is weight-only: int8 activations need compressed-tensors");
+      if (q.lm_head) return refuse("AWQ leaves lm_head unquantized");
       break;
     case Format::kCompressedTensors:
       if (q.bits != 4 && q.bits != 8) return refuse("compressed-tensors: --bits must be 4 or 8");
@@ -194,7 +195,8 @@ json QuantizationConfigJson(const CheckpointQuantization& q) {
   switch (q.format) {
     case Format::kGptq:
       return {{"quant_method", "gptq"}, {"bits", q.bits},     {"group_size", q.group_size},
-              {"desc_act", false},      {"sym", q.symmetric}, {"checkpoint_format", "gptq"}};
+              {"desc_act", false},      {"sym", q.symmetric}, {"checkpoint_format", "gptq"},
+              {"lm_head", q.lm_head}};
     case Format::kAwq:
       return {{"quant_method", "awq"},
               {"bits", 4},
@@ -219,7 +221,7 @@ json QuantizationConfigJson(const CheckpointQuantization& q) {
       return {{"quant_method", "compressed-tensors"},
               {"format", q.bits == 8 ? "int-quantized" : "pack-quantized"},
               {"config_groups", {{"group_0", scheme}}},
-              {"ignore", {"lm_head"}}};
+              {"ignore", q.lm_head ? json::array() : json::array({"lm_head"})}};
     }
   }
   return nullptr;
@@ -259,16 +261,22 @@ absl::Status WriteQuantizedCheckpoint(const std::string& in_dir, const std::stri
   const kernels::QuantFormat format{
       .bits = q.bits, .group_size = q.group_size, .has_zero = !q.symmetric};
   TANDEM_ASSIGN_OR_RETURN(std::vector<std::string> paths, ListWeightFiles(in_dir));
+  const bool tied = config.value("tie_word_embeddings", false);
   std::vector<SafetensorsTensor> out;
   for (const std::string& path : paths) {
     TANDEM_ASSIGN_OR_RETURN(auto file, SafetensorsFile::Open(path));
     for (const TensorEntry& e : file->tensors()) {
       const uint8_t* data = file->Data(e);
       const std::string raw(reinterpret_cast<const char*>(data), e.end - e.begin);
-      if (!IsDecoderLinear(e.name)) {
+      // With a quantized head, a tied model's head is the embedding, quantized as lm_head.
+      const bool head = q.lm_head && (e.name == "lm_head.weight" ||
+                                      (tied && e.name == "model.embed_tokens.weight"));
+      if (tied && q.lm_head && e.name == "lm_head.weight") continue;  // the embedding's copy
+      if (!IsDecoderLinear(e.name) && !head) {
         out.push_back({e.name, e.dtype, e.shape, raw});
         continue;
       }
+      if (head && e.name != "lm_head.weight") out.push_back({e.name, e.dtype, e.shape, raw});
       DType dtype;
       switch (e.dtype) {
         case StDType::kF32:
@@ -297,7 +305,7 @@ absl::Status WriteQuantizedCheckpoint(const std::string& in_dir, const std::stri
       std::vector<float> w(rows * cols);
       ToFloat(dtype, raw.data(), w.data(), w.size());
       const Quantized m = Quantize(format, w.data(), rows, cols, pool);
-      const std::string prefix = e.name.substr(0, e.name.size() - 7);
+      const std::string prefix = head ? "lm_head" : e.name.substr(0, e.name.size() - 7);
       switch (q.format) {
         case Format::kGptq:
           TANDEM_RETURN_IF_ERROR(WriteGptq(prefix, m, q.bits, out));
@@ -331,6 +339,7 @@ absl::Status WriteQuantizedCheckpoint(const std::string& in_dir, const std::stri
   }
   TANDEM_RETURN_IF_ERROR(WriteSafetensorsFile(out_dir + "/model.safetensors", out));
   config["quantization_config"] = QuantizationConfigJson(q);
+  if (q.lm_head) config["tie_word_embeddings"] = false;
   return WriteStringToFile(out_dir + "/config.json", config.dump(2) + "\n");
 }
 

@@ -5,7 +5,7 @@
 // The decoder layers' matrices are quantized by round-to-nearest (kernels::QuantizeRow, the
 // codes and f16 scales quantize-on-load computes), without calibration: loading the written
 // checkpoint computes exactly what model.weight_quantization computes on the float model.
-// Embeddings, norms and lm_head keep their dtype.
+// Embeddings and norms keep their dtype; lm_head too unless CheckpointQuantization::lm_head.
 #pragma once
 
 #include <string>
@@ -22,6 +22,9 @@ struct CheckpointQuantization {
   int group_size = 128;           // input columns per scale; -1: one scale per row
   bool symmetric = true;          // false: a zero point per row and group (AWQ always has them)
   bool int8_activations = false;  // compressed-tensors W8A8: activations int8 per token
+  // lm_head quantized too (GPTQ lm_head: true; compressed-tensors without lm_head in ignore).
+  // A tied lm_head is written as its own quantized tensors and the model untied.
+  bool lm_head = false;
 };
 
 // Parses "gptq", "awq" or "compressed-tensors" into `format`; the error lists them.

@@ -134,6 +134,12 @@ CASES = {
                           quantize=("compressed-tensors", 8, -1, "true", "int8")),
     "mistral_ct_w4_g16": dict(arch="mistral", heads=4, kv_heads=2, tie=False,
                               quantize=("compressed-tensors", 4, 16, "true", "float")),
+    # lm_head quantized too: GPTQ lm_head true on a tied model (written untied), and
+    # compressed-tensors with lm_head not in ignore.
+    "llama_gptq4_head": dict(arch="llama", heads=4, kv_heads=2, tie=True,
+                             quantize=("gptq", 4, 32, "false", "float", "true")),
+    "qwen2_ct_int8_head": dict(arch="qwen2", heads=4, kv_heads=2, tie=False, ffn=96,
+                               quantize=("compressed-tensors", 8, -1, "true", "float", "true")),
     # A trained model directory given with --model-dir (the bundled model), bf16 weights.
     "model_dir": dict(dtype="bf16"),
 }
@@ -145,9 +151,11 @@ def make_model_args(case, spec, out):
             "--tie-embeddings", "true" if spec.get("tie") else "false",
             "--seed", sum(map(ord, case))]
     if "quantize" in spec:
-        fmt, bits, group, sym, activations = spec["quantize"]
+        fmt, bits, group, sym, activations = spec["quantize"][:5]
         args += ["--quantize", fmt, "--quant-bits", bits, "--quant-group-size", group,
                  "--quant-sym", sym, "--quant-activations", activations]
+        if len(spec["quantize"]) > 5:
+            args += ["--quant-lm-head", spec["quantize"][5]]
     for key, flag in (("layers", "--layers"), ("head_dim", "--head-dim"), ("hidden", "--hidden"),
                       ("ffn", "--ffn"), ("vocab", "--vocab"),
                       ("rope_theta", "--rope-theta"), ("rope_scaling", "--rope-scaling"),

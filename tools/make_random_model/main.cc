@@ -41,7 +41,8 @@ Overrides of the preset:
                             gptq | awq | compressed-tensors, as model-inspect quantize writes
                             it, with --quant-bits N (default 4), --quant-group-size N (default
                             128; -1: per row), --quant-sym true|false (default true; AWQ false),
-                            --quant-activations float|int8 (compressed-tensors W8A8)
+                            --quant-activations float|int8 (compressed-tensors W8A8),
+                            --quant-lm-head true|false (quantize lm_head too; default false)
 )";
 
 // Space-separated, with a space at both ends, for whole-word lookup.
@@ -49,7 +50,7 @@ constexpr char kKnownFlags[] =
     " out arch preset layers hidden heads kv-heads head-dim ffn vocab max-pos rope-theta"
     " rope-scaling rope-scaling-factor rope-original-max-pos tie-embeddings dtype seed shards"
     " init-std rms-eps bos-id eos-id quantize quant-bits quant-group-size quant-sym"
-    " quant-activations ";
+    " quant-activations quant-lm-head ";
 
 // Accepts "--name value" and "--name=value".
 absl::StatusOr<std::map<std::string, std::string>> ParseArgs(int argc, char** argv) {
@@ -161,7 +162,8 @@ absl::StatusOr<ModelSpec> SpecFromFlags(const std::map<std::string, std::string>
 absl::StatusOr<std::optional<model::CheckpointQuantization>> QuantFromFlags(
     const std::map<std::string, std::string>& flags) {
   if (!flags.count("quantize")) {
-    for (const char* name : {"quant-bits", "quant-group-size", "quant-sym", "quant-activations"}) {
+    for (const char* name :
+         {"quant-bits", "quant-group-size", "quant-sym", "quant-activations", "quant-lm-head"}) {
       if (flags.count(name)) {
         return absl::InvalidArgumentError(absl::StrCat("--", name, " needs --quantize"));
       }
@@ -178,6 +180,7 @@ absl::StatusOr<std::optional<model::CheckpointQuantization>> QuantFromFlags(
   o.Int("quant-bits", bits);
   o.Int("quant-group-size", group);
   o.Bool("quant-sym", q.symmetric);
+  o.Bool("quant-lm-head", q.lm_head);
   if (!o.status().ok()) return o.status();
   if (bits < 1 || bits > 8 || group < -1 || group > (1 << 20)) {
     return absl::InvalidArgumentError("--quant-bits / --quant-group-size out of range");

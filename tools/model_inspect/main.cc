@@ -83,11 +83,13 @@ constexpr char kUsage[] = R"(usage:
       position, over --continuation-tokens tokens).
   model-inspect quantize --model DIR --out DIR2 [--format gptq|awq|compressed-tensors]
                 [--bits 4] [--group-size 128] [--sym true|false] [--activations float|int8]
+                [--lm-head true|false]
       writes DIR's float model as a quantized checkpoint that GPTQ, AWQ and compressed-tensors
       loaders (vLLM, SGLang, transformers) read: the decoder layers' matrices rounded to
       nearest per row and group of --group-size input columns (-1: one group per row), f16
       scales, with zero points unless --sym true (AWQ: always zero points); embeddings, norms
-      and lm_head as stored. gptq: 4 or 8 bits (v1 zeros); awq: 4 bits, GEMM packing;
+      and lm_head as stored (--lm-head true quantizes lm_head too: GPTQ lm_head, or
+      compressed-tensors without it in ignore; a tied head is written untied). gptq: 4 or 8 bits (v1 zeros); awq: 4 bits, GEMM packing;
       compressed-tensors: 8 bits int-quantized (--activations int8: W8A8, activations int8 per
       token) or 4 bits pack-quantized. Loading DIR2 computes what --weight-quantization computes
       on DIR with the same bits, group and zero points.

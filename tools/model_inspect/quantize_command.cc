@@ -10,8 +10,8 @@
 namespace tandem::tools {
 
 absl::Status RunQuantize(const CliArgs& args) {
-  TANDEM_RETURN_IF_ERROR(args.CheckKnown(
-      {"model", "out", "format", "bits", "group-size", "sym", "activations", "threads"}));
+  TANDEM_RETURN_IF_ERROR(args.CheckKnown({"model", "out", "format", "bits", "group-size", "sym",
+                                          "activations", "lm-head", "threads"}));
   TANDEM_ASSIGN_OR_RETURN(std::string dir, args.String("model"));
   TANDEM_ASSIGN_OR_RETURN(std::string out, args.String("out"));
   model::CheckpointQuantization q;
@@ -36,6 +36,12 @@ absl::Status RunQuantize(const CliArgs& args) {
         absl::StrCat("--activations must be float or int8, got ", activations));
   }
   q.int8_activations = activations == "int8";
+  const std::string lm_head = args.StringOr("lm-head", "false");
+  if (lm_head != "true" && lm_head != "false") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--lm-head must be true or false, got ", lm_head));
+  }
+  q.lm_head = lm_head == "true";
   TANDEM_ASSIGN_OR_RETURN(auto pool, MakePool(args));
   const auto start = std::chrono::steady_clock::now();
   TANDEM_RETURN_IF_ERROR(model::WriteQuantizedCheckpoint(dir, out, q, *pool));

@@ -109,15 +109,19 @@ TEST_F(EngineLoopTest, AbortFreesEverythingAndTasksSeeTheEngine) {
   Collector c;
   EngineLoop loop(MakeEngine());
   loop.Submit(Greedy("long", 20, 400), c.Fn());
-  absl::Notification ran;
+  absl::Notification ran, aborted;
   int64_t total_blocks = 0;
+  // The task holds the loop until the abort is queued, so that a loaded machine cannot let
+  // the request run to its length first.
   loop.Post([&](Engine& e) {
     total_blocks = e.KvStats().total_blocks;
     ran.Notify();
+    EXPECT_TRUE(aborted.WaitForNotificationWithTimeout(absl::Seconds(60)));
   });
   ASSERT_TRUE(ran.WaitForNotificationWithTimeout(absl::Seconds(60)));
   EXPECT_EQ(total_blocks, 64);
   loop.Abort("long");
+  aborted.Notify();
   ASSERT_TRUE(c.WaitFinished(1));
   EXPECT_EQ(c.Get("long").finish, FinishReason::kAbort);
   absl::Notification idle;

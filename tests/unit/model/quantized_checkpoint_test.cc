@@ -127,6 +127,41 @@ TEST(QuantizedCheckpointTest, W8A8RoundsActivations) {
   EXPECT_LT(diff, 0.1 * norm);  // rounding to 8 bits moves the logits a little, not a lot
 }
 
+// A quantized lm_head (GPTQ lm_head: true): loaded as a quantized matrix, each row the float
+// model's row quantized by round-to-nearest. (A tied head, written untied: parity case
+// llama_gptq4_head.)
+TEST(QuantizedCheckpointTest, QuantizedLmHead) {
+  ThreadPool pool(2);
+  const std::string float_dir = testing::WriteTempModel(testing::TinySpec());
+  CheckpointQuantization q{Format::kGptq, 8, 32, false};
+  q.lm_head = true;
+  auto m = Model::Load(Quantize(float_dir, q), pool);
+  ASSERT_TRUE(m.ok()) << m.status();
+  auto float_model = Model::Load(float_dir, pool);
+  ASSERT_TRUE(float_model.ok()) << float_model.status();
+  const ModelWeights& w = (*m)->weights();
+  ASSERT_EQ(w.lm_head.layout, kernels::WeightLayout::kQuantPanels);
+  EXPECT_EQ(w.embed_tokens.layout, kernels::WeightLayout::kRowMajor);
+  const kernels::QuantFormat f{8, 32, true};
+  const int64_t h = w.lm_head.cols;
+  std::vector<float> stored(h), head(h), scales(h / 32);
+  std::vector<uint8_t> codes(h), zeros(h / 32);
+  for (int64_t r = 0; r < w.lm_head.rows; r += 37) {
+    kernels::ReadRow((*float_model)->weights().lm_head, r, stored.data());
+    kernels::QuantizeRow(f, stored.data(), h, codes.data(), scales.data(), zeros.data());
+    kernels::ReadRow(w.lm_head, r, head.data());
+    for (int64_t k = 0; k < h; ++k) {
+      ASSERT_EQ(head[k], static_cast<float>(codes[k] - zeros[k / 32]) * scales[k / 32]) << r;
+    }
+  }
+  q.format = Format::kAwq;
+  q.bits = 4;
+  ThreadPool serial(1);
+  EXPECT_THAT(
+      std::string(WriteQuantizedCheckpoint(float_dir, float_dir + ".awq", q, serial).message()),
+      HasSubstr("AWQ leaves lm_head unquantized"));
+}
+
 // Act-order: g_idx puts input column k of every q/k/v projection in group k % 2, the codes
 // left where they are. The loader sorts the columns by group into one order that the three
 // share (one packing of x serves them), and each weight reads its code with its own group's
