@@ -419,9 +419,9 @@ struct QuantBlockArgs {
 constexpr int32_t kFloatMagic = 0x4B000000;  // 2^23: OR-ing an integer below 2^23 into its
                                              // mantissa makes the float 2^23 + integer
 
-// Columns one load of codes gives: 4-bit codes lie in pairs of columns (quant_pack.h).
+// Columns one load of codes gives: 4-bit codes lie in units of 8 columns (quant_pack.h).
 template <int kBits>
-constexpr int kStep = kBits == 4 ? 2 : 1;
+constexpr int kStep = kBits == 4 ? 8 : 1;
 
 // 2^23 + zero for each row of a panel's group, as kNv vectors.
 template <int kBits, bool kZero>
@@ -451,26 +451,34 @@ inline __m256i Load8Bytes(const uint8_t* p, bool sign) {
   return sign ? _mm256_cvtepi8_epi32(v) : _mm256_cvtepu8_epi32(v);
 }
 
-// Column k of a panel's codes (and k + 1 for 4 bits; k even) as code - zero, exact in f32.
-// Symmetric 8-bit codes are stored as the signed code - 128 and convert directly.
+// The codes of kStep columns from k of a panel as loaded: 8 bits, one column as 32-bit
+// integers; 4 bits, a unit of 8 columns, each 32-bit lane one row's 8 nibbles.
 template <int kBits, bool kZero>
-inline void LoadCodes(const uint8_t* codes, int64_t k, const __m256 (&zf)[kNv],
-                      __m256 (&b)[kStep<kBits>][kNv]) {
+inline void LoadUnit(const uint8_t* codes, int64_t k, __m256i (&raw)[kNv]) {
   static_assert(kNv == 2);
-  if constexpr (kBits == 8) {
-    const uint8_t* p = codes + k * kNr;
-    TANDEM_UNROLL
-    for (int v = 0; v < kNv; ++v) {
-      const __m256i c = Load8Bytes(p + 8 * v, !kZero);
-      b[0][v] = kZero ? CodesMinusZeros(c, zf[v]) : _mm256_cvtepi32_ps(c);
+  TANDEM_UNROLL
+  for (int v = 0; v < kNv; ++v) {
+    if constexpr (kBits == 8) {
+      raw[v] = Load8Bytes(codes + k * kNr + 8 * v, !kZero);
+    } else {
+      raw[v] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + k * 8 + 32 * v));
     }
-  } else {
-    const uint8_t* p = codes + k / 2 * kNr;
-    TANDEM_UNROLL
-    for (int v = 0; v < kNv; ++v) {
-      const __m256i c = Load8Bytes(p + 8 * v, false);
-      b[0][v] = CodesMinusZeros(_mm256_and_si256(c, _mm256_set1_epi32(0xF)), zf[v]);
-      b[1][v] = CodesMinusZeros(_mm256_srli_epi32(c, 4), zf[v]);
+  }
+}
+
+// Column k + c of a unit as code - zero, exact in f32. Symmetric 8-bit codes are stored as the
+// signed code - 128 and convert directly.
+template <int kBits, bool kZero>
+inline void UnitColumn(const __m256i (&raw)[kNv], int c, const __m256 (&zf)[kNv],
+                       __m256 (&b)[kNv]) {
+  TANDEM_UNROLL
+  for (int v = 0; v < kNv; ++v) {
+    if constexpr (kBits == 8) {
+      b[v] = kZero ? CodesMinusZeros(raw[v], zf[v]) : _mm256_cvtepi32_ps(raw[v]);
+    } else {
+      const __m256i nibble =
+          _mm256_and_si256(_mm256_srli_epi32(raw[v], 4 * c), _mm256_set1_epi32(0xF));
+      b[v] = CodesMinusZeros(nibble, zf[v]);
     }
   }
 }
@@ -484,11 +492,13 @@ void ConvertQuantPanel(const void* codes, int64_t kc, const QuantBlockArgs& q, f
     LoadZeros<kBits, kZero>(q.zeros + seg * q.group_step * kNr, zf);
     const int64_t s1 = std::min(kc, s0 + q.segment);
     for (int64_t k = s0; k < s1; k += kS) {
-      __m256 b[kS][kNv];
-      LoadCodes<kBits, kZero>(static_cast<const uint8_t*>(codes), k, zf, b);
+      __m256i raw[kNv];
+      LoadUnit<kBits, kZero>(static_cast<const uint8_t*>(codes), k, raw);
       for (int c = 0; c < kS && k + c < s1; ++c) {
+        __m256 b[kNv];
+        UnitColumn<kBits, kZero>(raw, c, zf, b);
         TANDEM_UNROLL
-        for (int v = 0; v < kNv; ++v) _mm256_storeu_ps(out + (k + c) * kNr + 8 * v, b[c][v]);
+        for (int v = 0; v < kNv; ++v) _mm256_storeu_ps(out + (k + c) * kNr + 8 * v, b[v]);
       }
     }
   }
@@ -543,20 +553,24 @@ void QuantMicroKernel(const float* xp, const void* panel, int64_t panel_stride, 
       }
       TANDEM_UNROLL
       for (int j = 0; j < NP; ++j) {
-        __m256 b[kS][kNv];
-        if constexpr (kBits == 0) {
-          LoadPanelColumn<DType::kF32>(panels[j], k, b[0]);
-        } else {
-          LoadCodes<kBits, kZero>(reinterpret_cast<const uint8_t*>(panels[j]), k, zf[j], b);
+        __m256i raw[kNv];
+        if constexpr (kBits != 0) {
+          LoadUnit<kBits, kZero>(reinterpret_cast<const uint8_t*>(panels[j]), k, raw);
         }
         TANDEM_UNROLL
         for (int c = 0; c < kS; ++c) {
           if (kS > 1 && k + c >= s1) break;
+          __m256 b[kNv];
+          if constexpr (kBits == 0) {
+            LoadPanelColumn<DType::kF32>(panels[j], k, b);
+          } else {
+            UnitColumn<kBits, kZero>(raw, c, zf[j], b);
+          }
           TANDEM_UNROLL
           for (int i = 0; i < MR; ++i) {
             const __m256 a = _mm256_broadcast_ss(xp + (k + c) * kMr + i);
             TANDEM_UNROLL
-            for (int v = 0; v < kNv; ++v) acc[i][j][v] = _mm256_fmadd_ps(a, b[c][v], acc[i][j][v]);
+            for (int v = 0; v < kNv; ++v) acc[i][j][v] = _mm256_fmadd_ps(a, b[v], acc[i][j][v]);
           }
         }
       }
@@ -611,7 +625,7 @@ constexpr auto kQuantKernels =
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 
-// What LoadCodes512 subtracts from a panel column's codes: 2^23 + zero for 8 bits, the zero
+// What UnitColumn512 subtracts from a panel column's codes: 2^23 + zero for 8 bits, the zero
 // itself for 4 bits (whose codes become floats by table lookup); symmetric 4-bit codes need
 // nothing subtracted, their table holding code - 8.
 template <int kBits, bool kZero>
@@ -640,26 +654,26 @@ TANDEM_AVX512 inline __m512 CodesMinusZeros512(__m512i codes, __m512 zf) {
                        zf);
 }
 
-// LoadCodes with a panel column in one vector.
+// LoadUnit and UnitColumn with a panel column in one vector.
 template <int kBits, bool kZero>
-TANDEM_AVX512 inline void LoadCodes512(const uint8_t* codes, int64_t k, __m512 zf,
-                                       __m512 (&b)[kStep<kBits>]) {
+TANDEM_AVX512 inline __m512i LoadUnit512(const uint8_t* codes, int64_t k) {
   if constexpr (kBits == 8) {
     const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + k * kNr));
-    b[0] = kZero ? CodesMinusZeros512(_mm512_cvtepu8_epi32(v), zf)
-                 : _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(v));
+    return kZero ? _mm512_cvtepu8_epi32(v) : _mm512_cvtepi8_epi32(v);
   } else {
-    // vpermps reads the low 4 bits of each lane: the even column's nibble as loaded, the odd
-    // column's once shifted down.
-    const __m512i c = _mm512_cvtepu8_epi32(
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + k / 2 * kNr)));
-    const __m512 table = NibbleTable512<kZero>();
-    b[0] = _mm512_permutexvar_ps(c, table);
-    b[1] = _mm512_permutexvar_ps(_mm512_srli_epi32(c, 4), table);
-    if constexpr (kZero) {
-      b[0] = _mm512_sub_ps(b[0], zf);
-      b[1] = _mm512_sub_ps(b[1], zf);
-    }
+    return _mm512_loadu_si512(codes + k * 8);
+  }
+}
+
+template <int kBits, bool kZero>
+TANDEM_AVX512 inline __m512 UnitColumn512(__m512i raw, int c, __m512 zf) {
+  if constexpr (kBits == 8) {
+    return kZero ? CodesMinusZeros512(raw, zf) : _mm512_cvtepi32_ps(raw);
+  } else {
+    // vpermps reads the low 4 bits of each lane: column c's nibble once shifted down.
+    const __m512 b = _mm512_permutexvar_ps(c == 0 ? raw : _mm512_srli_epi32(raw, 4 * c),
+                                           NibbleTable512<kZero>());
+    return kZero ? _mm512_sub_ps(b, zf) : b;
   }
 }
 
@@ -689,15 +703,15 @@ TANDEM_AVX512 __attribute__((always_inline)) inline void SegmentColumns512(
       }
       TANDEM_UNROLL
       for (int j = 0; j < NP; ++j) {
-        __m512 b[kS];
-        LoadCodes512<kBits, kZero>(reinterpret_cast<const uint8_t*>(panels[j]), k, zf[n][j], b);
+        const __m512i raw =
+            LoadUnit512<kBits, kZero>(reinterpret_cast<const uint8_t*>(panels[j]), k);
         TANDEM_UNROLL
         for (int c = 0; c < kS; ++c) {
           if (kS > 1 && t + c >= length[n]) break;
+          const __m512 b = UnitColumn512<kBits, kZero>(raw, c, zf[n][j]);
           TANDEM_UNROLL
           for (int i = 0; i < MR; ++i) {
-            acc[n][i][j] =
-                _mm512_fmadd_ps(_mm512_set1_ps(xp[(k + c) * kMr + i]), b[c], acc[n][i][j]);
+            acc[n][i][j] = _mm512_fmadd_ps(_mm512_set1_ps(xp[(k + c) * kMr + i]), b, acc[n][i][j]);
           }
         }
       }

@@ -13,6 +13,13 @@ namespace {
 constexpr int64_t kRows = kPanelRows;
 // The K block of the tiled GEMM: a group either divides it or spans whole rows.
 constexpr int64_t kGroupBlock = 256;
+// 4-bit codes: a unit of 8 columns is 16 rows of 32 bits, each row's 8 nibbles.
+constexpr int64_t kUnit = 8;
+constexpr int64_t kUnitBytes = kUnit * kRows / 2;
+
+// Byte and shift of 4-bit column k of panel row r.
+int64_t NibbleByte(int64_t k, int64_t r) { return k / kUnit * kUnitBytes + r * 4 + k % kUnit / 2; }
+int NibbleShift(int64_t k) { return static_cast<int>(k % 2 * 4); }
 
 int64_t GroupSize(const QuantFormat& f, int64_t cols) {
   return f.group_size > 0 ? f.group_size : cols;
@@ -24,8 +31,8 @@ QuantPanelLayout QuantPanelLayout::Of(const QuantFormat& f, int64_t cols) {
   QuantPanelLayout l;
   const int64_t g = GroupSize(f, cols);
   l.groups = g > 0 ? cols / g : 0;
-  // 4-bit codes come in pairs of columns: an odd last column has a pair of its own.
-  l.scale_offset = f.bits == 8 ? cols * kRows : (cols + 1) / 2 * kRows;
+  // 4-bit codes come in units of 8 columns, the last one padded.
+  l.scale_offset = f.bits == 8 ? cols * kRows : (cols + kUnit - 1) / kUnit * kUnitBytes;
   l.zero_offset = l.scale_offset + l.groups * kRows * static_cast<int64_t>(sizeof(float));
   const int64_t end = l.zero_offset + (f.has_zero ? l.groups * kRows : 0);
   l.panel_bytes = (end + 63) / 64 * 64;
@@ -42,11 +49,10 @@ absl::Status CheckQuantFormat(const QuantFormat& f, int64_t cols) {
     return absl::InvalidArgumentError(absl::StrCat("group size ", f.group_size,
                                                    " does not divide the input dimension ", cols));
   }
-  if (g != cols && kGroupBlock % g != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("group size ", f.group_size,
-                     " is not supported: Tandem runs groups that divide 256 (16, 32, 64, 128, "
-                     "256) or one group per row (-1)"));
+  if (g != cols && (kGroupBlock % g != 0 || (f.bits == 4 && g % kUnit != 0))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "group size ", f.group_size, " is not supported: Tandem runs groups that divide 256 (",
+        f.bits == 4 ? "8, " : "", "16, 32, 64, 128, 256) or one group per row (-1)"));
   }
   return absl::OkStatus();
 }
@@ -71,7 +77,7 @@ WeightMatrix PackQuantPanels(const QuantFormat& f, DType dtype, int64_t rows, in
           for (int64_t k = 0; k < cols; ++k) panel[k * kRows + r] = codes[k] ^ sign;
         } else {
           for (int64_t k = 0; k < cols; ++k) {
-            panel[k / 2 * kRows + r] |= static_cast<uint8_t>((codes[k] & 0xF) << (k % 2 * 4));
+            panel[NibbleByte(k, r)] |= static_cast<uint8_t>((codes[k] & 0xF) << NibbleShift(k));
           }
         }
         for (int64_t g = 0; g < l.groups; ++g) {
@@ -142,8 +148,8 @@ void ReadQuantRow(const WeightMatrix& w, int64_t row, uint8_t* codes, float* sca
   const int64_t r = row % kRows;
   const uint8_t sign = f.bits == 8 && !f.has_zero ? 0x80 : 0;
   for (int64_t k = 0; k < w.cols; ++k) {
-    codes[k] =
-        f.bits == 8 ? panel[k * kRows + r] ^ sign : (panel[k / 2 * kRows + r] >> (k % 2 * 4)) & 0xF;
+    codes[k] = f.bits == 8 ? panel[k * kRows + r] ^ sign
+                           : (panel[NibbleByte(k, r)] >> NibbleShift(k)) & 0xF;
   }
   const auto* panel_scales = reinterpret_cast<const float*>(panel + l.scale_offset);
   for (int64_t g = 0; g < l.groups; ++g) {

@@ -6,9 +6,10 @@
 // scale[n, g], g = k / group_size. As with kPanels, rows are taken 16 at a time (the last panel
 // padded with zero-scale rows) and each panel is one contiguous stream:
 //   codes   cols columns of 16 rows. 8 bits: byte k * 16 + r (code ^ 0x80 when the format is
-//           symmetric, so the byte is the signed code - 128). 4 bits: byte k / 2 * 16 + r, even
-//           columns in the low nibble, odd ones in the high nibble (one load of 16 bytes gives
-//           two columns; an odd last column is padded to a pair).
+//           symmetric, so the byte is the signed code - 128). 4 bits: units of 8 columns, 64
+//           bytes each, row r's 8 codes in the 32-bit word at byte k / 8 * 64 + 4 r, column
+//           k % 8 at bits 4 (k % 8) (one 64-byte load gives 8 columns of all 16 rows, a lane
+//           per row; the last unit padded). 4-bit groups are multiples of 8 columns.
 //   scales  f32 [groups][16]
 //   zeros   u8 [groups][16], has_zero only (a symmetric format's zero is 2^(bits - 1))
 // padded to 64 bytes. The GEMM converts codes to the exact integers code - zero, sums their
