@@ -284,11 +284,33 @@ absl::Status Run(const CliArgs& args) {
 }  // namespace
 }  // namespace tandem::bench
 
+namespace {
+
+constexpr char kUsage[] = R"(usage: engine-bench --model DIR [options]
+  end-to-end prefill and decode tokens/s of the engine on a model directory, with the
+  memory-bandwidth bound beside each decode figure; prints a Markdown table
+  --prompt-lens 128,512,2048      prefill rows: one prompt of each length
+  --batches 1,8,32                decode rows: that many sequences decoding together
+  --decode-steps 32 --repeats 3   steps per decode measurement; medians over the repeats
+  --threads N                     (default: TANDEM_NUM_THREADS or all cores)
+  --weight-memory mmap|hugepages  (default mmap)
+  --weight-quantization none|int8|int4 [--weight-quantization-group-size G]
+  --prune-ratios 0.25,0.5         POP rows: the last R of the layers pruned, against unpruned
+  --device cpu|cuda|cuda:N        (a device other than the CPU implies --skip-bandwidth)
+  --skip-bandwidth                no bandwidth probe or bound column
+)";
+
+}  // namespace
+
 int main(int argc, char** argv) {
-  auto args = tandem::CliArgs::Parse(argc, argv, {"skip-bandwidth"});
+  auto args = tandem::CliArgs::Parse(argc, argv, {"skip-bandwidth", "help"});
+  if (args.ok() && args->Has("help")) {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
   absl::Status s = args.ok() ? tandem::bench::Run(*args) : args.status();
   if (!s.ok()) {
-    std::fprintf(stderr, "engine-bench: %s\n", s.ToString().c_str());
+    std::fprintf(stderr, "engine-bench: %s\n%s", s.ToString().c_str(), kUsage);
     return 1;
   }
   return 0;
