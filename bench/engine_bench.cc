@@ -5,6 +5,7 @@
 //                [--decode-steps 32] [--repeats 3] [--threads N] [--weight-memory mmap|hugepages]
 //                [--prune-ratios 0.25,0.333,0.5] [--device cpu|cuda|cuda:N]
 //                [--weight-quantization none|int8|int4 [--weight-quantization-group-size G]]
+//                [--activation-quantization none|int8]
 //
 // On a device other than the CPU the bound uses host memory bandwidth only when asked for
 // (--skip-bandwidth is implied): the device's is not measured here.
@@ -199,10 +200,10 @@ absl::Status RunPruning(model::Model& m, std::span<const int32_t> lens,
 }
 
 absl::Status Run(const CliArgs& args) {
-  TANDEM_RETURN_IF_ERROR(
-      args.CheckKnown({"model", "prompt-lens", "batches", "decode-steps", "repeats", "threads",
-                       "skip-bandwidth", "weight-memory", "weight-quantization",
-                       "weight-quantization-group-size", "prune-ratios", "device"}));
+  TANDEM_RETURN_IF_ERROR(args.CheckKnown({"model", "prompt-lens", "batches", "decode-steps",
+                                          "repeats", "threads", "skip-bandwidth", "weight-memory",
+                                          "weight-quantization", "weight-quantization-group-size",
+                                          "activation-quantization", "prune-ratios", "device"}));
   TANDEM_ASSIGN_OR_RETURN(std::string dir, args.String("model"));
   std::vector<int32_t> lens = {128, 512, 2048}, batches = {1, 8, 32};
   if (args.Has("prompt-lens")) {
@@ -295,6 +296,7 @@ constexpr char kUsage[] = R"(usage: engine-bench --model DIR [options]
   --threads N                     (default: TANDEM_NUM_THREADS or all cores)
   --weight-memory mmap|hugepages  (default mmap)
   --weight-quantization none|int8|int4 [--weight-quantization-group-size G]
+  --activation-quantization none|int8   (int8: as model.activation_quantization)
   --prune-ratios 0.25,0.5         POP rows: the last R of the layers pruned, against unpruned
   --device cpu|cuda|cuda:N        (a device other than the CPU implies --skip-bandwidth)
   --skip-bandwidth                no bandwidth probe or bound column

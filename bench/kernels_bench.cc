@@ -71,7 +71,8 @@ BENCHMARK(BM_MemoryRead)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // Args: m, n, k, path (0: Gemm dispatch, 1: streaming, 2: tiled, 3: Gemm on weights packed into
 // panels, as `model.weight_memory: hugepages` loads them; 4: quantized to int8 per row, 5: to
-// int4 in groups of 128, 6: int4 groups of 32, as `model.weight_quantization` loads them). bf16
+// int4 in groups of 128, 6: int4 groups of 32, as `model.weight_quantization` loads them; 7-9:
+// 4-6 with x rounded to int8 in blocks of 32, as `model.activation_quantization: int8`). bf16
 // weights. Iterations
 // rotate over copies of W that together exceed the last-level cache, so every call reads its
 // weights from memory as a model's forward pass does (a single small W would stay in L3).
@@ -79,7 +80,14 @@ void RunGemm(benchmark::State& state) {
   const int64_t m = state.range(0), n = state.range(1), k = state.range(2);
   const int64_t path = state.range(3);
   constexpr int64_t kColdBytes = int64_t{96} << 20;
-  const int64_t copies = std::max<int64_t>(1, (kColdBytes + n * k * 2 - 1) / (n * k * 2));
+  const int64_t weights = path >= 7 ? path - 3 : path;
+  QuantFormat quant = weights == 4   ? QuantFormat{8, -1, false}
+                      : weights == 5 ? QuantFormat{4, 128, false}
+                                     : QuantFormat{4, 32, false};
+  if (path >= 7) quant.int8_activations = true, quant.activation_block = 32;
+  // Counted in the bytes a call reads: quantized copies are smaller.
+  const int64_t copy_bytes = path >= 4 ? QuantPanelBytes(quant, n, k) : n * k * 2;
+  const int64_t copies = std::max<int64_t>(1, (kColdBytes + copy_bytes - 1) / copy_bytes);
   std::vector<uint16_t> w = Bf16Weights(copies * n * k);
   std::vector<float> x = RandomFloats(m * k, 1);
   std::vector<float> y(m * n);
@@ -87,9 +95,6 @@ void RunGemm(benchmark::State& state) {
   std::vector<WeightMatrix> matrices;
   const int64_t panel_elems = PanelBytes(DType::kBF16, n, k) / 2;
   std::vector<uint16_t> panels(path == 3 ? copies * panel_elems + 16 : 0);
-  const QuantFormat quant = path == 4   ? QuantFormat{8, -1, false}
-                            : path == 5 ? QuantFormat{4, 128, false}
-                                        : QuantFormat{4, 32, false};
   const int64_t quant_bytes = QuantPanelBytes(quant, n, k);
   std::vector<uint8_t> quantized(path >= 4 ? copies * quant_bytes + 64 : 0);
   for (int64_t c = 0; c < copies; ++c) {
@@ -132,8 +137,8 @@ BENCHMARK(BM_GemmDecode)
     ->ArgsProduct({{1, 8, 32}, {2048, 8192}, {2048}, {3}})
     ->ArgsProduct({{1, 8, 32}, {2048}, {8192}, {3}})
     ->ArgsProduct({{1, 8, 32}, {128256}, {2048}, {3}})
-    ->ArgsProduct({{1, 8, 32}, {8192}, {2048}, {4, 5, 6}})
-    ->ArgsProduct({{1, 8}, {2048}, {8192}, {4, 5, 6}})
+    ->ArgsProduct({{1, 8, 32}, {8192}, {2048}, {4, 5, 6, 7, 8, 9}})
+    ->ArgsProduct({{1, 8}, {2048}, {8192}, {4, 5, 6, 7, 8, 9}})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 
@@ -146,6 +151,10 @@ BENCHMARK(BM_GemmPrefill)
     ->Args({512, 8192, 2048, 3})
     ->Args({512, 8192, 2048, 4})
     ->Args({512, 8192, 2048, 5})
+    ->Args({512, 8192, 2048, 6})
+    ->Args({512, 8192, 2048, 7})
+    ->Args({512, 8192, 2048, 8})
+    ->Args({512, 8192, 2048, 9})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

@@ -22,6 +22,7 @@ struct ModelConfig {
   std::string weight_memory = "hugepages";   // hugepages | mmap
   std::string weight_quantization = "none";  // none | int8 | int4
   int weight_quantization_group_size = 0;    // 0: the format's default; -1: one per row
+  std::string activation_quantization = "none";  // none | int8
   int threads = 0;                           // compute threads per engine; 0: all cores
   std::string device = "cpu";                // cpu | cuda | cuda:N
 };

@@ -185,6 +185,14 @@ std::vector<Field> MakeSchema() {
           TANDEM_CONFIG_REF(model.weight_quantization_group_size), -1, 256,
           "input columns per scale of model.weight_quantization: -1 for one scale per output "
           "row, or 16, 32, 64, 128, 256; 0: the format's default (int8: -1, int4: 128)"),
+      Str("model.activation_quantization", TANDEM_CONFIG_REF(model.activation_quantization),
+          {"none", "int8"},
+          "int8 rounds the input of every quantized matrix (model.weight_quantization or a "
+          "quantized checkpoint) to int8 in blocks of 32 columns, one scale per block, as "
+          "llama.cpp does; where the CPU has AVX512-VNNI the products then run on integers "
+          "(decode at the memory bound, prefill about 4x faster) at a small cost in accuracy "
+          "(docs/benchmarks.md). A W8A8 checkpoint always rounds per token. Every role needs "
+          "the same setting"),
       Int("model.threads", TANDEM_CONFIG_REF(model.threads), 0, 1024,
           "compute threads of a role; `tandem serve` shares them between its engines; 0: every "
           "core"),

@@ -26,9 +26,12 @@ struct QuantFormat {
   int group_size = 0;  // input columns per scale; equals cols for one scale per row (per-channel)
   // Zeros stored per row and group (asymmetric); otherwise every zero is 2^(bits-1).
   bool has_zero = false;
-  // Each row of x is rounded to int8 before the product, as a W8A8 checkpoint defines it:
-  // x' = round(x / s) * s with s = max|x| / 127 per row (per token, dynamic).
+  // x is rounded to int8 before the product, dynamically: x' = round(x / s) * s with
+  // s = max|x| / 127 over each `activation_block` columns of a row (0: the whole row, per token,
+  // as a W8A8 checkpoint defines it). Where the CPU has AVX512-VNNI the product then runs on
+  // integers (see gemm_vnni.cc).
   bool int8_activations = false;
+  int activation_block = 0;
 
   bool operator==(const QuantFormat&) const = default;
 };

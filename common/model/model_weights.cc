@@ -387,7 +387,9 @@ class WeightBinder {
         .bits = stored.bits,
         .group_size = stored.group == cols ? -1 : static_cast<int>(stored.group),
         .has_zero = has_zero,
-        .int8_activations = q.int8_activations};
+        // W8A8 rounds per token; model.activation_quantization in blocks.
+        .int8_activations = q.int8_activations || quantize_.int8_activations,
+        .activation_block = q.int8_activations ? 0 : quantize_.activation_block};
     if (absl::Status s = kernels::CheckQuantFormat(f, cols); !s.ok()) {
       return Refuse(q, prefix, std::string(s.message()));
     }
@@ -596,9 +598,17 @@ absl::StatusOr<WeightMemory> ParseWeightMemory(std::string_view name) {
       absl::StrCat("weight memory must be mmap or hugepages, got \"", std::string(name), "\""));
 }
 
-absl::StatusOr<kernels::QuantFormat> ParseWeightQuantization(std::string_view name,
-                                                             int group_size) {
+absl::StatusOr<kernels::QuantFormat> ParseWeightQuantization(std::string_view name, int group_size,
+                                                             std::string_view activations) {
   kernels::QuantFormat f;
+  if (activations == "int8") {
+    f.int8_activations = true;
+    f.activation_block = kActivationBlock;
+  } else if (activations != "none") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model.activation_quantization must be none or int8, got \"",
+                     std::string(activations), "\""));
+  }
   if (name == "none") return f;
   if (name == "int8") {
     f.bits = 8;
@@ -621,7 +631,8 @@ absl::StatusOr<kernels::QuantFormat> ParseWeightQuantization(std::string_view na
 absl::StatusOr<kernels::QuantFormat> WeightQuantizationFromFlags(const CliArgs& args) {
   TANDEM_ASSIGN_OR_RETURN(int64_t group, args.IntOr("weight-quantization-group-size", 0));
   return ParseWeightQuantization(args.StringOr("weight-quantization", "none"),
-                                 static_cast<int>(std::clamp<int64_t>(group, -2, 1 << 20)));
+                                 static_cast<int>(std::clamp<int64_t>(group, -2, 1 << 20)),
+                                 args.StringOr("activation-quantization", "none"));
 }
 
 std::string WeightFormatName(DType dtype, const kernels::QuantFormat& quant) {
@@ -633,7 +644,15 @@ std::string QuantizationName(const kernels::QuantFormat& quant) {
   std::string name = absl::StrCat("int", quant.bits);
   if (quant.group_size > 0) absl::StrAppend(&name, "-g", quant.group_size);
   if (quant.has_zero) absl::StrAppend(&name, "-zp");
+  if (quant.int8_activations) absl::StrAppend(&name, "-a8");
   return name;
+}
+
+std::string LoadedQuantizationName(const QuantizationConfig& checkpoint,
+                                   const kernels::QuantFormat& quantize) {
+  if (!checkpoint.quantized()) return QuantizationName(quantize);
+  const bool a8 = quantize.int8_activations && !checkpoint.int8_activations;
+  return absl::StrCat(checkpoint.Name(), a8 ? "-a8" : "");
 }
 
 absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(const std::string& dir,
@@ -646,6 +665,10 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(const std::stri
                                                      " is already quantized (", q.Name(),
                                                      "); leave model.weight_quantization at none"));
     }
+  } else if (options.quantize.bits == 0 && options.quantize.int8_activations) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model.activation_quantization: int8 rounds the input of quantized matrices, and ", dir,
+        " is not quantized; set model.weight_quantization too, or leave it at none"));
   }
   auto w = std::make_unique<ModelWeights>();
   const bool packs = options.memory == WeightMemory::kHugePages;
@@ -653,7 +676,7 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(const std::stri
     w->arena_ = std::make_unique<HugePageArena>();
   }
   w->quant = options.quantize;
-  w->quantization = q.quantized() ? q.Name() : QuantizationName(options.quantize);
+  w->quantization = LoadedQuantizationName(q, options.quantize);
   TANDEM_ASSIGN_OR_RETURN(std::vector<std::string> paths, ListWeightFiles(dir));
   for (const auto& path : paths) {
     TANDEM_ASSIGN_OR_RETURN(auto file, SafetensorsFile::Open(path));

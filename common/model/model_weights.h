@@ -50,19 +50,31 @@ struct WeightLoadOptions {
 
 absl::StatusOr<WeightMemory> ParseWeightMemory(std::string_view name);
 
+// Columns per activation scale of model.activation_quantization: int8 (llama.cpp's Q8_0 block).
+inline constexpr int kActivationBlock = 32;
+
 // model.weight_quantization and its group size as a format: "none" (bits 0), "int8" (one scale
 // per output row unless group_size says otherwise) or "int4" (groups of 128 unless
 // group_size). group_size: 0 for the default, -1 for one group per row, else the columns per
-// group.
-absl::StatusOr<kernels::QuantFormat> ParseWeightQuantization(std::string_view name, int group_size);
+// group. `activations` "int8" (model.activation_quantization) sets int8_activations in blocks
+// of kActivationBlock, also with bits 0, where it applies to a quantized checkpoint.
+absl::StatusOr<kernels::QuantFormat> ParseWeightQuantization(std::string_view name, int group_size,
+                                                             std::string_view activations = "none");
 
-// --weight-quantization none|int8|int4 and --weight-quantization-group-size G, the tools' flags
-// for the same settings.
+// --weight-quantization none|int8|int4, --weight-quantization-group-size G and
+// --activation-quantization none|int8, the tools' flags for the same settings.
 absl::StatusOr<kernels::QuantFormat> WeightQuantizationFromFlags(const CliArgs& args);
 
 // The name of a quantized format, as workers compare it at registration: "int8" (one scale per
-// row), "int4-g128"; an asymmetric format adds "-zp". Empty when bits is 0.
+// row), "int4-g128"; an asymmetric format adds "-zp", int8 activations "-a8". Empty when bits
+// is 0.
 std::string QuantizationName(const kernels::QuantFormat& quant);
+
+// The name of the weights a model loads with `quantize` (WeightLoadOptions): the checkpoint's
+// format (QuantizationConfig::Name, "-a8" added for int8 activations it does not define
+// itself), else QuantizationName(quantize).
+std::string LoadedQuantizationName(const QuantizationConfig& checkpoint,
+                                   const kernels::QuantFormat& quantize);
 
 // The weights' numeric format for people: QuantizationName, or the float dtype ("bf16").
 std::string WeightFormatName(DType dtype, const kernels::QuantFormat& quant);

@@ -294,10 +294,19 @@ def int8_tokens(x):
     return torch.round(x / safe) * s
 
 
-class Reference:
-    """Forward pass of a decoder-only HF model from a config dict and float32 weights."""
+def int8_blocks(x, block):
+    """x [..., in] rounded as model.activation_quantization: int8 does: int8_tokens over each
+    `block` consecutive columns (the last block may be shorter)."""
+    return torch.cat([int8_tokens(part) for part in torch.split(x, block, dim=-1)], dim=-1)
 
-    def __init__(self, config, weights, native=None, kv_dtype=None, weight_quantization=None):
+
+class Reference:
+    """Forward pass of a decoder-only HF model from a config dict and float32 weights.
+    activation_block: round the decoder matrices' inputs to int8 in blocks of that many columns
+    (model.activation_quantization: int8); a W8A8 checkpoint rounds per token regardless."""
+
+    def __init__(self, config, weights, native=None, kv_dtype=None, weight_quantization=None,
+                 activation_block=None):
         self.config = config
         archs = config.get("architectures") or []
         self.model_type = config["model_type"]
@@ -332,15 +341,17 @@ class Reference:
             self.w["lm_head.weight"] = self.w["model.embed_tokens.weight"]
         self.inv_freq = rope_inv_freq(config, self.head_dim)
         self.int8_inputs = int8_activations(config)
+        self.activation_block = activation_block
 
     @classmethod
-    def from_dir(cls, model_dir, native=None, kv_dtype=None, weight_quantization=None):
+    def from_dir(cls, model_dir, native=None, kv_dtype=None, weight_quantization=None,
+                 activation_block=None):
         with open(os.path.join(model_dir, "config.json")) as f:
             config = json.load(f)
         weights, _ = load_weights(model_dir)
         weights = dequantize_checkpoint(config, weights)
         return cls(config, weights, native=native, kv_dtype=kv_dtype,
-                   weight_quantization=weight_quantization)
+                   weight_quantization=weight_quantization, activation_block=activation_block)
 
     # Rounds to the native dtype (no-op in reference mode).
     def _r(self, x):
@@ -359,6 +370,8 @@ class Reference:
     def _linear(self, x, name, bias=False):
         if self.int8_inputs and name.startswith("model.layers."):
             x = int8_tokens(x)
+        elif self.activation_block and name.startswith("model.layers."):
+            x = int8_blocks(x, self.activation_block)
         y = x @ self.w[name + ".weight"].T
         if bias:
             y = self._r(y) + self.w[name + ".bias"]

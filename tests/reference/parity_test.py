@@ -130,6 +130,14 @@ CASES = {
                           quantize=("compressed-tensors", 8, -1, "true", "float")),
     "llama_ct_int8_g32_asym": dict(arch="llama", heads=4, kv_heads=2, tie=True,
                                    quantize=("compressed-tensors", 8, 32, "false", "float")),
+    # model.activation_quantization: int8 (inputs rounded in blocks of 32) on weights quantized
+    # at load (4-bit, groups of 32) and on a GPTQ checkpoint (8-bit with zeros, one group per
+    # row): the integer kernels where the CPU has AVX512-VNNI.
+    "llama3_int4w_a8": dict(arch="llama", heads=4, kv_heads=2, tie=True, rope_theta=500000,
+                            rope_scaling="llama3", rope_original_max_pos=64,
+                            weight_quantization=(4, 32), activations="int8"),
+    "qwen2_gptq8_asym_a8": dict(arch="qwen2", heads=4, kv_heads=2, tie=True, ffn=96,
+                                gptq=(8, -1, False), activations="int8"),
     "qwen3_ct_w8a8": dict(arch="qwen3", heads=4, kv_heads=2, head_dim=32, tie=True,
                           quantize=("compressed-tensors", 8, -1, "true", "int8")),
     "mistral_ct_w4_g16": dict(arch="mistral", heads=4, kv_heads=2, tie=False,
@@ -355,8 +363,12 @@ def run_case(case, args):
             write_gptq(model, *spec["gptq"])
     kv_dtype = spec.get("kv_dtype")
     quant = spec.get("weight_quantization")
-    ref = hf_reference.Reference.from_dir(model, kv_dtype=kv_dtype, weight_quantization=quant)
+    a8 = spec.get("activations") == "int8"
+    ref = hf_reference.Reference.from_dir(model, kv_dtype=kv_dtype, weight_quantization=quant,
+                                          activation_block=32 if a8 else None)
     kv_flags = ["--kv-dtype", kv_dtype] if kv_dtype else []
+    if a8:
+        kv_flags += ["--activation-quantization", "int8"]
     if quant:
         kv_flags += ["--weight-quantization", "int%d" % quant[0],
                      "--weight-quantization-group-size", str(quant[1])]

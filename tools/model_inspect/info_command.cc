@@ -24,8 +24,9 @@ std::string HumanBytes(double bytes) {
 }  // namespace
 
 absl::Status RunInfo(const CliArgs& args) {
-  TANDEM_RETURN_IF_ERROR(args.CheckKnown(
-      {"model", "threads", "weight-quantization", "weight-quantization-group-size"}));
+  TANDEM_RETURN_IF_ERROR(
+      args.CheckKnown({"model", "threads", "weight-quantization", "weight-quantization-group-size",
+                       "activation-quantization"}));
   TANDEM_ASSIGN_OR_RETURN(std::string dir, args.String("model"));
   TANDEM_ASSIGN_OR_RETURN(model::ModelConfig c, model::ModelConfig::FromDirectory(dir));
   model::WeightLoadOptions load;

@@ -103,7 +103,8 @@ Common: --threads N (default: TANDEM_NUM_THREADS or all cores);
         hugepages copies the matrices into 2 MiB pages packed for the GEMM kernels:
         faster decode and prefill, batch-invariant results, more memory);
         --weight-quantization none|int8|int4 [--weight-quantization-group-size G]
-        (quantize the decoder layers at load, as model.weight_quantization).
+        (quantize the decoder layers at load, as model.weight_quantization);
+        --activation-quantization none|int8 (as model.activation_quantization).
 )";
 
 }  // namespace

@@ -135,10 +135,10 @@ absl::StatusOr<bool> PruningFromFlags(const CliArgs& args, int num_layers,
 }
 
 absl::Status RunForward(const CliArgs& args) {
-  TANDEM_RETURN_IF_ERROR(
-      args.CheckKnown({"model", "tokens", "logits-out", "kv-dtype", "threads", "weight-memory",
-                       "weight-quantization", "weight-quantization-group-size", "prune-start-layer",
-                       "prune-ratio", "prune-keep-every", "protect-tokens"}));
+  TANDEM_RETURN_IF_ERROR(args.CheckKnown(
+      {"model", "tokens", "logits-out", "kv-dtype", "threads", "weight-memory",
+       "weight-quantization", "weight-quantization-group-size", "activation-quantization",
+       "prune-start-layer", "prune-ratio", "prune-keep-every", "protect-tokens"}));
   TANDEM_ASSIGN_OR_RETURN(std::string dir, args.String("model"));
   TANDEM_ASSIGN_OR_RETURN(std::vector<int32_t> tokens, args.IntList("tokens"));
   TANDEM_ASSIGN_OR_RETURN(std::string out_path, args.String("logits-out"));
@@ -210,6 +210,7 @@ absl::Status RunGenerate(const CliArgs& args) {
                                           "weight-memory",
                                           "weight-quantization",
                                           "weight-quantization-group-size",
+                                          "activation-quantization",
                                           "prune-start-layer",
                                           "prune-ratio",
                                           "prune-keep-every",

@@ -60,12 +60,12 @@ absl::StatusOr<tandem::v1::KvLayout> KvLayoutMessage(const config::TandemConfig&
   TANDEM_ASSIGN_OR_RETURN(DType dtype, KvDType(c, m));
   TANDEM_ASSIGN_OR_RETURN(kernels::QuantFormat quant,
                           model::ParseWeightQuantization(c.model.weight_quantization,
-                                                         c.model.weight_quantization_group_size));
+                                                         c.model.weight_quantization_group_size,
+                                                         c.model.activation_quantization));
   tandem::v1::KvLayout layout =
       rpc::ToProto(m.KvLayoutFor(dtype, c.kv_cache.block_size), c.kv_cache.dtype == "mixed");
   // A quantized checkpoint names its own format (model.weight_quantization is then refused).
-  layout.set_weight_quantization(m.quantization.quantized() ? m.quantization.Name()
-                                                            : model::QuantizationName(quant));
+  layout.set_weight_quantization(model::LoadedQuantizationName(m.quantization, quant));
   return layout;
 }
 
@@ -247,7 +247,8 @@ class WorkerRole final : public ServedRole {
     TANDEM_ASSIGN_OR_RETURN(load.device, kernels::ParseDevice(c.model.device));
     TANDEM_ASSIGN_OR_RETURN(load.quantize,
                             model::ParseWeightQuantization(c.model.weight_quantization,
-                                                           c.model.weight_quantization_group_size));
+                                                           c.model.weight_quantization_group_size,
+                                                           c.model.activation_quantization));
     {
       // Packing the weights computes on the pool too.
       std::optional<engine::ComputeShare::Turn> turn;

@@ -36,4 +36,9 @@ void GemmTiledMulti(const float* x, int64_t m, int64_t x_stride,
 // whether AVX-512 is now used.
 bool UseAvx512QuantKernels(bool use);
 
+// Quantized panels with int8 activations run integer kernels where the CPU has AVX512-VNNI
+// and VBMI, else the float kernels on x rounded to int8 and back (the same products, rounded
+// differently). Asks for the integer kernels or not; returns whether they are now used.
+bool UseVnniQuantKernels(bool use);
+
 }  // namespace tandem::kernels::internal

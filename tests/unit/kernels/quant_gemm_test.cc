@@ -80,7 +80,7 @@ std::vector<float> RandomVector(size_t n, std::mt19937& rng) {
 
 std::string Describe(const QuantFormat& f) {
   return "int" + std::to_string(f.bits) + " group " + std::to_string(f.group_size) +
-         (f.has_zero ? " with zeros" : " symmetric");
+         (f.has_zero ? " with zeros" : " symmetric") + (f.int8_activations ? " a8" : "");
 }
 
 const QuantFormat kFormats[] = {{8, -1, false}, {8, 32, true}, {8, 128, false},
@@ -232,8 +232,10 @@ TEST(QuantGemmTest, InputOrderGathersX) {
   }
 }
 
-// W8A8: each row of x is rounded to int8 (scale max|x| / 127) before the product.
+// W8A8: each row of x is rounded to int8 (scale max|x| / 127) before the product. The float
+// kernels multiply x rounded and back; the integer kernels' own test follows.
 TEST(QuantGemmTest, Int8ActivationsRoundEachRowOfX) {
+  const bool vnni = internal::UseVnniQuantKernels(false);
   ThreadPool pool(2);
   std::mt19937 rng(8);
   const int64_t n = 24, k = 128;
@@ -260,6 +262,86 @@ TEST(QuantGemmTest, Int8ActivationsRoundEachRowOfX) {
     EXPECT_EQ(got, want) << "m " << m;
     EXPECT_NE(got, unrounded) << "m " << m;
   }
+  internal::UseVnniQuantKernels(vnni);
+}
+
+// x rounded to int8 as the format defines it, written out here: s = max|x| / 127 (f32) over
+// each `block` columns (0: the row), x' = round(x / s) * s, in double.
+std::vector<double> RoundedX(const std::vector<float>& x, int64_t m, int64_t k, int64_t block) {
+  std::vector<double> out(m * k);
+  if (block == 0) block = k;
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t b0 = 0; b0 < k; b0 += block) {
+      const int64_t b1 = std::min(k, b0 + block);
+      float absmax = 0;
+      for (int64_t j = b0; j < b1; ++j) absmax = std::max(absmax, std::fabs(x[i * k + j]));
+      const float s = absmax / 127.0f;
+      for (int64_t j = b0; j < b1; ++j) {
+        out[i * k + j] = s > 0 ? static_cast<double>(std::nearbyint(x[i * k + j] / s)) * s : 0.0;
+      }
+    }
+  }
+  return out;
+}
+
+const QuantFormat kInt8ActivationFormats[] = {
+    {8, -1, false, true},     {8, 32, true, true},      {8, 128, false, true, 32},
+    {4, 32, false, true, 32}, {4, 64, true, true, 32},  {4, -1, true, true},
+    {4, 128, false, true},    {4, 256, true, true, 32}, {4, 16, false, true, 32},
+    {4, 8, true, true},       {8, 4, false, true}};
+
+// Int8 activations on the integer kernels (where the CPU has AVX512-VNNI) and on the float
+// kernels: each against the product of the rounded x and the dequantized weights, at every M,
+// and the integer kernels give a row the same bits at every M.
+TEST(QuantGemmTest, Int8ActivationsMatchTheReferenceAtEveryM) {
+  const bool vnni = internal::UseVnniQuantKernels(true);
+  ThreadPool pool(2);
+  uint32_t seed = 21;
+  for (bool integer : {true, false}) {
+    if (integer && !vnni) continue;
+    internal::UseVnniQuantKernels(integer);
+    for (const QuantFormat& f : kInt8ActivationFormats) {
+      for (auto [n, k] : kShapes) {
+        if (!CheckQuantFormat(f, k).ok()) continue;
+        const RandomQuantMatrix w(f, n, k, seed++, pool);
+        std::mt19937 rng(seed++);
+        const int64_t rows = 17;
+        std::vector<float> x = RandomVector(rows * k, rng);
+        for (int64_t j = 0; j < k; j += 5) x[j] *= 40.0f;  // outliers in row 0
+        std::fill_n(x.begin() + 3 * k, k, 0.0f);           // a row of zeros
+        const std::vector<double> xr = RoundedX(x, rows, k, f.activation_block);
+        std::vector<float> all(rows * n);
+        for (int64_t m : {int64_t{1}, int64_t{2}, int64_t{7}, rows}) {
+          SCOPED_TRACE(::testing::Message()
+                       << Describe(f) << " block " << f.activation_block << " integer=" << integer
+                       << " m=" << m << " n=" << n << " k=" << k);
+          std::vector<float> y(m * n);
+          Gemm(x.data(), m, k, w.matrix(), nullptr, y.data(), n, pool);
+          const double tolerance = (k / 8 + 16 + 2 * w.groups()) * std::ldexp(1.0, -24);
+          for (int64_t i = 0; i < m; ++i) {
+            for (int64_t j = 0; j < n; ++j) {
+              double ref = 0, magnitude = 0;
+              for (int64_t t = 0; t < k; ++t) {
+                const double p = xr[i * k + t] * w.Weight(j, t);
+                ref += p;
+                magnitude += std::abs(p);
+              }
+              ASSERT_NEAR(y[i * n + j], ref, tolerance * magnitude + 1e-6)
+                  << "at " << i << "," << j;
+            }
+          }
+          if (m == rows) all = y;
+        }
+        for (int64_t m : {1, 2, 7}) {
+          std::vector<float> y(m * n);
+          Gemm(x.data(), m, k, w.matrix(), nullptr, y.data(), n, pool);
+          ASSERT_TRUE(std::equal(y.begin(), y.end(), all.begin()))
+              << Describe(f) << " integer=" << integer << " m=" << m << " k=" << k;
+        }
+      }
+    }
+  }
+  internal::UseVnniQuantKernels(vnni);
 }
 
 TEST(QuantGemmTest, ReadRowDequantizes) {

@@ -125,6 +125,19 @@ TEST(QuantizedCheckpointTest, W8A8RoundsActivations) {
     norm = std::max<double>(norm, std::fabs(la[i]));
   }
   EXPECT_LT(diff, 0.1 * norm);  // rounding to 8 bits moves the logits a little, not a lot
+
+  // model.activation_quantization: int8 rounds a weight-only checkpoint's inputs in blocks; a
+  // W8A8 checkpoint keeps its own per-token rounding.
+  const kernels::QuantFormat a8{.int8_activations = true, .activation_block = kActivationBlock};
+  auto c = Model::Load(weight_only, pool, {.quantize = a8});
+  auto d = Model::Load(w8a8, pool, {.quantize = a8});
+  ASSERT_TRUE(c.ok() && d.ok()) << c.status() << d.status();
+  EXPECT_EQ((*c)->weights().quantization, (*a)->weights().quantization + "-a8");
+  EXPECT_EQ((*c)->weights().layers[0].q_proj.quant.activation_block, kActivationBlock);
+  EXPECT_NE(Logits(**c), la);
+  EXPECT_EQ((*d)->weights().quantization, "ct-w8a8-channel");
+  EXPECT_EQ((*d)->weights().layers[0].q_proj.quant.activation_block, 0);
+  EXPECT_EQ(Logits(**d), lb);
 }
 
 // A quantized lm_head (GPTQ lm_head: true): loaded as a quantized matrix, each row the float

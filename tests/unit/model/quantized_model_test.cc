@@ -139,18 +139,24 @@ TEST(QuantizedModelTest, ComputesTheDequantizedModel) {
 }
 
 // Prefill, decode and batches take different kernel paths over quantized panels; each position's
-// logits are the same whichever way it was computed.
+// logits are the same whichever way it was computed, also with int8 activations (the integer
+// kernels where the CPU has AVX512-VNNI).
 TEST(QuantizedModelTest, LogitsDoNotDependOnHowThePromptIsSplit) {
   ThreadPool pool(2);
   auto spec = testing::TinySpec(Arch::kLlama);
   spec.dtype = DType::kBF16;
   const std::string dir = testing::WriteTempModel(spec);
-  auto model = Model::Load(dir, pool, {.memory = WeightMemory::kHugePages, .quantize = {4, 32}});
-  ASSERT_TRUE(model.ok()) << model.status();
-  const std::vector<int32_t> prompt = Prompt(56, static_cast<int>(spec.vocab), 5);
-  const std::vector<float> whole = Logits(**model, prompt, 56);  // 56 rows convert to f32
-  EXPECT_EQ(Logits(**model, prompt, 1), whole);
-  EXPECT_EQ(Logits(**model, prompt, 30), whole);
+  for (const kernels::QuantFormat& f :
+       {kernels::QuantFormat{4, 32}, kernels::QuantFormat{4, 32, false, true, kActivationBlock},
+        kernels::QuantFormat{8, -1, true, true, kActivationBlock}}) {
+    SCOPED_TRACE(QuantizationName(f));
+    auto model = Model::Load(dir, pool, {.memory = WeightMemory::kHugePages, .quantize = f});
+    ASSERT_TRUE(model.ok()) << model.status();
+    const std::vector<int32_t> prompt = Prompt(56, static_cast<int>(spec.vocab), 5);
+    const std::vector<float> whole = Logits(**model, prompt, 56);  // 56 rows convert to f32
+    EXPECT_EQ(Logits(**model, prompt, 1), whole);
+    EXPECT_EQ(Logits(**model, prompt, 30), whole);
+  }
 }
 
 TEST(QuantizedModelTest, ClearErrors) {
@@ -175,6 +181,18 @@ TEST(QuantizedModelTest, ClearErrors) {
   EXPECT_EQ(QuantizationName({4, 128, false}), "int4-g128");
   EXPECT_EQ(QuantizationName({8, -1, false}), "int8");
   EXPECT_EQ(QuantizationName({4, 32, true}), "int4-g32-zp");
+
+  // model.activation_quantization: int8 rounds the inputs of quantized matrices only.
+  EXPECT_EQ(*ParseWeightQuantization("int4", 32, "int8"),
+            (kernels::QuantFormat{4, 32, false, true, kActivationBlock}));
+  EXPECT_EQ(QuantizationName(*ParseWeightQuantization("int4", 32, "int8")), "int4-g32-a8");
+  EXPECT_THAT(std::string(ParseWeightQuantization("int4", 32, "fp8").status().message()),
+              HasSubstr("model.activation_quantization must be none or int8, got \"fp8\""));
+  auto float_a8 = Model::Load(dir, pool, {.quantize = *ParseWeightQuantization("none", 0, "int8")});
+  ASSERT_FALSE(float_a8.ok());
+  EXPECT_THAT(std::string(float_a8.status().message()),
+              HasSubstr("model.activation_quantization: int8 rounds the input of quantized "
+                        "matrices"));
   EXPECT_EQ(WeightFormatName(DType::kBF16, {}), "bf16");
 }
 

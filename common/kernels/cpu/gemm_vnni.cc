@@ -1,0 +1,359 @@
+// Integer kernels for quantized weights with int8 activations (QuantFormat::int8_activations)
+// on AVX512-VNNI: vpdpbusd multiplies 4 unsigned weight codes by 4 signed x codes and adds the
+// products into a 32-bit lane, 64 products per instruction where an f32 FMA does 16, and the
+// codes need no conversion to floats. A lane is one weight row of a panel; a unit of 8 columns
+// gives two vectors of codes, the even columns (0, 2, 4, 6) and the odd ones, which meet x's
+// codes packed in that order (PackXInt8):
+//   4 bits  the unit's 64 bytes hold row r's 8 nibbles in lane r (quant_pack.h): the low
+//           nibbles of its bytes (mask 0x0F) are the even columns, the high nibbles the odd.
+//   8 bits  columns k..k+3 and k+4..k+7 are two 64-byte loads of 16 rows each; one vpermt2b
+//           gathers each row's even columns into its lane, another the odd ones. Symmetric
+//           codes are stored as code - 128 (quant_pack.h) and flipped back to the code.
+// A sub-block of a group's columns sums exactly in int32: sum (code - zero) x_q =
+// sum code x_q - zero sum x_q, with sum x_q packed beside x. Each sub-block's sum is converted
+// to f32 and scaled by x's scale for it, the group's sum is scaled by the group's scale into
+// the tile: the same operations in the same order at every M, so decode, prefill and any
+// batch give a row the same bits.
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "common/kernels/cpu/gemm_tiled_parts.h"
+#include "common/kernels/cpu/quant_pack.h"
+
+namespace tandem::kernels::internal {
+namespace tiled {
+namespace {
+
+#define TANDEM_VNNI \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi")))
+// GCC 12 flags the intrinsics' own _mm512_undefined_* placeholders as maybe-uninitialized.
+#if !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+constexpr int64_t kUnit = 8;  // columns per unit: one 4-bit load, two 8-bit loads
+
+// Where column c of a unit sits among a row's 8 packed x codes: even columns first.
+constexpr int XPosition(int c) { return c % 2 * 4 + c / 2; }
+
+// x for one row group at one K block (see PackedX).
+struct IntX {
+  const int8_t* q;      // [unit][kMr][8]
+  const int32_t* sums;  // [sub-block][kMr]
+  const float* scales;  // [sub-block][kMr]
+  int64_t sub;
+};
+
+// vpermt2b indices gathering row r's column 2c + odd (c = 0..3) of a unit's two 8-bit loads
+// (column j of the unit at byte 16 j + r of their 128 bytes) into byte c of lane r.
+template <int kOdd>
+TANDEM_VNNI inline __m512i GatherIndex() {
+  alignas(64) static constexpr auto kIndex = [] {
+    std::array<uint8_t, 64> index{};
+    for (int r = 0; r < 16; ++r) {
+      for (int c = 0; c < 4; ++c) index[4 * r + c] = static_cast<uint8_t>((2 * c + kOdd) * 16 + r);
+    }
+    return index;
+  }();
+  return _mm512_load_si512(kIndex.data());
+}
+
+// The codes of the unit at column k of a panel as unsigned bytes, even and odd columns.
+template <int kBits, bool kZero>
+TANDEM_VNNI inline void LoadCodes(const char* panel, int64_t k, __m512i& even, __m512i& odd) {
+  if constexpr (kBits == 4) {
+    const __m512i raw = _mm512_loadu_si512(panel + k * 8);
+    const __m512i low = _mm512_set1_epi8(0x0F);
+    even = _mm512_and_si512(raw, low);
+    odd = _mm512_and_si512(_mm512_srli_epi32(raw, 4), low);
+  } else {
+    const __m512i a = _mm512_loadu_si512(panel + k * 16);
+    const __m512i b = _mm512_loadu_si512(panel + k * 16 + 64);
+    even = _mm512_permutex2var_epi8(a, GatherIndex<0>(), b);
+    odd = _mm512_permutex2var_epi8(a, GatherIndex<1>(), b);
+    if constexpr (!kZero) {
+      even = _mm512_xor_si512(even, _mm512_set1_epi8(-128));
+      odd = _mm512_xor_si512(odd, _mm512_set1_epi8(-128));
+    }
+  }
+}
+
+inline int32_t Load4(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+// acc[0:MR, 0:NP*kNr] (+)= x^T * (codes - zeros) * scales over kc columns of NP panels (see
+// QuantMicroKernel in gemm_quant.cc for `q`, `first` and kStream).
+template <int kBits, bool kZero, bool kStream, int MR, int NP>
+TANDEM_VNNI void VnniMicroKernel(const IntX& x, const void* panel, int64_t panel_stride, int64_t kc,
+                                 const QuantBlockArgs& q, bool first, float* acc_out,
+                                 int64_t acc_stride) {
+  constexpr int64_t kStreamAhead = 2048;
+  constexpr int64_t kUnitBytes = kBits * 16;
+  const char* panels[NP];
+  TANDEM_UNROLL
+  for (int j = 0; j < NP; ++j) panels[j] = static_cast<const char*>(panel) + j * panel_stride;
+  for (int64_t s0 = 0, seg = 0; s0 < kc; s0 += q.segment, ++seg) {
+    const int64_t group = seg * q.group_step;
+    const int64_t s1 = std::min(kc, s0 + q.segment);
+    __m512i zero[NP];
+    __m512 facc[MR][NP];
+    TANDEM_UNROLL
+    for (int j = 0; j < NP; ++j) {
+      if constexpr (kZero) {
+        zero[j] = _mm512_cvtepu8_epi32(_mm_loadu_si128(
+            reinterpret_cast<const __m128i*>(q.zeros + j * q.panel_bytes + group * kNr)));
+      }
+      if constexpr (kStream) {  // the next group's scales (and zeros), which follow these
+        _mm_prefetch(q.scales + j * q.panel_bytes + (group + q.group_step) * kNr * 4, _MM_HINT_T0);
+        if constexpr (kZero) {
+          _mm_prefetch(q.zeros + j * q.panel_bytes + (group + q.group_step) * kNr, _MM_HINT_T0);
+        }
+      }
+      TANDEM_UNROLL
+      for (int i = 0; i < MR; ++i) facc[i][j] = _mm512_setzero_ps();
+    }
+    for (int64_t b0 = s0; b0 < s1; b0 += x.sub) {
+      const int64_t b1 = std::min(s1, b0 + x.sub);
+      // Even and odd columns in separate sums: twice the independent chains.
+      __m512i iacc[MR][NP][2];
+      TANDEM_UNROLL
+      for (int i = 0; i < MR; ++i) TANDEM_UNROLL
+      for (int j = 0; j < NP; ++j) iacc[i][j][0] = iacc[i][j][1] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+      for (int64_t k = b0; k < b1; k += kUnit) {
+        if constexpr (kStream) {
+          TANDEM_UNROLL
+          for (int j = 0; j < NP; ++j) {
+            TANDEM_UNROLL
+            for (int64_t line = 0; line < kUnitBytes; line += 64) {
+              _mm_prefetch(panels[j] + k * kUnitBytes / kUnit + line + kStreamAhead, _MM_HINT_T0);
+            }
+          }
+        }
+        const int8_t* xq = x.q + k / kUnit * kMr * kUnit;
+        TANDEM_UNROLL
+        for (int j = 0; j < NP; ++j) {
+          __m512i even, odd;
+          LoadCodes<kBits, kZero>(panels[j], k, even, odd);
+          TANDEM_UNROLL
+          for (int i = 0; i < MR; ++i) {
+            iacc[i][j][0] =
+                _mm512_dpbusd_epi32(iacc[i][j][0], even, _mm512_set1_epi32(Load4(xq + i * kUnit)));
+            iacc[i][j][1] = _mm512_dpbusd_epi32(iacc[i][j][1], odd,
+                                                _mm512_set1_epi32(Load4(xq + i * kUnit + 4)));
+          }
+        }
+      }
+      const int64_t b = b0 / x.sub;
+      TANDEM_UNROLL
+      for (int i = 0; i < MR; ++i) {
+        const int32_t sum = x.sums[b * kMr + i];
+        const __m512 scale = _mm512_set1_ps(x.scales[b * kMr + i]);
+        TANDEM_UNROLL
+        for (int j = 0; j < NP; ++j) {
+          __m512i t = _mm512_add_epi32(iacc[i][j][0], iacc[i][j][1]);
+          t = kZero ? _mm512_sub_epi32(t, _mm512_mullo_epi32(zero[j], _mm512_set1_epi32(sum)))
+                    : _mm512_sub_epi32(t, _mm512_set1_epi32(sum * (1 << (kBits - 1))));
+          facc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), scale, facc[i][j]);
+        }
+      }
+    }
+    const bool store = first && s0 == 0;
+    TANDEM_UNROLL
+    for (int j = 0; j < NP; ++j) {
+      const __m512 s = _mm512_loadu_ps(
+          reinterpret_cast<const float*>(q.scales + j * q.panel_bytes) + group * kNr);
+      TANDEM_UNROLL
+      for (int i = 0; i < MR; ++i) {
+        float* out = acc_out + i * acc_stride + j * kNr;
+        _mm512_storeu_ps(out, store ? _mm512_mul_ps(facc[i][j], s)
+                                    : _mm512_fmadd_ps(facc[i][j], s, _mm512_loadu_ps(out)));
+      }
+    }
+  }
+}
+
+#if !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
+using VnniKernelFn = void (*)(const IntX&, const void*, int64_t, int64_t, const QuantBlockArgs&,
+                              bool, float*, int64_t);
+
+struct VnniKernel {
+  VnniKernelFn fn;
+  int panels;
+};
+
+template <int kBits, bool kZero, bool kStream, bool kWide, int... I>
+constexpr std::array<VnniKernel, sizeof...(I)> MakeVnniKernels(std::integer_sequence<int, I...>) {
+  return {VnniKernel{&VnniMicroKernel < kBits, kZero, kStream, I + 1,
+                     kWide ? StreamPanels(I + 1) : 1 >, kWide ? StreamPanels(I + 1) : 1}...};
+}
+// Indexed by MR - 1, as kQuantKernels.
+template <int kBits, bool kZero, bool kStream = false, bool kWide = false>
+constexpr auto kVnniKernels =
+    MakeVnniKernels<kBits, kZero, kStream, kWide>(std::make_integer_sequence<int, kMr>());
+
+bool VnniAvailable() {
+  __builtin_cpu_init();  // this may run before the runtime's own initialization
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+         __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vbmi");
+}
+
+std::atomic<bool> use_vnni{VnniAvailable()};
+
+// Block() for the integer kernels: every M streams the codes through them (there is nothing to
+// convert), decode with wide kernels and prefetch ahead, prefill with the next K block
+// prefetched as in QuantBlock.
+template <int kBits, bool kZero>
+void VnniBlock(const PackedX& x, const RowGroups& groups, int64_t g0, int64_t g1,
+               const WeightMatrix& w, int64_t n0, int64_t n1, const float* bias, float* y,
+               int64_t y_stride) {
+  constexpr int64_t kStreamMaxGroups = 2;
+  const bool stream = g1 - g0 <= kStreamMaxGroups;
+  const VnniKernel* narrow =
+      stream ? kVnniKernels<kBits, kZero, true>.data() : kVnniKernels<kBits, kZero>.data();
+  const VnniKernel* kernels = stream ? kVnniKernels<kBits, kZero, true, true>.data() : narrow;
+  float* acc = AccumulatorTile(g1 - g0);
+  const int panels = static_cast<int>((n1 - n0 + kNr - 1) / kNr);
+  const QuantPanelLayout layout = QuantPanelLayout::Of(w.quant, w.cols);
+  const char* block_panels = static_cast<const char*>(w.data) + (n0 / kNr) * layout.panel_bytes;
+  for (int64_t k0 = 0; k0 < w.cols; k0 += kKc) {
+    const int64_t kc = std::min(kKc, w.cols - k0);
+    const QuantBlockArgs q = BlockArgs(w, block_panels, k0);
+    const char* panel = block_panels + k0 * kNr * kBits / 8;
+    const bool first = k0 == 0;
+    const int64_t next = k0 + kc, calls = (g1 - g0) * panels;
+    Prefetcher prefetch;
+    if (next < w.cols && !stream) {
+      const int64_t next_kc = std::min(kKc, w.cols - next);
+      prefetch = Prefetcher(block_panels + next * kNr * kBits / 8, layout.panel_bytes, panels,
+                            next_kc * kNr * kBits / 8, calls);
+    }
+    int64_t call = 0;
+    for (int64_t g = g0; g < g1; ++g) {
+      const int mr = groups.Size(g);
+      const int64_t sub = (g * x.subs + k0 / x.sub) * kMr;
+      const IntX xg{x.q + (g * x.units + k0 / kUnit) * kMr * kUnit, x.sums + sub, x.scales + sub,
+                    x.sub};
+      float* acc_g = acc + (g - g0) * kMr * kNb;
+      for (int p = 0; p < panels;) {
+        prefetch.UpTo(++call);
+        const VnniKernel kernel =
+            p + kernels[mr - 1].panels <= panels ? kernels[mr - 1] : narrow[mr - 1];
+        kernel.fn(xg, panel + p * layout.panel_bytes, layout.panel_bytes, kc, q.Panel(p), first,
+                  acc_g + p * kNr, kNb);
+        p += kernel.panels;
+      }
+    }
+  }
+  WriteTile(acc, groups, g0, g1, n0, n1, bias, y, y_stride);
+}
+
+// One row of x (or zeros, for a row group's unused slots): its codes at q + i * 8 of each
+// unit's kMr * 8 bytes, its sums and scales at [sub-block * kMr + i].
+void PackRow(const float* src, int64_t k, const int32_t* order, int64_t block, int64_t sub,
+             int8_t* q, int32_t* sums, float* scales) {
+  thread_local std::vector<float> row;
+  thread_local std::vector<int8_t> codes;
+  const int64_t units = (k + kUnit - 1) / kUnit, subs = (k + sub - 1) / sub;
+  if (src == nullptr) {
+    for (int64_t u = 0; u < units; ++u) std::memset(q + u * kMr * kUnit, 0, kUnit);
+    for (int64_t b = 0; b < subs; ++b) sums[b * kMr] = 0, scales[b * kMr] = 0.0f;
+    return;
+  }
+  if (static_cast<int64_t>(row.size()) < k) row.resize(k);
+  if (static_cast<int64_t>(codes.size()) < units * kUnit) codes.resize(units * kUnit);
+  for (int64_t j = 0; j < k; ++j) row[j] = src[order ? order[j] : j];
+  if (block == 0) block = k;
+  for (int64_t b = 0; b < subs; ++b) {
+    const int64_t b0 = b * sub, b1 = std::min(k, b0 + sub);
+    // A sub-block lies within one activation block, quantized at its first sub-block.
+    if (b0 % block == 0) {
+      const float scale = RoundToInt8(row.data() + b0, std::min(block, k - b0), codes.data() + b0);
+      for (int64_t s = b; s < subs && s * sub < b0 + block; ++s) scales[s * kMr] = scale;
+    }
+    int32_t sum = 0;
+    for (int64_t j = b0; j < b1; ++j) sum += codes[j];
+    sums[b * kMr] = sum;
+  }
+  std::fill(codes.begin() + k, codes.begin() + units * kUnit, 0);
+  for (int64_t u = 0; u < units; ++u) {
+    for (int c = 0; c < kUnit; ++c) q[u * kMr * kUnit + XPosition(c)] = codes[u * kUnit + c];
+  }
+}
+
+}  // namespace
+
+int64_t VnniSubBlock(const WeightMatrix& w) {
+  if (!use_vnni.load(std::memory_order_relaxed)) return 0;
+  const int64_t group = w.quant.group_size > 0 ? w.quant.group_size : w.cols;
+  const int64_t sub = group == w.cols ? 32 : std::min<int64_t>(32, group);
+  if (sub % kUnit != 0) return 0;
+  if (w.quant.activation_block > 0 && w.quant.activation_block % sub != 0) return 0;
+  return sub;
+}
+
+BlockFn VnniBlockFor(const WeightMatrix& w) {
+  if (w.quant.bits == 8) return w.quant.has_zero ? &VnniBlock<8, true> : &VnniBlock<8, false>;
+  return w.quant.has_zero ? &VnniBlock<4, true> : &VnniBlock<4, false>;
+}
+
+PackedX PackXInt8(const float* x, int64_t x_stride, int64_t k, const RowGroups& groups,
+                  const int32_t* order, int64_t block, int64_t sub, ThreadPool& pool) {
+  thread_local std::vector<int8_t> q;
+  thread_local std::vector<int32_t> sums;
+  thread_local std::vector<float> scales;
+  PackedX p{.units = (k + kUnit - 1) / kUnit, .subs = (k + sub - 1) / sub, .sub = sub};
+  const int64_t q_bytes = groups.count * p.units * kMr * kUnit;
+  const int64_t sub_entries = groups.count * p.subs * kMr;
+  if (static_cast<int64_t>(q.size()) < q_bytes) q.resize(q_bytes);
+  if (static_cast<int64_t>(sums.size()) < sub_entries) sums.resize(sub_entries);
+  if (static_cast<int64_t>(scales.size()) < sub_entries) scales.resize(sub_entries);
+  int8_t* q_data = q.data();
+  int32_t* sums_data = sums.data();
+  float* scales_data = scales.data();
+  auto pack = [&](int64_t g0, int64_t g1) {
+    for (int64_t g = g0; g < g1; ++g) {
+      for (int i = 0; i < kMr; ++i) {
+        const float* src = i < groups.Size(g) ? x + (groups.Start(g) + i) * x_stride : nullptr;
+        const int64_t at = g * p.subs * kMr + i;
+        PackRow(src, k, order, block, sub, q_data + g * p.units * kMr * kUnit + i * kUnit,
+                sums_data + at, scales_data + at);
+      }
+    }
+  };
+  // A decode step's few rows are not worth waking the pool for.
+  constexpr int64_t kGrain = 8;
+  if (groups.count <= kGrain) {
+    pack(0, groups.count);
+  } else {
+    pool.ParallelFor(groups.count, kGrain, pack);
+  }
+  p.q = q_data;
+  p.sums = sums_data;
+  p.scales = scales_data;
+  return p;
+}
+
+}  // namespace tiled
+
+bool UseVnniQuantKernels(bool use) {
+  tiled::use_vnni.store(use && tiled::VnniAvailable());
+  return use && tiled::VnniAvailable();
+}
+
+}  // namespace tandem::kernels::internal
