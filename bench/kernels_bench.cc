@@ -9,9 +9,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "benchmark/benchmark.h"
@@ -69,6 +71,22 @@ void BM_MemoryRead(benchmark::State& state) {
 }
 BENCHMARK(BM_MemoryRead)->Unit(benchmark::kMillisecond)->UseRealTime();
 
+// Which kernels run int8 activations (paths 7-9): TANDEM_BENCH_A8=vnni (the default where the CPU
+// has AVX512-VNNI), avx2 (the AVX2 integer kernels, 4 bits) or float; TANDEM_BENCH_AVX2_ONLY=1
+// also keeps the float quantized kernels on AVX2, as on a CPU without AVX-512.
+void SelectA8Kernels() {
+  static const bool selected = [] {
+    const char* env = std::getenv("TANDEM_BENCH_A8");
+    const std::string want = env ? env : "vnni";
+    internal::UseVnniQuantKernels(want == "vnni");
+    internal::UseAvx2IntegerQuantKernels(want == "avx2");
+    const char* avx2_only = std::getenv("TANDEM_BENCH_AVX2_ONLY");
+    internal::UseAvx512QuantKernels(avx2_only == nullptr || std::string(avx2_only) != "1");
+    return true;
+  }();
+  (void)selected;
+}
+
 // Args: m, n, k, path (0: Gemm dispatch, 1: streaming, 2: tiled, 3: Gemm on weights packed into
 // panels, as `model.weight_memory: hugepages` loads them; 4: quantized to int8 per row, 5: to
 // int4 in groups of 128, 6: int4 groups of 32, as `model.weight_quantization` loads them; 7-9:
@@ -77,6 +95,7 @@ BENCHMARK(BM_MemoryRead)->Unit(benchmark::kMillisecond)->UseRealTime();
 // rotate over copies of W that together exceed the last-level cache, so every call reads its
 // weights from memory as a model's forward pass does (a single small W would stay in L3).
 void RunGemm(benchmark::State& state) {
+  SelectA8Kernels();
   const int64_t m = state.range(0), n = state.range(1), k = state.range(2);
   const int64_t path = state.range(3);
   constexpr int64_t kColdBytes = int64_t{96} << 20;
@@ -139,6 +158,7 @@ BENCHMARK(BM_GemmDecode)
     ->ArgsProduct({{1, 8, 32}, {128256}, {2048}, {3}})
     ->ArgsProduct({{1, 8, 32}, {8192}, {2048}, {4, 5, 6, 7, 8, 9}})
     ->ArgsProduct({{1, 8}, {2048}, {8192}, {4, 5, 6, 7, 8, 9}})
+    ->ArgsProduct({{1}, {512, 2048}, {2048}, {3, 4, 5, 6, 7, 8, 9}})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 

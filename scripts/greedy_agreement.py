@@ -16,7 +16,7 @@ and the evaluated side quantizes the model's weights at load instead (model.weig
   scripts/greedy_agreement.py --model models/tandem-py-8l --text-file F [--base fp32]
       [--kv-dtype int8|mixed] [--sink-tokens 4] [--window-tokens 64] [--prompt 256]
       [--steps 64] [--windows 16] [--forward 1024]
-      [--weight-quantization int8|int4 [--group-size G]]
+      [--weight-quantization int8|int4 [--group-size G] [--activation-quantization int8]]
 """
 import argparse
 import os
@@ -47,11 +47,14 @@ def main():
     p.add_argument("--window-tokens", type=int, default=64)
     p.add_argument("--weight-quantization", default="none")
     p.add_argument("--group-size", type=int, default=0)
+    p.add_argument("--activation-quantization", default="none")
     a = p.parse_args()
     # (KV dtype, extra model-inspect flags) of the base and the evaluated side.
     if a.weight_quantization != "none":
         sides = [(a.base, []), (a.base, ["--weight-quantization", a.weight_quantization,
-                                         "--weight-quantization-group-size", str(a.group_size)])]
+                                         "--weight-quantization-group-size", str(a.group_size),
+                                         "--activation-quantization",
+                                         a.activation_quantization])]
     else:
         sides = [(a.base, []), (a.kv_dtype, [])]
     mi = a.model_inspect

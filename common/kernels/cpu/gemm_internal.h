@@ -36,9 +36,12 @@ void GemmTiledMulti(const float* x, int64_t m, int64_t x_stride,
 // whether AVX-512 is now used.
 bool UseAvx512QuantKernels(bool use);
 
-// Quantized panels with int8 activations run integer kernels where the CPU has AVX512-VNNI
-// and VBMI, else the float kernels on x rounded to int8 and back (the same products, rounded
-// differently). Asks for the integer kernels or not; returns whether they are now used.
+// Quantized panels with int8 activations run integer kernels: AVX512-VNNI ones where the CPU
+// has AVX512-VNNI and VBMI, else AVX2 ones (vpmaddubsw) for 4-bit codes; both give the same
+// bits. Other matrices run the float kernels on x rounded to int8 and back (the same products,
+// rounded differently). Each asks for its kernels or not and returns whether they are now
+// used (the AVX2 ones only where the AVX-512 ones are not).
 bool UseVnniQuantKernels(bool use);
+bool UseAvx2IntegerQuantKernels(bool use);
 
 }  // namespace tandem::kernels::internal

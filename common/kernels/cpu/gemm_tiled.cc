@@ -159,7 +159,7 @@ void ConvertPanel(const void* panel, int64_t kc, float* out) {
 
 // How the GEMM reads x for a quantized matrix: its columns in the panels' order, each row
 // rounded to int8 for a format with int8 activations, and packed for the integer kernels
-// where they run the matrix (see WeightMatrix::input_order, QuantFormat, VnniSubBlock).
+// where they run the matrix (see WeightMatrix::input_order, QuantFormat, IntSubBlock).
 struct XTransform {
   const int32_t* order = nullptr;
   bool int8 = false;
@@ -169,7 +169,7 @@ struct XTransform {
   static XTransform Of(const WeightMatrix& w) {
     if (w.layout != WeightLayout::kQuantPanels) return {};
     if (!w.quant.int8_activations) return {w.input_order};
-    return {w.input_order, true, w.quant.activation_block, VnniSubBlock(w)};
+    return {w.input_order, true, w.quant.activation_block, IntSubBlock(w)};
   }
   bool operator==(const XTransform&) const = default;
 };
@@ -342,7 +342,7 @@ BlockFn BlockFor(DType dtype) {
 }
 
 BlockFn BlockFor(const WeightMatrix& w, const XTransform& t) {
-  if (w.layout == WeightLayout::kQuantPanels) return t.sub > 0 ? VnniBlockFor(w) : QuantBlockFor(w);
+  if (w.layout == WeightLayout::kQuantPanels) return t.sub > 0 ? IntBlockFor(w) : QuantBlockFor(w);
   return w.layout == WeightLayout::kPanels ? BlockFor<WeightLayout::kPanels>(w.dtype)
                                            : BlockFor<WeightLayout::kRowMajor>(w.dtype);
 }

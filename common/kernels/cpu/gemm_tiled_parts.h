@@ -1,7 +1,7 @@
 #pragma once
 
 // The parts of the blocked GEMM (gemm_tiled.cc) that its quantized-weight kernels share:
-// gemm_quant.cc (codes converted to f32 in registers) and gemm_vnni.cc (integer dot products
+// gemm_quant.cc (codes converted to f32 in registers) and gemm_integer.cc (integer dot products
 // with x rounded to int8). Internal to common/kernels/cpu.
 
 #include <immintrin.h>
@@ -110,7 +110,7 @@ struct QuantBlockArgs {
 struct PackedX {
   // PackX: each row group's rows k-major, kMr slots per column (see PackX).
   const float* f = nullptr;
-  // PackXInt8 (gemm_vnni.h): x rounded to int8 for the integer kernels.
+  // PackXInt8 (gemm_integer.cc): x rounded to int8 for the integer kernels.
   const int8_t* q = nullptr;
   const int32_t* sums = nullptr;
   const float* scales = nullptr;
@@ -150,13 +150,14 @@ inline float RoundToInt8(const float* x, int64_t n, int8_t* q) {
   return scale;
 }
 
-// The integer kernels (gemm_vnni.cc), for formats with int8 activations. Each sub-block of a
+// The integer kernels (gemm_integer.cc), for formats with int8 activations. Each sub-block of a
 // row's columns sums exactly in int32 and is scaled by x's scale for it; the result is the
-// same at every M. VnniSubBlock is the columns per sub-block for w, or 0 where the integer
-// kernels do not run it (the CPU lacks AVX512-VNNI, or VBMI for 8 bits; they are switched off;
-// or w's groups are not multiples of 8 columns), and the float kernels run x rounded instead.
-int64_t VnniSubBlock(const WeightMatrix& w);
-BlockFn VnniBlockFor(const WeightMatrix& w);
+// same at every M. IntSubBlock is the columns per sub-block for w, or 0 where the integer
+// kernels do not run it (the CPU has neither AVX512-VNNI with VBMI nor, for 4 bits, AVX2; they
+// are switched off; or w's groups are not multiples of 8 columns), and the float kernels run x
+// rounded instead.
+int64_t IntSubBlock(const WeightMatrix& w);
+BlockFn IntBlockFor(const WeightMatrix& w);
 // Packs x, gathered through `order` (null: in order), rounded to int8 over each `block`
 // columns (0: the whole row), into the calling thread's buffers for the integer kernels.
 PackedX PackXInt8(const float* x, int64_t x_stride, int64_t k, const RowGroups& groups,

@@ -236,6 +236,7 @@ TEST(QuantGemmTest, InputOrderGathersX) {
 // kernels multiply x rounded and back; the integer kernels' own test follows.
 TEST(QuantGemmTest, Int8ActivationsRoundEachRowOfX) {
   const bool vnni = internal::UseVnniQuantKernels(false);
+  internal::UseAvx2IntegerQuantKernels(false);
   ThreadPool pool(2);
   std::mt19937 rng(8);
   const int64_t n = 24, k = 128;
@@ -263,6 +264,7 @@ TEST(QuantGemmTest, Int8ActivationsRoundEachRowOfX) {
     EXPECT_NE(got, unrounded) << "m " << m;
   }
   internal::UseVnniQuantKernels(vnni);
+  internal::UseAvx2IntegerQuantKernels(true);
 }
 
 // x rounded to int8 as the format defines it, written out here: s = max|x| / 127 (f32) over
@@ -290,16 +292,28 @@ const QuantFormat kInt8ActivationFormats[] = {
     {4, 128, false, true},    {4, 256, true, true, 32}, {4, 16, false, true, 32},
     {4, 8, true, true},       {8, 4, false, true}};
 
-// Int8 activations on the integer kernels (where the CPU has AVX512-VNNI) and on the float
-// kernels: each against the product of the rounded x and the dequantized weights, at every M,
-// and the integer kernels give a row the same bits at every M.
+// The kernels that run int8 activations.
+enum class A8Path { kVnni, kAvx2Integer, kFloat };
+
+// Selects `path`; false where this CPU cannot run it.
+bool UseA8Path(A8Path path) {
+  const bool vnni = internal::UseVnniQuantKernels(path == A8Path::kVnni);
+  internal::UseAvx2IntegerQuantKernels(path == A8Path::kAvx2Integer);
+  return path != A8Path::kVnni || vnni;
+}
+
+const char* Name(A8Path path) {
+  return path == A8Path::kVnni ? "vnni" : path == A8Path::kAvx2Integer ? "avx2" : "float";
+}
+
+// Int8 activations on the integer kernels (AVX512-VNNI where the CPU has it; AVX2 for 4 bits)
+// and on the float kernels: each against the product of the rounded x and the dequantized
+// weights, at every M, and each gives a row the same bits at every M.
 TEST(QuantGemmTest, Int8ActivationsMatchTheReferenceAtEveryM) {
-  const bool vnni = internal::UseVnniQuantKernels(true);
   ThreadPool pool(2);
   uint32_t seed = 21;
-  for (bool integer : {true, false}) {
-    if (integer && !vnni) continue;
-    internal::UseVnniQuantKernels(integer);
+  for (A8Path path : {A8Path::kVnni, A8Path::kAvx2Integer, A8Path::kFloat}) {
+    if (!UseA8Path(path)) continue;
     for (const QuantFormat& f : kInt8ActivationFormats) {
       for (auto [n, k] : kShapes) {
         if (!CheckQuantFormat(f, k).ok()) continue;
@@ -313,7 +327,7 @@ TEST(QuantGemmTest, Int8ActivationsMatchTheReferenceAtEveryM) {
         std::vector<float> all(rows * n);
         for (int64_t m : {int64_t{1}, int64_t{2}, int64_t{7}, rows}) {
           SCOPED_TRACE(::testing::Message()
-                       << Describe(f) << " block " << f.activation_block << " integer=" << integer
+                       << Describe(f) << " block " << f.activation_block << " " << Name(path)
                        << " m=" << m << " n=" << n << " k=" << k);
           std::vector<float> y(m * n);
           Gemm(x.data(), m, k, w.matrix(), nullptr, y.data(), n, pool);
@@ -336,12 +350,40 @@ TEST(QuantGemmTest, Int8ActivationsMatchTheReferenceAtEveryM) {
           std::vector<float> y(m * n);
           Gemm(x.data(), m, k, w.matrix(), nullptr, y.data(), n, pool);
           ASSERT_TRUE(std::equal(y.begin(), y.end(), all.begin()))
-              << Describe(f) << " integer=" << integer << " m=" << m << " k=" << k;
+              << Describe(f) << " " << Name(path) << " m=" << m << " k=" << k;
         }
       }
     }
   }
-  internal::UseVnniQuantKernels(vnni);
+  UseA8Path(A8Path::kVnni);
+  internal::UseAvx2IntegerQuantKernels(true);
+}
+
+// The AVX2 integer kernels sum the same integers as the AVX-512 ones and scale them in the same
+// order: the same bits, and not the float kernels' bits.
+TEST(QuantGemmTest, Avx2AndVnniIntegerKernelsGiveTheSameBits) {
+  if (!UseA8Path(A8Path::kVnni)) GTEST_SKIP() << "this CPU has no AVX512-VNNI";
+  ThreadPool pool(2);
+  std::mt19937 rng(31);
+  const int64_t n = 100, k = 1280;
+  for (const QuantFormat& f : kInt8ActivationFormats) {
+    if (f.bits != 4 || !CheckQuantFormat(f, k).ok()) continue;
+    SCOPED_TRACE(Describe(f));
+    const RandomQuantMatrix w(f, n, k, 32, pool);
+    for (int64_t m : {1, 2, 7, 13, 20}) {
+      std::vector<float> x = RandomVector(m * k, rng);
+      std::vector<std::vector<float>> y;
+      for (A8Path path : {A8Path::kVnni, A8Path::kAvx2Integer, A8Path::kFloat}) {
+        ASSERT_TRUE(UseA8Path(path));
+        y.emplace_back(m * n);
+        Gemm(x.data(), m, k, w.matrix(), nullptr, y.back().data(), n, pool);
+      }
+      EXPECT_EQ(y[0], y[1]) << "m=" << m;
+      EXPECT_NE(y[0], y[2]) << "m=" << m;
+    }
+  }
+  UseA8Path(A8Path::kVnni);
+  internal::UseAvx2IntegerQuantKernels(true);
 }
 
 TEST(QuantGemmTest, ReadRowDequantizes) {

@@ -1,9 +1,9 @@
-// Integer kernels for quantized weights with int8 activations (QuantFormat::int8_activations)
-// on AVX512-VNNI: vpdpbusd multiplies 4 unsigned weight codes by 4 signed x codes and adds the
-// products into a 32-bit lane, 64 products per instruction where an f32 FMA does 16, and the
-// codes need no conversion to floats. A lane is one weight row of a panel; a unit of 8 columns
-// gives two vectors of codes, the even columns (0, 2, 4, 6) and the odd ones, which meet x's
-// codes packed in that order (PackXInt8):
+// Integer kernels for quantized weights with int8 activations (QuantFormat::int8_activations),
+// on AVX512-VNNI and, for 4-bit codes, AVX2 (Avx2MicroKernel). On AVX512-VNNI, vpdpbusd multiplies
+// 4 unsigned weight codes by 4 signed x codes and adds the products into a 32-bit lane, 64 products
+// per instruction where an f32 FMA does 16, and the codes need no conversion to floats. A lane is
+// one weight row of a panel; a unit of 8 columns gives two vectors of codes, the even columns (0,
+// 2, 4, 6) and the odd ones, which meet x's codes packed in that order (PackXInt8):
 //   4 bits  the unit's 64 bytes hold row r's 8 nibbles in lane r (quant_pack.h): the low
 //           nibbles of its bytes (mask 0x0F) are the even columns, the high nibbles the odd.
 //   8 bits  columns k..k+3 and k+4..k+7 are two 64-byte loads of 16 rows each; one vpermt2b
@@ -188,23 +188,134 @@ TANDEM_VNNI void VnniMicroKernel(const IntX& x, const void* panel, int64_t panel
 #pragma GCC diagnostic pop
 #endif
 
-using VnniKernelFn = void (*)(const IntX&, const void*, int64_t, int64_t, const QuantBlockArgs&,
-                              bool, float*, int64_t);
+// VnniMicroKernel for 4-bit codes on AVX2, 8 rows (half a panel) per vector: vpmaddubsw
+// multiplies 32 unsigned codes by 32 signed x codes and adds pairs into 16-bit lanes. A unit
+// adds at most 4 * 15 * 127 = 7620 to a 16-bit lane, so a sub-block of up to 4 units (32
+// columns) sums exactly in 16 bits before vpmaddwd widens it, and every sub-block's int32 sum
+// equals the AVX-512 kernel's: both give the same bits. (8-bit codes would overflow the pair
+// sums; they run the float kernels on AVX2.) Each half of the panels is one pass over the
+// segment, which keeps the accumulators in 16 registers; the second pass reads from L1.
+template <bool kZero, bool kStream, int MR, int NP>
+void Avx2MicroKernel(const IntX& x, const void* panel, int64_t panel_stride, int64_t kc,
+                     const QuantBlockArgs& q, bool first, float* acc_out, int64_t acc_stride) {
+  constexpr int64_t kStreamAhead = 2048;
+  constexpr int64_t kUnitBytes = 64;
+  constexpr int kHalf = kNr / 2;
+  const char* panels[NP];
+  TANDEM_UNROLL
+  for (int j = 0; j < NP; ++j) panels[j] = static_cast<const char*>(panel) + j * panel_stride;
+  const __m256i low = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+  for (int64_t s0 = 0, seg = 0; s0 < kc; s0 += q.segment, ++seg) {
+    const int64_t group = seg * q.group_step;
+    const int64_t s1 = std::min(kc, s0 + q.segment);
+    const bool store = first && s0 == 0;
+    for (int h = 0; h < 2; ++h) {
+      __m256i zero[NP];
+      __m256 facc[MR][NP];
+      TANDEM_UNROLL
+      for (int j = 0; j < NP; ++j) {
+        if constexpr (kZero) {
+          zero[j] = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(
+              q.zeros + j * q.panel_bytes + group * kNr + kHalf * h)));
+        }
+        if (kStream && h == 0) {
+          _mm_prefetch(q.scales + j * q.panel_bytes + (group + q.group_step) * kNr * 4,
+                       _MM_HINT_T0);
+          if constexpr (kZero) {
+            _mm_prefetch(q.zeros + j * q.panel_bytes + (group + q.group_step) * kNr, _MM_HINT_T0);
+          }
+        }
+        TANDEM_UNROLL
+        for (int i = 0; i < MR; ++i) facc[i][j] = _mm256_setzero_ps();
+      }
+      for (int64_t b0 = s0; b0 < s1; b0 += x.sub) {
+        const int64_t b1 = std::min(s1, b0 + x.sub);
+        __m256i sum16[MR][NP];
+        TANDEM_UNROLL
+        for (int i = 0; i < MR; ++i) TANDEM_UNROLL
+        for (int j = 0; j < NP; ++j) sum16[i][j] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+        for (int64_t k = b0; k < b1; k += kUnit) {
+          if (kStream && h == 0) {
+            TANDEM_UNROLL
+            for (int j = 0; j < NP; ++j) {
+              _mm_prefetch(panels[j] + k * kUnitBytes / kUnit + kStreamAhead, _MM_HINT_T0);
+            }
+          }
+          const int8_t* xq = x.q + k / kUnit * kMr * kUnit;
+          TANDEM_UNROLL
+          for (int j = 0; j < NP; ++j) {
+            const __m256i raw =
+                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panels[j] + k * 8 + 32 * h));
+            const __m256i even = _mm256_and_si256(raw, low);
+            const __m256i odd = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low);
+            TANDEM_UNROLL
+            for (int i = 0; i < MR; ++i) {
+              const __m256i products = _mm256_add_epi16(
+                  _mm256_maddubs_epi16(even, _mm256_set1_epi32(Load4(xq + i * kUnit))),
+                  _mm256_maddubs_epi16(odd, _mm256_set1_epi32(Load4(xq + i * kUnit + 4))));
+              sum16[i][j] = _mm256_add_epi16(sum16[i][j], products);
+            }
+          }
+        }
+        const int64_t b = b0 / x.sub;
+        TANDEM_UNROLL
+        for (int i = 0; i < MR; ++i) {
+          const int32_t sum = x.sums[b * kMr + i];
+          const __m256 scale = _mm256_set1_ps(x.scales[b * kMr + i]);
+          TANDEM_UNROLL
+          for (int j = 0; j < NP; ++j) {
+            __m256i t = _mm256_madd_epi16(sum16[i][j], ones);
+            t = kZero ? _mm256_sub_epi32(t, _mm256_mullo_epi32(zero[j], _mm256_set1_epi32(sum)))
+                      : _mm256_sub_epi32(t, _mm256_set1_epi32(sum * 8));
+            facc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), scale, facc[i][j]);
+          }
+        }
+      }
+      TANDEM_UNROLL
+      for (int j = 0; j < NP; ++j) {
+        const __m256 s = _mm256_loadu_ps(
+            reinterpret_cast<const float*>(q.scales + j * q.panel_bytes) + group * kNr + kHalf * h);
+        TANDEM_UNROLL
+        for (int i = 0; i < MR; ++i) {
+          float* out = acc_out + i * acc_stride + j * kNr + kHalf * h;
+          _mm256_storeu_ps(out, store ? _mm256_mul_ps(facc[i][j], s)
+                                      : _mm256_fmadd_ps(facc[i][j], s, _mm256_loadu_ps(out)));
+        }
+      }
+    }
+  }
+}
 
-struct VnniKernel {
-  VnniKernelFn fn;
+using IntKernelFn = void (*)(const IntX&, const void*, int64_t, int64_t, const QuantBlockArgs&,
+                             bool, float*, int64_t);
+
+struct IntKernel {
+  IntKernelFn fn;
   int panels;
 };
 
-template <int kBits, bool kZero, bool kStream, bool kWide, int... I>
-constexpr std::array<VnniKernel, sizeof...(I)> MakeVnniKernels(std::integer_sequence<int, I...>) {
-  return {VnniKernel{&VnniMicroKernel < kBits, kZero, kStream, I + 1,
-                     kWide ? StreamPanels(I + 1) : 1 >, kWide ? StreamPanels(I + 1) : 1}...};
+enum class Isa { kAvx2, kAvx512Vnni };
+
+template <Isa kIsa, int kBits, bool kZero, bool kStream, int MR, int NP>
+constexpr IntKernelFn IntKernelOf() {
+  if constexpr (kIsa == Isa::kAvx2) {
+    static_assert(kBits == 4);
+    return &Avx2MicroKernel<kZero, kStream, MR, NP>;
+  } else {
+    return &VnniMicroKernel<kBits, kZero, kStream, MR, NP>;
+  }
+}
+
+template <Isa kIsa, int kBits, bool kZero, bool kStream, bool kWide, int... I>
+constexpr std::array<IntKernel, sizeof...(I)> MakeIntKernels(std::integer_sequence<int, I...>) {
+  return {IntKernel{IntKernelOf < kIsa, kBits, kZero, kStream, I + 1,
+                    kWide ? StreamPanels(I + 1) : 1 > (), kWide ? StreamPanels(I + 1) : 1}...};
 }
 // Indexed by MR - 1, as kQuantKernels.
-template <int kBits, bool kZero, bool kStream = false, bool kWide = false>
-constexpr auto kVnniKernels =
-    MakeVnniKernels<kBits, kZero, kStream, kWide>(std::make_integer_sequence<int, kMr>());
+template <Isa kIsa, int kBits, bool kZero, bool kStream = false, bool kWide = false>
+constexpr auto kIntKernels =
+    MakeIntKernels<kIsa, kBits, kZero, kStream, kWide>(std::make_integer_sequence<int, kMr>());
 
 bool VnniAvailable() {
   __builtin_cpu_init();  // this may run before the runtime's own initialization
@@ -214,19 +325,20 @@ bool VnniAvailable() {
 }
 
 std::atomic<bool> use_vnni{VnniAvailable()};
+std::atomic<bool> use_avx2{true};  // the build requires AVX2
 
 // Block() for the integer kernels: every M streams the codes through them (there is nothing to
 // convert), decode with wide kernels and prefetch ahead, prefill with the next K block
 // prefetched as in QuantBlock.
-template <int kBits, bool kZero>
-void VnniBlock(const PackedX& x, const RowGroups& groups, int64_t g0, int64_t g1,
-               const WeightMatrix& w, int64_t n0, int64_t n1, const float* bias, float* y,
-               int64_t y_stride) {
+template <Isa kIsa, int kBits, bool kZero>
+void IntBlock(const PackedX& x, const RowGroups& groups, int64_t g0, int64_t g1,
+              const WeightMatrix& w, int64_t n0, int64_t n1, const float* bias, float* y,
+              int64_t y_stride) {
   constexpr int64_t kStreamMaxGroups = 2;
   const bool stream = g1 - g0 <= kStreamMaxGroups;
-  const VnniKernel* narrow =
-      stream ? kVnniKernels<kBits, kZero, true>.data() : kVnniKernels<kBits, kZero>.data();
-  const VnniKernel* kernels = stream ? kVnniKernels<kBits, kZero, true, true>.data() : narrow;
+  const IntKernel* narrow = stream ? kIntKernels<kIsa, kBits, kZero, true>.data()
+                                   : kIntKernels<kIsa, kBits, kZero>.data();
+  const IntKernel* kernels = stream ? kIntKernels<kIsa, kBits, kZero, true, true>.data() : narrow;
   float* acc = AccumulatorTile(g1 - g0);
   const int panels = static_cast<int>((n1 - n0 + kNr - 1) / kNr);
   const QuantPanelLayout layout = QuantPanelLayout::Of(w.quant, w.cols);
@@ -252,7 +364,7 @@ void VnniBlock(const PackedX& x, const RowGroups& groups, int64_t g0, int64_t g1
       float* acc_g = acc + (g - g0) * kMr * kNb;
       for (int p = 0; p < panels;) {
         prefetch.UpTo(++call);
-        const VnniKernel kernel =
+        const IntKernel kernel =
             p + kernels[mr - 1].panels <= panels ? kernels[mr - 1] : narrow[mr - 1];
         kernel.fn(xg, panel + p * layout.panel_bytes, layout.panel_bytes, kc, q.Panel(p), first,
                   acc_g + p * kNr, kNb);
@@ -298,8 +410,9 @@ void PackRow(const float* src, int64_t k, const int32_t* order, int64_t block, i
 
 }  // namespace
 
-int64_t VnniSubBlock(const WeightMatrix& w) {
-  if (!use_vnni.load(std::memory_order_relaxed)) return 0;
+int64_t IntSubBlock(const WeightMatrix& w) {
+  const bool avx2 = w.quant.bits == 4 && use_avx2.load(std::memory_order_relaxed);
+  if (!use_vnni.load(std::memory_order_relaxed) && !avx2) return 0;
   const int64_t group = w.quant.group_size > 0 ? w.quant.group_size : w.cols;
   const int64_t sub = group == w.cols ? 32 : std::min<int64_t>(32, group);
   if (sub % kUnit != 0) return 0;
@@ -307,9 +420,15 @@ int64_t VnniSubBlock(const WeightMatrix& w) {
   return sub;
 }
 
-BlockFn VnniBlockFor(const WeightMatrix& w) {
-  if (w.quant.bits == 8) return w.quant.has_zero ? &VnniBlock<8, true> : &VnniBlock<8, false>;
-  return w.quant.has_zero ? &VnniBlock<4, true> : &VnniBlock<4, false>;
+BlockFn IntBlockFor(const WeightMatrix& w) {
+  const bool zero = w.quant.has_zero;
+  if (!use_vnni.load(std::memory_order_relaxed)) {
+    return zero ? &IntBlock<Isa::kAvx2, 4, true> : &IntBlock<Isa::kAvx2, 4, false>;
+  }
+  if (w.quant.bits == 8) {
+    return zero ? &IntBlock<Isa::kAvx512Vnni, 8, true> : &IntBlock<Isa::kAvx512Vnni, 8, false>;
+  }
+  return zero ? &IntBlock<Isa::kAvx512Vnni, 4, true> : &IntBlock<Isa::kAvx512Vnni, 4, false>;
 }
 
 PackedX PackXInt8(const float* x, int64_t x_stride, int64_t k, const RowGroups& groups,
@@ -354,6 +473,11 @@ PackedX PackXInt8(const float* x, int64_t x_stride, int64_t k, const RowGroups& 
 bool UseVnniQuantKernels(bool use) {
   tiled::use_vnni.store(use && tiled::VnniAvailable());
   return use && tiled::VnniAvailable();
+}
+
+bool UseAvx2IntegerQuantKernels(bool use) {
+  tiled::use_avx2.store(use);
+  return use && !tiled::use_vnni.load();
 }
 
 }  // namespace tandem::kernels::internal
