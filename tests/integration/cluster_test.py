@@ -548,31 +548,44 @@ def case_serve():
             assert proc.wait(timeout=60) == 0, proc.stderr.read()
     # Quantized at load (model.weight_quantization), prefill and decode apart: the stream equals
     # model-inspect's greedy generation on the same quantized weights, and differs from the
-    # float model's (so the setting reached both engines).
-    quant = ["--weight-quantization", "int4", "--weight-quantization-group-size", "32"]
-    qref = subprocess.run([args.model_inspect, "generate", "--model", args.model, "--prompt",
-                           prompt, "--max-tokens", "40"] + quant,
-                          check=True, capture_output=True, text=True).stdout.splitlines()
-    assert qref[0] != ref[0], "int4 generated exactly what bf16 did"
-    proc = subprocess.Popen([args.tandem, "serve", "--model", args.model, "--listen",
-                             "127.0.0.1:0", "--metrics-listen", "", "--set",
-                             "serve.mode=disaggregated", "--set", "model.weight_quantization=int4",
-                             "--set", "model.weight_quantization_group_size=32"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        line = proc.stdout.readline()
-        m = re.search(r"router on (\S+);", line)
-        assert m, line + proc.stderr.read()
-        for _ in range(2):  # the second time from the prefix cache, under the int4 hashes
-            out = subprocess.run([args.tandem, "generate", "--addr", m.group(1), "--prompt",
-                                  prompt, "--max-tokens", "40", "--print-ids"],
-                                 check=True, capture_output=True, text=True, timeout=120)
-            ids = out.stdout.strip().splitlines()[-1]
-            assert ids == qref[0], (ids, qref[0])
-        print(f"int4-g32 disaggregated: tandem generate equals model-inspect generate: {ids}")
-    finally:
-        proc.send_signal(15)
-        assert proc.wait(timeout=60) == 0, proc.stderr.read()
+    # float model's (so the setting reached both engines). Again with int8 activations
+    # (model.activation_quantization), the integer kernels where the CPU has them.
+    for activations in ("none", "int8"):
+        quant = ["--weight-quantization", "int4", "--weight-quantization-group-size", "32",
+                 "--activation-quantization", activations]
+        qref = subprocess.run([args.model_inspect, "generate", "--model", args.model, "--prompt",
+                               prompt, "--max-tokens", "40"] + quant,
+                              check=True, capture_output=True, text=True).stdout.splitlines()
+        assert qref[0] != ref[0], "int4 generated exactly what bf16 did"
+        proc = subprocess.Popen([args.tandem, "serve", "--model", args.model, "--listen",
+                                 "127.0.0.1:0", "--metrics-listen", "", "--set",
+                                 "serve.mode=disaggregated", "--set",
+                                 "model.weight_quantization=int4", "--set",
+                                 "model.weight_quantization_group_size=32", "--set",
+                                 "model.activation_quantization=" + activations],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            line = proc.stdout.readline()
+            m = re.search(r"router on (\S+);", line)
+            assert m, line + proc.stderr.read()
+            for _ in range(2):  # the second time from the prefix cache, under the int4 hashes
+                out = subprocess.run([args.tandem, "generate", "--addr", m.group(1), "--prompt",
+                                      prompt, "--max-tokens", "40", "--print-ids"],
+                                     check=True, capture_output=True, text=True, timeout=120)
+                ids = out.stdout.strip().splitlines()[-1]
+                assert ids == qref[0], (activations, ids, qref[0])
+            print(f"int4-g32 (activations {activations}) disaggregated: tandem generate equals "
+                  f"model-inspect generate: {ids}")
+        finally:
+            proc.send_signal(15)
+            assert proc.wait(timeout=60) == 0, proc.stderr.read()
+    # The setting reaches the engines' loading: on float weights it is refused there.
+    refused = subprocess.run([args.tandem, "serve", "--model", args.model, "--listen",
+                              "127.0.0.1:0", "--metrics-listen", "", "--set",
+                              "model.activation_quantization=int8"],
+                             capture_output=True, text=True, timeout=120)
+    assert refused.returncode != 0 and "model.activation_quantization: int8 rounds the input of " \
+        "quantized matrices" in refused.stderr, (refused.returncode, refused.stderr)
     print("PASS")
 
 
