@@ -375,6 +375,24 @@ void IntBlock(const PackedX& x, const RowGroups& groups, int64_t g0, int64_t g1,
   WriteTile(acc, groups, g0, g1, n0, n1, bias, y, y_stride);
 }
 
+// The sum of n int8 codes.
+inline int32_t SumCodes(const int8_t* codes, int64_t n) {
+  // Biased to unsigned (code + 128), psadbw adds 8 bytes at a time.
+  const __m256i bias = _mm256_set1_epi8(-128);
+  __m256i wide = _mm256_setzero_si256();
+  int64_t j = 0;
+  for (; j + 32 <= n; j += 32) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + j));
+    wide =
+        _mm256_add_epi64(wide, _mm256_sad_epu8(_mm256_xor_si256(v, bias), _mm256_setzero_si256()));
+  }
+  alignas(32) int64_t lanes[4];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), wide);
+  int64_t sum = lanes[0] + lanes[1] + lanes[2] + lanes[3] - 128 * j;
+  for (; j < n; ++j) sum += codes[j];
+  return static_cast<int32_t>(sum);
+}
+
 // One row of x (or zeros, for a row group's unused slots): its codes at q + i * 8 of each
 // unit's kMr * 8 bytes, its sums and scales at [sub-block * kMr + i].
 void PackRow(const float* src, int64_t k, const int32_t* order, int64_t block, int64_t sub,
@@ -387,24 +405,35 @@ void PackRow(const float* src, int64_t k, const int32_t* order, int64_t block, i
     for (int64_t b = 0; b < subs; ++b) sums[b * kMr] = 0, scales[b * kMr] = 0.0f;
     return;
   }
-  if (static_cast<int64_t>(row.size()) < k) row.resize(k);
-  if (static_cast<int64_t>(codes.size()) < units * kUnit) codes.resize(units * kUnit);
-  for (int64_t j = 0; j < k; ++j) row[j] = src[order ? order[j] : j];
+  // Two units' worth of slack: the reordering below reads 16 codes at a time.
+  if (static_cast<int64_t>(codes.size()) < (units + 2) * kUnit) codes.resize((units + 2) * kUnit);
+  if (order != nullptr) {
+    if (static_cast<int64_t>(row.size()) < k) row.resize(k);
+    for (int64_t j = 0; j < k; ++j) row[j] = src[order[j]];
+    src = row.data();
+  }
   if (block == 0) block = k;
   for (int64_t b = 0; b < subs; ++b) {
     const int64_t b0 = b * sub, b1 = std::min(k, b0 + sub);
     // A sub-block lies within one activation block, quantized at its first sub-block.
     if (b0 % block == 0) {
-      const float scale = RoundToInt8(row.data() + b0, std::min(block, k - b0), codes.data() + b0);
+      const float scale = RoundToInt8(src + b0, std::min(block, k - b0), codes.data() + b0);
       for (int64_t s = b; s < subs && s * sub < b0 + block; ++s) scales[s * kMr] = scale;
     }
-    int32_t sum = 0;
-    for (int64_t j = b0; j < b1; ++j) sum += codes[j];
-    sums[b * kMr] = sum;
+    sums[b * kMr] = SumCodes(codes.data() + b0, b1 - b0);
   }
-  std::fill(codes.begin() + k, codes.begin() + units * kUnit, 0);
-  for (int64_t u = 0; u < units; ++u) {
-    for (int c = 0; c < kUnit; ++c) q[u * kMr * kUnit + XPosition(c)] = codes[u * kUnit + c];
+  std::fill(codes.begin() + k, codes.end(), 0);
+  // Each unit's codes even columns first (XPosition), two units per shuffle.
+  const __m128i even_first = _mm_setr_epi8(0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15);
+  static_assert(XPosition(1) == 4 && XPosition(2) == 1 && XPosition(7) == 7);
+  for (int64_t u = 0; u < units; u += 2) {
+    const __m128i v = _mm_shuffle_epi8(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes.data() + u * kUnit)), even_first);
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(q + u * kMr * kUnit), v);
+    if (u + 1 < units) {
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(q + (u + 1) * kMr * kUnit),
+                       _mm_unpackhi_epi64(v, v));
+    }
   }
 }
 
