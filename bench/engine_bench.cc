@@ -5,7 +5,7 @@
 //                [--decode-steps 32] [--repeats 3] [--threads N] [--weight-memory mmap|hugepages]
 //                [--prune-ratios 0.25,0.333,0.5] [--device cpu|cuda|cuda:N]
 //                [--weight-quantization none|int8|int4 [--weight-quantization-group-size G]]
-//                [--activation-quantization none|int8]
+//                [--activation-quantization none|int8] [--cpu-gemm auto|tandem|onednn]
 //
 // On a device other than the CPU the bound uses host memory bandwidth only when asked for
 // (--skip-bandwidth is implied): the device's is not measured here.
@@ -200,10 +200,10 @@ absl::Status RunPruning(model::Model& m, std::span<const int32_t> lens,
 }
 
 absl::Status Run(const CliArgs& args) {
-  TANDEM_RETURN_IF_ERROR(args.CheckKnown({"model", "prompt-lens", "batches", "decode-steps",
-                                          "repeats", "threads", "skip-bandwidth", "weight-memory",
-                                          "weight-quantization", "weight-quantization-group-size",
-                                          "activation-quantization", "prune-ratios", "device"}));
+  TANDEM_RETURN_IF_ERROR(args.CheckKnown(
+      {"model", "prompt-lens", "batches", "decode-steps", "repeats", "threads", "skip-bandwidth",
+       "weight-memory", "weight-quantization", "weight-quantization-group-size",
+       "activation-quantization", "cpu-gemm", "prune-ratios", "device"}));
   TANDEM_ASSIGN_OR_RETURN(std::string dir, args.String("model"));
   std::vector<int32_t> lens = {128, 512, 2048}, batches = {1, 8, 32};
   if (args.Has("prompt-lens")) {
@@ -221,6 +221,7 @@ absl::Status Run(const CliArgs& args) {
                           model::ParseWeightMemory(args.StringOr("weight-memory", "mmap")));
   TANDEM_ASSIGN_OR_RETURN(load.device, kernels::ParseDevice(args.StringOr("device", "cpu")));
   TANDEM_ASSIGN_OR_RETURN(load.quantize, model::WeightQuantizationFromFlags(args));
+  TANDEM_ASSIGN_OR_RETURN(load.cpu_gemm, kernels::ParseCpuGemm(args.StringOr("cpu-gemm", "auto")));
   TANDEM_ASSIGN_OR_RETURN(auto model, model::Model::Load(dir, pool, load));
   const bool on_cpu = load.device.kind == kernels::DeviceSpec::Kind::kCpu;
   // The decode pass reads every matrix but the embedding (only rows are gathered from it), in
@@ -237,7 +238,11 @@ absl::Status Run(const CliArgs& args) {
   std::printf("model: %s, %.1f M parameters, %s weights (%.1f MiB read per decode step)\n",
               dir.c_str(), model->config().ParameterCount() / 1e6,
               model->weights().format().c_str(), read_bytes / (1 << 20));
-  std::printf("backend: %s\n", model->backend().Describe().c_str());
+  std::printf("backend: %s; cpu gemm: %s%s\n", model->backend().Describe().c_str(),
+              model->weights().cpu_gemm.c_str(),
+              model->weights().cpu_gemm_implementation.empty()
+                  ? ""
+                  : (", " + model->weights().cpu_gemm_implementation).c_str());
   std::printf("threads: %d, weight memory: %s, measured read bandwidth: %.2f GB/s\n\n",
               pool.num_threads(), args.StringOr("weight-memory", "mmap").c_str(), bw / 1e9);
   std::printf(
@@ -297,6 +302,7 @@ constexpr char kUsage[] = R"(usage: engine-bench --model DIR [options]
   --weight-memory mmap|hugepages  (default mmap)
   --weight-quantization none|int8|int4 [--weight-quantization-group-size G]
   --activation-quantization none|int8   (int8: as model.activation_quantization)
+  --cpu-gemm auto|tandem|onednn   (default auto: as model.cpu_gemm)
   --prune-ratios 0.25,0.5         POP rows: the last R of the layers pruned, against unpruned
   --device cpu|cuda|cuda:N        (a device other than the CPU implies --skip-bandwidth)
   --skip-bandwidth                no bandwidth probe or bound column

@@ -21,6 +21,7 @@
 #include "common/kernels/cpu/elementwise.h"
 #include "common/kernels/cpu/gemm.h"
 #include "common/kernels/cpu/gemm_internal.h"
+#include "common/kernels/cpu/onednn_gemm.h"
 #include "common/kernels/cpu/quant_pack.h"
 #include "common/kv/kv_layout.h"
 #include "common/util/dtype.h"
@@ -90,8 +91,9 @@ void SelectA8Kernels() {
 // Args: m, n, k, path (0: Gemm dispatch, 1: streaming, 2: tiled, 3: Gemm on weights packed into
 // panels, as `model.weight_memory: hugepages` loads them; 4: quantized to int8 per row, 5: to
 // int4 in groups of 128, 6: int4 groups of 32, as `model.weight_quantization` loads them; 7-9:
-// 4-6 with x rounded to int8 in blocks of 32, as `model.activation_quantization: int8`). bf16
-// weights. Iterations
+// 4-6 with x rounded to int8 in blocks of 32, as `model.activation_quantization: int8`; 10:
+// oneDNN's matmul on weights prepacked at load, as `model.cpu_gemm: onednn`). bf16 weights.
+// Iterations
 // rotate over copies of W that together exceed the last-level cache, so every call reads its
 // weights from memory as a model's forward pass does (a single small W would stay in L3).
 void RunGemm(benchmark::State& state) {
@@ -99,13 +101,15 @@ void RunGemm(benchmark::State& state) {
   const int64_t m = state.range(0), n = state.range(1), k = state.range(2);
   const int64_t path = state.range(3);
   constexpr int64_t kColdBytes = int64_t{96} << 20;
-  const int64_t weights = path >= 7 ? path - 3 : path;
+  const bool onednn = path == 10;
+  const int64_t weights = onednn ? 3 : path >= 7 ? path - 3 : path;
   QuantFormat quant = weights == 4   ? QuantFormat{8, -1, false}
                       : weights == 5 ? QuantFormat{4, 128, false}
                                      : QuantFormat{4, 32, false};
-  if (path >= 7) quant.int8_activations = true, quant.activation_block = 32;
+  if (path >= 7 && path <= 9) quant.int8_activations = true, quant.activation_block = 32;
+  const bool quantized = weights >= 4;
   // Counted in the bytes a call reads: quantized copies are smaller.
-  const int64_t copy_bytes = path >= 4 ? QuantPanelBytes(quant, n, k) : n * k * 2;
+  const int64_t copy_bytes = quantized ? QuantPanelBytes(quant, n, k) : n * k * 2;
   const int64_t copies = std::max<int64_t>(1, (kColdBytes + copy_bytes - 1) / copy_bytes);
   std::vector<uint16_t> w = Bf16Weights(copies * n * k);
   std::vector<float> x = RandomFloats(m * k, 1);
@@ -115,13 +119,26 @@ void RunGemm(benchmark::State& state) {
   const int64_t panel_elems = PanelBytes(DType::kBF16, n, k) / 2;
   std::vector<uint16_t> panels(path == 3 ? copies * panel_elems + 16 : 0);
   const int64_t quant_bytes = QuantPanelBytes(quant, n, k);
-  std::vector<uint8_t> quantized(path >= 4 ? copies * quant_bytes + 64 : 0);
+  std::vector<uint8_t> packed(quantized ? copies * quant_bytes + 64 : 0);
+  const int64_t onednn_bytes = onednn ? OnednnBytes(DType::kBF16, n, k).value_or(0) : 0;
+  if (onednn) packed.resize(copies * onednn_bytes + 64);
+  auto* packed_base = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(packed.data()) + 63) &
+                                                 ~uintptr_t{63});
+  std::vector<OnednnMatrix> onednn_matrices;
   for (int64_t c = 0; c < copies; ++c) {
     matrices.push_back({w.data() + c * n * k, DType::kBF16, n, k});
-    if (path >= 4) {
-      auto* aligned = reinterpret_cast<uint8_t*>(
-          (reinterpret_cast<uintptr_t>(quantized.data()) + 63) & ~uintptr_t{63});
-      matrices.back() = QuantizeToPanels(matrices.back(), quant, aligned + c * quant_bytes, pool);
+    if (quantized) {
+      matrices.back() =
+          QuantizeToPanels(matrices.back(), quant, packed_base + c * quant_bytes, pool);
+    }
+    if (onednn) {
+      auto m = PackOnednn(matrices.back(), packed_base + c * onednn_bytes, pool);
+      if (!m.ok()) {
+        state.SkipWithError(std::string(m.status().message()).c_str());
+        return;
+      }
+      matrices.back() = m->view;
+      onednn_matrices.push_back(std::move(*m));
     }
     if (path != 3) continue;
     // 32-byte aligned, as the loader's arena gives.
@@ -159,6 +176,8 @@ BENCHMARK(BM_GemmDecode)
     ->ArgsProduct({{1, 8, 32}, {8192}, {2048}, {4, 5, 6, 7, 8, 9}})
     ->ArgsProduct({{1, 8}, {2048}, {8192}, {4, 5, 6, 7, 8, 9}})
     ->ArgsProduct({{1}, {512, 2048}, {2048}, {3, 4, 5, 6, 7, 8, 9}})
+    ->ArgsProduct({{1, 8, 32}, {2048, 8192}, {2048}, {10}})
+    ->ArgsProduct({{1, 8, 32}, {2048}, {8192}, {10}})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 
@@ -175,6 +194,10 @@ BENCHMARK(BM_GemmPrefill)
     ->Args({512, 8192, 2048, 7})
     ->Args({512, 8192, 2048, 8})
     ->Args({512, 8192, 2048, 9})
+    ->Args({512, 2048, 2048, 10})
+    ->Args({512, 8192, 2048, 10})
+    ->Args({512, 2048, 8192, 10})
+    ->Args({512, 2048, 8192, 3})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

@@ -193,6 +193,14 @@ std::vector<Field> MakeSchema() {
           "measured 2.4-3.6x the prefill and 1.3-1.4x the batch-1 int4 decode, at a small cost "
           "in accuracy (docs/benchmarks.md). A W8A8 checkpoint always rounds per token. Every "
           "role needs the same setting"),
+      Str("model.cpu_gemm", TANDEM_CONFIG_REF(model.cpu_gemm), {"auto", "tandem", "onednn"},
+          "which GEMMs multiply the float matrices on the CPU: tandem, the own kernels; onednn, "
+          "oneDNN's matmul (f32 and bf16 weights; bf16 weights multiply inputs rounded to bf16) "
+          "prepacked at load, one oneDNN thread per compute thread; auto, oneDNN for bf16 weights "
+          "where the CPU has bf16 dot products (AVX512-BF16 or AMX), else the own kernels "
+          "(measured 2.3-3.4x the prefill and 1.6-2.3x the batched decode on AVX512-BF16, "
+          "docs/benchmarks.md). Quantized matrices and the embedding stay on the own kernels. "
+          "The load log line says which was chosen and why"),
       Int("model.threads", TANDEM_CONFIG_REF(model.threads), 0, 1024,
           "compute threads of a role; `tandem serve` shares them between its engines; 0: every "
           "core"),

@@ -17,6 +17,8 @@ enum class WeightLayout {
   kPanels,    // packed at load for the CPU GEMM (kernels/cpu/gemm.h, PackPanels)
   // Integer codes with per-group scales in the CPU GEMM's panel order (kernels/cpu/quant_pack.h).
   kQuantPanels,
+  // Prepacked at load in oneDNN's blocked layout, slice by slice (kernels/cpu/onednn_gemm.h).
+  kOnednn,
 };
 
 // How a kQuantPanels matrix's integers stand for weights: w[n, k] = (code - zero) * scale, with
@@ -48,6 +50,8 @@ struct WeightMatrix {
   // kQuantPanels only: column j of the panels holds input column input_order[j] (an act-order
   // checkpoint's columns sorted by group, so that every group is consecutive); null: column j.
   const int32_t* input_order = nullptr;
+  // kOnednn only: its plan and per-slice oneDNN memory (kernels/cpu/onednn_gemm.cc).
+  const void* onednn = nullptr;
 };
 
 // One product of a GEMM call over a shared x: y = x * w^T + bias.

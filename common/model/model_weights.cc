@@ -10,8 +10,10 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/kernels/cpu/onednn_gemm.h"
 #include "common/util/file_util.h"
 #include "common/util/json_fields.h"
+#include "common/util/log.h"
 #include "common/util/status_macros.h"
 
 namespace tandem::model {
@@ -34,10 +36,18 @@ class WeightBinder {
     return absl::OkStatus();
   }
 
-  // A matrix kept in its float dtype: mapped, or packed into panels in the arena.
+  // A matrix kept in its float dtype whose rows are also read one by one (the embedding):
+  // mapped, or packed into panels in the arena.
   absl::StatusOr<kernels::WeightMatrix> Matrix(const std::string& name, int64_t rows,
                                                int64_t cols) {
-    return Load(name, rows, cols, /*quantize=*/{});
+    return Load(name, rows, cols, /*quantize=*/{}, /*product_only=*/false);
+  }
+
+  // A matrix kept in its float dtype that is only multiplied (an untied lm_head): as Matrix, or
+  // packed for oneDNN when model.cpu_gemm chose it.
+  absl::StatusOr<kernels::WeightMatrix> Product(const std::string& name, int64_t rows,
+                                                int64_t cols) {
+    return Load(name, rows, cols, /*quantize=*/{}, /*product_only=*/true);
   }
 
   // A decoder layer's matrix: read from a quantized checkpoint's tensors, or quantized when the
@@ -48,10 +58,11 @@ class WeightBinder {
     if (checkpoint_ != nullptr && !Unquantized(*checkpoint_, prefix)) {
       return Quantized(prefix, rows, cols, *checkpoint_);
     }
-    return Load(name, rows, cols, quantize_);
+    return Load(name, rows, cols, quantize_, /*product_only=*/true);
   }
 
   void set_quantize(const kernels::QuantFormat& f) { quantize_ = f; }
+  void set_onednn(bool onednn) { onednn_ = onednn; }
   void set_checkpoint(const QuantizationConfig* q) { checkpoint_ = q; }
   bool packs() const { return packs_; }
   void set_packs(bool packs) { packs_ = packs; }
@@ -89,7 +100,8 @@ class WeightBinder {
   };
 
   absl::StatusOr<kernels::WeightMatrix> Load(const std::string& name, int64_t rows, int64_t cols,
-                                             const kernels::QuantFormat& quantize) {
+                                             const kernels::QuantFormat& quantize,
+                                             bool product_only) {
     TANDEM_ASSIGN_OR_RETURN(auto slot, Find(name, {rows, cols}));
     TANDEM_ASSIGN_OR_RETURN(DType dtype, FloatType(slot));
     TANDEM_ASSIGN_OR_RETURN(const void* data, Aligned(slot, dtype));
@@ -105,6 +117,18 @@ class WeightBinder {
       bytes = kernels::QuantPanelBytes(quantize, rows, cols);
       TANDEM_ASSIGN_OR_RETURN(uint8_t * packed, w_.arena_->Allocate(bytes));
       out = kernels::QuantizeToPanels(stored, quantize, packed, pool_);
+    } else if (onednn_ && product_only) {
+      auto onednn_bytes = kernels::OnednnBytes(dtype, rows, cols);
+      if (!onednn_bytes.ok()) return Named(name, onednn_bytes.status());
+      bytes = *onednn_bytes;
+      TANDEM_ASSIGN_OR_RETURN(uint8_t * packed, w_.arena_->Allocate(bytes));
+      auto onednn = kernels::PackOnednn(stored, packed, pool_);
+      if (!onednn.ok()) return Named(name, onednn.status());
+      out = onednn->view;
+      if (w_.cpu_gemm_implementation.empty()) {
+        w_.cpu_gemm_implementation = kernels::OnednnImplementation(out);
+      }
+      w_.onednn_.push_back(std::move(onednn->owner));
     } else if (packs_) {
       bytes = kernels::PanelBytes(dtype, rows, cols);
       TANDEM_ASSIGN_OR_RETURN(uint8_t * packed, w_.arena_->Allocate(bytes));
@@ -146,6 +170,11 @@ class WeightBinder {
         return absl::InternalError("quantized checkpoint without a packing");
     }
     return PackStored(prefix, rows, cols, q, stored);
+  }
+
+  // `s` with the tensor it concerns.
+  static absl::Status Named(const std::string& name, const absl::Status& s) {
+    return absl::Status(s.code(), absl::StrCat("\"", name, "\": ", s.message()));
   }
 
   // The error for a quantized layer `prefix` of the checkpoint.
@@ -525,7 +554,8 @@ class WeightBinder {
   ThreadPool& pool_;
   kernels::QuantFormat quantize_{};
   const QuantizationConfig* checkpoint_ = nullptr;  // a quantized checkpoint's settings
-  bool packs_ = false;  // float matrices go into the arena as panels
+  bool packs_ = false;                              // float matrices go into the arena as panels
+  bool onednn_ = false;  // multiplied-only float matrices go into the arena packed for oneDNN
   absl::flat_hash_map<std::string, Slot> entries_;
   std::map<std::vector<int32_t>, const int32_t*> orders_;  // act-order permutations, shared
   std::set<std::string> used_;
@@ -655,6 +685,29 @@ std::string LoadedQuantizationName(const QuantizationConfig& checkpoint,
   return absl::StrCat(checkpoint.Name(), a8 ? "-a8" : "");
 }
 
+namespace {
+
+// model.cpu_gemm for this model: oneDNN multiplies float weights on the CPU only.
+absl::StatusOr<kernels::CpuGemmChoice> ChooseGemm(const ModelConfig& c,
+                                                  const WeightLoadOptions& options) {
+  const bool quantized = options.quantize.bits != 0 || c.quantization.quantized();
+  const bool cpu = options.device.kind == kernels::DeviceSpec::Kind::kCpu;
+  if (options.cpu_gemm == kernels::CpuGemm::kOnednn && (quantized || !cpu)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model.cpu_gemm: onednn multiplies float weights on the CPU backend; this model's are ",
+        quantized ? "quantized" : absl::StrCat("on ", options.device.ToString()),
+        " (leave model.cpu_gemm at auto or tandem)"));
+  }
+  if (quantized || !cpu) {
+    return kernels::CpuGemmChoice{kernels::CpuGemm::kTandem, quantized
+                                                                 ? "tandem (quantized weights)"
+                                                                 : "tandem (not on the CPU)"};
+  }
+  return kernels::ChooseCpuGemm(options.cpu_gemm, c.torch_dtype);
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(const std::string& dir,
                                                                  const ModelConfig& c,
                                                                  const WeightLoadOptions& options) {
@@ -672,7 +725,10 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(const std::stri
   }
   auto w = std::make_unique<ModelWeights>();
   const bool packs = options.memory == WeightMemory::kHugePages;
-  if (packs || options.quantize.bits != 0 || q.quantized()) {
+  TANDEM_ASSIGN_OR_RETURN(const kernels::CpuGemmChoice gemm, ChooseGemm(c, options));
+  const bool onednn = gemm.gemm == kernels::CpuGemm::kOnednn;
+  w->cpu_gemm = gemm.reason;
+  if (packs || onednn || options.quantize.bits != 0 || q.quantized()) {
     w->arena_ = std::make_unique<HugePageArena>();
   }
   w->quant = options.quantize;
@@ -686,6 +742,7 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(const std::stri
   WeightBinder b(*w, dir, options.pool != nullptr ? *options.pool : serial);
   TANDEM_RETURN_IF_ERROR(b.Index());
   b.set_packs(packs);
+  b.set_onednn(onednn);
   b.set_quantize(options.quantize);
   if (q.quantized()) b.set_checkpoint(&q);
   TANDEM_ASSIGN_OR_RETURN(w->embed_tokens,
@@ -706,9 +763,14 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(const std::stri
     b.Ignore("lm_head.weight");
     w->lm_head = w->embed_tokens;
   } else {
-    TANDEM_ASSIGN_OR_RETURN(w->lm_head, b.Matrix("lm_head.weight", c.vocab_size, c.hidden_size));
+    TANDEM_ASSIGN_OR_RETURN(w->lm_head, b.Product("lm_head.weight", c.vocab_size, c.hidden_size));
   }
   TANDEM_RETURN_IF_ERROR(b.CheckAllUsed());
+  if (options.cpu_gemm != kernels::CpuGemm::kTandem) {
+    Log(LogLevel::kInfo, "model",
+        absl::StrCat("model.cpu_gemm: ", w->cpu_gemm,
+                     onednn ? absl::StrCat(", ", w->cpu_gemm_implementation) : ""));
+  }
   // Every matrix now lives in the arena and every vector was converted: the mappings would
   // only keep the files' pages charged to the process (twice the model in RSS).
   if (packs) w->files_.clear();

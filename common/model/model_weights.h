@@ -7,6 +7,7 @@
 #include "absl/status/statusor.h"
 #include "common/kernels/backend_factory.h"
 #include "common/kernels/cpu/gemm.h"
+#include "common/kernels/cpu/onednn_gemm.h"
 #include "common/kernels/cpu/quant_pack.h"
 #include "common/model/model_config.h"
 #include "common/model/safetensors.h"
@@ -46,6 +47,10 @@ struct WeightLoadOptions {
   // are then kernels::WeightLayout::kQuantPanels in the arena, whatever `memory` says; the
   // embedding, the norms and lm_head keep their dtype.
   kernels::QuantFormat quantize{};
+  // model.cpu_gemm: which GEMMs multiply the float matrices on the CPU (kAuto: as
+  // kernels::ChooseCpuGemm decides; the library's default is the own kernels, the config's
+  // auto). Quantized matrices and the embedding stay on the own kernels.
+  kernels::CpuGemm cpu_gemm = kernels::CpuGemm::kTandem;
 };
 
 absl::StatusOr<WeightMemory> ParseWeightMemory(std::string_view name);
@@ -101,6 +106,10 @@ class ModelWeights {
   // The quantized format's name (QuantizationName, or QuantizationConfig::Name for a quantized
   // checkpoint such as "gptq-w4-g128-sym"); empty for float weights.
   std::string quantization;
+  // model.cpu_gemm as chosen, and why ("tandem (auto: f32 weights; oneDNN ISA avx2)"); the
+  // oneDNN implementation its matrices run ("brg:avx512_core_amx_bf16"), empty without oneDNN.
+  std::string cpu_gemm;
+  std::string cpu_gemm_implementation;
   int64_t total_bytes = 0;       // bytes of all tensors used, as stored in the files
   int64_t memory_bytes = 0;      // bytes the loaded weights take in memory (mapped or copied)
 
@@ -114,6 +123,7 @@ class ModelWeights {
   // Copies of tensors whose mapped bytes are not aligned to their element size.
   std::vector<std::unique_ptr<uint8_t[]>> realigned_;
   std::unique_ptr<HugePageArena> arena_;  // kHugePages only
+  std::vector<std::shared_ptr<const void>> onednn_;  // kOnednn matrices' oneDNN state
   friend class WeightBinder;
 };
 

@@ -303,10 +303,12 @@ def int8_blocks(x, block):
 class Reference:
     """Forward pass of a decoder-only HF model from a config dict and float32 weights.
     activation_block: round the decoder matrices' inputs to int8 in blocks of that many columns
-    (model.activation_quantization: int8); a W8A8 checkpoint rounds per token regardless."""
+    (model.activation_quantization: int8); a W8A8 checkpoint rounds per token regardless.
+    bf16_inputs: round the inputs of the decoder matrices, and of an untied lm_head, to bf16 (as
+    model.cpu_gemm: onednn multiplies bf16 weights); everything else stays float64."""
 
     def __init__(self, config, weights, native=None, kv_dtype=None, weight_quantization=None,
-                 activation_block=None):
+                 activation_block=None, bf16_inputs=False):
         self.config = config
         archs = config.get("architectures") or []
         self.model_type = config["model_type"]
@@ -335,6 +337,9 @@ class Reference:
                 for name in LINEAR_NAMES:
                     key = "model.layers.%d.%s.weight" % (i, name)
                     self.w[key] = gptq_round_to_nearest(weights[key], bits, group)
+        self.bf16_inputs = {"model.layers."} if bf16_inputs else set()
+        if bf16_inputs and "lm_head.weight" in self.w:
+            self.bf16_inputs.add("lm_head")
         if "lm_head.weight" not in self.w:
             if not config.get("tie_word_embeddings", True):
                 raise ValueError("lm_head.weight missing and embeddings are not tied")
@@ -345,13 +350,14 @@ class Reference:
 
     @classmethod
     def from_dir(cls, model_dir, native=None, kv_dtype=None, weight_quantization=None,
-                 activation_block=None):
+                 activation_block=None, bf16_inputs=False):
         with open(os.path.join(model_dir, "config.json")) as f:
             config = json.load(f)
         weights, _ = load_weights(model_dir)
         weights = dequantize_checkpoint(config, weights)
         return cls(config, weights, native=native, kv_dtype=kv_dtype,
-                   weight_quantization=weight_quantization, activation_block=activation_block)
+                   weight_quantization=weight_quantization, activation_block=activation_block,
+                   bf16_inputs=bf16_inputs)
 
     # Rounds to the native dtype (no-op in reference mode).
     def _r(self, x):
@@ -372,6 +378,8 @@ class Reference:
             x = int8_tokens(x)
         elif self.activation_block and name.startswith("model.layers."):
             x = int8_blocks(x, self.activation_block)
+        if any(name.startswith(p) for p in self.bf16_inputs):
+            x = x.to(torch.bfloat16).to(torch.float64)
         y = x @ self.w[name + ".weight"].T
         if bias:
             y = self._r(y) + self.w[name + ".bias"]

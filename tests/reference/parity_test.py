@@ -52,6 +52,12 @@ TOLERANCE = {"fp32": (1e-3, 1e-4), "fp16": (0.05, 0.004), "bf16": (0.25, 0.025)}
 # bound holds (measured 3-4e-6: no element of these cases lands on the other side of a rounding
 # boundary), while the same engine output against the unrounded reference is off by ~0.1.
 TOLERANCE_INT8_KV = TOLERANCE["fp32"]
+# model.cpu_gemm: onednn on bf16 weights against the reference rounding the same matrix inputs
+# to bf16: the products agree to f32 rounding until an input lands on the other side of a bf16
+# rounding boundary (a 1e-7 difference upstream decides it), which moves later logits by up to
+# ~1e-2 std (measured: max 8.5e-3, mean 7.5e-4 on llama3_bf16_onednn; against a reference that
+# does not round, 5e-2 and more).
+TOLERANCE_BF16_INPUTS = (2e-2, 2e-3)
 
 # Greedy check: the engine's token at each step must be the reference argmax given the engine's
 # own prefix, except at a near tie, where the reference's top logit beats the engine's choice by
@@ -148,9 +154,34 @@ CASES = {
                              quantize=("gptq", 4, 32, "false", "float", "true")),
     "qwen2_ct_int8_head": dict(arch="qwen2", heads=4, kv_heads=2, tie=False, ffn=96,
                                quantize=("compressed-tensors", 8, -1, "true", "float", "true")),
+    # model.cpu_gemm: onednn (oneDNN's matmul on weights prepacked at load): f32 with an untied
+    # lm_head (which it multiplies too), odd sizes, q/k/v biases on wider matrices, and bf16
+    # weights, whose matrix inputs it rounds to bf16, as the reference then does too: the fp32
+    # bound holds (bf16 products are exact in f32). The logits must also stay within
+    # ONEDNN_VS_OWN of the own kernels'. Skipped where oneDNN has no matmul for the dtype.
+    "llama_onednn": dict(arch="llama", heads=4, kv_heads=4, tie=False, cpu_gemm="onednn"),
+    "odd_sizes_onednn": dict(arch="llama", heads=3, kv_heads=1, hidden=96, head_dim=32, ffn=200,
+                             vocab=1003, tie=False, cpu_gemm="onednn"),
+    "wide_onednn": dict(arch="qwen2", heads=8, kv_heads=2, hidden=512, ffn=1408, vocab=4096,
+                        tie=True, cpu_gemm="onednn"),
+    "llama3_bf16_onednn": dict(arch="llama", heads=4, kv_heads=2, tie=True, rope_theta=500000,
+                               rope_scaling="llama3", rope_original_max_pos=64, dtype="bf16",
+                               cpu_gemm="onednn"),
+    "qwen3_bf16_onednn": dict(arch="qwen3", heads=4, kv_heads=2, head_dim=32, tie=False,
+                              dtype="bf16", cpu_gemm="onednn"),
     # A trained model directory given with --model-dir (the bundled model), bf16 weights.
     "model_dir": dict(dtype="bf16"),
 }
+
+# oneDNN against the own kernels on the same model, max |diff| / std(logits): f32 differs only
+# in the order of f32 sums; bf16 also rounds every matrix input to bf16 (issue #25's bound).
+# Measured on the tiny random bf16 cases: 4-7e-2 (mean ~6e-3), as HF's own bf16 execution
+# differs from float32; the bf16 parity bound applies.
+ONEDNN_VS_OWN = {"fp32": 1e-4, "bf16": TOLERANCE["bf16"][0]}
+
+
+class CaseSkipped(Exception):
+    """The case cannot run on this machine (the message says why)."""
 
 
 def make_model_args(case, spec, out):
@@ -364,9 +395,17 @@ def run_case(case, args):
     kv_dtype = spec.get("kv_dtype")
     quant = spec.get("weight_quantization")
     a8 = spec.get("activations") == "int8"
+    onednn_bf16 = spec.get("cpu_gemm") == "onednn" and spec.get("dtype") == "bf16"
     ref = hf_reference.Reference.from_dir(model, kv_dtype=kv_dtype, weight_quantization=quant,
-                                          activation_block=32 if a8 else None)
+                                          activation_block=32 if a8 else None,
+                                          bf16_inputs=onednn_bf16)
     kv_flags = ["--kv-dtype", kv_dtype] if kv_dtype else []
+    own_flags = list(kv_flags)
+    if spec.get("cpu_gemm"):
+        kv_flags += ["--cpu-gemm", spec["cpu_gemm"]]
+    if onednn_bf16:
+        kv_flags += ["--kv-dtype", "fp32"]  # else K/V would round to bf16, which the reference
+        own_flags += ["--kv-dtype", "fp32"]  # leaves at float64 like every other activation
     if a8:
         kv_flags += ["--activation-quantization", "int8"]
     if quant:
@@ -376,17 +415,23 @@ def run_case(case, args):
             kv_flags += ["--kv-dtype", "fp32"]  # else K/V would round to the model's dtype
     # Quantized weights: the reference computes on the same dequantized matrices in float64, and
     # the engine in float32 whatever the checkpoint's dtype (no half-precision activations).
-    dtype = "fp32" if quant else spec.get("dtype", "fp32")
+    dtype = "fp32" if quant or onednn_bf16 else spec.get("dtype", "fp32")
     rng = np.random.RandomState(sum(map(ord, case)) + 1)
     prompt = rng.randint(0, ref.vocab, size=PROMPT_LEN).tolist()
 
     want = ref.logits(prompt)
-    got = engine_logits(args.model_inspect, model, prompt, os.path.join(work, "logits.f32"),
-                        ref.vocab, kv_flags)
+    try:
+        got = engine_logits(args.model_inspect, model, prompt, os.path.join(work, "logits.f32"),
+                            ref.vocab, kv_flags)
+    except RuntimeError as e:
+        if spec.get("cpu_gemm") and "onednn has no" in str(e):
+            raise CaseSkipped(str(e).strip().splitlines()[-1])
+        raise
     std = want.std()
     rel = np.abs(got - want).max() / std
     rel_mean = np.abs(got - want).mean() / std
-    tol, tol_mean = TOLERANCE_INT8_KV if kv_dtype == "int8" else TOLERANCE[dtype]
+    tol, tol_mean = (TOLERANCE_INT8_KV if kv_dtype == "int8" else
+                     TOLERANCE_BF16_INPUTS if onednn_bf16 else TOLERANCE[dtype])
     ok_logits = bool(rel <= tol and rel_mean <= tol_mean)
     lines = []
     if not ok_logits:
@@ -397,6 +442,14 @@ def run_case(case, args):
         kv_ref = hf_reference.Reference.from_dir(model, kv_dtype=dtype).logits(prompt)
         lines.append("engine vs reference with K/V rounded to %s: max|diff|/std %.2e" %
                      (dtype, np.abs(got - kv_ref).max() / std))
+
+    onednn_summary = ""
+    if spec.get("cpu_gemm"):
+        own = engine_logits(args.model_inspect, model, prompt, os.path.join(work, "own.f32"),
+                            ref.vocab, own_flags)
+        vs_own, bound = np.abs(got - own).max() / std, ONEDNN_VS_OWN[spec.get("dtype", "fp32")]
+        ok_logits = ok_logits and bool(vs_own <= bound)
+        onednn_summary = "  vs own kernels %.1e (tol %.0e)" % (vs_own, bound)
 
     generated = engine_generate(args.model_inspect, model, prompt, GREEDY_STEPS, kv_flags)
     ok_greedy, greedy_summary, details = check_greedy(ref, prompt, generated, GREEDY_STEPS,
@@ -421,8 +474,8 @@ def run_case(case, args):
 
     ok = ok_logits and ok_greedy and ok_sampler
     summary = ("%-13s %-4s %-4s logits max|diff|/std %.2e (tol %.2g), mean %.1e (tol %.2g)"
-               "  greedy %s" % (case, dtype, "ok" if ok else "FAIL", rel, tol, rel_mean, tol_mean,
-                                greedy_summary))
+               "%s  greedy %s" % (case, dtype, "ok" if ok else "FAIL", rel, tol, rel_mean,
+                                  tol_mean, onednn_summary, greedy_summary))
     return ok, summary, lines
 
 
@@ -450,11 +503,14 @@ def main():
         if not os.access(tool, os.X_OK):
             print("FAIL: %s is not an executable" % tool)
             return 1
-    all_ok, summaries = True, []
+    all_ok, summaries, skipped = True, [], 0
     for case in cases:
         t0 = time.time()
         try:
             ok, summary, lines = run_case(case, args)
+        except CaseSkipped as e:
+            ok, summary, lines = True, "%-13s      SKIP  %s" % (case, e), []
+            skipped += 1
         except Exception as e:  # A crash of the engine is a failure of the case.
             ok, summary, lines = False, "%-13s      FAIL  %s" % (case, e), []
         summary += "  [%.1fs]" % (time.time() - t0)
@@ -467,6 +523,9 @@ def main():
             shutil.rmtree(os.path.join(args.workdir, case), ignore_errors=True)
     if len(cases) > 1:
         print("\nsummary:\n" + "\n".join(summaries))
+    if all_ok and skipped == len(cases):
+        print("SKIP")
+        return 77
     print("PASS" if all_ok else "FAIL")
     return 0 if all_ok else 1
 

@@ -85,7 +85,10 @@ def main():
     out = parity_test.run([args.model_inspect, "--kv-cache", "--pruning-stats", "--model",
                            args.model_dir, "--config", config_path, "--prompt-file", prompt_path,
                            "--kv-dtype", "fp32", "--attention-csv", csv_path,
-                           "--attention-png", png_path])[0]
+                           "--attention-png", png_path,
+                           # float inputs to every matrix, as the reference computes (oneDNN's
+                           # bf16 matmul, auto where the CPU has bf16 dot products, rounds them)
+                           "--cpu-gemm", "tandem"])[0]
     print(out.rstrip())
     ids = parity_test.tokenize(args.model_inspect, args.model_dir, prompt_path)
     bos, eos = ref.config.get("bos_token_id"), ref.config.get("eos_token_id")

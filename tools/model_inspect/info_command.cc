@@ -26,11 +26,12 @@ std::string HumanBytes(double bytes) {
 absl::Status RunInfo(const CliArgs& args) {
   TANDEM_RETURN_IF_ERROR(
       args.CheckKnown({"model", "threads", "weight-quantization", "weight-quantization-group-size",
-                       "activation-quantization"}));
+                       "activation-quantization", "cpu-gemm"}));
   TANDEM_ASSIGN_OR_RETURN(std::string dir, args.String("model"));
   TANDEM_ASSIGN_OR_RETURN(model::ModelConfig c, model::ModelConfig::FromDirectory(dir));
   model::WeightLoadOptions load;
   TANDEM_ASSIGN_OR_RETURN(load.quantize, model::WeightQuantizationFromFlags(args));
+  TANDEM_ASSIGN_OR_RETURN(load.cpu_gemm, kernels::ParseCpuGemm(args.StringOr("cpu-gemm", "auto")));
   ThreadPool pool;
   load.pool = &pool;
   // Loading the weights validates every tensor; info reports what the files really hold.
@@ -45,6 +46,10 @@ absl::Status RunInfo(const CliArgs& args) {
               HumanBytes(static_cast<double>(weights->total_bytes)).c_str());
   std::printf("weight format: %s (%s in memory)\n", weights->format().c_str(),
               HumanBytes(static_cast<double>(weights->memory_bytes)).c_str());
+  std::printf("cpu gemm: %s%s\n", weights->cpu_gemm.c_str(),
+              weights->cpu_gemm_implementation.empty()
+                  ? ""
+                  : (", " + weights->cpu_gemm_implementation).c_str());
   std::printf("context length: %lld\n", static_cast<long long>(c.ContextLength()));
   std::printf("layers: %d\nhidden size: %lld\nintermediate size: %lld\n", c.num_layers,
               static_cast<long long>(c.hidden_size), static_cast<long long>(c.intermediate_size));

@@ -104,7 +104,8 @@ Common: --threads N (default: TANDEM_NUM_THREADS or all cores);
         faster decode and prefill, batch-invariant results, more memory);
         --weight-quantization none|int8|int4 [--weight-quantization-group-size G]
         (quantize the decoder layers at load, as model.weight_quantization);
-        --activation-quantization none|int8 (as model.activation_quantization).
+        --activation-quantization none|int8 (as model.activation_quantization);
+        --cpu-gemm auto|tandem|onednn (default auto, as model.cpu_gemm).
 )";
 
 }  // namespace

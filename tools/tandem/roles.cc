@@ -245,6 +245,7 @@ class WorkerRole final : public ServedRole {
     model::WeightLoadOptions load;
     TANDEM_ASSIGN_OR_RETURN(load.memory, model::ParseWeightMemory(c.model.weight_memory));
     TANDEM_ASSIGN_OR_RETURN(load.device, kernels::ParseDevice(c.model.device));
+    TANDEM_ASSIGN_OR_RETURN(load.cpu_gemm, kernels::ParseCpuGemm(c.model.cpu_gemm));
     TANDEM_ASSIGN_OR_RETURN(load.quantize,
                             model::ParseWeightQuantization(c.model.weight_quantization,
                                                            c.model.weight_quantization_group_size,

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "common/kernels/cpu/gemm_internal.h"
+#include "common/kernels/cpu/onednn_gemm.h"
 #include "common/kernels/cpu/quant_pack.h"
 #include "common/kernels/cpu/simd_util.h"
 
@@ -173,7 +174,10 @@ void Gemm(const float* x, int64_t m, int64_t x_stride, const WeightMatrix& w, co
       for (int64_t n = 0; n < w.rows; ++n) y[i * y_stride + n] = bias ? bias[n] : 0.0f;
     return;
   }
-  if (w.layout == WeightLayout::kRowMajor && m <= kDecodeMaxM) {
+  if (w.layout == WeightLayout::kOnednn) {
+    const GemmOutput out{w, bias, y, y_stride};
+    internal::GemmOnednn(x, m, x_stride, {&out, 1}, pool);
+  } else if (w.layout == WeightLayout::kRowMajor && m <= kDecodeMaxM) {
     internal::GemmStreaming(x, m, x_stride, w, bias, y, y_stride, pool);
   } else {
     internal::GemmTiled(x, m, x_stride, w, bias, y, y_stride, pool);
@@ -187,13 +191,16 @@ namespace tandem::kernels {
 void GemmMulti(const float* x, int64_t m, int64_t x_stride, std::span<const GemmOutput> outputs,
                ThreadPool& pool) {
   if (m <= 0) return;
-  bool all_streamable = m <= kDecodeMaxM, all_panels = true;
+  bool all_streamable = m <= kDecodeMaxM, all_panels = true, all_onednn = true;
   for (const auto& o : outputs) {
     all_streamable &= o.w.rows > 0 && o.w.cols > 0 && o.w.layout == WeightLayout::kRowMajor;
-    all_panels &= o.w.layout != WeightLayout::kRowMajor;
+    all_panels &= o.w.layout == WeightLayout::kPanels || o.w.layout == WeightLayout::kQuantPanels;
+    // One plan (dtype and input columns) for all: they share one converted x.
+    all_onednn &= o.w.layout == WeightLayout::kOnednn && o.w.dtype == outputs.front().w.dtype;
   }
   if (all_streamable) return internal::GemmStreamingMulti(x, m, x_stride, outputs, pool);
   if (all_panels) return internal::GemmTiledMulti(x, m, x_stride, outputs, pool);
+  if (all_onednn) return internal::GemmOnednn(x, m, x_stride, outputs, pool);
   for (const auto& o : outputs) Gemm(x, m, x_stride, o.w, o.bias, o.y, o.y_stride, pool);
 }
 
@@ -245,6 +252,8 @@ int64_t MatrixBytes(const WeightMatrix& w) {
       return PanelBytes(w.dtype, w.rows, w.cols);
     case WeightLayout::kQuantPanels:
       return QuantPanelBytes(w.quant, w.rows, w.cols);
+    case WeightLayout::kOnednn:
+      return OnednnBytes(w.dtype, w.rows, w.cols).value_or(0);
   }
   return 0;
 }
@@ -261,6 +270,10 @@ void ReadRow(const WeightMatrix& w, int64_t row, float* out) {
       out[w.input_order ? w.input_order[k] : k] =
           static_cast<float>(codes[k] - zeros[g]) * scales[g];
     }
+    return;
+  }
+  if (w.layout == WeightLayout::kOnednn) {
+    internal::ReadOnednnRow(w, row, out);
     return;
   }
   if (w.layout == WeightLayout::kRowMajor) {

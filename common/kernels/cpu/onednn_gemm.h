@@ -1,0 +1,86 @@
+#pragma once
+// oneDNN's matmul as a GEMM provider under the CPU kernels (model.cpu_gemm): the own kernels'
+// contract (kernels/cpu/gemm.h), with weights prepacked once at load into oneDNN's blocked
+// layout (WeightLayout::kOnednn).
+//
+// Batch invariance: the weights are packed in slices of kOnednnSliceRows output rows, and each
+// slice is multiplied by at most kOnednnChunkRows rows of x per call, one thread per call (the
+// calling pool thread; oneDNN's own OpenMP threading is off in it). A row's result then comes
+// from one of 16 primitives (1..16 rows). At the first use of a shape (K, dtype), the plan
+// checks on random data that every one of them gives a row the same bits as the 16-row
+// primitive, at any position within the call; a row count that does not is padded to 16, and a
+// shape whose 16-row primitive itself depends on the row's position is refused.
+//
+// bf16 weights multiply x rounded to bf16 (oneDNN's bf16 matmul, AVX512-BF16 or AMX); f32
+// weights multiply f32 x; results accumulate in f32 either way. f16 and quantized weights stay
+// on the own kernels.
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "common/kernels/kernel_types.h"
+#include "common/util/dtype.h"
+#include "common/util/thread_pool.h"
+
+namespace tandem::kernels {
+
+// model.cpu_gemm: which GEMMs the CPU backend runs.
+enum class CpuGemm { kAuto, kTandem, kOnednn };
+
+// "auto" | "tandem" | "onednn"; InvalidArgument naming them otherwise.
+absl::StatusOr<CpuGemm> ParseCpuGemm(std::string_view name);
+std::string_view CpuGemmName(CpuGemm gemm);
+
+// What oneDNN reports about this CPU.
+struct OnednnCpu {
+  std::string isa;    // the ISA oneDNN dispatches to: "avx512_core_amx", "avx2", ...
+  bool amx = false;   // a matrix engine (AMX tiles for bf16 and int8)
+  bool bf16 = false;  // bf16 dot products in hardware (AVX512-BF16 or AMX)
+};
+const OnednnCpu& OnednnCpuInfo();
+
+// The provider that `requested` means for matrices of `dtype` on this CPU, and why, in words
+// for the load log line and `model-inspect info`. kAuto takes oneDNN for bf16 weights where the
+// CPU has bf16 dot products (AVX512-BF16 or AMX), the own kernels otherwise.
+struct CpuGemmChoice {
+  CpuGemm gemm = CpuGemm::kTandem;
+  std::string reason;
+};
+absl::StatusOr<CpuGemmChoice> ChooseCpuGemm(CpuGemm requested, DType dtype);
+
+inline constexpr int64_t kOnednnSliceRows = 64;
+inline constexpr int64_t kOnednnChunkRows = 16;
+
+// A matrix packed for oneDNN: the view the GEMM reads, and what keeps its per-slice oneDNN
+// memory objects alive (hold it as long as the view is used).
+struct OnednnMatrix {
+  WeightMatrix view;
+  std::shared_ptr<const void> owner;
+};
+
+// Bytes PackOnednn needs for a `rows` x `cols` matrix of `dtype` (f32 or bf16), creating the
+// shape's plan if it is new; InvalidArgument for another dtype or a shape oneDNN refuses.
+absl::StatusOr<int64_t> OnednnBytes(DType dtype, int64_t rows, int64_t cols);
+
+// Packs row-major `w` (f32 or bf16) into `out` (OnednnBytes bytes, 64-byte aligned); slices
+// are split over `pool`.
+absl::StatusOr<OnednnMatrix> PackOnednn(const WeightMatrix& w, void* out, ThreadPool& pool);
+
+// The oneDNN implementation a plan of this shape runs ("brg:avx512_core_amx_bf16").
+std::string OnednnImplementation(const WeightMatrix& w);
+
+namespace internal {
+
+// Gemm/GemmMulti over kOnednn matrices (every output's w.cols equal, one dtype).
+void GemmOnednn(const float* x, int64_t m, int64_t x_stride, std::span<const GemmOutput> outputs,
+                ThreadPool& pool);
+
+// Row `row` of a kOnednn matrix as f32 (ReadRow's contract).
+void ReadOnednnRow(const WeightMatrix& w, int64_t row, float* out);
+
+}  // namespace internal
+}  // namespace tandem::kernels

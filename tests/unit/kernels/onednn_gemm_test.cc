@@ -1,0 +1,199 @@
+#include "common/kernels/cpu/onednn_gemm.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "common/kernels/cpu/gemm.h"
+#include "common/util/dtype.h"
+#include "common/util/thread_pool.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace tandem::kernels {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::vector<float> RandomVector(size_t n, std::mt19937& rng) {
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& f : v) f = dist(rng);
+  return v;
+}
+
+// Row-major weights of `dtype` and their oneDNN packing, in a 64-byte aligned buffer as the
+// loader's arena gives.
+class OnednnWeights {
+ public:
+  OnednnWeights(const std::vector<float>& w, DType dtype, int64_t n, int64_t k, ThreadPool& pool)
+      : stored_(w.size() * DTypeSize(dtype)) {
+    FromFloat(dtype, w.data(), stored_.data(), w.size());
+    rounded_.resize(w.size());
+    ToFloat(dtype, stored_.data(), rounded_.data(), w.size());
+    const WeightMatrix row_major{stored_.data(), dtype, n, k};
+    auto bytes = OnednnBytes(dtype, n, k);
+    if (!bytes.ok()) {
+      status_ = bytes.status();
+      return;
+    }
+    packed_.resize(*bytes + 64);
+    auto* aligned = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(packed_.data()) + 63) &
+                                               ~uintptr_t{63});
+    auto m = PackOnednn(row_major, aligned, pool);
+    if (!m.ok()) {
+      status_ = m.status();
+      return;
+    }
+    matrix_ = std::move(*m);
+  }
+  const absl::Status& status() const { return status_; }
+  const WeightMatrix& matrix() const { return matrix_.view; }
+  const std::vector<float>& rounded() const { return rounded_; }
+
+ private:
+  std::vector<uint8_t> stored_, packed_;
+  std::vector<float> rounded_;
+  OnednnMatrix matrix_;
+  absl::Status status_;
+};
+
+// oneDNN's bf16 matmul needs AVX-512 (native BF16 or AMX, or emulated on AVX512-F).
+bool SkipUnsupported(const OnednnWeights& w) {
+  if (w.status().ok()) return false;
+  EXPECT_EQ(w.status().code(), absl::StatusCode::kInvalidArgument) << w.status();
+  return true;
+}
+
+// Products against a double reference over the stored weights and x as the provider reads it
+// (rounded to bf16 for bf16 weights): both are exact in f32, so only the f32 accumulation
+// differs, relative to sum |x| |w|.
+TEST(OnednnGemmTest, MatchesReference) {
+  ThreadPool pool(2);
+  std::mt19937 rng(3);
+  // (n, k): a partial slice, several slices with a tail, odd and long rows.
+  const std::pair<int64_t, int64_t> shapes[] = {{1, 1}, {7, 13}, {64, 96}, {200, 515}, {130, 2048}};
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    for (auto [n, k] : shapes) {
+      const std::vector<float> w_f32 = RandomVector(n * k, rng);
+      const OnednnWeights w(w_f32, dtype, n, k, pool);
+      if (SkipUnsupported(w))
+        GTEST_SKIP() << "oneDNN has no " << DTypeName(dtype) << " matmul here: " << w.status();
+      for (int64_t m : {1, 2, 5, 16, 17, 40}) {
+        SCOPED_TRACE(::testing::Message()
+                     << DTypeName(dtype) << " m=" << m << " n=" << n << " k=" << k);
+        const int64_t x_stride = k + 3, y_stride = n + 2;
+        const std::vector<float> x = RandomVector(m * x_stride, rng);
+        const std::vector<float> bias = RandomVector(n, rng);
+        constexpr float kSentinel = 12345.0f;
+        std::vector<float> y(m * y_stride, kSentinel);
+        Gemm(x.data(), m, x_stride, w.matrix(), bias.data(), y.data(), y_stride, pool);
+        const double tolerance = (k + 16) * std::ldexp(1.0, -24);
+        for (int64_t i = 0; i < m; ++i) {
+          for (int64_t j = 0; j < n; ++j) {
+            double ref = bias[j], magnitude = std::abs(ref);
+            for (int64_t t = 0; t < k; ++t) {
+              float xv = x[i * x_stride + t];
+              if (dtype == DType::kBF16) xv = Bf16ToF32(F32ToBf16(xv));
+              const double prod = static_cast<double>(xv) * w.rounded()[j * k + t];
+              ref += prod;
+              magnitude += std::abs(prod);
+            }
+            ASSERT_NEAR(y[i * y_stride + j], ref, tolerance * magnitude + 1e-6)
+                << "at " << i << "," << j;
+          }
+          for (int64_t j = n; j < y_stride; ++j) ASSERT_EQ(y[i * y_stride + j], kSentinel);
+        }
+      }
+    }
+  }
+}
+
+// A row's bits do not depend on how many rows share the call, where it sits among them, or the
+// thread count: the property that keeps a sequence's logits independent of its batch.
+TEST(OnednnGemmTest, RowResultsDoNotDependOnTheBatch) {
+  std::mt19937 rng(5);
+  const int64_t n = 200, k = 515, rows = 70;
+  const std::vector<float> x = RandomVector(rows * k, rng);
+  ThreadPool two(2), three(3);
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    SCOPED_TRACE(DTypeName(dtype));
+    const OnednnWeights w(RandomVector(n * k, rng), dtype, n, k, two);
+    if (SkipUnsupported(w)) continue;
+    std::vector<float> expected(rows * n);
+    Gemm(x.data(), rows, k, w.matrix(), nullptr, expected.data(), n, two);
+    for (int64_t m : {1, 2, 3, 5, 7, 12, 13, 16, 17, 32, 49}) {
+      for (int64_t first : {int64_t{0}, int64_t{1}, rows - m}) {
+        for (ThreadPool* pool : {&two, &three}) {
+          std::vector<float> y(m * n);
+          Gemm(x.data() + first * k, m, k, w.matrix(), nullptr, y.data(), n, *pool);
+          ASSERT_TRUE(std::equal(y.begin(), y.end(), expected.begin() + first * n))
+              << "m=" << m << " first row " << first << " threads=" << pool->num_threads();
+        }
+      }
+    }
+  }
+}
+
+TEST(OnednnGemmTest, MultiEqualsSeparateProducts) {
+  ThreadPool pool(2);
+  std::mt19937 rng(7);
+  const int64_t k = 96, m = 19;
+  const OnednnWeights a(RandomVector(130 * k, rng), DType::kF32, 130, k, pool);
+  const OnednnWeights b(RandomVector(40 * k, rng), DType::kF32, 40, k, pool);
+  ASSERT_TRUE(a.status().ok() && b.status().ok()) << a.status() << b.status();
+  const std::vector<float> x = RandomVector(m * k, rng), bias = RandomVector(130, rng);
+  std::vector<float> ya(m * 130), yb(m * 40), sa(m * 130), sb(m * 40);
+  const GemmOutput outputs[] = {{a.matrix(), bias.data(), ya.data(), 130},
+                                {b.matrix(), nullptr, yb.data(), 40}};
+  GemmMulti(x.data(), m, k, outputs, pool);
+  Gemm(x.data(), m, k, a.matrix(), bias.data(), sa.data(), 130, pool);
+  Gemm(x.data(), m, k, b.matrix(), nullptr, sb.data(), 40, pool);
+  EXPECT_EQ(ya, sa);
+  EXPECT_EQ(yb, sb);
+}
+
+TEST(OnednnGemmTest, ReadRowGivesTheStoredRow) {
+  ThreadPool pool(2);
+  std::mt19937 rng(9);
+  const int64_t n = 70, k = 33;
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    const OnednnWeights w(RandomVector(n * k, rng), dtype, n, k, pool);
+    if (SkipUnsupported(w)) continue;
+    EXPECT_EQ(MatrixBytes(w.matrix()), *OnednnBytes(dtype, n, k));
+    std::vector<float> row(k);
+    for (int64_t r : {0, 63, 64, 69}) {
+      ReadRow(w.matrix(), r, row.data());
+      EXPECT_TRUE(std::equal(row.begin(), row.end(), w.rounded().begin() + r * k))
+          << DTypeName(dtype) << " row " << r;
+    }
+  }
+}
+
+TEST(OnednnGemmTest, RefusesWhatItDoesNotRun) {
+  ThreadPool pool(1);
+  std::vector<uint16_t> f16(64 * 8);
+  auto packed = PackOnednn({f16.data(), DType::kF16, 64, 8}, f16.data(), pool);
+  ASSERT_FALSE(packed.ok());
+  EXPECT_THAT(packed.status().message(), HasSubstr("onednn multiplies f32 and bf16 weights"));
+  EXPECT_FALSE(ChooseCpuGemm(CpuGemm::kOnednn, DType::kF16).ok());
+  EXPECT_THAT(ParseCpuGemm("mkl").status().message(),
+              HasSubstr("model.cpu_gemm must be auto, tandem or onednn, got \"mkl\""));
+}
+
+TEST(OnednnGemmTest, AutoTakesOnednnForBf16WeightsWithBf16Hardware) {
+  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+    auto choice = ChooseCpuGemm(CpuGemm::kAuto, dtype);
+    ASSERT_TRUE(choice.ok());
+    const bool onednn = OnednnCpuInfo().bf16 && dtype == DType::kBF16;
+    EXPECT_EQ(choice->gemm, onednn ? CpuGemm::kOnednn : CpuGemm::kTandem) << choice->reason;
+    EXPECT_THAT(choice->reason, HasSubstr(OnednnCpuInfo().isa));
+  }
+  EXPECT_EQ(ChooseCpuGemm(CpuGemm::kTandem, DType::kBF16)->gemm, CpuGemm::kTandem);
+  EXPECT_EQ(ChooseCpuGemm(CpuGemm::kOnednn, DType::kF32)->gemm, CpuGemm::kOnednn);
+}
+
+}  // namespace
+}  // namespace tandem::kernels
