@@ -199,7 +199,8 @@ std::vector<Field> MakeSchema() {
           "prepacked at load, one oneDNN thread per compute thread; auto, oneDNN for bf16 weights "
           "where the CPU has bf16 dot products (AVX512-BF16 or AMX), else the own kernels "
           "(measured 2.3-3.4x the prefill and 1.6-2.3x the batched decode on AVX512-BF16, "
-          "docs/benchmarks.md). Quantized matrices and the embedding stay on the own kernels. "
+          "docs/benchmarks.md). Quantized matrices and an untied embedding stay on the own "
+          "kernels. "
           "The load log line says which was chosen and why"),
       Int("model.threads", TANDEM_CONFIG_REF(model.threads), 0, 1024,
           "compute threads of a role; `tandem serve` shares them between its engines; 0: every "

@@ -36,18 +36,18 @@ class WeightBinder {
     return absl::OkStatus();
   }
 
-  // A matrix kept in its float dtype whose rows are also read one by one (the embedding):
+  // A matrix kept in its float dtype whose rows are read one by one (an untied embedding):
   // mapped, or packed into panels in the arena.
   absl::StatusOr<kernels::WeightMatrix> Matrix(const std::string& name, int64_t rows,
                                                int64_t cols) {
-    return Load(name, rows, cols, /*quantize=*/{}, /*product_only=*/false);
+    return Load(name, rows, cols, /*quantize=*/{}, /*multiplied=*/false);
   }
 
-  // A matrix kept in its float dtype that is only multiplied (an untied lm_head): as Matrix, or
-  // packed for oneDNN when model.cpu_gemm chose it.
+  // A matrix kept in its float dtype that is multiplied (lm_head, or a tied embedding, whose
+  // rows are also read): as Matrix, or packed for oneDNN when model.cpu_gemm chose it.
   absl::StatusOr<kernels::WeightMatrix> Product(const std::string& name, int64_t rows,
                                                 int64_t cols) {
-    return Load(name, rows, cols, /*quantize=*/{}, /*product_only=*/true);
+    return Load(name, rows, cols, /*quantize=*/{}, /*multiplied=*/true);
   }
 
   // A decoder layer's matrix: read from a quantized checkpoint's tensors, or quantized when the
@@ -58,7 +58,7 @@ class WeightBinder {
     if (checkpoint_ != nullptr && !Unquantized(*checkpoint_, prefix)) {
       return Quantized(prefix, rows, cols, *checkpoint_);
     }
-    return Load(name, rows, cols, quantize_, /*product_only=*/true);
+    return Load(name, rows, cols, quantize_, /*multiplied=*/true);
   }
 
   void set_quantize(const kernels::QuantFormat& f) { quantize_ = f; }
@@ -101,7 +101,7 @@ class WeightBinder {
 
   absl::StatusOr<kernels::WeightMatrix> Load(const std::string& name, int64_t rows, int64_t cols,
                                              const kernels::QuantFormat& quantize,
-                                             bool product_only) {
+                                             bool multiplied) {
     TANDEM_ASSIGN_OR_RETURN(auto slot, Find(name, {rows, cols}));
     TANDEM_ASSIGN_OR_RETURN(DType dtype, FloatType(slot));
     TANDEM_ASSIGN_OR_RETURN(const void* data, Aligned(slot, dtype));
@@ -117,7 +117,7 @@ class WeightBinder {
       bytes = kernels::QuantPanelBytes(quantize, rows, cols);
       TANDEM_ASSIGN_OR_RETURN(uint8_t * packed, w_.arena_->Allocate(bytes));
       out = kernels::QuantizeToPanels(stored, quantize, packed, pool_);
-    } else if (onednn_ && product_only) {
+    } else if (onednn_ && multiplied) {
       auto onednn_bytes = kernels::OnednnBytes(dtype, rows, cols);
       if (!onednn_bytes.ok()) return Named(name, onednn_bytes.status());
       bytes = *onednn_bytes;
@@ -745,8 +745,12 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(const std::stri
   b.set_onednn(onednn);
   b.set_quantize(options.quantize);
   if (q.quantized()) b.set_checkpoint(&q);
+  // A tied embedding is lm_head too: oneDNN multiplies it, and unpacks the rows it embeds.
+  const bool embedding_is_head = c.tie_word_embeddings && !(q.quantized() && q.lm_head);
   TANDEM_ASSIGN_OR_RETURN(w->embed_tokens,
-                          b.Matrix("model.embed_tokens.weight", c.vocab_size, c.hidden_size));
+                          embedding_is_head
+                              ? b.Product("model.embed_tokens.weight", c.vocab_size, c.hidden_size)
+                              : b.Matrix("model.embed_tokens.weight", c.vocab_size, c.hidden_size));
   w->dtype = w->embed_tokens.dtype;
   w->layers.resize(c.num_layers);
   for (int i = 0; i < c.num_layers; ++i) {

@@ -49,7 +49,7 @@ struct WeightLoadOptions {
   kernels::QuantFormat quantize{};
   // model.cpu_gemm: which GEMMs multiply the float matrices on the CPU (kAuto: as
   // kernels::ChooseCpuGemm decides; the library's default is the own kernels, the config's
-  // auto). Quantized matrices and the embedding stay on the own kernels.
+  // auto). Quantized matrices and an untied embedding stay on the own kernels.
   kernels::CpuGemm cpu_gemm = kernels::CpuGemm::kTandem;
 };
 

@@ -304,7 +304,7 @@ class Reference:
     """Forward pass of a decoder-only HF model from a config dict and float32 weights.
     activation_block: round the decoder matrices' inputs to int8 in blocks of that many columns
     (model.activation_quantization: int8); a W8A8 checkpoint rounds per token regardless.
-    bf16_inputs: round the inputs of the decoder matrices, and of an untied lm_head, to bf16 (as
+    bf16_inputs: round the inputs of the decoder matrices and lm_head to bf16 (as
     model.cpu_gemm: onednn multiplies bf16 weights); everything else stays float64."""
 
     def __init__(self, config, weights, native=None, kv_dtype=None, weight_quantization=None,
@@ -337,9 +337,7 @@ class Reference:
                 for name in LINEAR_NAMES:
                     key = "model.layers.%d.%s.weight" % (i, name)
                     self.w[key] = gptq_round_to_nearest(weights[key], bits, group)
-        self.bf16_inputs = {"model.layers."} if bf16_inputs else set()
-        if bf16_inputs and "lm_head.weight" in self.w:
-            self.bf16_inputs.add("lm_head")
+        self.bf16_inputs = {"model.layers.", "lm_head"} if bf16_inputs else set()
         if "lm_head.weight" not in self.w:
             if not config.get("tie_word_embeddings", True):
                 raise ValueError("lm_head.weight missing and embeddings are not tied")

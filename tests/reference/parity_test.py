@@ -53,11 +53,12 @@ TOLERANCE = {"fp32": (1e-3, 1e-4), "fp16": (0.05, 0.004), "bf16": (0.25, 0.025)}
 # boundary), while the same engine output against the unrounded reference is off by ~0.1.
 TOLERANCE_INT8_KV = TOLERANCE["fp32"]
 # model.cpu_gemm: onednn on bf16 weights against the reference rounding the same matrix inputs
-# to bf16: the products agree to f32 rounding until an input lands on the other side of a bf16
-# rounding boundary (a 1e-7 difference upstream decides it), which moves later logits by up to
-# ~1e-2 std (measured: max 8.5e-3, mean 7.5e-4 on llama3_bf16_onednn; against a reference that
-# does not round, 5e-2 and more).
-TOLERANCE_BF16_INPUTS = (2e-2, 2e-3)
+# to bf16: the products agree to f32 rounding (2e-7) until an input lands on the other side of a
+# bf16 rounding boundary (a 1e-7 difference upstream decides it), which moves that position's
+# and later logits by up to ~1.5e-2 std (measured: max 1.5e-2, mean 1.2e-3 on
+# llama3_bf16_onednn, where position 10 flips; against a reference that does not round, max
+# 3-5e-2 and mean 5-7e-3, which the mean bound catches).
+TOLERANCE_BF16_INPUTS = (3e-2, 3e-3)
 
 # Greedy check: the engine's token at each step must be the reference argmax given the engine's
 # own prefix, except at a near tie, where the reference's top logit beats the engine's choice by
@@ -160,6 +161,8 @@ CASES = {
     # bound holds (bf16 products are exact in f32). The logits must also stay within
     # ONEDNN_VS_OWN of the own kernels'. Skipped where oneDNN has no matmul for the dtype.
     "llama_onednn": dict(arch="llama", heads=4, kv_heads=4, tie=False, cpu_gemm="onednn"),
+    "mistral_bf16_onednn": dict(arch="mistral", heads=4, kv_heads=2, tie=False, rms_eps=1e-2,
+                                dtype="bf16", cpu_gemm="onednn"),
     "odd_sizes_onednn": dict(arch="llama", heads=3, kv_heads=1, hidden=96, head_dim=32, ffn=200,
                              vocab=1003, tie=False, cpu_gemm="onednn"),
     "wide_onednn": dict(arch="qwen2", heads=8, kv_heads=2, hidden=512, ffn=1408, vocab=4096,
@@ -400,7 +403,7 @@ def run_case(case, args):
                                           activation_block=32 if a8 else None,
                                           bf16_inputs=onednn_bf16)
     kv_flags = ["--kv-dtype", kv_dtype] if kv_dtype else []
-    own_flags = list(kv_flags)
+    own_flags = list(kv_flags) + ["--cpu-gemm", "tandem"]
     if spec.get("cpu_gemm"):
         kv_flags += ["--cpu-gemm", spec["cpu_gemm"]]
     if onednn_bf16:

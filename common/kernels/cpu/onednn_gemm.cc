@@ -56,8 +56,13 @@ struct Plan {
   std::array<dnnl::matmul, kChunk + 1> by_rows;  // [r]: r rows of x (empty where unused)
   std::array<int64_t, kChunk + 1> run_rows{};    // the primitive r rows run on (r or kChunk)
   std::array<memory::desc, kChunk + 1> scratchpads;
+  dnnl::reorder unpack;  // a slice back to f32 rows [kSlice][k] (ReadOnednnRow)
   std::string impl;
 };
+
+memory::desc RowsDesc(int64_t k) {
+  return memory::desc({k, kSlice}, memory::data_type::f32, memory::format_tag::ba);
+}
 
 memory Wrap(const memory::desc& desc, void* data) { return memory(desc, Engine(), data); }
 
@@ -174,6 +179,8 @@ absl::StatusOr<std::unique_ptr<Plan>> MakePlan(int id, DType dtype, int64_t k) {
     p->impl = full.impl_info_str();
     p->by_rows[kChunk] = dnnl::matmul(full);
     p->scratchpads[kChunk] = full.scratchpad_desc();
+    p->unpack =
+        dnnl::reorder(dnnl::reorder::primitive_desc(Engine(), p->weights, Engine(), RowsDesc(k)));
     p->run_rows[kChunk] = kChunk;
     for (int64_t r = 1; r < kChunk; ++r) {
       p->run_rows[r] = kChunk;
@@ -240,6 +247,8 @@ struct ThreadCalls {
   std::vector<std::array<std::unique_ptr<Call>, kChunk + 1>> calls;
   alignas(kAlign) float y[kChunk * kSlice];
   std::vector<char> padded;  // x rows padded to kChunk
+  std::vector<float> rows;   // a slice unpacked by ReadOnednnRow
+  std::vector<memory> rows_memory;  // [plan id]: over `rows`
 
   Call& For(const Plan& p, int64_t rows) {
     if (static_cast<int64_t>(calls.size()) <= p.id) calls.resize(p.id + 1);
@@ -494,15 +503,19 @@ void GemmOnednn(const float* x, int64_t m, int64_t x_stride, std::span<const Gem
 void ReadOnednnRow(const WeightMatrix& w, int64_t row, float* out) {
   const Packed& packed = PackedOf(w);
   const Plan& p = *packed.plan;
-  SingleThreaded();
-  const memory::desc plain({p.k, kSlice}, memory::data_type::f32, memory::format_tag::ba);
-  std::vector<float> rows(kSlice * p.k);
-  memory dst = Wrap(plain, rows.data());
-  memory src = packed.slices[row / kSlice];
-  dnnl::stream stream(Engine());
-  dnnl::reorder(src, dst).execute(stream, src, dst);
-  stream.wait();
-  std::memcpy(out, rows.data() + row % kSlice * p.k, p.k * sizeof(float));
+  ThreadCalls& t = Calls();
+  if (static_cast<int64_t>(t.rows.size()) < kSlice * p.k) {
+    t.rows.resize(kSlice * p.k);
+    t.rows_memory.clear();  // over the old buffer
+  }
+  if (static_cast<int64_t>(t.rows_memory.size()) <= p.id) t.rows_memory.resize(p.id + 1);
+  memory& dst = t.rows_memory[p.id];
+  if (!dst) dst = Wrap(RowsDesc(p.k), t.rows.data());
+  const dnnl_exec_arg_t args[] = {{DNNL_ARG_FROM, packed.slices[row / kSlice].get()},
+                                  {DNNL_ARG_TO, dst.get()}};
+  const dnnl_status_t status = dnnl_primitive_execute(p.unpack.get(), t.stream.get(), 2, args);
+  TANDEM_CHECK(status == dnnl_success, "oneDNN could not unpack a slice it packed");
+  std::memcpy(out, t.rows.data() + row % kSlice * p.k, p.k * sizeof(float));
 }
 
 }  // namespace internal
