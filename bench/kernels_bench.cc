@@ -249,6 +249,9 @@ BENCHMARK(BM_AttentionDecode)->Unit(benchmark::kMicrosecond)->UseRealTime();
 void BM_AttentionPrefill(benchmark::State& state) { RunAttention(state, 1, 512, 512); }
 BENCHMARK(BM_AttentionPrefill)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
+void BM_AttentionPrefill2048(benchmark::State& state) { RunAttention(state, 1, 2048, 2048); }
+BENCHMARK(BM_AttentionPrefill2048)->Unit(benchmark::kMillisecond)->UseRealTime();
+
 void BM_RmsNorm(benchmark::State& state) {
   const int64_t rows = state.range(0), dim = 2048;
   std::vector<float> x = RandomFloats(rows * dim, 5);

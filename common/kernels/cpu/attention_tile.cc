@@ -3,6 +3,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 
@@ -87,6 +88,160 @@ void AccumulatePvRows(const float* p, const float* v, int dp, int nkeys, const f
   }
 }
 
+// The same two loops on AVX-512 where the CPU has it, four rows at a time (32 registers hold
+// the bigger tiles). Each lane runs the AVX2 loops' operations in the same order, so results
+// are bit-identical: Scores512 puts two keys in one zmm (dims d..d+7 of key c in the low half,
+// of key c+1 in the high half), so every lane sums the same products in the same order and the
+// halves reduce exactly as HorizontalSum4 does; AccumulatePv512 is elementwise over dims.
+#define TANDEM_AVX512 __attribute__((target("avx512f,avx512vl,avx512dq")))
+// GCC 12 flags the intrinsics' own _mm512_undefined_* placeholders as uninitialized.
+#if !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+
+template <int RR>
+TANDEM_AVX512 void Scores512(const float* q, int dp, const float* k, int nkeys, float* p) {
+  for (int j = 0; j < nkeys; j += 4) {
+    __m512 acc[RR][2];  // [row][key pair]: keys j, j+1 and j+2, j+3
+    TANDEM_UNROLL
+    for (int r = 0; r < RR; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+    const float* kj = k + static_cast<int64_t>(j) * dp;
+    for (int d = 0; d < dp; d += 8) {
+      __m512 kv[2];
+      TANDEM_UNROLL
+      for (int c = 0; c < 2; ++c) {
+        kv[c] = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(kj + 2 * c * dp + d)),
+                                   _mm256_loadu_ps(kj + (2 * c + 1) * dp + d), 1);
+      }
+      TANDEM_UNROLL
+      for (int r = 0; r < RR; ++r) {
+        const __m512 qv = _mm512_broadcast_f32x8(_mm256_loadu_ps(q + r * dp + d));
+        TANDEM_UNROLL
+        for (int c = 0; c < 2; ++c) acc[r][c] = _mm512_fmadd_ps(qv, kv[c], acc[r][c]);
+      }
+    }
+    TANDEM_UNROLL
+    for (int r = 0; r < RR; ++r) {
+      _mm_storeu_ps(p + r * kLd + j, simd::HorizontalSum4(_mm512_castps512_ps256(acc[r][0]),
+                                                          _mm512_extractf32x8_ps(acc[r][0], 1),
+                                                          _mm512_castps512_ps256(acc[r][1]),
+                                                          _mm512_extractf32x8_ps(acc[r][1], 1)));
+    }
+  }
+}
+
+// AccumulatePv over dims [d0, d0 + 16 * NV).
+template <int RR, int NV>
+TANDEM_AVX512 void AccumulatePv512(const float* p, const float* v, int dp, int d0, int nkeys,
+                                   const float* alpha, float* o) {
+  __m512 acc[RR][NV];
+  TANDEM_UNROLL
+  for (int r = 0; r < RR; ++r) {
+    const __m512 a = _mm512_set1_ps(alpha[r]);
+    TANDEM_UNROLL
+    for (int c = 0; c < NV; ++c)
+      acc[r][c] = _mm512_mul_ps(_mm512_loadu_ps(o + r * dp + d0 + 16 * c), a);
+  }
+  for (int j = 0; j < nkeys; ++j) {
+    __m512 vv[NV];
+    TANDEM_UNROLL
+    for (int c = 0; c < NV; ++c)
+      vv[c] = _mm512_loadu_ps(v + static_cast<int64_t>(j) * dp + d0 + 16 * c);
+    TANDEM_UNROLL
+    for (int r = 0; r < RR; ++r) {
+      const __m512 pj = _mm512_set1_ps(p[r * kLd + j]);
+      TANDEM_UNROLL
+      for (int c = 0; c < NV; ++c) acc[r][c] = _mm512_fmadd_ps(pj, vv[c], acc[r][c]);
+    }
+  }
+  TANDEM_UNROLL
+  for (int r = 0; r < RR; ++r) TANDEM_UNROLL
+  for (int c = 0; c < NV; ++c) _mm512_storeu_ps(o + r * dp + d0 + 16 * c, acc[r][c]);
+}
+
+template <int RR>
+TANDEM_AVX512 void AccumulatePvRows512(const float* p, const float* v, int dp, int nkeys,
+                                       const float* alpha, float* o) {
+  int d0 = 0;
+  for (; d0 + 64 <= dp; d0 += 64) AccumulatePv512<RR, 4>(p, v, dp, d0, nkeys, alpha, o);
+  for (; d0 + 16 <= dp; d0 += 16) AccumulatePv512<RR, 1>(p, v, dp, d0, nkeys, alpha, o);
+  if (d0 < dp) AccumulatePv<RR, 1>(p, v, dp, d0, nkeys, alpha, o);  // dp % 16 == 8
+}
+
+// simd::Exp on 16 lanes: the same operations per lane, so the same bits.
+TANDEM_AVX512 inline __m512 Exp512(__m512 x) {
+  const __m512 kHi = _mm512_set1_ps(88.7228394f);
+  const __m512 kLo = _mm512_set1_ps(-87.3365479f);
+  const __mmask16 too_small = _mm512_cmp_ps_mask(x, kLo, _CMP_LT_OQ);
+  const __mmask16 too_big = _mm512_cmp_ps_mask(x, kHi, _CMP_GT_OQ);
+  x = _mm512_max_ps(kLo, _mm512_min_ps(kHi, x));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  const __m512 r2 = _mm512_mul_ps(r, r);
+  p = _mm512_fmadd_ps(p, r2, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  const __m512i ni = _mm512_cvtps_epi32(n);
+  const __m512i half = _mm512_srai_epi32(ni, 1);
+  const __m512 s1 =
+      _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(half, _mm512_set1_epi32(127)), 23));
+  const __m512 s2 = _mm512_castsi512_ps(
+      _mm512_slli_epi32(_mm512_add_epi32(_mm512_sub_epi32(ni, half), _mm512_set1_epi32(127)), 23));
+  __m512 result = _mm512_mul_ps(_mm512_mul_ps(p, s1), s2);
+  result = _mm512_maskz_mov_ps(static_cast<__mmask16>(~too_small), result);
+  return _mm512_mask_blend_ps(too_big, result, _mm512_set1_ps(__builtin_inff()));
+}
+
+// SoftmaxStep with 16-lane exponentials. The maximum is exact in any order; the sum adds each
+// 8-lane half in the AVX2 loop's order, so the bits match.
+TANDEM_AVX512 float SoftmaxStep512(float* p, int valid, int n, float& max, float& sum) {
+  const int n8 = (n + 7) & ~7;
+  const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  const __m512 neg_inf = _mm512_set1_ps(kNegInf);
+  __m512 mx = neg_inf;
+  for (int j = 0; j < n8; j += 16) {
+    const __mmask16 keep =
+        _mm512_cmpgt_epi32_mask(_mm512_set1_epi32(std::min(valid, n8) - j), lane);
+    mx = _mm512_max_ps(mx, _mm512_mask_loadu_ps(neg_inf, keep, p + j));
+  }
+  const float new_max = std::max(max, _mm512_reduce_max_ps(mx));
+  const __m512 m = _mm512_set1_ps(new_max);
+  __m256 total = _mm256_setzero_ps();
+  for (int j = 0; j < n8; j += 16) {
+    const __mmask16 in_row = static_cast<__mmask16>(n8 - j >= 16 ? 0xFFFF : 0x00FF);
+    const __mmask16 keep = _mm512_cmpgt_epi32_mask(_mm512_set1_epi32(valid - j), lane);
+    const __m512 x = _mm512_maskz_loadu_ps(in_row, p + j);
+    const __m512 e = _mm512_maskz_mov_ps(keep, Exp512(_mm512_sub_ps(x, m)));
+    total = _mm256_add_ps(total, _mm512_castps512_ps256(e));
+    if (in_row == 0xFFFF) total = _mm256_add_ps(total, _mm512_extractf32x8_ps(e, 1));
+    _mm512_mask_storeu_ps(p + j, in_row, e);
+  }
+  const float alpha = max == kNegInf ? 0.0f : std::exp(max - new_max);
+  max = new_max;
+  sum = sum * alpha + simd::HorizontalSum(total);
+  return alpha;
+}
+
+#if !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
+bool Avx512Available() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+         __builtin_cpu_supports("avx512dq");
+}
+
+std::atomic<bool> use_avx512{Avx512Available()};
+
 // Turns row scores p[0, valid) into exp(score - new max), zeroes p[valid, n rounded up to 8),
 // and updates the row's running max and sum; returns the factor that rescales o.
 float SoftmaxStep(float* p, int valid, int n, float& max, float& sum) {
@@ -139,17 +294,39 @@ void AttendChunk(AttentionScratch& s, int rows, int dp, int64_t c0, int n) {
     return buf.data() + static_cast<int64_t>(r) * dp;
   };
   float* p = s.p.data();
+  const bool wide = use_avx512.load(std::memory_order_relaxed);
   int r = r0;
+  if (wide) {
+    for (; r + 8 <= rows; r += 8) {
+      Scores512<8>(row(s.q, r), dp, s.k.data(), valid(r + 7), p + r * kLd);
+    }
+    for (; r + 4 <= rows; r += 4) {
+      Scores512<4>(row(s.q, r), dp, s.k.data(), valid(r + 3), p + r * kLd);
+    }
+  }
   for (; r + 2 <= rows; r += 2) Scores<2>(row(s.q, r), dp, s.k.data(), valid(r + 1), p + r * kLd);
   if (r < rows) Scores<1>(row(s.q, r), dp, s.k.data(), valid(r), p + r * kLd);
   for (r = r0; r < rows; ++r) {
-    s.alpha[r] = SoftmaxStep(p + r * kLd, valid(r), n, s.max[r], s.sum[r]);
+    s.alpha[r] = wide ? SoftmaxStep512(p + r * kLd, valid(r), n, s.max[r], s.sum[r])
+                      : SoftmaxStep(p + r * kLd, valid(r), n, s.max[r], s.sum[r]);
   }
-  for (r = r0; r + 2 <= rows; r += 2) {
+  r = r0;
+  if (wide) {
+    for (; r + 4 <= rows; r += 4) {
+      AccumulatePvRows512<4>(p + r * kLd, s.v.data(), dp, valid(r + 3), s.alpha.data() + r,
+                             row(s.o, r));
+    }
+  }
+  for (; r + 2 <= rows; r += 2) {
     AccumulatePvRows<2>(p + r * kLd, s.v.data(), dp, valid(r + 1), s.alpha.data() + r, row(s.o, r));
   }
   if (r < rows)
     AccumulatePvRows<1>(p + r * kLd, s.v.data(), dp, valid(r), s.alpha.data() + r, row(s.o, r));
+}
+
+bool UseAvx512Attention(bool use) {
+  use_avx512.store(use && Avx512Available());
+  return use && Avx512Available();
 }
 
 }  // namespace tandem::kernels::internal

@@ -33,4 +33,8 @@ struct AttentionScratch {
 // position is >= c0, each row seeing only positions <= its own.
 void AttendChunk(AttentionScratch& s, int rows, int dp, int64_t c0, int n);
 
+// AttendChunk runs AVX-512 loops where the CPU has AVX-512 (F, VL, DQ), else AVX2; both give the
+// same bits. Asks for one or the other (tests, benchmarks); returns whether AVX-512 is now used.
+bool UseAvx512Attention(bool use);
+
 }  // namespace tandem::kernels::internal
