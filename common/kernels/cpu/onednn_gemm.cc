@@ -380,7 +380,7 @@ absl::StatusOr<CpuGemmChoice> ChooseCpuGemm(CpuGemm requested, DType dtype) {
       break;
   }
   // Measured (docs/benchmarks.md): with bf16 dot products in hardware oneDNN's bf16 matmul
-  // prefills 2.3-3.4x and decodes batches 1.6-2.3x as fast as the own kernels, batch 1 alike.
+  // prefills 2.3-3.4x and decodes batches 1.7-2.6x as fast as the own kernels, batch 1 alike.
   if (cpu.bf16 && dtype == DType::kBF16) {
     return CpuGemmChoice{
         CpuGemm::kOnednn,
