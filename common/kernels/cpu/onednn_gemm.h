@@ -79,6 +79,10 @@ namespace internal {
 void GemmOnednn(const float* x, int64_t m, int64_t x_stride, std::span<const GemmOutput> outputs,
                 ThreadPool& pool);
 
+// Tests: pads every call's rows to kOnednnChunkRows, the path a row count takes when its plan's
+// check fails, whether or not it did.
+void PadOnednnCalls(bool pad);
+
 // Row `row` of a kOnednn matrix as f32 (ReadRow's contract).
 void ReadOnednnRow(const WeightMatrix& w, int64_t row, float* out);
 
