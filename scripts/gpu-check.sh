@@ -6,7 +6,7 @@
 #   scripts/gpu-check.sh pack     # here (a build machine with nvcc): builds build-cuda/ with
 #                                 # TANDEM_CUDA=ON and copies the GPU test binaries, tandem,
 #                                 # model-inspect, make-random-model, engine-bench and the shared
-#                                 # libraries they need (not CUDA's) into .gpu/
+#                                 # libraries they need (not CUDA's, gzipped) into .gpu/
 #   scripts/gpu-check.sh run      # there, from the checkout with .gpu/ carried along: runs
 #                                 # every `cuda` test; `tandem serve` with GPU prefill and
 #                                 # decode, and with GPU prefill and CPU decode, on the bundled
@@ -16,7 +16,8 @@
 #
 # `run` never builds; `pack` never needs a GPU. .gpu/ is ignored by git (.git/info/exclude).
 # Environment: CUDA_ARCHS (default 90, the H100/H200), GPU_CHECK_MODEL (default the bundled
-# model) for engine-bench.
+# model) for engine-bench, GPU_CHECK_CPU_GEMM=1 to also time the host CPU's GEMM providers
+# (own kernels against oneDNN) where it has AMX.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -42,17 +43,21 @@ pack() {
       while read -r lib; do cp -Ln "$lib" .gpu/lib/ 2>/dev/null || true; done
   done
   strip --strip-unneeded .gpu/lib/* 2>/dev/null || true
+  # The libraries compressed: oneDNN alone is 40 MB, and the device tool carries 64 MiB.
+  tar -czf .gpu/lib.tar.gz -C .gpu lib
+  rm -rf .gpu/lib
   cp -r models/tandem-py-8l .gpu/model
   echo "packed .gpu/: $(du -sh .gpu | cut -f1) (the device tool carries at most 64 MiB)"
 }
 
 # `tandem serve` on MODEL with prefill on $2 and decode on $3; its greedy tokens for a prompt
-# must equal model-inspect's on the CPU.
+# must equal model-inspect's on the CPU. The CPU runs its own kernels (f32 inputs to every
+# matrix, as the CUDA backend), not oneDNN's bf16 matmul that `auto` takes on an AMX host.
 serve_matches_cpu() {
   local model=$1 prefill=$2 decode=$3 log=$4
   .gpu/bin/tandem serve --model "$model" --listen 127.0.0.1:0 --metrics-listen "" \
     --set serve.prefill_device="$prefill" --set serve.decode_device="$decode" \
-    >"$log.out" 2>"$log" &
+    --set model.cpu_gemm=tandem >"$log.out" 2>"$log" &
   local pid=$! addr=""
   for _ in $(seq 600); do
     addr=$(grep -o 'router on [^;]*' "$log.out" 2>/dev/null | cut -d' ' -f3)
@@ -66,7 +71,7 @@ serve_matches_cpu() {
     got=$(.gpu/bin/tandem generate --addr "$addr" --tokens 1,450,1200,77,9,31,2000,5 \
             --max-tokens 32 --print-ids 2>>"$log" | tail -n 1)
     want=$(.gpu/bin/model-inspect generate --model "$model" --tokens 1,450,1200,77,9,31,2000,5 \
-             --max-tokens 32 2>>"$log" | head -n 1)
+             --max-tokens 32 --cpu-gemm tandem 2>>"$log" | head -n 1)
     echo "gpu: $got" >>"$log"
     echo "cpu: $want" >>"$log"
     [ -n "$got" ] && [ "$got" = "$want" ] && ok=0
@@ -78,6 +83,7 @@ serve_matches_cpu() {
 
 run() {
   [ -d .gpu/bin ] || { echo "no .gpu/: run 'scripts/gpu-check.sh pack' on a build machine"; exit 2; }
+  [ -d .gpu/lib ] || tar -xzf .gpu/lib.tar.gz -C .gpu
   export LD_LIBRARY_PATH="$PWD/.gpu/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
   local out=${OUT:-/tmp/gpu-check}
   mkdir -p "$out"
@@ -119,6 +125,21 @@ run() {
     failed=1
   fi
   cat "$out/engine-bench.log"
+  # The host CPU's GEMM providers (issue #25) on 2 threads, where it has AMX, when asked for
+  # (GPU_CHECK_CPU_GEMM=1: about 3 minutes of device time).
+  if [ "${GPU_CHECK_CPU_GEMM:-0}" = 1 ] && grep -qw amx_bf16 /proc/cpuinfo; then
+    for g in tandem onednn; do
+      if .gpu/bin/engine-bench --model "$big" --cpu-gemm "$g" --threads 2 \
+           --weight-memory hugepages --prompt-lens 512 --batches 1,32 --decode-steps 16 \
+           --repeats 3 >"$out/cpu-gemm-$g.log" 2>&1; then
+        summary+=("engine-bench 1b cpu-gemm=$g|ran|see its table above")
+      else
+        summary+=("engine-bench 1b cpu-gemm=$g|FAILED|$(tail -n 1 "$out/cpu-gemm-$g.log")")
+        failed=1
+      fi
+      cat "$out/cpu-gemm-$g.log"
+    done
+  fi
   echo
   echo "| check | result | detail |"
   echo "|---|---|---|"
