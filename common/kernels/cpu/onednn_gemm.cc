@@ -49,7 +49,7 @@ int64_t RoundUp(int64_t n, int64_t to) { return (n + to - 1) / to * to; }
 
 // One shape's primitives: a slice of kSlice output rows times 1..kChunk rows of x.
 struct Plan {
-  int id = 0;
+  int id = 0;  // its index among all plans (ThreadCalls keeps its objects by it)
   DType dtype = DType::kF32;
   int64_t k = 0;
   memory::desc weights;  // one slice, in the layout the 16-row primitive chose
@@ -161,7 +161,7 @@ absl::Status CheckInvariance(Plan& p) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<Plan>> MakePlan(int id, DType dtype, int64_t k) {
+absl::StatusOr<std::unique_ptr<Plan>> MakePlan(DType dtype, int64_t k) {
   if (dtype != DType::kF32 && dtype != DType::kBF16) {
     return absl::InvalidArgumentError(
         absl::StrCat("model.cpu_gemm: onednn multiplies f32 and bf16 weights, not ",
@@ -169,7 +169,6 @@ absl::StatusOr<std::unique_ptr<Plan>> MakePlan(int id, DType dtype, int64_t k) {
   }
   SingleThreaded();
   auto p = std::make_unique<Plan>();
-  p->id = id;
   p->dtype = dtype;
   p->k = k;
   try {
@@ -207,11 +206,16 @@ absl::StatusOr<std::unique_ptr<Plan>> MakePlan(int id, DType dtype, int64_t k) {
 class Plans {
  public:
   absl::StatusOr<const Plan*> Get(DType dtype, int64_t k) {
-    absl::MutexLock lock(&mu_);
-    auto it = plans_.find({dtype, k});
-    if (it != plans_.end()) return it->second.get();
-    auto plan = MakePlan(static_cast<int>(plans_.size()), dtype, k);
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = plans_.find({dtype, k});
+      if (it != plans_.end()) return it->second.get();
+    }
+    // Made without the lock (it runs oneDNN); a plan another thread made meanwhile wins.
+    auto plan = MakePlan(dtype, k);
     if (!plan.ok()) return plan.status();
+    absl::MutexLock lock(&mu_);
+    (*plan)->id = static_cast<int>(plans_.size());
     return plans_.emplace(std::pair{dtype, k}, std::move(*plan)).first->second.get();
   }
 
