@@ -194,6 +194,19 @@ TEST(QuantizedModelTest, ClearErrors) {
               HasSubstr("model.activation_quantization: int8 rounds the input of quantized "
                         "matrices"));
   EXPECT_EQ(WeightFormatName(DType::kBF16, {}), "bf16");
+
+  // model.cpu_gemm: onednn multiplies float weights only; auto leaves quantized ones alone.
+  auto onednn =
+      Model::Load(dir, pool, {.quantize = {4, 32, false}, .cpu_gemm = kernels::CpuGemm::kOnednn});
+  ASSERT_FALSE(onednn.ok());
+  EXPECT_THAT(std::string(onednn.status().message()),
+              HasSubstr("model.cpu_gemm: onednn multiplies float weights on the CPU backend; "
+                        "this model's are quantized"));
+  auto automatic =
+      Model::Load(dir, pool, {.quantize = {4, 32, false}, .cpu_gemm = kernels::CpuGemm::kAuto});
+  ASSERT_TRUE(automatic.ok()) << automatic.status();
+  EXPECT_EQ((*automatic)->weights().cpu_gemm, "tandem (quantized weights)");
+  EXPECT_EQ((*automatic)->weights().layers[0].q_proj.layout, kernels::WeightLayout::kQuantPanels);
 }
 
 }  // namespace
