@@ -30,9 +30,10 @@ class ThreadPool {
   // runs fn(begin, end) on each; returns when all are done.
   void ParallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
 
-  // Like ParallelFor, but threads take `chunk`-sized ranges from a shared counter until none
-  // are left, so a thread slowed by a noisy neighbour does not hold the others at the barrier.
-  // Ranges are handed out in ascending order.
+  // Like ParallelFor, but threads take ranges from a shared counter until none are left, so a
+  // thread slowed by a noisy neighbour does not hold the others at the barrier. Each range is a
+  // whole number of `chunk`s (the last may be cut at n) and a share of what is left (guided
+  // scheduling): large first, single chunks at the end. Ranges are handed out in ascending order.
   void ParallelForDynamic(int64_t n, int64_t chunk,
                           const std::function<void(int64_t, int64_t)>& fn);
 

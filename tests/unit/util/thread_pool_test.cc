@@ -1,6 +1,9 @@
 #include "common/util/thread_pool.h"
 
+#include <algorithm>
 #include <atomic>
+#include <mutex>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -56,14 +59,36 @@ TEST(ThreadPoolTest, DynamicCoversEveryIndexOnceInChunks) {
       std::vector<std::atomic<int>> hits(n);
       std::atomic<int> calls{0};
       pool.ParallelForDynamic(n, chunk, [&](int64_t b, int64_t e) {
-        EXPECT_LE(e - b, chunk);
         EXPECT_TRUE(b % chunk == 0);
+        EXPECT_TRUE(e % chunk == 0 || e == n);
         calls.fetch_add(1);
         for (int64_t i = b; i < e; ++i) hits[i].fetch_add(1);
       });
       for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 1) << n << " " << chunk;
-      EXPECT_EQ(calls.load(), (n + chunk - 1) / chunk);
+      EXPECT_LE(calls.load(), (n + chunk - 1) / chunk);
     }
+  }
+}
+
+// Guided takes: a thousand chunks cost tens of takes (each a share of what is left, so at most
+// about 8 ln(1000 / 8) + 8 with two threads), the last ones single chunks.
+TEST(ThreadPoolTest, DynamicTakesShrinkingShares) {
+  ThreadPool pool(2);
+  std::mutex mu;
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  pool.ParallelForDynamic(1000, 1, [&](int64_t b, int64_t e) {
+    std::lock_guard<std::mutex> lock(mu);
+    ranges.emplace_back(b, e);
+  });
+  std::sort(ranges.begin(), ranges.end());
+  ASSERT_FALSE(ranges.empty());
+  EXPECT_LE(ranges.size(), 64u);
+  EXPECT_EQ(ranges.front().first, 0);
+  EXPECT_EQ(ranges.front().second, 1000 / 8);  // the first take: an eighth of everything
+  EXPECT_EQ(ranges.back().second - ranges.back().first, 1);
+  for (size_t i = 1; i < ranges.size(); ++i) {
+    EXPECT_EQ(ranges[i].first, ranges[i - 1].second);
+    EXPECT_LE(ranges[i].second - ranges[i].first, ranges[i - 1].second - ranges[i - 1].first);
   }
 }
 
