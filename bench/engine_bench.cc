@@ -20,21 +20,28 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "common/engine/engine.h"
 #include "common/kernels/backend_factory.h"
 #include "common/kv/kv_cache_manager.h"
 #include "common/model/model.h"
 #include "common/model/pruning.h"
+#include "common/planner/profile.h"
 #include "common/util/cli_args.h"
+#include "common/util/file_util.h"
 #include "common/util/huge_page_arena.h"
 #include "common/util/status_macros.h"
 
@@ -199,11 +206,137 @@ absl::Status RunPruning(model::Model& m, std::span<const int32_t> lens,
   return absl::OkStatus();
 }
 
+// --profile-out: the step times the planner's simulator needs (common/planner/profile.h).
+
+// Prefill: one prompt of `len` tokens in chunks of `chunk`, each step timed; a sample per
+// chunk (its tokens, the context before it), the median over `repeats`.
+absl::StatusOr<std::vector<planner::StepSample>> ProfilePrefill(model::Model& m, int len, int chunk,
+                                                                int repeats) {
+  std::vector<std::vector<double>> times;  // [chunk index][repeat]
+  for (int r = 0; r < repeats; ++r) {
+    engine::EngineOptions o;
+    o.chunk_size = o.max_num_batched_tokens = chunk;
+    o.num_blocks = len / 16 + 4;
+    o.enable_prefix_caching = false;
+    TANDEM_ASSIGN_OR_RETURN(auto e, engine::Engine::Create(m, o));
+    TANDEM_RETURN_IF_ERROR(e->AddRequest(
+        MakeRequest(absl::StrCat("profile", chunk, "_", r), len, 1, m.config().vocab_size)));
+    for (size_t i = 0; e->HasUnfinished(); ++i) {
+      const auto t0 = Clock::now();
+      TANDEM_RETURN_IF_ERROR(e->Step().status());
+      if (times.size() <= i) times.resize(i + 1);
+      times[i].push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+    }
+  }
+  std::vector<planner::StepSample> samples;
+  for (size_t i = 0; i < times.size(); ++i) {
+    const int64_t context = static_cast<int64_t>(i) * chunk;
+    samples.push_back({std::min<int64_t>(chunk, len - context), context, Median(times[i])});
+  }
+  return samples;
+}
+
+// Decode: `batch` sequences of `context`-token prompts, prefilled untimed, then `steps` decode
+// steps timed one by one; one sample at the batch's mean context over those steps.
+absl::StatusOr<planner::StepSample> ProfileDecode(model::Model& m, int batch, int context,
+                                                  int steps) {
+  engine::EngineOptions o;
+  o.max_num_seqs = batch;
+  o.num_blocks = batch * ((context + steps + 2) / 16 + 2);
+  o.enable_prefix_caching = false;
+  TANDEM_ASSIGN_OR_RETURN(auto e, engine::Engine::Create(m, o));
+  for (int i = 0; i < batch; ++i) {
+    TANDEM_RETURN_IF_ERROR(e->AddRequest(
+        MakeRequest(absl::StrCat("d", i), context, steps + 2, m.config().vocab_size)));
+  }
+  int produced = 0;
+  while (produced < batch) {
+    TANDEM_ASSIGN_OR_RETURN(auto outs, e->Step());
+    for (const auto& out : outs) produced += out.completion_tokens == 1;
+  }
+  std::vector<double> times;
+  for (int s = 0; s < steps; ++s) {
+    const auto t0 = Clock::now();
+    TANDEM_RETURN_IF_ERROR(e->Step().status());
+    times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  return planner::StepSample{batch, static_cast<int64_t>(batch) * (context + 1 + steps / 2),
+                             Median(times)};
+}
+
+std::string CpuName() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("model name", 0) == 0 && line.find(':') != std::string::npos) {
+      return std::string(absl::StripAsciiWhitespace(line.substr(line.find(':') + 1)));
+    }
+  }
+  return "unknown CPU";
+}
+
+absl::Status WriteProfile(model::Model& m, const CliArgs& args, ThreadPool& pool,
+                          const std::string& path) {
+  TANDEM_ASSIGN_OR_RETURN(int64_t max_context, args.IntOr("profile-max-context", 2048));
+  TANDEM_ASSIGN_OR_RETURN(int64_t budget, args.IntOr("profile-decode-tokens", 32768));
+  TANDEM_ASSIGN_OR_RETURN(int64_t repeats, args.IntOr("repeats", 3));
+  std::vector<int32_t> chunks = {16, 64, 256, 1024}, batches = {1, 2, 4, 8, 16, 32},
+                       contexts = {64, 512, 2048};
+  if (args.Has("profile-chunks")) {
+    TANDEM_ASSIGN_OR_RETURN(chunks, args.IntList("profile-chunks"));
+  }
+  if (args.Has("batches")) {
+    TANDEM_ASSIGN_OR_RETURN(batches, args.IntList("batches"));
+  }
+  if (args.Has("profile-contexts")) {
+    TANDEM_ASSIGN_OR_RETURN(contexts, args.IntList("profile-contexts"));
+  }
+  // The model's context bounds every prompt (a prompt needs room for its first token, a decode
+  // for its steps).
+  const int64_t limit = m.config().max_position_embeddings;
+  max_context = std::min(max_context, limit - 1);
+  for (auto& c : contexts) c = static_cast<int32_t>(std::min<int64_t>(c, limit - 16));
+  planner::EngineProfile p;
+  p.machine = absl::StrCat(CpuName(), ", ", pool.num_threads(), " threads");
+  p.created = absl::FormatTime("%Y-%m-%d", absl::Now(), absl::UTCTimeZone());
+  p.threads = pool.num_threads();
+  p.model = std::filesystem::path(args.StringOr("model", "")).filename().string();
+  p.weights = m.weights().format();
+  p.cpu_gemm = m.weights().cpu_gemm;
+  p.kv_dtype = std::string(DTypeName(engine::EngineOptions{}.kv_dtype));
+  p.parameters = m.config().ParameterCount();
+  p.num_layers = p.pop_start_layer = m.config().num_layers;
+  p.block_size = engine::EngineOptions{}.block_size;
+  p.kv_bytes_per_token =
+      m.config().KvLayoutFor(engine::EngineOptions{}.kv_dtype, p.block_size).BytesPerToken();
+  for (int chunk : chunks) {
+    if (chunk < 1 || chunk > max_context) continue;
+    // A whole number of chunks, so every sample of a chunk size has the same token count.
+    const int len = static_cast<int>(max_context / chunk * chunk);
+    TANDEM_ASSIGN_OR_RETURN(auto samples, ProfilePrefill(m, len, chunk, static_cast<int>(repeats)));
+    std::fprintf(stderr, "profile: prefill in chunks of %d: %zu samples\n", chunk, samples.size());
+    p.prefill.insert(p.prefill.end(), samples.begin(), samples.end());
+  }
+  for (int context : contexts) {
+    for (int batch : batches) {
+      if (batch < 1 || context < 1 || int64_t{batch} * context > budget) continue;
+      TANDEM_ASSIGN_OR_RETURN(auto sample, ProfileDecode(m, batch, context, 8));
+      std::fprintf(stderr, "profile: decode batch %d at %d tokens: %.2f ms a step\n", batch,
+                   context, sample.seconds * 1e3);
+      p.decode.push_back(sample);
+    }
+  }
+  // What the simulator will read back must parse and fit.
+  const std::string json = p.ToJson();
+  TANDEM_RETURN_IF_ERROR(planner::EngineProfile::FromJson(json, path).status());
+  return WriteStringToFile(path, json + "\n");
+}
+
 absl::Status Run(const CliArgs& args) {
   TANDEM_RETURN_IF_ERROR(args.CheckKnown(
       {"model", "prompt-lens", "batches", "decode-steps", "repeats", "threads", "skip-bandwidth",
        "weight-memory", "weight-quantization", "weight-quantization-group-size",
-       "activation-quantization", "cpu-gemm", "prune-ratios", "device"}));
+       "activation-quantization", "cpu-gemm", "prune-ratios", "device", "profile-out",
+       "profile-max-context", "profile-decode-tokens", "profile-chunks", "profile-contexts"}));
   TANDEM_ASSIGN_OR_RETURN(std::string dir, args.String("model"));
   std::vector<int32_t> lens = {128, 512, 2048}, batches = {1, 8, 32};
   if (args.Has("prompt-lens")) {
@@ -223,6 +356,10 @@ absl::Status Run(const CliArgs& args) {
   TANDEM_ASSIGN_OR_RETURN(load.quantize, model::WeightQuantizationFromFlags(args));
   TANDEM_ASSIGN_OR_RETURN(load.cpu_gemm, kernels::ParseCpuGemm(args.StringOr("cpu-gemm", "auto")));
   TANDEM_ASSIGN_OR_RETURN(auto model, model::Model::Load(dir, pool, load));
+  if (args.Has("profile-out")) {
+    TANDEM_ASSIGN_OR_RETURN(std::string path, args.String("profile-out"));
+    return WriteProfile(*model, args, pool, path);
+  }
   const bool on_cpu = load.device.kind == kernels::DeviceSpec::Kind::kCpu;
   // The decode pass reads every matrix but the embedding (only rows are gathered from it), in
   // the form it has in memory (quantized: codes and scales).
@@ -306,6 +443,14 @@ constexpr char kUsage[] = R"(usage: engine-bench --model DIR [options]
   --prune-ratios 0.25,0.5         POP rows: the last R of the layers pruned, against unpruned
   --device cpu|cuda|cuda:N        (a device other than the CPU implies --skip-bandwidth)
   --skip-bandwidth                no bandwidth probe or bound column
+  --profile-out FILE.json         instead of the table, measure the step times the planner
+                                  needs and write them as an engine profile (docs/planner.md):
+    --profile-chunks 16,64,256,1024   prefill: one prompt of --profile-max-context tokens
+    --profile-max-context 2048        (default 2048) in chunks of each size, every step timed
+    --batches 1,2,4,8,16,32           decode: each batch size at each prompt length of
+    --profile-contexts 64,512,2048    --profile-contexts, batch x length at most
+    --profile-decode-tokens 32768     --profile-decode-tokens; 8 steps timed each
+    --repeats 3                       prefill: the median of this many runs
 )";
 
 }  // namespace

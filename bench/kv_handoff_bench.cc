@@ -6,6 +6,10 @@
 //
 //   kv-handoff-bench [--block-sizes 64Ki,1Mi] [--total 64Mi] [--request 8Mi] [--reps 7]
 //                    [--chunk 1Mi] [--no-stream] [--default-malloc] [--certs DIR]
+//   kv-handoff-bench --profile P.json [--profile-requests 256Ki,2Mi,16Mi] [--reps 7]
+//
+// --profile fills an engine profile's kv_transfer samples (common/planner/profile.h): blocks of
+// the profiled model's size, one sample per request size and path, the file rewritten in place.
 //
 // With --certs (a directory scripts/dev-certs.sh made) the shard also serves a mutual-TLS port
 // and both paths are measured through it too: the stream's bytes are encrypted, the shared
@@ -32,10 +36,12 @@
 #include "absl/strings/str_split.h"
 #include "cache_store/block_store.h"
 #include "cache_store/cache_store_service.h"
+#include "common/planner/profile.h"
 #include "common/security/authorizer.h"
 #include "common/security/transport.h"
 #include "common/store/cache_store_client.h"
 #include "common/util/cli_args.h"
+#include "common/util/file_util.h"
 #include "common/util/process_tuning.h"
 #include "common/util/status_macros.h"
 
@@ -62,6 +68,8 @@ struct Options {
   bool stream = true;  // run the gRPC-stream variant (--no-stream: profile the others alone)
   bool tuned = true;  // TuneServingProcess
   std::string certs;  // scripts/dev-certs.sh output; empty: no TLS rows
+  // --profile: where each run adds a sample per path (plaintext gRPC stream, shared memory).
+  std::vector<planner::TransferSample>* samples = nullptr;
 };
 
 struct Timing {
@@ -222,6 +230,15 @@ absl::Status RunBlockSize(const Options& o, int64_t block, std::vector<std::stri
       (tls_shm_client != nullptr && !tls_shm_client->shared_memory_attached())) {
     return absl::InternalError("the shared-memory client fell back to the stream");
   }
+  if (o.samples != nullptr) {
+    // One transfer (a put or a get) of a request's bytes: half the put+get time per request.
+    const double request_bytes = static_cast<double>(per_request * block);
+    for (const auto& [transport, row] : {std::pair{"grpc", &grpc_row}, {"shm", &shm_row}}) {
+      if (row->both.empty()) continue;
+      o.samples->push_back({transport, static_cast<int64_t>(request_bytes),
+                            request_bytes / (Median(row->both) * 1e9) / 2});
+    }
+  }
   const double base = Median(memcpy_row.both);
   const std::string name =
       block >= (1 << 20) ? absl::StrCat(block >> 20, " MiB") : absl::StrCat(block >> 10, " KiB");
@@ -242,8 +259,9 @@ absl::Status RunBlockSize(const Options& o, int64_t block, std::vector<std::stri
 absl::Status Main(int argc, char** argv) {
   TANDEM_ASSIGN_OR_RETURN(CliArgs args,
                           CliArgs::Parse(argc, argv, {"no-stream", "default-malloc"}));
-  TANDEM_RETURN_IF_ERROR(args.CheckKnown({"block-sizes", "total", "request", "reps", "chunk",
-                                          "no-stream", "default-malloc", "certs"}));
+  TANDEM_RETURN_IF_ERROR(
+      args.CheckKnown({"block-sizes", "total", "request", "reps", "chunk", "no-stream",
+                       "default-malloc", "certs", "profile", "profile-requests"}));
   Options o;
   o.certs = args.StringOr("certs", "");
   o.stream = !args.Has("no-stream");
@@ -269,6 +287,27 @@ absl::Status Main(int argc, char** argv) {
   std::vector<std::string> table = {
       "|   block | path          |     put GB/s |     get GB/s | put+get GB/s |",
       "|--------:|:--------------|-------------:|-------------:|-------------:|"};
+  if (args.Has("profile")) {
+    // The profile's model fixes the block size; each request size adds a sample per path.
+    TANDEM_ASSIGN_OR_RETURN(std::string path, args.String("profile"));
+    TANDEM_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
+    TANDEM_ASSIGN_OR_RETURN(planner::EngineProfile profile,
+                            planner::EngineProfile::FromJson(text, path));
+    const int64_t block = profile.kv_bytes_per_token * profile.block_size;
+    std::vector<planner::TransferSample> samples;
+    o.samples = &samples;
+    const std::vector<std::string> requests =
+        absl::StrSplit(args.StringOr("profile-requests", "256Ki,2Mi,16Mi"), ',', absl::SkipEmpty());
+    for (const std::string& s : requests) {
+      TANDEM_ASSIGN_OR_RETURN(o.request, ParseByteSize(s));
+      if (o.request < block) return absl::InvalidArgumentError("--profile-requests: below a block");
+      o.total = std::max(o.total, 4 * o.request);
+      TANDEM_RETURN_IF_ERROR(RunBlockSize(o, block, table));
+    }
+    for (const std::string& line : table) std::printf("%s\n", line.c_str());
+    profile.transfer = std::move(samples);
+    return WriteStringToFile(path, profile.ToJson() + "\n");
+  }
   for (int64_t block : o.block_sizes) TANDEM_RETURN_IF_ERROR(RunBlockSize(o, block, table));
   for (const std::string& line : table) std::printf("%s\n", line.c_str());
   return absl::OkStatus();

@@ -18,6 +18,8 @@ absl::Status RunServe(const CliArgs& args);
 absl::Status RunRole(const std::string& role, const CliArgs& args);
 // tandem generate: streams one completion from a router.
 absl::Status RunGenerate(const CliArgs& args);
+// tandem plan: the placement planner on an engine profile and a workload (docs/planner.md).
+absl::Status RunPlan(const CliArgs& args);
 // tandem health: a role's grpc.health.v1 status (TLS with the config's certificate).
 absl::Status RunHealth(const CliArgs& args);
 

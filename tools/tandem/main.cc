@@ -35,6 +35,12 @@ constexpr char kUsage[] = R"(usage: tandem COMMAND [flags]
   bench --addr HOST:PORT [flags]
       Open-loop load generator against a router: TTFT, inter-token and end-to-end latency
       percentiles, throughput and goodput (tandem bench --help for the flags).
+  plan --profile P.json [--workload W.yaml] [--budget N] [--json] [flags]
+      The placement planner: simulates colocated and disaggregated deployments of N replicas
+      of the profiled engine (engine-bench --profile-out) on the workload (tandem bench's
+      --input-len, --output-len, ranges, --slo-ttft-ms, --slo-tpot-ms, as flags or file keys)
+      and prints each one's goodput: the highest request rate meeting the SLOs for 90% of
+      requests (--attainment). docs/planner.md has every flag.
   config [--config FILE] [--set key=value ...]   the effective configuration as YAML
   config --reference                             Markdown reference of every key
   health --addr HOST:PORT [--service NAME] [--config FILE] [--timeout SECONDS]
@@ -70,7 +76,8 @@ absl::Status RunConfig(const CliArgs& args) {
 }
 
 absl::Status Run(int argc, char** argv) {
-  std::set<std::string> switches = {"reference", "help", "ignore-eos", "print-ids", "wait-ready"};
+  std::set<std::string> switches = {"reference", "help",       "ignore-eos",
+                                    "print-ids", "wait-ready", "json"};
   switches.merge(bench::BenchSwitches());
   TANDEM_ASSIGN_OR_RETURN(CliArgs args, CliArgs::Parse(argc, argv, switches));
   const auto& words = args.positional();
@@ -98,6 +105,7 @@ absl::Status Run(int argc, char** argv) {
   if (command == "serve") return RunServe(args);
   if (command == "generate") return RunGenerate(args);
   if (command == "health") return RunHealth(args);
+  if (command == "plan") return RunPlan(args);
   if (command == "router" || command == "prefill" || command == "decode" ||
       command == "cache-store") {
     return RunRole(command, args);

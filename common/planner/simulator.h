@@ -1,0 +1,76 @@
+#pragma once
+
+// A discrete-event simulator of Tandem's own scheduling, driven by an engine profile: the
+// router's choice of replica, each engine's steps (continuous batching with chunked prefill
+// under max_num_batched_tokens, chunk_size, max_num_seqs and the KV block budget, the newest
+// sequence preempted when blocks run out), and in a disaggregated deployment the store handoff
+// between a prefill replica and a decode replica. Step times come from the profile's fitted
+// StepModels, so the simulator predicts what `tandem bench` would measure against the same
+// deployment, and the planner (planner.h) searches deployments with it.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/planner/profile.h"
+
+namespace tandem::planner {
+
+// Requests as `tandem bench` makes them: Poisson arrivals, prompt and output lengths uniform in
+// [round(len * (1 - range)), round(len * (1 + range))] (at least 1), and the SLOs a request
+// must meet to count as good (both TTFT and TPOT; 0: no bound).
+struct Workload {
+  int32_t input_len = 512;
+  double input_len_range = 0;
+  int32_t output_len = 128;
+  double output_len_range = 0;
+  int64_t num_requests = 1000;
+  uint64_t seed = 1;
+  double slo_ttft_s = 0;
+  double slo_tpot_s = 0;
+  double attainment = 0.9;  // the fraction of requests that must meet the SLOs
+};
+
+// One engine's limits (engine::EngineOptions of the same names).
+struct EngineLimits {
+  int max_num_seqs = 256;
+  int max_num_batched_tokens = 2048;
+  int chunk_size = 512;
+  int64_t num_blocks = 0;  // KV blocks of the profile's block_size
+};
+
+struct Deployment {
+  bool disaggregated = false;
+  int prefill_replicas = 0;       // disaggregated only
+  int replicas = 1;               // colocated: every replica; disaggregated: decode replicas
+  EngineLimits prefill;           // disaggregated only
+  EngineLimits engine;            // colocated replicas, or the decode replicas
+  std::string transport = "shm";  // the handoff's kv_transfer samples (disaggregated)
+
+  std::string Describe() const;
+};
+
+struct Percentiles {
+  double p50 = 0, p90 = 0, p99 = 0;
+};
+
+struct SimulationResult {
+  double rate = 0;        // offered requests/s
+  double attainment = 0;  // fraction of requests meeting both SLOs
+  double duration_s = 0;  // first arrival to last token
+  double throughput = 0;  // completed requests/s over duration_s
+  double goodput = 0;     // requests meeting both SLOs per second of duration_s
+  double output_tokens_per_s = 0;
+  double total_tokens_per_s = 0;  // prompt and output tokens
+  Percentiles ttft, tpot;
+  int64_t preemptions = 0;
+};
+
+// Simulates `workload.num_requests` requests arriving at `rate` per second. Deterministic for a
+// given workload seed. InvalidArgument for a deployment that cannot run (no replicas, a KV
+// budget smaller than one prompt, a handoff transport the profile did not measure).
+absl::StatusOr<SimulationResult> Simulate(const EngineProfile& profile, const Deployment& d,
+                                          const Workload& workload, double rate);
+
+}  // namespace tandem::planner

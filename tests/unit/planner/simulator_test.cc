@@ -1,0 +1,171 @@
+#include "common/planner/simulator.h"
+
+#include <chrono>
+
+#include "common/planner/planner.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace tandem::planner {
+namespace {
+
+using ::testing::HasSubstr;
+
+// A synthetic engine whose steps cost exactly: prefill 1 ms + 0.1 ms a token (no attention
+// term), decode 5 ms + 0.1 ms a sequence; KV 1 KiB a token in blocks of 16; a transfer of a
+// prompt's blocks costs 2 ms a MiB.
+EngineProfile Synthetic(double decode_base = 5e-3) {
+  EngineProfile p;
+  p.threads = 2;
+  p.num_layers = p.pop_start_layer = 4;
+  p.kv_bytes_per_token = 1024;
+  p.block_size = 16;
+  for (int64_t tokens : {16, 256, 1024}) {
+    p.prefill.push_back({tokens, 0, 1e-3 + 1e-4 * tokens});
+  }
+  for (int64_t batch : {1, 8, 64})
+    p.decode.push_back({batch, 64 * batch, decode_base + 1e-4 * batch});
+  p.transfer = {{"shm", 1 << 20, 2e-3}, {"shm", 16 << 20, 32e-3}};
+  return p;
+}
+
+Deployment Colocated(int replicas, int64_t blocks = 1 << 16) {
+  Deployment d;
+  d.replicas = replicas;
+  d.engine.num_blocks = blocks;
+  return d;
+}
+
+Deployment Disaggregated(int prefill, int decode) {
+  Deployment d = Colocated(decode);
+  d.disaggregated = true;
+  d.prefill_replicas = prefill;
+  d.prefill = d.engine;
+  return d;
+}
+
+Workload Fixed(int input, int output, int requests) {
+  Workload w;
+  w.input_len = input;
+  w.output_len = output;
+  w.num_requests = requests;
+  return w;
+}
+
+// One request alone on a colocated replica: a 1000-token prompt in chunks of 512 (two steps:
+// 512 then 488 tokens), then a decode step per further token.
+TEST(SimulatorTest, OneRequestFollowsTheStepTimes) {
+  auto r = Simulate(Synthetic(), Colocated(1), Fixed(1000, 11, 1), 1.0);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_NEAR(r->ttft.p50, (1e-3 + 512e-4) + (1e-3 + 488e-4), 1e-9);
+  EXPECT_NEAR(r->tpot.p50, 5e-3 + 1e-4, 1e-9);
+  EXPECT_EQ(r->attainment, 1.0);  // no SLO: every request is good
+}
+
+// Disaggregated: the first token reaches the client after the prefill and the put of the
+// prompt's full blocks (62 of 16 tokens: 992 KiB, below the smallest transfer sample, so at
+// its 2 ms); the decode replica's first step after the get computes the partial block's 8
+// tokens and the first token as a 9-token prefill.
+TEST(SimulatorTest, DisaggregatedRequestPaysTheHandoff) {
+  auto r = Simulate(Synthetic(), Disaggregated(1, 1), Fixed(1000, 3, 1), 1.0);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const double put = 2e-3;
+  const double prefill = (1e-3 + 512e-4) + (1e-3 + 488e-4);
+  EXPECT_NEAR(r->ttft.p50, prefill + put, 1e-9);
+  // Token 2 after the get and a 9-token step (below the smallest sample: as 16 tokens), token
+  // 3 one decode step later.
+  const double second = put + 1e-3 + 16e-4, third = 5e-3 + 1e-4;
+  EXPECT_NEAR(r->tpot.p50, (second + third) / 2, 1e-9);
+}
+
+// Long prompts arriving into a colocated replica stall its decodes (a chunk rides in the same
+// step); a disaggregated decode replica never sees them: DistServe's point.
+TEST(SimulatorTest, ColocatedPrefillInflatesTpot) {
+  Workload w = Fixed(2000, 64, 400);
+  auto colocated = Simulate(Synthetic(), Colocated(2), w, 2.0);
+  auto disaggregated = Simulate(Synthetic(), Disaggregated(1, 1), w, 2.0);
+  ASSERT_TRUE(colocated.ok() && disaggregated.ok());
+  EXPECT_GT(colocated->tpot.p90, 1.3 * disaggregated->tpot.p90);
+  EXPECT_GT(colocated->tpot.p99, 1.8 * disaggregated->tpot.p99);
+}
+
+TEST(SimulatorTest, ASmallKvBudgetPreemptsAndStillFinishesEverything) {
+  // 40 blocks of 16 tokens: room for ~2 requests of 300 tokens at once.
+  auto r = Simulate(Synthetic(), Colocated(1, 40), Fixed(200, 100, 50), 50.0);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_GT(r->preemptions, 0);
+  EXPECT_GT(r->throughput, 0);
+}
+
+TEST(SimulatorTest, ImpossibleDeploymentsAreClearErrors) {
+  EXPECT_THAT(Simulate(Synthetic(), Colocated(1, 4), Fixed(200, 100, 5), 1.0).status().message(),
+              HasSubstr("KV budget"));
+  EXPECT_THAT(Simulate(Synthetic(), Colocated(0), Fixed(200, 100, 5), 1.0).status().message(),
+              HasSubstr("at least one replica"));
+  Deployment grpc = Disaggregated(1, 1);
+  grpc.transport = "grpc";
+  EXPECT_THAT(Simulate(Synthetic(), grpc, Fixed(200, 100, 5), 1.0).status().message(),
+              HasSubstr("no kv_transfer samples for grpc"));
+  EXPECT_FALSE(Simulate(Synthetic(), Colocated(1), Fixed(200, 100, 5), 0).ok());
+}
+
+// Attainment falls as the rate rises past what the replica serves, and the search lands where
+// it crosses the target.
+TEST(PlannerTest, MaxGoodRateIsWhereAttainmentCrossesTheTarget) {
+  Workload w = Fixed(256, 32, 400);
+  w.slo_tpot_s = 8e-3;
+  w.slo_ttft_s = 0.5;
+  auto found = MaxGoodRate(Synthetic(), Colocated(1), w, 1e4);
+  ASSERT_TRUE(found.ok()) << found.status();
+  const double rate = found->first;
+  ASSERT_GT(rate, 0);
+  EXPECT_GE(found->second.attainment, w.attainment);
+  auto above = Simulate(Synthetic(), Colocated(1), w, rate * 1.05);
+  ASSERT_TRUE(above.ok());
+  EXPECT_LT(above->attainment, w.attainment);
+}
+
+// A prefill-heavy workload with a tight TPOT SLO goes disaggregated; a decode-heavy one whose
+// decode steps cost little goes colocated (both replicas decode and prefill).
+TEST(PlannerTest, PicksTheDeploymentTheWorkloadFavours) {
+  PlanOptions o;
+  o.budget = 4;
+  o.engine.num_blocks = o.prefill.num_blocks = 1 << 16;
+  o.max_num_seqs = {64};
+  Workload prefill_heavy = Fixed(2000, 64, 300);
+  prefill_heavy.slo_ttft_s = 2;
+  prefill_heavy.slo_tpot_s = 12e-3;
+  auto plan = Plan(Synthetic(), prefill_heavy, o);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->size(), 4u);  // colocated 4, 1P+3D, 2P+2D, 3P+1D
+  EXPECT_TRUE(plan->front().deployment.disaggregated) << CandidatesTable(*plan, 4);
+
+  Workload decode_heavy = Fixed(32, 256, 300);
+  decode_heavy.slo_ttft_s = 1;
+  decode_heavy.slo_tpot_s = 50e-3;
+  plan = Plan(Synthetic(), decode_heavy, o);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_FALSE(plan->front().deployment.disaggregated) << CandidatesTable(*plan, 4);
+}
+
+// Thousands of replicas are planned as copies of the best 16-replica deployment, in seconds.
+TEST(PlannerTest, LargeBudgetsPlanAsCopiesQuickly) {
+  PlanOptions o;
+  o.budget = 2000;
+  o.engine.num_blocks = o.prefill.num_blocks = 1 << 16;
+  o.max_num_seqs = {64};
+  Workload w = Fixed(1000, 64, 300);
+  w.slo_ttft_s = 2;
+  w.slo_tpot_s = 20e-3;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto plan = Plan(Synthetic(), w, o);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->front().copies, 125);
+  EXPECT_NEAR(plan->front().per_replica, plan->front().goodput / 2000, 1e-9);
+  EXPECT_LT(seconds, 60);
+}
+
+}  // namespace
+}  // namespace tandem::planner

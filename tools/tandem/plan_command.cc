@@ -1,0 +1,250 @@
+// tandem plan: the placement planner (common/planner) on an engine profile and a workload.
+#include <cstdio>
+#include <string>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/config/config.h"
+#include "common/planner/planner.h"
+#include "common/util/file_util.h"
+#include "common/util/status_macros.h"
+#include "nlohmann/json.hpp"
+#include "tools/tandem/commands.h"
+#include "yaml-cpp/yaml.h"
+
+namespace tandem::cli {
+namespace {
+
+// Workload keys, in the file as in flags (the flag's dashes are the key's underscores), named
+// as `tandem bench`'s flags so a plan and its validation run describe the same requests.
+constexpr const char* kWorkloadKeys[] = {"input-len",        "input-len-range", "output-len",
+                                         "output-len-range", "num-requests",    "seed",
+                                         "slo-ttft-ms",      "slo-tpot-ms",     "attainment"};
+
+std::string KeyOf(const std::string& flag) {
+  std::string key = flag;
+  for (char& c : key) c = c == '-' ? '_' : c;
+  return key;
+}
+
+// The value of workload key `flag`: the flag if given, else the file's key, else `fallback`.
+absl::StatusOr<double> WorkloadValue(const CliArgs& args, const YAML::Node& file,
+                                     const std::string& flag, double fallback, double min,
+                                     double max) {
+  double v = fallback;
+  if (args.Has(flag)) {
+    TANDEM_ASSIGN_OR_RETURN(v, args.DoubleOr(flag, fallback));
+  } else if (file && file[KeyOf(flag)]) {
+    try {
+      v = file[KeyOf(flag)].as<double>();
+    } catch (const YAML::Exception&) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("workload: \"", KeyOf(flag), "\" must be a number"));
+    }
+  }
+  if (!(v >= min && v <= max)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("workload: ", KeyOf(flag), " is ", v, ", outside [", min, ", ", max, "]"));
+  }
+  return v;
+}
+
+absl::StatusOr<planner::Workload> LoadWorkload(const CliArgs& args) {
+  YAML::Node file;
+  if (args.Has("workload")) {
+    TANDEM_ASSIGN_OR_RETURN(std::string path, args.String("workload"));
+    TANDEM_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
+    try {
+      file = YAML::Load(text);
+    } catch (const YAML::Exception& e) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": ", e.what()));
+    }
+    if (!file.IsMap()) return absl::InvalidArgumentError(absl::StrCat(path, ": not a mapping"));
+    for (const auto& entry : file) {
+      const std::string key = entry.first.as<std::string>();
+      bool known = false;
+      for (const char* k : kWorkloadKeys) known |= KeyOf(k) == key;
+      if (!known) {
+        return absl::InvalidArgumentError(absl::StrCat(path, ": unknown key \"", key, "\""));
+      }
+    }
+  }
+  planner::Workload w;
+  TANDEM_ASSIGN_OR_RETURN(double input, WorkloadValue(args, file, "input-len", 512, 1, 1 << 20));
+  TANDEM_ASSIGN_OR_RETURN(w.input_len_range, WorkloadValue(args, file, "input-len-range", 0, 0, 1));
+  TANDEM_ASSIGN_OR_RETURN(double output, WorkloadValue(args, file, "output-len", 128, 1, 1 << 20));
+  TANDEM_ASSIGN_OR_RETURN(w.output_len_range,
+                          WorkloadValue(args, file, "output-len-range", 0, 0, 1));
+  TANDEM_ASSIGN_OR_RETURN(double requests,
+                          WorkloadValue(args, file, "num-requests", 1000, 10, 1e6));
+  TANDEM_ASSIGN_OR_RETURN(double seed, WorkloadValue(args, file, "seed", 1, 0, 1e15));
+  TANDEM_ASSIGN_OR_RETURN(double ttft, WorkloadValue(args, file, "slo-ttft-ms", 0, 0, 1e7));
+  TANDEM_ASSIGN_OR_RETURN(double tpot, WorkloadValue(args, file, "slo-tpot-ms", 0, 0, 1e7));
+  TANDEM_ASSIGN_OR_RETURN(w.attainment, WorkloadValue(args, file, "attainment", 0.9, 0.01, 1));
+  if (ttft <= 0 && tpot <= 0) {
+    return absl::InvalidArgumentError(
+        "workload: give slo-ttft-ms and/or slo-tpot-ms: without an SLO every rate is good");
+  }
+  w.input_len = static_cast<int32_t>(input);
+  w.output_len = static_cast<int32_t>(output);
+  w.num_requests = static_cast<int64_t>(requests);
+  w.seed = static_cast<uint64_t>(seed);
+  w.slo_ttft_s = ttft / 1e3;
+  w.slo_tpot_s = tpot / 1e3;
+  return w;
+}
+
+// --deployment colocated:N | disaggregated:P:D
+absl::StatusOr<planner::Deployment> ParseDeployment(const std::string& text,
+                                                    const planner::PlanOptions& o) {
+  planner::Deployment d;
+  d.engine = o.engine;
+  d.engine.max_num_seqs = o.max_num_seqs.front();
+  d.prefill = o.prefill;
+  d.transport = o.transport;
+  const std::vector<std::string> parts = absl::StrSplit(text, ':');
+  int p = 0, n = 0;
+  const bool colocated = parts.size() == 2 && parts[0] == "colocated" &&
+                         absl::SimpleAtoi(parts[1], &n) && n >= 1 && n <= 4096;
+  const bool disaggregated = parts.size() == 3 && parts[0] == "disaggregated" &&
+                             absl::SimpleAtoi(parts[1], &p) && absl::SimpleAtoi(parts[2], &n) &&
+                             p >= 1 && n >= 1 && p <= 4096 && n <= 4096;
+  if (!colocated && !disaggregated) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--deployment: \"", text, "\" is not colocated:N or disaggregated:PREFILL:DECODE"));
+  }
+  d.disaggregated = disaggregated;
+  d.prefill_replicas = p;
+  d.replicas = n;
+  return d;
+}
+
+// tandem plan --deployment D --rates R1,R2: the simulator's prediction at each rate, with the
+// workload's own request count (as `tandem bench --num-requests` sends), for comparing with a
+// measurement.
+absl::Status RunSimulations(const CliArgs& args, const planner::EngineProfile& profile,
+                            const planner::Workload& w, const planner::PlanOptions& o) {
+  TANDEM_ASSIGN_OR_RETURN(std::string text, args.String("deployment"));
+  TANDEM_ASSIGN_OR_RETURN(planner::Deployment d, ParseDeployment(text, o));
+  const std::vector<std::string> rates =
+      absl::StrSplit(args.StringOr("rates", ""), ',', absl::SkipEmpty());
+  if (rates.empty()) return absl::InvalidArgumentError("--deployment needs --rates R1,R2,...");
+  auto list = nlohmann::json::array();
+  auto pct = [](const planner::Percentiles& p) {
+    return nlohmann::json{{"p50", p.p50}, {"p90", p.p90}, {"p99", p.p99}};
+  };
+  if (!args.Has("json")) {
+    std::printf(
+        "%s\n\n| req/s | TTFT p50 / p90 / p99 ms | TPOT p50 / p90 / p99 ms | attainment "
+        "| goodput req/s | output tok/s |\n|---|---|---|---|---|---|\n",
+        d.Describe().c_str());
+  }
+  for (const std::string& r : rates) {
+    double rate = 0;
+    if (!absl::SimpleAtod(r, &rate) || !(rate > 0 && rate < 1e9)) {
+      return absl::InvalidArgumentError(absl::StrCat("--rates: \"", r, "\" is not a rate"));
+    }
+    TANDEM_ASSIGN_OR_RETURN(planner::SimulationResult s, planner::Simulate(profile, d, w, rate));
+    list.push_back({{"rate", rate},
+                    {"deployment", d.Describe()},
+                    {"ttft_seconds", pct(s.ttft)},
+                    {"tpot_seconds", pct(s.tpot)},
+                    {"attainment", s.attainment},
+                    {"goodput", s.goodput},
+                    {"throughput", s.throughput},
+                    {"output_tokens_per_second", s.output_tokens_per_s},
+                    {"preemptions", s.preemptions}});
+    if (!args.Has("json")) {
+      std::printf("| %g | %.0f / %.0f / %.0f | %.1f / %.1f / %.1f | %.0f%% | %.3g | %.0f |\n", rate,
+                  s.ttft.p50 * 1e3, s.ttft.p90 * 1e3, s.ttft.p99 * 1e3, s.tpot.p50 * 1e3,
+                  s.tpot.p90 * 1e3, s.tpot.p99 * 1e3, s.attainment * 100, s.goodput,
+                  s.output_tokens_per_s);
+    }
+  }
+  if (args.Has("json")) std::printf("%s\n", list.dump(1).c_str());
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status RunPlan(const CliArgs& args) {
+  TANDEM_RETURN_IF_ERROR(
+      args.CheckKnown({"profile",         "workload",       "input-len",
+                       "input-len-range", "output-len",     "output-len-range",
+                       "num-requests",    "seed",           "slo-ttft-ms",
+                       "slo-tpot-ms",     "attainment",     "budget",
+                       "max-num-seqs",    "kv-cache-bytes", "max-num-batched-tokens",
+                       "chunk-size",      "transport",      "only",
+                       "max-unit",        "json",           "rows",
+                       "deployment",      "rates"}));
+  TANDEM_ASSIGN_OR_RETURN(std::string profile_path, args.String("profile"));
+  TANDEM_ASSIGN_OR_RETURN(std::string text, ReadFileToString(profile_path));
+  TANDEM_ASSIGN_OR_RETURN(planner::EngineProfile profile,
+                          planner::EngineProfile::FromJson(text, profile_path));
+  TANDEM_ASSIGN_OR_RETURN(planner::Workload w, LoadWorkload(args));
+
+  const config::TandemConfig defaults;
+  planner::PlanOptions o;
+  TANDEM_ASSIGN_OR_RETURN(int64_t budget, args.IntOr("budget", 2));
+  TANDEM_ASSIGN_OR_RETURN(int64_t kv_bytes,
+                          args.IntOr("kv-cache-bytes", defaults.kv_cache.memory_bytes));
+  TANDEM_ASSIGN_OR_RETURN(int64_t batched, args.IntOr("max-num-batched-tokens",
+                                                      defaults.scheduler.max_num_batched_tokens));
+  TANDEM_ASSIGN_OR_RETURN(int64_t chunk, args.IntOr("chunk-size", defaults.scheduler.chunk_size));
+  TANDEM_ASSIGN_OR_RETURN(int64_t unit, args.IntOr("max-unit", 16));
+  TANDEM_ASSIGN_OR_RETURN(int64_t rows, args.IntOr("rows", 12));
+  if (budget < 1 || budget > 1'000'000 || kv_bytes < 1 || batched < 1 || batched > 1 << 20 ||
+      chunk < 1 || chunk > 1 << 20 || unit < 1 || unit > 64 || rows < 1) {
+    return absl::InvalidArgumentError(
+        "--budget [1, 1e6], --kv-cache-bytes, --max-num-batched-tokens, --chunk-size must be "
+        "positive; --max-unit in [1, 64]");
+  }
+  if (args.Has("max-num-seqs")) {
+    TANDEM_ASSIGN_OR_RETURN(o.max_num_seqs, args.IntList("max-num-seqs"));
+    for (int s : o.max_num_seqs) {
+      if (s < 1 || s > 65536) {
+        return absl::InvalidArgumentError("--max-num-seqs: each in [1, 65536]");
+      }
+    }
+  }
+  o.budget = static_cast<int>(budget);
+  o.max_unit = static_cast<int>(unit);
+  o.engine.max_num_batched_tokens = static_cast<int>(batched);
+  o.engine.chunk_size = static_cast<int>(chunk);
+  o.engine.num_blocks = kv_bytes / (profile.kv_bytes_per_token * profile.block_size);
+  o.prefill = o.engine;
+  o.prefill.max_num_seqs = defaults.scheduler.max_num_seqs;
+  o.transport = args.StringOr("transport", "shm");
+  const std::string only = args.StringOr("only", "");
+  if (!only.empty() && only != "colocated" && only != "disaggregated") {
+    return absl::InvalidArgumentError("--only: colocated or disaggregated");
+  }
+  if (args.Has("deployment")) return RunSimulations(args, profile, w, o);
+  o.colocated = only != "disaggregated";
+  o.disaggregated = only != "colocated" && o.budget >= 2;
+  TANDEM_ASSIGN_OR_RETURN(auto candidates, planner::Plan(profile, w, o));
+  if (args.Has("json")) {
+    std::printf("%s\n", planner::CandidatesJson(candidates).c_str());
+    return absl::OkStatus();
+  }
+  std::printf(
+      "profile: %s (%s, %s weights, %d threads per replica)\nworkload: prompts %d ±%.0f%%, "
+      "outputs %d ±%.0f%%, %lld requests; SLO: TTFT ≤ %.0f ms, TPOT ≤ %.0f ms for %.0f%%\n"
+      "budget: %lld replicas%s\n\n",
+      profile_path.c_str(), profile.model.c_str(), profile.weights.c_str(), profile.threads,
+      w.input_len, w.input_len_range * 100, w.output_len, w.output_len_range * 100,
+      static_cast<long long>(w.num_requests), w.slo_ttft_s * 1e3, w.slo_tpot_s * 1e3,
+      w.attainment * 100, static_cast<long long>(budget),
+      candidates.empty() || candidates[0].copies == 1
+          ? ""
+          : absl::StrCat(
+                ", planned as ", candidates[0].copies, " copies of ",
+                candidates[0].deployment.replicas + candidates[0].deployment.prefill_replicas,
+                " (the rest unused)")
+                .c_str());
+  std::fputs(planner::CandidatesTable(candidates, static_cast<size_t>(rows)).c_str(), stdout);
+  return absl::OkStatus();
+}
+
+}  // namespace tandem::cli
