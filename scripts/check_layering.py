@@ -13,7 +13,7 @@ import tempfile
 
 ROLES = {"router", "prefill_worker", "decode_worker", "cache_store"}
 COMMON = {"util", "kernels", "kv", "model", "engine", "tokenizer", "chat", "config", "metrics",
-          "rpc", "store", "security"}
+          "rpc", "store", "security", "planner"}
 # What each unit may include besides itself and the generated protos (tandem/v1/...).
 ALLOWED = {
     "common/util": set(),
@@ -25,6 +25,7 @@ ALLOWED = {
     "common/chat": {"common/util"},
     "common/config": {"common/util"},
     "common/metrics": {"common/util"},
+    "common/planner": {"common/util"},
     "common/security": {"common/util", "common/metrics"},
     "common/store": {"common/util", "common/rpc", "common/security"},
     "common/rpc": {"common/util", "common/engine", "common/kv", "common/model", "common/metrics",

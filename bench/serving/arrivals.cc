@@ -20,4 +20,9 @@ std::vector<double> PoissonSchedule(int64_t num_requests, double rate, uint64_t 
   return offsets;
 }
 
+std::vector<double> BenchSchedule(int64_t num_requests, double rate, uint64_t seed) {
+  constexpr uint64_t kScheduleSeedSalt = 0x9e3779b97f4a7c15ULL;
+  return PoissonSchedule(num_requests, rate, seed ^ kScheduleSeedSalt);
+}
+
 }  // namespace tandem::bench

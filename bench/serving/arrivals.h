@@ -14,4 +14,9 @@ namespace tandem::bench {
 // platform (mt19937_64 and inverse-CDF sampling, no std:: distribution).
 std::vector<double> PoissonSchedule(int64_t num_requests, double rate, uint64_t seed);
 
+// The schedule `tandem bench --seed SEED` sends: PoissonSchedule on a random stream of its own
+// (the seed salted), so changing the prompts does not move the arrivals. `tandem plan` simulates
+// the same schedule.
+std::vector<double> BenchSchedule(int64_t num_requests, double rate, uint64_t seed);
+
 }  // namespace tandem::bench

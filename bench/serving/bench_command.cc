@@ -19,9 +19,6 @@
 namespace tandem::bench {
 namespace {
 
-// Arrival times get their own random stream, so changing the prompts does not move them.
-constexpr uint64_t kScheduleSeedSalt = 0x9e3779b97f4a7c15ULL;
-
 absl::StatusOr<std::vector<BenchRequest>> RandomRequests(const BenchOptions& o,
                                                          const tandem::v1::ModelInfo* model) {
   RandomDatasetOptions r{.num_requests = o.num_requests,
@@ -98,8 +95,8 @@ absl::Status RunBenchCommand(const CliArgs& args) {
   }
   const tandem::v1::ModelInfo* info = model.ok() ? &*model : nullptr;
   TANDEM_ASSIGN_OR_RETURN(std::vector<BenchRequest> requests, BuildRequests(o, info));
-  std::vector<double> schedule = PoissonSchedule(static_cast<int64_t>(requests.size()),
-                                                 o.request_rate, o.seed ^ kScheduleSeedSalt);
+  std::vector<double> schedule =
+      BenchSchedule(static_cast<int64_t>(requests.size()), o.request_rate, o.seed);
 
   LoadOptions load{.max_concurrency = o.max_concurrency, .timeout_s = o.timeout_s};
   ProgressBar bar(stderr);

@@ -15,14 +15,13 @@ TPOT, ITL and goodput under an SLO. Prints a table, writes JSON and a PNG plot.
 import argparse
 import json
 import os
-import re
-import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
                                 "scripts", "train"))
 import png  # noqa: E402  (the project's dependency-free PNG plotter)
+from local_cluster import LocalCluster, bench  # noqa: E402
 
 p = argparse.ArgumentParser()
 p.add_argument("--build", default="build")
@@ -39,50 +38,9 @@ tandem = os.path.join(args.build, "tools", "tandem", "tandem")
 logs = tempfile.mkdtemp(prefix="tandem_distserve_")
 
 
-def start(role, cores, extra):
-    log = open(os.path.join(logs, f"{role}-{len(procs)}.log"), "w")
-    cmd = (["taskset", "-c", cores] if cores else []) + [
-        tandem, role, "--model", args.model, "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
-        "--set", "model.threads=1"] + extra
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True)
-    line = proc.stdout.readline()
-    m = re.search(r"serving on ([^;\s]+)", line)
-    if not m:
-        raise RuntimeError(f"{role} did not start: {line!r}")
-    procs.append(proc)
-    return m.group(1)
-
-
-def stop_all():
-    for proc in reversed(procs):
-        proc.terminate()
-        proc.wait()
-    procs.clear()
-
-
-def cluster(mode):
-    if mode == "disaggregated":
-        shard = start("cache-store", None, [])
-        store = ["--set", f"cache_store.shards=[{shard}]"]
-        prefill = start("prefill", "0", store)
-        decode = start("decode", "1", store)
-        return start("router", None, ["--set", f"router.prefill_workers=[{prefill}]",
-                                      "--set", f"router.decode_workers=[{decode}]"])
-    decodes = [start("decode", str(core), []) for core in (0, 1)]
-    return start("router", None, ["--set", "router.mode=colocated",
-                                  "--set", f"router.decode_workers=[{','.join(decodes)}]"])
-
-
-def bench(addr, rate, out_json):
-    subprocess.run([tandem, "bench", "--addr", addr, "--num-requests", str(args.num_requests),
-                    "--request-rate", str(rate), "--seed", "1",
-                    "--input-len", str(args.input_len), "--input-len-range", "0.5",
-                    "--output-len", str(args.output_len), "--output-len-range", "0.5",
-                    "--slo-ttft-ms", str(args.slo_ttft_ms), "--slo-tpot-ms", str(args.slo_tpot_ms),
-                    "--json-out", out_json, "--progress=false"],
-                   check=True, stdout=subprocess.DEVNULL)
-    with open(out_json) as f:
-        return json.load(f)
+workload = {"num_requests": args.num_requests, "seed": 1, "input_len": args.input_len,
+            "input_len_range": 0.5, "output_len": args.output_len, "output_len_range": 0.5,
+            "slo_ttft_ms": args.slo_ttft_ms, "slo_tpot_ms": args.slo_tpot_ms}
 
 
 def pick(report, *path):
@@ -91,16 +49,18 @@ def pick(report, *path):
     return report
 
 
-procs = []
 rates = [float(r) for r in args.rates.split(",")]
 results = {}
+cluster = LocalCluster(tandem, args.model, logs)
 for mode in ("disaggregated", "colocated"):
-    addr = cluster(mode)
+    addr = cluster.up(mode)
     try:
-        bench(addr, rates[0], os.path.join(logs, "warmup.json"))  # page in weights, warm caches
-        results[mode] = [bench(addr, r, os.path.join(logs, f"{mode}-{r}.json")) for r in rates]
+        # page in weights, warm caches
+        bench(tandem, addr, rates[0], workload, os.path.join(logs, "warmup.json"))
+        results[mode] = [bench(tandem, addr, r, workload, os.path.join(logs, f"{mode}-{r}.json"))
+                         for r in rates]
     finally:
-        stop_all()
+        cluster.down()
 
 os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
 with open(args.out + ".json", "w") as f:

@@ -108,6 +108,7 @@ std::string EngineProfile::ToJson() const {
     list.push_back({{"transport", t.transport}, {"bytes", t.bytes}, {"seconds", t.seconds}});
   }
   j["kv_transfer"] = list;
+  j["token_overhead_seconds"] = token_overhead_seconds;
   return j.dump(1);
 }
 
@@ -166,6 +167,8 @@ absl::StatusOr<EngineProfile> EngineProfile::FromJson(std::string_view text,
     TANDEM_ASSIGN_OR_RETURN(t.seconds, f.Number("seconds", 0, kMaxSeconds));
     p.transfer.push_back(std::move(t));
   }
+  TANDEM_ASSIGN_OR_RETURN(p.token_overhead_seconds,
+                          top.NumberOr("token_overhead_seconds", 0, 0, 1));
   // Fitting checks what a simulator needs of the samples (enough of them, distinct sizes).
   TANDEM_RETURN_IF_ERROR(StepModel::Fit(p.prefill, true, source).status());
   TANDEM_RETURN_IF_ERROR(StepModel::Fit(p.decode, false, source).status());

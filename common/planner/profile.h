@@ -52,6 +52,11 @@ struct EngineProfile {
   std::vector<StepSample> prefill;
   std::vector<StepSample> decode;
   std::vector<TransferSample> transfer;
+  // The serving stack's time on a worker's core beyond the engine's step, per token a step
+  // streams (the worker's gRPC writes, and the router and client sharing the machine), which
+  // engine-bench cannot see: calibrated against a real run (bench/serving/validate_planner.py
+  // --calibrate); 0 when not calibrated.
+  double token_overhead_seconds = 0;
 
   std::string ToJson() const;
   // InvalidArgument naming `source` and the offending field on anything malformed or out of

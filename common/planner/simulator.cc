@@ -99,11 +99,15 @@ class SimEngine {
 
   // Seconds the scheduled batch takes: prefill tokens (chunks, and a decode replica's first
   // step of an imported prompt) and decode tokens in one forward pass.
-  double StepSeconds(const StepModel& prefill, const StepModel& decode) const {
-    int64_t prefill_tokens = 0, decodes = 0;
+  // Each sequence that completes its pending tokens streams a token, costing
+  // `token_overhead` seconds of the serving stack on the same core.
+  double StepSeconds(const StepModel& prefill, const StepModel& decode,
+                     double token_overhead) const {
+    int64_t prefill_tokens = 0, decodes = 0, streamed = 0;
     double prefill_work = 0, decode_context = 0;
     for (const Scheduled& b : batch_) {
       const Seq& s = running_[b.index];
+      streamed += s.computed + b.tokens == s.total;
       if (s.emitted > 0 && b.tokens == 1) {
         ++decodes;
         decode_context += static_cast<double>(s.computed + 1);
@@ -112,9 +116,10 @@ class SimEngine {
         prefill_work += StepModel::PrefillWork(b.tokens, s.computed);
       }
     }
-    if (prefill_tokens == 0) return decode.Seconds(decodes, decode_context);
+    const double overhead = token_overhead * static_cast<double>(streamed);
+    if (prefill_tokens == 0) return decode.Seconds(decodes, decode_context) + overhead;
     return prefill.Seconds(prefill_tokens + decodes, prefill_work) +
-           decode.per_work() * decode_context;
+           decode.per_work() * decode_context + overhead;
   }
 
   // Applies the step's tokens; `emit(seq)` is called for every sequence that completes its
@@ -209,16 +214,40 @@ absl::StatusOr<SimulationResult> Simulate(const EngineProfile& profile, const De
   if (!(rate > 0) || !std::isfinite(rate)) {
     return absl::InvalidArgumentError(absl::StrCat("rate must be positive, got ", rate));
   }
+  if (w.num_requests < 1 || w.input_len < 1 || w.output_len < 1) {
+    return absl::InvalidArgumentError("the workload needs requests with prompts and outputs");
+  }
+  // The same draws at every rate (arrival gaps scale with 1/rate), so a search over rates sees
+  // one workload.
+  std::mt19937_64 rng(w.seed);
+  std::exponential_distribution<double> gap(1.0);
+  std::vector<SimRequest> schedule(static_cast<size_t>(w.num_requests));
+  double t = 0;
+  for (SimRequest& r : schedule) {
+    t += gap(rng) / rate;
+    r.arrival = t;
+    r.prompt = Draw(rng, w.input_len, w.input_len_range);
+    r.output = Draw(rng, w.output_len, w.output_len_range);
+  }
+  return SimulateRequests(profile, d, schedule, w, rate);
+}
+
+absl::StatusOr<SimulationResult> SimulateRequests(const EngineProfile& profile, const Deployment& d,
+                                                  const std::vector<SimRequest>& schedule,
+                                                  const Workload& w, double rate) {
   if (d.replicas < 1 || (d.disaggregated && d.prefill_replicas < 1)) {
     return absl::InvalidArgumentError(
         absl::StrCat(d.Describe(), ": every role needs at least one replica"));
   }
-  if (w.num_requests < 1 || w.input_len < 1 || w.output_len < 1) {
-    return absl::InvalidArgumentError("the workload needs requests with prompts and outputs");
-  }
+  if (schedule.empty()) return absl::InvalidArgumentError("no requests to simulate");
   const int bs = profile.block_size;
-  const int64_t longest = std::lround(w.input_len * (1 + w.input_len_range)) +
-                          std::lround(w.output_len * (1 + w.output_len_range)) + 1;
+  int64_t longest = 0;
+  for (const SimRequest& r : schedule) {
+    if (r.prompt < 1 || r.output < 1 || !(r.arrival >= 0)) {
+      return absl::InvalidArgumentError("every request needs a prompt, an output and a time");
+    }
+    longest = std::max<int64_t>(longest, int64_t{r.prompt} + r.output + 1);
+  }
   for (const EngineLimits* l : {&d.engine, d.disaggregated ? &d.prefill : &d.engine}) {
     if (l->num_blocks * bs < longest || l->max_num_seqs < 1 || l->chunk_size < 1 ||
         l->max_num_batched_tokens < 1) {
@@ -233,17 +262,11 @@ absl::StatusOr<SimulationResult> Simulate(const EngineProfile& profile, const De
   TANDEM_ASSIGN_OR_RETURN(StepModel prefill, StepModel::Fit(profile.prefill, true, "profile"));
   TANDEM_ASSIGN_OR_RETURN(StepModel decode, StepModel::Fit(profile.decode, false, "profile"));
 
-  // The same draws at every rate (arrival gaps scale with 1/rate), so a search over rates sees
-  // one workload.
-  std::mt19937_64 rng(w.seed);
-  std::exponential_distribution<double> gap(1.0);
-  std::vector<Request> requests(static_cast<size_t>(w.num_requests));
-  double t = 0;
-  for (Request& r : requests) {
-    t += gap(rng) / rate;
-    r.arrival = t;
-    r.prompt = Draw(rng, w.input_len, w.input_len_range);
-    r.output = Draw(rng, w.output_len, w.output_len_range);
+  std::vector<Request> requests(schedule.size());
+  for (size_t i = 0; i < schedule.size(); ++i) {
+    requests[i].arrival = schedule[i].arrival;
+    requests[i].prompt = schedule[i].prompt;
+    requests[i].output = schedule[i].output;
   }
 
   std::vector<SimEngine> engines;
@@ -262,7 +285,8 @@ absl::StatusOr<SimulationResult> Simulate(const EngineProfile& profile, const De
     SimEngine& engine = engines[static_cast<size_t>(e)];
     if (engine.busy() || engine.Schedule(result.preemptions).empty()) return;
     engine.set_busy(true);
-    events.push({now + engine.StepSeconds(prefill, decode), order++, EventKind::kStepEnd, e});
+    events.push({now + engine.StepSeconds(prefill, decode, profile.token_overhead_seconds), order++,
+                 EventKind::kStepEnd, e});
   };
   // The router's picks: prefill (and colocated) by fewest queued tokens, decode by fewest
   // sequences (docs/architecture.md, "One request through the router").

@@ -73,4 +73,19 @@ struct SimulationResult {
 absl::StatusOr<SimulationResult> Simulate(const EngineProfile& profile, const Deployment& d,
                                           const Workload& workload, double rate);
 
+// One request of a given schedule: when it arrives (seconds, non-decreasing over the list),
+// its prompt tokens and the tokens it generates.
+struct SimRequest {
+  double arrival = 0;
+  int32_t prompt = 0;
+  int32_t output = 0;
+};
+
+// Simulates exactly these requests (e.g. the ones `tandem bench` sends for a seed), judged by
+// the workload's SLOs; `rate` is reported as the offered rate. Lengths and limits are checked
+// as Simulate checks them.
+absl::StatusOr<SimulationResult> SimulateRequests(const EngineProfile& profile, const Deployment& d,
+                                                  const std::vector<SimRequest>& schedule,
+                                                  const Workload& workload, double rate);
+
 }  // namespace tandem::planner

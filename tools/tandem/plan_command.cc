@@ -5,6 +5,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "bench/serving/arrivals.h"
+#include "bench/serving/dataset.h"
 #include "common/config/config.h"
 #include "common/planner/planner.h"
 #include "common/util/file_util.h"
@@ -120,9 +122,8 @@ absl::StatusOr<planner::Deployment> ParseDeployment(const std::string& text,
   return d;
 }
 
-// tandem plan --deployment D --rates R1,R2: the simulator's prediction at each rate, with the
-// workload's own request count (as `tandem bench --num-requests` sends), for comparing with a
-// measurement.
+// tandem plan --deployment D --rates R1,R2: the simulator's prediction at each rate for the
+// requests `tandem bench` sends with the same flags and seed, for comparing with a measurement.
 absl::Status RunSimulations(const CliArgs& args, const planner::EngineProfile& profile,
                             const planner::Workload& w, const planner::PlanOptions& o) {
   TANDEM_ASSIGN_OR_RETURN(std::string text, args.String("deployment"));
@@ -145,7 +146,24 @@ absl::Status RunSimulations(const CliArgs& args, const planner::EngineProfile& p
     if (!absl::SimpleAtod(r, &rate) || !(rate > 0 && rate < 1e9)) {
       return absl::InvalidArgumentError(absl::StrCat("--rates: \"", r, "\" is not a rate"));
     }
-    TANDEM_ASSIGN_OR_RETURN(planner::SimulationResult s, planner::Simulate(profile, d, w, rate));
+    // The very requests `tandem bench` sends for these flags: its arrival schedule and its
+    // random dataset's lengths (the token ids do not matter here).
+    const std::vector<double> arrivals = bench::BenchSchedule(w.num_requests, rate, w.seed);
+    const std::vector<bench::BenchRequest> requests =
+        bench::MakeRandomDataset({.num_requests = w.num_requests,
+                                  .input_len = w.input_len,
+                                  .input_len_range = w.input_len_range,
+                                  .output_len = w.output_len,
+                                  .output_len_range = w.output_len_range,
+                                  .vocab_size = 2,
+                                  .seed = w.seed});
+    std::vector<planner::SimRequest> schedule;
+    for (size_t i = 0; i < requests.size(); ++i) {
+      schedule.push_back({arrivals[i], static_cast<int32_t>(requests[i].prompt_token_ids.size()),
+                          requests[i].max_tokens});
+    }
+    TANDEM_ASSIGN_OR_RETURN(planner::SimulationResult s,
+                            planner::SimulateRequests(profile, d, schedule, w, rate));
     list.push_back({{"rate", rate},
                     {"deployment", d.Describe()},
                     {"ttft_seconds", pct(s.ttft)},
@@ -177,12 +195,19 @@ absl::Status RunPlan(const CliArgs& args) {
                        "max-num-seqs",    "kv-cache-bytes", "max-num-batched-tokens",
                        "chunk-size",      "transport",      "only",
                        "max-unit",        "json",           "rows",
-                       "deployment",      "rates"}));
+                       "deployment",      "rates",          "token-overhead-us"}));
   TANDEM_ASSIGN_OR_RETURN(std::string profile_path, args.String("profile"));
   TANDEM_ASSIGN_OR_RETURN(std::string text, ReadFileToString(profile_path));
   TANDEM_ASSIGN_OR_RETURN(planner::EngineProfile profile,
                           planner::EngineProfile::FromJson(text, profile_path));
   TANDEM_ASSIGN_OR_RETURN(planner::Workload w, LoadWorkload(args));
+  if (args.Has("token-overhead-us")) {
+    TANDEM_ASSIGN_OR_RETURN(double us, args.DoubleOr("token-overhead-us", 0));
+    if (!(us >= 0 && us <= 1e6)) {
+      return absl::InvalidArgumentError("--token-overhead-us: in [0, 1e6]");
+    }
+    profile.token_overhead_seconds = us * 1e-6;
+  }
 
   const config::TandemConfig defaults;
   planner::PlanOptions o;

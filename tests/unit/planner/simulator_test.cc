@@ -62,6 +62,32 @@ TEST(SimulatorTest, OneRequestFollowsTheStepTimes) {
   EXPECT_EQ(r->attainment, 1.0);  // no SLO: every request is good
 }
 
+// The serving stack's time per streamed token lengthens every step that streams one.
+TEST(SimulatorTest, TokenOverheadLengthensEachStreamingStep) {
+  EngineProfile p = Synthetic();
+  p.token_overhead_seconds = 2e-4;
+  auto r = Simulate(p, Colocated(1), Fixed(1000, 11, 1), 1.0);
+  ASSERT_TRUE(r.ok()) << r.status();
+  // The first chunk streams nothing; the second streams the first token.
+  EXPECT_NEAR(r->ttft.p50, (1e-3 + 512e-4) + (1e-3 + 488e-4) + 2e-4, 1e-9);
+  EXPECT_NEAR(r->tpot.p50, 5e-3 + 1e-4 + 2e-4, 1e-9);
+}
+
+// An explicit schedule is simulated as given: two requests 1 s apart never meet, and goodput
+// counts good requests per second from time 0 to the last token.
+TEST(SimulatorTest, ExplicitSchedulesRunAsGiven) {
+  Workload slo = Fixed(1, 1, 1);
+  slo.slo_ttft_s = 1;
+  const std::vector<SimRequest> schedule = {{0, 1000, 11}, {1, 1000, 11}};
+  auto r = SimulateRequests(Synthetic(), Colocated(1), schedule, slo, 2.0);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const double ttft = (1e-3 + 512e-4) + (1e-3 + 488e-4), e2e = ttft + 10 * (5e-3 + 1e-4);
+  EXPECT_NEAR(r->ttft.p99, ttft, 1e-9);
+  EXPECT_NEAR(r->duration_s, 1 + e2e, 1e-9);
+  EXPECT_NEAR(r->goodput, 2 / (1 + e2e), 1e-9);
+  EXPECT_FALSE(SimulateRequests(Synthetic(), Colocated(1), {{0, 0, 5}}, slo, 1).ok());
+}
+
 // Disaggregated: the first token reaches the client after the prefill and the put of the
 // prompt's full blocks (62 of 16 tokens: 992 KiB, below the smallest transfer sample, so at
 // its 2 ms); the decode replica's first step after the get computes the partial block's 8

@@ -1,0 +1,168 @@
+#!/usr/bin/env python3
+"""The planner's simulator against real Tandem processes on this machine (issue #21, part 3).
+
+For each workload, both deployments of disagg_vs_colocated.py (the same two cores: colocated 2
+decode workers, or disaggregated 1 prefill + 1 decode, one compute thread per worker) are
+measured with `tandem bench` at each rate, and `tandem plan --deployment ... --rates ...`
+predicts the same points from a one-thread engine profile of the model (engine-bench
+--threads 1 --profile-out, then kv-handoff-bench --profile). Prints measured against predicted
+TTFT p90, TPOT p90 and goodput with the relative error, writes JSON and PNG plots.
+
+  /usr/bin/python3 bench/serving/validate_planner.py --build build \\
+      --workloads decode-heavy,prefill-heavy,mixed --out docs/figures/planner_validation
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                "scripts", "train"))
+import png  # noqa: E402  (the project's dependency-free PNG plotter)
+from local_cluster import LocalCluster, bench  # noqa: E402
+
+# name: (model, profile, rates, tandem bench flags). Lengths are uniform in len * (1 ± range).
+WORKLOADS = {
+    # The serving benchmark's: the bundled model, short prompts, long outputs.
+    "decode-heavy": ("models/tandem-py-8l", "bench/profiles/tandem-py-8l-1t.json", "4,8,16,24",
+                     {"input_len": 512, "input_len_range": 0.5, "output_len": 128,
+                      "output_len_range": 0.5, "slo_ttft_ms": 250, "slo_tpot_ms": 10}),
+    # 125M shape, prompts 1,024-2,048 tokens, outputs 32-128: colocated chunked prefill stalls
+    # the decodes that share its steps.
+    "prefill-heavy": ("/tmp/m125", "bench/profiles/125m-bf16-1t.json", "0.25,0.4,0.55,0.7",
+                      {"input_len": 1536, "input_len_range": 0.33, "output_len": 80,
+                       "output_len_range": 0.6, "slo_ttft_ms": 8000, "slo_tpot_ms": 25}),
+    # 125M shape, prompts and outputs of similar size.
+    "mixed": ("/tmp/m125", "bench/profiles/125m-bf16-1t.json", "0.5,1,2,3",
+              {"input_len": 384, "input_len_range": 0.5, "output_len": 128,
+               "output_len_range": 0.5, "slo_ttft_ms": 1000, "slo_tpot_ms": 50}),
+}
+DEPLOYMENTS = {"colocated": "colocated:2", "disaggregated": "disaggregated:1:1"}
+
+p = argparse.ArgumentParser()
+p.add_argument("--build", default="build")
+p.add_argument("--workloads", default="decode-heavy,prefill-heavy,mixed")
+p.add_argument("--num-requests", type=int, default=100)
+p.add_argument("--rates", default="", help="override every workload's rates")
+p.add_argument("--out", default="docs/figures/planner_validation")
+p.add_argument("--calibrate", action="store_true",
+               help="first measure the serving stack's time per streamed token (colocated, the "
+               "decode-heavy workload at its lowest rate) and write it into every profile used")
+args = p.parse_args()
+tandem = os.path.join(args.build, "tools", "tandem", "tandem")
+logs = tempfile.mkdtemp(prefix="tandem_planner_")
+
+
+def predict(profile, deployment, rates, workload, extra=()):
+    flags = list(extra)
+    for key, value in workload.items():
+        flags += ["--" + key.replace("_", "-"), str(value)]
+    out = subprocess.run([tandem, "plan", "--profile", profile, "--deployment", deployment,
+                          "--rates", rates, "--max-num-seqs", "64", "--json"] + flags,
+                         check=True, capture_output=True, text=True).stdout
+    return json.loads(out)
+
+
+def calibrate():
+    """The token_overhead_seconds at which the simulator's TPOT p50 matches a real run's:
+    colocated, the decode-heavy workload at its lowest rate (the engine's steps are short there,
+    so the serving stack's share is largest). Bisection: predicted TPOT grows with it."""
+    model, profile, rates, flags = WORKLOADS["decode-heavy"]
+    rate = rates.split(",")[0]
+    workload = dict(flags, num_requests=args.num_requests, seed=500)
+    cluster = LocalCluster(tandem, model, logs)
+    addr = cluster.up("colocated")
+    try:
+        bench(tandem, addr, float(rate), dict(flags, num_requests=10, seed=1000),
+              os.path.join(logs, "warmup.json"))
+        measured = bench(tandem, addr, float(rate), workload,
+                         os.path.join(logs, "calibrate.json"))["tpot_ms"]["p50"]
+    finally:
+        cluster.down()
+    lo, hi = 0.0, 2000.0
+    for _ in range(16):
+        mid = (lo + hi) / 2
+        predicted = predict(profile, DEPLOYMENTS["colocated"], rate, workload,
+                            ["--token-overhead-us", str(mid)])[0]["tpot_seconds"]["p50"] * 1e3
+        lo, hi = (mid, hi) if predicted < measured else (lo, mid)
+    print(f"calibrated: {lo:.1f} us per streamed token (TPOT p50 measured {measured:.3f} ms)")
+    for path in sorted({w[1] for w in WORKLOADS.values()}):
+        with open(path) as f:
+            prof = json.load(f)
+        prof["token_overhead_seconds"] = lo * 1e-6
+        with open(path, "w") as f:
+            json.dump(prof, f, indent=1)
+            f.write("\n")
+
+
+def error(predicted, measured):
+    return (predicted - measured) / measured if measured else float("inf")
+
+
+if args.calibrate:
+    calibrate()
+results = {}
+for name in args.workloads.split(","):
+    model, profile, rates, flags = WORKLOADS[name]
+    rates = args.rates or rates
+    # Each rate sends prompts of its own seed: the same prompts again would hit the prefix
+    # cache the previous rate filled. The prediction simulates the same requests.
+    workloads = [dict(flags, num_requests=args.num_requests, seed=i + 1)
+                 for i in range(len(rates.split(",")))]
+    results[name] = {}
+    cluster = LocalCluster(tandem, model, logs)
+    for mode, deployment in DEPLOYMENTS.items():
+        addr = cluster.up(mode)
+        try:
+            rate0 = float(rates.split(",")[0])
+            bench(tandem, addr, rate0, dict(flags, num_requests=10, seed=1000),
+                  os.path.join(logs, "warmup.json"))  # page in weights, warm caches
+            measured = [bench(tandem, addr, float(r), w,
+                              os.path.join(logs, f"{name}-{mode}-{r}.json"))
+                        for r, w in zip(rates.split(","), workloads)]
+        finally:
+            cluster.down()
+        predicted = [predict(profile, deployment, r, w)[0]
+                     for r, w in zip(rates.split(","), workloads)]
+        results[name][mode] = {"measured": measured, "predicted": predicted}
+
+os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
+with open(args.out + ".json", "w") as f:
+    json.dump({"args": vars(args), "workloads": {k: WORKLOADS[k] for k in results},
+               "results": results}, f, indent=1)
+
+print("| workload | deployment | req/s | TTFT p90 ms: measured / predicted (error) | "
+      "TPOT p90 ms: measured / predicted (error) | goodput req/s: measured / predicted (error) |")
+print("|---|---|---|---|---|---|")
+for name, modes in results.items():
+    for mode, r in modes.items():
+        for m, s in zip(r["measured"], r["predicted"]):
+            cells = []
+            for mv, sv in ((m["ttft_ms"]["p90"], s["ttft_seconds"]["p90"] * 1e3),
+                           (m["tpot_ms"]["p90"], s["tpot_seconds"]["p90"] * 1e3),
+                           (m.get("goodput", 0), s["goodput"])):
+                cells.append(f"{mv:.3g} / {sv:.3g} ({error(sv, mv):+.0%})")
+            print(f"| {name} | {mode} | {s['rate']:g} | " + " | ".join(cells) + " |")
+
+blue, red = (30, 70, 200), (200, 50, 40)
+for name, modes in results.items():
+    for metric, label, pick_m, pick_s in (
+            ("tpot", "P90 TPOT (MS)", lambda m: m["tpot_ms"]["p90"],
+             lambda s: s["tpot_seconds"]["p90"] * 1e3),
+            ("ttft", "P90 TTFT (MS)", lambda m: m["ttft_ms"]["p90"],
+             lambda s: s["ttft_seconds"]["p90"] * 1e3),
+            ("goodput", "GOODPUT (PER S)", lambda m: m.get("goodput", 0),
+             lambda s: s["goodput"])):
+        series = []
+        for mode, color in (("disaggregated", blue), ("colocated", red)):
+            r = modes[mode]
+            xs = [s["rate"] for s in r["predicted"]]
+            series.append((xs, [pick_m(m) for m in r["measured"]], color, 3))
+            series.append((xs, [pick_s(s) for s in r["predicted"]], tuple(c // 2 + 110 for c in color), 1))
+        ys = [y for s in series for y in s[1]]
+        png.line_plot(f"{args.out}_{name}_{metric}.png", series,
+                      f"{name.upper()} {label}: BLUE DISAGG, RED COLOC; THIN = PREDICTED",
+                      "ARRIVAL RATE (PER S)", label, ylim=(0, max(ys) * 1.1 or 1))
+print(f"wrote {args.out}.json and {args.out}_<workload>_{{tpot,ttft,goodput}}.png")
