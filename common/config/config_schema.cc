@@ -189,7 +189,8 @@ std::vector<Field> MakeSchema() {
           {"none", "int8"},
           "int8 rounds the input of every quantized matrix (model.weight_quantization or a "
           "quantized checkpoint) to int8 in blocks of 32 columns, one scale per block, as "
-          "llama.cpp does; the products then run on integers (AVX512-VNNI, or AVX2 for int4): "
+          "llama.cpp does; the products then run on integers (AVX512-VNNI; AVX-VNNI; AVX2 for "
+          "int4): "
           "measured 2.4-3.6x the prefill and 1.3-1.4x the batch-1 int4 decode, at a small cost "
           "in accuracy (docs/benchmarks.md). A W8A8 checkpoint always rounds per token. Every "
           "role needs the same setting"),

@@ -1,5 +1,6 @@
 // Integer kernels for quantized weights with int8 activations (QuantFormat::int8_activations),
-// on AVX512-VNNI and, for 4-bit codes, AVX2 (Avx2MicroKernel). On AVX512-VNNI, vpdpbusd multiplies
+// on AVX512-VNNI and else on AVX2 (Avx2MicroKernel, Avx2Int8MicroKernel), whose products use
+// AVX-VNNI's vpdpbusd and vpdpwssd where the CPU has them. On AVX512-VNNI, vpdpbusd multiplies
 // 4 unsigned weight codes by 4 signed x codes and adds the products into a 32-bit lane, 64 products
 // per instruction where an f32 FMA does 16, and the codes need no conversion to floats. A lane is
 // one weight row of a panel; a unit of 8 columns gives two vectors of codes, the even columns (0,
@@ -15,6 +16,7 @@
 // the tile: the same operations in the same order at every M, so decode, prefill and any
 // batch give a row the same bits.
 
+#include <cpuid.h>
 #include <immintrin.h>
 
 #include <algorithm>
@@ -50,6 +52,7 @@ struct IntX {
   const int32_t* sums;  // [sub-block][kMr]
   const float* scales;  // [sub-block][kMr]
   int64_t sub;
+  const int32_t* quads;  // [unit][kMr][8] (Avx2Int8MicroKernel only)
 };
 
 // vpermt2b indices gathering row r's column 2c + odd (c = 0..3) of a unit's two 8-bit loads
@@ -188,14 +191,23 @@ TANDEM_VNNI void VnniMicroKernel(const IntX& x, const void* panel, int64_t panel
 #pragma GCC diagnostic pop
 #endif
 
+// acc plus the products of u8's unsigned and s8's signed bytes, four to each 32-bit lane
+// (AVX-VNNI's vpdpbusd). In asm: the AVX2 kernels are compiled for AVX2 alone, and the
+// intrinsic would need the whole kernel under a target attribute.
+inline __m256i DotQuads(__m256i acc, __m256i u8, __m256i s8) {
+  asm("%{vex%} vpdpbusd %2, %1, %0" : "+x"(acc) : "x"(u8), "x"(s8));
+  return acc;
+}
+
 // VnniMicroKernel for 4-bit codes on AVX2, 8 rows (half a panel) per vector: vpmaddubsw
 // multiplies 32 unsigned codes by 32 signed x codes and adds pairs into 16-bit lanes. A unit
 // adds at most 4 * 15 * 127 = 7620 to a 16-bit lane, so a sub-block of up to 4 units (32
 // columns) sums exactly in 16 bits before vpmaddwd widens it, and every sub-block's int32 sum
 // equals the AVX-512 kernel's: both give the same bits. (8-bit codes would overflow the pair
 // sums; they run the float kernels on AVX2.) Each half of the panels is one pass over the
-// segment, which keeps the accumulators in 16 registers; the second pass reads from L1.
-template <bool kZero, bool kStream, int MR, int NP>
+// segment, which keeps the accumulators in 16 registers; the second pass reads from L1. With
+// AVX-VNNI (kVnni), vpdpbusd sums each lane's four products straight into 32 bits: the same sums.
+template <bool kZero, bool kStream, bool kVnni, int MR, int NP>
 void Avx2MicroKernel(const IntX& x, const void* panel, int64_t panel_stride, int64_t kc,
                      const QuantBlockArgs& q, bool first, float* acc_out, int64_t acc_stride) {
   constexpr int64_t kStreamAhead = 2048;
@@ -251,10 +263,15 @@ void Avx2MicroKernel(const IntX& x, const void* panel, int64_t panel_stride, int
             const __m256i odd = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low);
             TANDEM_UNROLL
             for (int i = 0; i < MR; ++i) {
-              const __m256i products = _mm256_add_epi16(
-                  _mm256_maddubs_epi16(even, _mm256_set1_epi32(Load4(xq + i * kUnit))),
-                  _mm256_maddubs_epi16(odd, _mm256_set1_epi32(Load4(xq + i * kUnit + 4))));
-              sum16[i][j] = _mm256_add_epi16(sum16[i][j], products);
+              const __m256i xe = _mm256_set1_epi32(Load4(xq + i * kUnit));
+              const __m256i xo = _mm256_set1_epi32(Load4(xq + i * kUnit + 4));
+              if constexpr (kVnni) {
+                sum16[i][j] = DotQuads(DotQuads(sum16[i][j], even, xe), odd, xo);
+              } else {
+                const __m256i products =
+                    _mm256_add_epi16(_mm256_maddubs_epi16(even, xe), _mm256_maddubs_epi16(odd, xo));
+                sum16[i][j] = _mm256_add_epi16(sum16[i][j], products);
+              }
             }
           }
         }
@@ -265,7 +282,8 @@ void Avx2MicroKernel(const IntX& x, const void* panel, int64_t panel_stride, int
           const __m256 scale = _mm256_set1_ps(x.scales[b * kMr + i]);
           TANDEM_UNROLL
           for (int j = 0; j < NP; ++j) {
-            __m256i t = _mm256_madd_epi16(sum16[i][j], ones);
+            // (with AVX-VNNI, sum16 holds 32-bit sums already)
+            __m256i t = kVnni ? sum16[i][j] : _mm256_madd_epi16(sum16[i][j], ones);
             t = kZero ? _mm256_sub_epi32(t, _mm256_mullo_epi32(zero[j], _mm256_set1_epi32(sum)))
                       : _mm256_sub_epi32(t, _mm256_set1_epi32(sum * 8));
             facc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), scale, facc[i][j]);
@@ -287,6 +305,133 @@ void Avx2MicroKernel(const IntX& x, const void* panel, int64_t panel_stride, int
   }
 }
 
+// VnniMicroKernel for 8-bit codes on AVX-VNNI (vpdpbusd on 256-bit vectors), 8 rows per pass
+// as in Avx2MicroKernel. A unit's four 32-byte loads hold columns (0 | 1), (2 | 3), (4 | 5) and
+// (6 | 7) of 16 rows, a column to a 128-bit lane. vpunpcklbw of the first two pairs row r's
+// columns 0 and 2 in the low lane and 1 and 3 in the high one, for rows 0-7 (vpunpckhbw: rows
+// 8-15), and of the last two columns 4 and 6, 5 and 7; vpunpck{l,h}wd of the two gives each
+// row's 4 even columns a 32-bit lane in the low half and its odd ones in the high half, rows
+// 0-3 and 4-7, to meet x's codes (PackedX::quads: x0 x2 x4 x6 | x1 x3 x5 x7). The same sums
+// as the AVX-512 kernel, so a row gets the same bits; a pass sums rows 0-3 and 4-7 in two
+// vectors, folded into one at the end of each sub-block. Up to 4 rows of x at a time keep the
+// sums in registers (Avx2Int8MicroKernel). (Plain AVX2 has no exact integer product of 8-bit
+// codes denser than the float kernels' FMA: vpmaddubsw's pair sums overflow, and vpmaddwd
+// needs an add. Measured no faster, so 8-bit codes run the float kernels there.)
+template <bool kZero, bool kStream, int MR, int NP>
+void Avx2Int8Rows(const IntX& x, const void* panel, int64_t panel_stride, int64_t kc,
+                  const QuantBlockArgs& q, bool first, float* acc_out, int64_t acc_stride) {
+  constexpr int64_t kStreamAhead = 2048;
+  constexpr int64_t kUnitBytes = 128;
+  constexpr int kHalf = kNr / 2;
+  const char* panels[NP];
+  TANDEM_UNROLL
+  for (int j = 0; j < NP; ++j) panels[j] = static_cast<const char*>(panel) + j * panel_stride;
+  const __m256i flip = _mm256_set1_epi8(-128);
+  for (int64_t s0 = 0, seg = 0; s0 < kc; s0 += q.segment, ++seg) {
+    const int64_t group = seg * q.group_step;
+    const int64_t s1 = std::min(kc, s0 + q.segment);
+    const bool store = first && s0 == 0;
+    for (int h = 0; h < 2; ++h) {
+      __m256i zero[NP];
+      __m256 facc[MR][NP];
+      TANDEM_UNROLL
+      for (int j = 0; j < NP; ++j) {
+        if constexpr (kZero) {
+          zero[j] = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(
+              q.zeros + j * q.panel_bytes + group * kNr + kHalf * h)));
+        }
+        if (kStream && h == 0) {
+          _mm_prefetch(q.scales + j * q.panel_bytes + (group + q.group_step) * kNr * 4,
+                       _MM_HINT_T0);
+          if constexpr (kZero) {
+            _mm_prefetch(q.zeros + j * q.panel_bytes + (group + q.group_step) * kNr, _MM_HINT_T0);
+          }
+        }
+        TANDEM_UNROLL
+        for (int i = 0; i < MR; ++i) facc[i][j] = _mm256_setzero_ps();
+      }
+      for (int64_t b0 = s0; b0 < s1; b0 += x.sub) {
+        const int64_t b1 = std::min(s1, b0 + x.sub);
+        __m256i low[MR][NP], high[MR][NP];  // rows 0-3 and 4-7 of the pass
+        TANDEM_UNROLL
+        for (int i = 0; i < MR; ++i) TANDEM_UNROLL
+        for (int j = 0; j < NP; ++j) low[i][j] = high[i][j] = _mm256_setzero_si256();
+#pragma GCC unroll 2
+        for (int64_t k = b0; k < b1; k += kUnit) {
+          if (kStream && h == 0) {
+            TANDEM_UNROLL
+            for (int j = 0; j < NP; ++j) {
+              _mm_prefetch(panels[j] + k * kUnitBytes / kUnit + kStreamAhead, _MM_HINT_T0);
+              _mm_prefetch(panels[j] + k * kUnitBytes / kUnit + kStreamAhead + 64, _MM_HINT_T0);
+            }
+          }
+          const auto* xq = reinterpret_cast<const __m256i*>(x.quads + k / kUnit * kMr * 8);
+          TANDEM_UNROLL
+          for (int j = 0; j < NP; ++j) {
+            const auto* unit = reinterpret_cast<const __m256i*>(panels[j] + k * kUnitBytes / kUnit);
+            const __m256i c01 = _mm256_loadu_si256(unit), c23 = _mm256_loadu_si256(unit + 1);
+            const __m256i c45 = _mm256_loadu_si256(unit + 2), c67 = _mm256_loadu_si256(unit + 3);
+            __m256i p = h == 0 ? _mm256_unpacklo_epi8(c01, c23) : _mm256_unpackhi_epi8(c01, c23);
+            __m256i r = h == 0 ? _mm256_unpacklo_epi8(c45, c67) : _mm256_unpackhi_epi8(c45, c67);
+            if constexpr (!kZero) {  // stored as code - 128
+              p = _mm256_xor_si256(p, flip);
+              r = _mm256_xor_si256(r, flip);
+            }
+            const __m256i q0 = _mm256_unpacklo_epi16(p, r), q1 = _mm256_unpackhi_epi16(p, r);
+            TANDEM_UNROLL
+            for (int i = 0; i < MR; ++i) {
+              const __m256i xi = _mm256_load_si256(xq + i);
+              low[i][j] = DotQuads(low[i][j], q0, xi);
+              high[i][j] = DotQuads(high[i][j], q1, xi);
+            }
+          }
+        }
+        const int64_t b = b0 / x.sub;
+        TANDEM_UNROLL
+        for (int i = 0; i < MR; ++i) {
+          const int32_t sum = x.sums[b * kMr + i];
+          const __m256 scale = _mm256_set1_ps(x.scales[b * kMr + i]);
+          TANDEM_UNROLL
+          for (int j = 0; j < NP; ++j) {
+            __m256i t = _mm256_add_epi32(_mm256_permute2x128_si256(low[i][j], high[i][j], 0x20),
+                                         _mm256_permute2x128_si256(low[i][j], high[i][j], 0x31));
+            t = kZero ? _mm256_sub_epi32(t, _mm256_mullo_epi32(zero[j], _mm256_set1_epi32(sum)))
+                      : _mm256_sub_epi32(t, _mm256_set1_epi32(sum * 128));
+            facc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), scale, facc[i][j]);
+          }
+        }
+      }
+      TANDEM_UNROLL
+      for (int j = 0; j < NP; ++j) {
+        const __m256 s = _mm256_loadu_ps(
+            reinterpret_cast<const float*>(q.scales + j * q.panel_bytes) + group * kNr + kHalf * h);
+        TANDEM_UNROLL
+        for (int i = 0; i < MR; ++i) {
+          float* out = acc_out + i * acc_stride + j * kNr + kHalf * h;
+          _mm256_storeu_ps(out, store ? _mm256_mul_ps(facc[i][j], s)
+                                      : _mm256_fmadd_ps(facc[i][j], s, _mm256_loadu_ps(out)));
+        }
+      }
+    }
+  }
+}
+
+template <bool kZero, bool kStream, int MR, int NP>
+void Avx2Int8MicroKernel(const IntX& x, const void* panel, int64_t panel_stride, int64_t kc,
+                         const QuantBlockArgs& q, bool first, float* acc_out, int64_t acc_stride) {
+  // 4 rows keep their sums in registers; 5 and 6 run as 4 + 1 and 4 + 2 (3 + 2 and 3 + 3
+  // measured no faster).
+  constexpr int kRows = MR <= 4 ? MR : 4;
+  Avx2Int8Rows<kZero, kStream, kRows, NP>(x, panel, panel_stride, kc, q, first, acc_out,
+                                          acc_stride);
+  if constexpr (kRows < MR) {
+    const IntX rest{x.q + kRows * kUnit, x.sums + kRows, x.scales + kRows, x.sub,
+                    x.quads + kRows * 8};
+    Avx2Int8Rows<kZero, false, MR - kRows, NP>(rest, panel, panel_stride, kc, q, first,
+                                               acc_out + kRows * acc_stride, acc_stride);
+  }
+}
+
 using IntKernelFn = void (*)(const IntX&, const void*, int64_t, int64_t, const QuantBlockArgs&,
                              bool, float*, int64_t);
 
@@ -295,13 +440,18 @@ struct IntKernel {
   int panels;
 };
 
-enum class Isa { kAvx2, kAvx512Vnni };
+enum class Isa { kAvx2, kAvxVnni, kAvx512Vnni };
 
 template <Isa kIsa, int kBits, bool kZero, bool kStream, int MR, int NP>
 constexpr IntKernelFn IntKernelOf() {
-  if constexpr (kIsa == Isa::kAvx2) {
-    static_assert(kBits == 4);
-    return &Avx2MicroKernel<kZero, kStream, MR, NP>;
+  if constexpr (kIsa != Isa::kAvx512Vnni) {
+    constexpr bool kVnni = kIsa == Isa::kAvxVnni;
+    if constexpr (kBits == 4) {
+      return &Avx2MicroKernel<kZero, kStream, kVnni, MR, NP>;
+    } else {
+      static_assert(kVnni);
+      return &Avx2Int8MicroKernel<kZero, kStream, MR, NP>;
+    }
   } else {
     return &VnniMicroKernel<kBits, kZero, kStream, MR, NP>;
   }
@@ -324,8 +474,15 @@ bool VnniAvailable() {
          __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vbmi");
 }
 
+// AVX-VNNI: CPUID leaf 7, sub-leaf 1, EAX bit 4 (clang's __builtin_cpu_supports lacks it).
+bool AvxVnniAvailable() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) && (eax >> 4 & 1) != 0;
+}
+
 std::atomic<bool> use_vnni{VnniAvailable()};
 std::atomic<bool> use_avx2{true};  // the build requires AVX2
+std::atomic<bool> use_avx_vnni{AvxVnniAvailable()};
 
 // Block() for the integer kernels: every M streams the codes through them (there is nothing to
 // convert), decode with wide kernels and prefetch ahead, prefill with the next K block
@@ -359,8 +516,9 @@ void IntBlock(const PackedX& x, const RowGroups& groups, int64_t g0, int64_t g1,
     for (int64_t g = g0; g < g1; ++g) {
       const int mr = groups.Size(g);
       const int64_t sub = (g * x.subs + k0 / x.sub) * kMr;
-      const IntX xg{x.q + (g * x.units + k0 / kUnit) * kMr * kUnit, x.sums + sub, x.scales + sub,
-                    x.sub};
+      const int64_t unit = g * x.units + k0 / kUnit;
+      const IntX xg{x.q + unit * kMr * kUnit, x.sums + sub, x.scales + sub, x.sub,
+                    x.quads != nullptr ? x.quads + unit * kMr * 8 : nullptr};
       float* acc_g = acc + (g - g0) * kMr * kNb;
       for (int p = 0; p < panels;) {
         prefetch.UpTo(++call);
@@ -440,8 +598,10 @@ void PackRow(const float* src, int64_t k, const int32_t* order, int64_t block, i
 }  // namespace
 
 int64_t IntSubBlock(const WeightMatrix& w) {
-  const bool avx2 = w.quant.bits == 4 && use_avx2.load(std::memory_order_relaxed);
-  if (!use_vnni.load(std::memory_order_relaxed) && !avx2) return 0;
+  if (!use_vnni.load(std::memory_order_relaxed)) {
+    if (!use_avx2.load(std::memory_order_relaxed)) return 0;
+    if (w.quant.bits == 8 && !use_avx_vnni.load(std::memory_order_relaxed)) return 0;
+  }
   const int64_t group = w.quant.group_size > 0 ? w.quant.group_size : w.cols;
   const int64_t sub = group == w.cols ? 32 : std::min<int64_t>(32, group);
   if (sub % kUnit != 0) return 0;
@@ -449,20 +609,30 @@ int64_t IntSubBlock(const WeightMatrix& w) {
   return sub;
 }
 
+bool IntWantsQuads(const WeightMatrix& w) {
+  return w.quant.bits == 8 && !use_vnni.load(std::memory_order_relaxed);
+}
+
+template <Isa kIsa>
+BlockFn IntBlockOf(bool bits8, bool zero) {
+  if constexpr (kIsa != Isa::kAvx2) {  // (8-bit codes run the float kernels on plain AVX2)
+    if (bits8) return zero ? &IntBlock<kIsa, 8, true> : &IntBlock<kIsa, 8, false>;
+  }
+  return zero ? &IntBlock<kIsa, 4, true> : &IntBlock<kIsa, 4, false>;
+}
+
 BlockFn IntBlockFor(const WeightMatrix& w) {
   const bool zero = w.quant.has_zero;
-  if (!use_vnni.load(std::memory_order_relaxed)) {
-    return zero ? &IntBlock<Isa::kAvx2, 4, true> : &IntBlock<Isa::kAvx2, 4, false>;
-  }
-  if (w.quant.bits == 8) {
-    return zero ? &IntBlock<Isa::kAvx512Vnni, 8, true> : &IntBlock<Isa::kAvx512Vnni, 8, false>;
-  }
-  return zero ? &IntBlock<Isa::kAvx512Vnni, 4, true> : &IntBlock<Isa::kAvx512Vnni, 4, false>;
+  const bool bits8 = w.quant.bits == 8;
+  if (use_vnni.load(std::memory_order_relaxed)) return IntBlockOf<Isa::kAvx512Vnni>(bits8, zero);
+  if (use_avx_vnni.load(std::memory_order_relaxed)) return IntBlockOf<Isa::kAvxVnni>(bits8, zero);
+  return IntBlockOf<Isa::kAvx2>(bits8, zero);
 }
 
 PackedX PackXInt8(const float* x, int64_t x_stride, int64_t k, const RowGroups& groups,
-                  const int32_t* order, int64_t block, int64_t sub, ThreadPool& pool) {
+                  const int32_t* order, int64_t block, int64_t sub, bool quads, ThreadPool& pool) {
   thread_local std::vector<int8_t> q;
+  thread_local std::vector<int32_t> quad;  // PackedX::quads
   thread_local std::vector<int32_t> sums;
   thread_local std::vector<float> scales;
   PackedX p{.units = (k + kUnit - 1) / kUnit, .subs = (k + sub - 1) / sub, .sub = sub};
@@ -471,6 +641,11 @@ PackedX PackXInt8(const float* x, int64_t x_stride, int64_t k, const RowGroups& 
   if (static_cast<int64_t>(q.size()) < q_bytes) q.resize(q_bytes);
   if (static_cast<int64_t>(sums.size()) < sub_entries) sums.resize(sub_entries);
   if (static_cast<int64_t>(scales.size()) < sub_entries) scales.resize(sub_entries);
+  // 32-byte aligned: 8 more entries than the vectors.
+  const int64_t quad_entries = quads ? groups.count * p.units * kMr * 8 + 8 : 0;
+  if (static_cast<int64_t>(quad.size()) < quad_entries) quad.resize(quad_entries);
+  auto* quad_data =
+      reinterpret_cast<int32_t*>((reinterpret_cast<uintptr_t>(quad.data()) + 31) & ~uintptr_t{31});
   int8_t* q_data = q.data();
   int32_t* sums_data = sums.data();
   float* scales_data = scales.data();
@@ -481,6 +656,15 @@ PackedX PackXInt8(const float* x, int64_t x_stride, int64_t k, const RowGroups& 
         const int64_t at = g * p.subs * kMr + i;
         PackRow(src, k, order, block, sub, q_data + g * p.units * kMr * kUnit + i * kUnit,
                 sums_data + at, scales_data + at);
+      }
+      if (!quads) continue;
+      // A unit's codes x0 x2 x4 x6 | x1 x3 x5 x7 to each half of a vector.
+      for (int64_t u = g * p.units * kMr; u < (g + 1) * p.units * kMr; ++u) {
+        int32_t even, odd;
+        std::memcpy(&even, q_data + u * kUnit, 4);
+        std::memcpy(&odd, q_data + u * kUnit + 4, 4);
+        std::fill_n(quad_data + u * 8, 4, even);
+        std::fill_n(quad_data + u * 8 + 4, 4, odd);
       }
     }
   };
@@ -494,6 +678,7 @@ PackedX PackXInt8(const float* x, int64_t x_stride, int64_t k, const RowGroups& 
   p.q = q_data;
   p.sums = sums_data;
   p.scales = scales_data;
+  if (quads) p.quads = quad_data;
   return p;
 }
 
@@ -507,6 +692,11 @@ bool UseVnniQuantKernels(bool use) {
 bool UseAvx2IntegerQuantKernels(bool use) {
   tiled::use_avx2.store(use);
   return use && !tiled::use_vnni.load();
+}
+
+bool UseAvxVnniIntegerQuantKernels(bool use) {
+  tiled::use_avx_vnni.store(use && tiled::AvxVnniAvailable());
+  return use && tiled::AvxVnniAvailable();
 }
 
 }  // namespace tandem::kernels::internal

@@ -165,11 +165,13 @@ struct XTransform {
   bool int8 = false;
   int64_t block = 0;  // int8: columns per activation scale, 0 for the whole row
   int64_t sub = 0;    // int8: the integer kernels' sub-block; 0: float kernels
+  bool quads = false;  // int8: the integer kernels read x as quads too
 
   static XTransform Of(const WeightMatrix& w) {
     if (w.layout != WeightLayout::kQuantPanels) return {};
     if (!w.quant.int8_activations) return {w.input_order};
-    return {w.input_order, true, w.quant.activation_block, IntSubBlock(w)};
+    const int64_t sub = IntSubBlock(w);
+    return {w.input_order, true, w.quant.activation_block, sub, sub > 0 && IntWantsQuads(w)};
   }
   bool operator==(const XTransform&) const = default;
 };
@@ -384,8 +386,8 @@ void Run(const float* x, int64_t m, int64_t x_stride, std::span<const GemmOutput
   // lambda would be each worker's own, empty buffer).
   PackedX xp;
   if (transform.sub > 0) {
-    xp =
-        PackXInt8(x, x_stride, cols, groups, transform.order, transform.block, transform.sub, pool);
+    xp = PackXInt8(x, x_stride, cols, groups, transform.order, transform.block, transform.sub,
+                   transform.quads, pool);
   } else {
     thread_local std::vector<float> xp_buffer;
     const int64_t packed_x = groups.PaddedRows() * cols;

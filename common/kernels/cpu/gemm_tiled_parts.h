@@ -114,6 +114,9 @@ struct PackedX {
   const int8_t* q = nullptr;
   const int32_t* sums = nullptr;
   const float* scales = nullptr;
+  // With `quads` (IntWantsQuads): q's codes as the AVX-VNNI kernels for 8-bit codes multiply
+  // them, a unit's even columns to a vector's low half and its odd ones to the high half.
+  const int32_t* quads = nullptr;
   int64_t units = 0;  // 8-column units per row
   int64_t subs = 0;   // sub-blocks per row
   int64_t sub = 0;    // columns per sub-block
@@ -178,7 +181,10 @@ int64_t IntSubBlock(const WeightMatrix& w);
 BlockFn IntBlockFor(const WeightMatrix& w);
 // Packs x, gathered through `order` (null: in order), rounded to int8 over each `block`
 // columns (0: the whole row), into the calling thread's buffers for the integer kernels.
+// Whether the integer kernels for w read x's codes as quads too (PackedX::quads).
+bool IntWantsQuads(const WeightMatrix& w);
+
 PackedX PackXInt8(const float* x, int64_t x_stride, int64_t k, const RowGroups& groups,
-                  const int32_t* order, int64_t block, int64_t sub, ThreadPool& pool);
+                  const int32_t* order, int64_t block, int64_t sub, bool quads, ThreadPool& pool);
 
 }  // namespace tandem::kernels::internal::tiled

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -20,11 +21,12 @@ namespace tandem::kernels {
 namespace {
 
 // A quantized matrix with random codes, scales and zeros, kept both as the source rows and
-// packed into panels.
+// packed into panels. With `extremes`, every third row's even columns hold the largest code
+// and the next row's the smallest.
 class RandomQuantMatrix {
  public:
   RandomQuantMatrix(const QuantFormat& f, int64_t rows, int64_t cols, uint32_t seed,
-                    ThreadPool& pool)
+                    ThreadPool& pool, bool extremes = false)
       : cols_(cols) {
     const int64_t g = f.group_size > 0 ? f.group_size : cols;
     groups_ = cols / g;
@@ -36,6 +38,11 @@ class RandomQuantMatrix {
     scales_.resize(rows * groups_);
     zeros_.resize(rows * groups_);
     for (auto& c : codes_) c = static_cast<uint8_t>(code(rng));
+    for (int64_t r = 0; extremes && r < rows; ++r) {
+      if (r % 3 == 2) continue;
+      for (int64_t k = 0; k < cols; k += 2)
+        codes_[r * cols + k] = r % 3 == 0 ? (1 << f.bits) - 1 : 0;
+    }
     for (auto& s : scales_) s = scale(rng);
     for (auto& z : zeros_) z = f.has_zero ? static_cast<uint8_t>(code(rng)) : 1 << (f.bits - 1);
     buffer_.resize(QuantPanelBytes(f, rows, cols) + 64);
@@ -293,26 +300,46 @@ const QuantFormat kInt8ActivationFormats[] = {
     {4, 8, true, true},       {8, 4, false, true}};
 
 // The kernels that run int8 activations.
-enum class A8Path { kVnni, kAvx2Integer, kFloat };
+enum class A8Path { kVnni, kAvxVnni, kAvx2Integer, kFloat };
+constexpr A8Path kA8Paths[] = {A8Path::kVnni, A8Path::kAvxVnni, A8Path::kAvx2Integer,
+                               A8Path::kFloat};
 
 // Selects `path`; false where this CPU cannot run it.
 bool UseA8Path(A8Path path) {
   const bool vnni = internal::UseVnniQuantKernels(path == A8Path::kVnni);
-  internal::UseAvx2IntegerQuantKernels(path == A8Path::kAvx2Integer);
-  return path != A8Path::kVnni || vnni;
+  internal::UseAvx2IntegerQuantKernels(path == A8Path::kAvx2Integer || path == A8Path::kAvxVnni);
+  const bool avx_vnni = internal::UseAvxVnniIntegerQuantKernels(path == A8Path::kAvxVnni);
+  return path == A8Path::kVnni ? vnni : path == A8Path::kAvxVnni ? avx_vnni : true;
+}
+
+// Back to what the CPU has.
+void UseBestA8Path() {
+  internal::UseVnniQuantKernels(true);
+  internal::UseAvx2IntegerQuantKernels(true);
+  internal::UseAvxVnniIntegerQuantKernels(true);
 }
 
 const char* Name(A8Path path) {
-  return path == A8Path::kVnni ? "vnni" : path == A8Path::kAvx2Integer ? "avx2" : "float";
+  switch (path) {
+    case A8Path::kVnni:
+      return "vnni";
+    case A8Path::kAvxVnni:
+      return "avx-vnni";
+    case A8Path::kAvx2Integer:
+      return "avx2";
+    case A8Path::kFloat:
+      return "float";
+  }
+  return "?";
 }
 
-// Int8 activations on the integer kernels (AVX512-VNNI where the CPU has it; AVX2 for 4 bits)
-// and on the float kernels: each against the product of the rounded x and the dequantized
+// Int8 activations on the integer kernels (AVX512-VNNI and AVX-VNNI where the CPU has them;
+// AVX2) and on the float kernels: each against the product of the rounded x and the dequantized
 // weights, at every M, and each gives a row the same bits at every M.
 TEST(QuantGemmTest, Int8ActivationsMatchTheReferenceAtEveryM) {
   ThreadPool pool(2);
   uint32_t seed = 21;
-  for (A8Path path : {A8Path::kVnni, A8Path::kAvx2Integer, A8Path::kFloat}) {
+  for (A8Path path : kA8Paths) {
     if (!UseA8Path(path)) continue;
     for (const QuantFormat& f : kInt8ActivationFormats) {
       for (auto [n, k] : kShapes) {
@@ -355,35 +382,46 @@ TEST(QuantGemmTest, Int8ActivationsMatchTheReferenceAtEveryM) {
       }
     }
   }
-  UseA8Path(A8Path::kVnni);
-  internal::UseAvx2IntegerQuantKernels(true);
+  UseBestA8Path();
 }
 
-// The AVX2 integer kernels sum the same integers as the AVX-512 ones and scale them in the same
-// order: the same bits, and not the float kernels' bits.
-TEST(QuantGemmTest, Avx2AndVnniIntegerKernelsGiveTheSameBits) {
-  if (!UseA8Path(A8Path::kVnni)) GTEST_SKIP() << "this CPU has no AVX512-VNNI";
+// The AVX2 integer kernels, with and without AVX-VNNI, sum the same integers as the AVX-512
+// ones and scale them in the same order: the same bits, and not the float kernels' bits. Codes
+// at both ends of their range (0 and 255 against x at -127 and 127) would overflow a 16-bit
+// pair sum; the 8-bit kernels widen them first.
+TEST(QuantGemmTest, IntegerKernelsGiveTheSameBitsOnEveryIsa) {
   ThreadPool pool(2);
   std::mt19937 rng(31);
   const int64_t n = 100, k = 1280;
   for (const QuantFormat& f : kInt8ActivationFormats) {
-    if (f.bits != 4 || !CheckQuantFormat(f, k).ok()) continue;
+    if (!CheckQuantFormat(f, k).ok()) continue;
     SCOPED_TRACE(Describe(f));
-    const RandomQuantMatrix w(f, n, k, 32, pool);
+    const RandomQuantMatrix w(f, n, k, 32, pool, /*extremes=*/true);
     for (int64_t m : {1, 2, 7, 13, 20}) {
       std::vector<float> x = RandomVector(m * k, rng);
-      std::vector<std::vector<float>> y;
-      for (A8Path path : {A8Path::kVnni, A8Path::kAvx2Integer, A8Path::kFloat}) {
-        ASSERT_TRUE(UseA8Path(path));
-        y.emplace_back(m * n);
-        Gemm(x.data(), m, k, w.matrix(), nullptr, y.back().data(), n, pool);
+      for (int64_t j = 0; j < k; j += 2) x[j] = 9.0f;  // x codes at 127
+      std::map<A8Path, std::vector<float>> y;
+      for (A8Path path : kA8Paths) {
+        if (!UseA8Path(path)) continue;
+        y[path].resize(m * n);
+        Gemm(x.data(), m, k, w.matrix(), nullptr, y[path].data(), n, pool);
       }
-      EXPECT_EQ(y[0], y[1]) << "m=" << m;
-      EXPECT_NE(y[0], y[2]) << "m=" << m;
+      // Plain AVX2 runs 8-bit codes on the float kernels; groups of 4 columns run them on
+      // every ISA (a sub-block is 8 columns).
+      std::vector<A8Path> integer = {A8Path::kVnni, A8Path::kAvxVnni};
+      if (f.bits == 4) integer.push_back(A8Path::kAvx2Integer);
+      const std::vector<float>* first = nullptr;
+      for (A8Path path : integer) {
+        if (!y.contains(path)) continue;
+        if (first == nullptr) first = &y[path];
+        EXPECT_EQ(y[path], *first) << Name(path) << " m=" << m;
+        if (f.group_size != 4) {
+          EXPECT_NE(y[path], y[A8Path::kFloat]) << Name(path) << " m=" << m;
+        }
+      }
     }
   }
-  UseA8Path(A8Path::kVnni);
-  internal::UseAvx2IntegerQuantKernels(true);
+  UseBestA8Path();
 }
 
 TEST(QuantGemmTest, ReadRowDequantizes) {
