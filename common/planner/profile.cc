@@ -220,8 +220,8 @@ double StepModel::Seconds(int64_t tokens, double work) const {
   return Interpolate(tokens_, base_, static_cast<double>(tokens)) + per_work_ * work;
 }
 
-absl::StatusOr<double> TransferSeconds(const EngineProfile& profile, std::string_view transport,
-                                       int64_t bytes) {
+absl::StatusOr<TransferModel> TransferModel::Fit(const EngineProfile& profile,
+                                                 std::string_view transport) {
   std::map<int64_t, double> points;
   for (const TransferSample& t : profile.transfer) {
     if (t.transport == transport) points[t.bytes] = t.seconds;
@@ -230,18 +230,27 @@ absl::StatusOr<double> TransferSeconds(const EngineProfile& profile, std::string
     return absl::NotFoundError(
         absl::StrCat("the profile has no kv_transfer samples for ", std::string(transport)));
   }
-  std::vector<int64_t> xs;
-  std::vector<double> ys;
+  TransferModel m;
   for (const auto& [x, y] : points) {
-    xs.push_back(x);
-    ys.push_back(y);
+    m.bytes_.push_back(x);
+    m.seconds_.push_back(y);
   }
+  return m;
+}
+
+double TransferModel::Seconds(int64_t bytes) const {
   if (bytes <= 0) return 0.0;
   // Beyond the largest sample: at its rate, not the last segment's slope (a fixed cost per
   // transfer is already in the smaller samples).
-  if (bytes > xs.back()) return ys.back() * static_cast<double>(bytes) / xs.back();
-  if (bytes < xs.front()) return ys.front();
-  return Interpolate(xs, ys, static_cast<double>(bytes));
+  if (bytes > bytes_.back()) return seconds_.back() * static_cast<double>(bytes) / bytes_.back();
+  if (bytes < bytes_.front()) return seconds_.front();
+  return Interpolate(bytes_, seconds_, static_cast<double>(bytes));
+}
+
+absl::StatusOr<double> TransferSeconds(const EngineProfile& profile, std::string_view transport,
+                                       int64_t bytes) {
+  TANDEM_ASSIGN_OR_RETURN(TransferModel model, TransferModel::Fit(profile, transport));
+  return model.Seconds(bytes);
 }
 
 }  // namespace tandem::planner

@@ -87,8 +87,21 @@ class StepModel {
   double per_work_ = 0;
 };
 
-// Seconds to hand `bytes` off through `transport`: piecewise linear through the samples, at
-// the largest sample's rate beyond it. NotFound when the profile has no sample for it.
+// Seconds to hand `bytes` off through one transport: piecewise linear through the profile's
+// samples for it, at the largest sample's rate beyond it. Fitted once, read per handoff.
+class TransferModel {
+ public:
+  // NotFound when the profile has no sample for `transport`.
+  static absl::StatusOr<TransferModel> Fit(const EngineProfile& profile,
+                                           std::string_view transport);
+  double Seconds(int64_t bytes) const;
+
+ private:
+  std::vector<int64_t> bytes_;  // ascending, distinct
+  std::vector<double> seconds_;
+};
+
+// TransferModel::Fit(profile, transport), then Seconds(bytes).
 absl::StatusOr<double> TransferSeconds(const EngineProfile& profile, std::string_view transport,
                                        int64_t bytes);
 

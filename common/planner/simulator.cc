@@ -256,8 +256,9 @@ absl::StatusOr<SimulationResult> SimulateRequests(const EngineProfile& profile, 
                        " tokens) or limits cannot hold one request of up to ", longest, " tokens"));
     }
   }
+  TransferModel transfer;
   if (d.disaggregated) {
-    TANDEM_RETURN_IF_ERROR(TransferSeconds(profile, d.transport, 1).status());
+    TANDEM_ASSIGN_OR_RETURN(transfer, TransferModel::Fit(profile, d.transport));
   }
   TANDEM_ASSIGN_OR_RETURN(StepModel prefill, StepModel::Fit(profile.prefill, true, "profile"));
   TANDEM_ASSIGN_OR_RETURN(StepModel decode, StepModel::Fit(profile.decode, false, "profile"));
@@ -330,7 +331,7 @@ absl::StatusOr<SimulationResult> SimulateRequests(const EngineProfile& profile, 
           // The first token reaches the client with the KV handle, after the put; the decode
           // replica's get follows.
           const int64_t bytes = static_cast<int64_t>(r.prompt) / bs * bs * kv_per_token;
-          const double put = bytes > 0 ? *TransferSeconds(profile, d.transport, bytes) : 0;
+          const double put = transfer.Seconds(bytes);
           r.first = r.last = now + put;
           end_time = std::max(end_time, r.last);
           if (r.generated < r.output) {

@@ -153,11 +153,18 @@ TEST(PlannerTest, MaxGoodRateIsWhereAttainmentCrossesTheTarget) {
 
 // A prefill-heavy workload with a tight TPOT SLO goes disaggregated; a decode-heavy one whose
 // decode steps cost little goes colocated (both replicas decode and prefill).
-TEST(PlannerTest, PicksTheDeploymentTheWorkloadFavours) {
+
+// `budget` replicas with KV room for any request here and one batch limit, 64.
+PlanOptions Options(int budget) {
   PlanOptions o;
-  o.budget = 4;
+  o.budget = budget;
   o.engine.num_blocks = o.prefill.num_blocks = 1 << 16;
   o.max_num_seqs = {64};
+  return o;
+}
+
+TEST(PlannerTest, PicksTheDeploymentTheWorkloadFavours) {
+  const PlanOptions o = Options(4);
   Workload prefill_heavy = Fixed(2000, 64, 300);
   prefill_heavy.slo_ttft_s = 2;
   prefill_heavy.slo_tpot_s = 12e-3;
@@ -176,10 +183,7 @@ TEST(PlannerTest, PicksTheDeploymentTheWorkloadFavours) {
 
 // Thousands of replicas are planned as copies of the best 16-replica deployment, in seconds.
 TEST(PlannerTest, LargeBudgetsPlanAsCopiesQuickly) {
-  PlanOptions o;
-  o.budget = 2000;
-  o.engine.num_blocks = o.prefill.num_blocks = 1 << 16;
-  o.max_num_seqs = {64};
+  const PlanOptions o = Options(2000);
   Workload w = Fixed(1000, 64, 300);
   w.slo_ttft_s = 2;
   w.slo_tpot_s = 20e-3;
