@@ -1,6 +1,7 @@
 // Integer kernels for quantized weights with int8 activations (QuantFormat::int8_activations),
-// on AVX512-VNNI and else on AVX2 (Avx2MicroKernel, Avx2Int8MicroKernel), whose products use
-// AVX-VNNI's vpdpbusd and vpdpwssd where the CPU has them. On AVX512-VNNI, vpdpbusd multiplies
+// on AVX512-VNNI and else on 256-bit vectors: 4-bit codes on AVX2 (Avx2MicroKernel, with
+// AVX-VNNI's vpdpbusd where the CPU has it), 8-bit codes on AVX-VNNI (Avx2Int8MicroKernel).
+// On AVX512-VNNI, vpdpbusd multiplies
 // 4 unsigned weight codes by 4 signed x codes and adds the products into a 32-bit lane, 64 products
 // per instruction where an f32 FMA does 16, and the codes need no conversion to floats. A lane is
 // one weight row of a panel; a unit of 8 columns gives two vectors of codes, the even columns (0,
@@ -204,7 +205,7 @@ inline __m256i DotQuads(__m256i acc, __m256i u8, __m256i s8) {
 // adds at most 4 * 15 * 127 = 7620 to a 16-bit lane, so a sub-block of up to 4 units (32
 // columns) sums exactly in 16 bits before vpmaddwd widens it, and every sub-block's int32 sum
 // equals the AVX-512 kernel's: both give the same bits. (8-bit codes would overflow the pair
-// sums; they run the float kernels on AVX2.) Each half of the panels is one pass over the
+// sums; see Avx2Int8MicroKernel.) Each half of the panels is one pass over the
 // segment, which keeps the accumulators in 16 registers; the second pass reads from L1. With
 // AVX-VNNI (kVnni), vpdpbusd sums each lane's four products straight into 32 bits: the same sums.
 template <bool kZero, bool kStream, bool kVnni, int MR, int NP>

@@ -37,10 +37,10 @@ void GemmTiledMulti(const float* x, int64_t m, int64_t x_stride,
 bool UseAvx512QuantKernels(bool use);
 
 // Quantized panels with int8 activations run integer kernels: AVX512-VNNI ones where the CPU
-// has AVX512-VNNI and VBMI, else AVX2 ones (vpmaddubsw, vpmaddwd), whose products run on
-// AVX-VNNI (vpdpbusd, vpdpwssd) where the CPU has it; all give the same bits. Without them,
-// the float kernels run on x rounded to int8 and back (the same products, rounded
-// differently). Each asks for its kernels or not and returns whether they are now used (the
+// has AVX512-VNNI and VBMI, else 256-bit ones: for 4-bit codes on AVX2 (vpmaddubsw, or
+// vpdpbusd where the CPU has AVX-VNNI), for 8-bit codes on AVX-VNNI; all give the same bits.
+// Without them, the float kernels run on x rounded to int8 and back (the same products,
+// rounded differently). Each asks for its kernels or not and returns whether they are now used (the
 // AVX2 ones only where the AVX-512 ones are not; AVX-VNNI only in the AVX2 ones).
 bool UseVnniQuantKernels(bool use);
 bool UseAvx2IntegerQuantKernels(bool use);
