@@ -200,6 +200,59 @@ inline __m256i DotQuads(__m256i acc, __m256i u8, __m256i s8) {
   return acc;
 }
 
+// The start of a pass over half a panel's rows in the 256-bit kernels (Avx2MicroKernel,
+// Avx2Int8Rows): load the half's zero points, prefetch the next group's scales and zeros on the
+// first half, and clear the float sums.
+template <bool kZero, bool kStream, int MR, int NP>
+inline void StartHalf(const QuantBlockArgs& q, int64_t group, int h, __m256i (&zero)[NP],
+                      __m256 (&facc)[MR][NP]) {
+  constexpr int kHalf = kNr / 2;
+  TANDEM_UNROLL
+  for (int j = 0; j < NP; ++j) {
+    if constexpr (kZero) {
+      zero[j] = _mm256_cvtepu8_epi32(_mm_loadl_epi64(
+          reinterpret_cast<const __m128i*>(q.zeros + j * q.panel_bytes + group * kNr + kHalf * h)));
+    }
+    if (kStream && h == 0) {
+      _mm_prefetch(q.scales + j * q.panel_bytes + (group + q.group_step) * kNr * 4, _MM_HINT_T0);
+      if constexpr (kZero) {
+        _mm_prefetch(q.zeros + j * q.panel_bytes + (group + q.group_step) * kNr, _MM_HINT_T0);
+      }
+    }
+    TANDEM_UNROLL
+    for (int i = 0; i < MR; ++i) facc[i][j] = _mm256_setzero_ps();
+  }
+}
+
+// acc plus a sub-block's integer sum t with the codes' offset taken out (the zero point, or
+// the symmetric midpoint mid, times the sum of x's codes), times x's scale.
+template <bool kZero>
+inline __m256 AddScaledSum(__m256 acc, __m256i t, const __m256i& zero, int32_t x_sum, int32_t mid,
+                           __m256 x_scale) {
+  t = kZero ? _mm256_sub_epi32(t, _mm256_mullo_epi32(zero, _mm256_set1_epi32(x_sum)))
+            : _mm256_sub_epi32(t, _mm256_set1_epi32(x_sum * mid));
+  return _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), x_scale, acc);
+}
+
+// The end of that pass: the half's float sums times the group's weight scales, stored into the
+// tile (the segment's first) or added to it.
+template <int MR, int NP>
+inline void FinishHalf(const QuantBlockArgs& q, int64_t group, int h, bool store,
+                       const __m256 (&facc)[MR][NP], float* acc_out, int64_t acc_stride) {
+  constexpr int kHalf = kNr / 2;
+  TANDEM_UNROLL
+  for (int j = 0; j < NP; ++j) {
+    const __m256 s = _mm256_loadu_ps(reinterpret_cast<const float*>(q.scales + j * q.panel_bytes) +
+                                     group * kNr + kHalf * h);
+    TANDEM_UNROLL
+    for (int i = 0; i < MR; ++i) {
+      float* out = acc_out + i * acc_stride + j * kNr + kHalf * h;
+      _mm256_storeu_ps(out, store ? _mm256_mul_ps(facc[i][j], s)
+                                  : _mm256_fmadd_ps(facc[i][j], s, _mm256_loadu_ps(out)));
+    }
+  }
+}
+
 // VnniMicroKernel for 4-bit codes on AVX2, 8 rows (half a panel) per vector: vpmaddubsw
 // multiplies 32 unsigned codes by 32 signed x codes and adds pairs into 16-bit lanes. A unit
 // adds at most 4 * 15 * 127 = 7620 to a 16-bit lane, so a sub-block of up to 4 units (32
@@ -213,7 +266,6 @@ void Avx2MicroKernel(const IntX& x, const void* panel, int64_t panel_stride, int
                      const QuantBlockArgs& q, bool first, float* acc_out, int64_t acc_stride) {
   constexpr int64_t kStreamAhead = 2048;
   constexpr int64_t kUnitBytes = 64;
-  constexpr int kHalf = kNr / 2;
   const char* panels[NP];
   TANDEM_UNROLL
   for (int j = 0; j < NP; ++j) panels[j] = static_cast<const char*>(panel) + j * panel_stride;
@@ -225,22 +277,7 @@ void Avx2MicroKernel(const IntX& x, const void* panel, int64_t panel_stride, int
     for (int h = 0; h < 2; ++h) {
       __m256i zero[NP];
       __m256 facc[MR][NP];
-      TANDEM_UNROLL
-      for (int j = 0; j < NP; ++j) {
-        if constexpr (kZero) {
-          zero[j] = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(
-              q.zeros + j * q.panel_bytes + group * kNr + kHalf * h)));
-        }
-        if (kStream && h == 0) {
-          _mm_prefetch(q.scales + j * q.panel_bytes + (group + q.group_step) * kNr * 4,
-                       _MM_HINT_T0);
-          if constexpr (kZero) {
-            _mm_prefetch(q.zeros + j * q.panel_bytes + (group + q.group_step) * kNr, _MM_HINT_T0);
-          }
-        }
-        TANDEM_UNROLL
-        for (int i = 0; i < MR; ++i) facc[i][j] = _mm256_setzero_ps();
-      }
+      StartHalf<kZero, kStream, MR, NP>(q, group, h, zero, facc);
       for (int64_t b0 = s0; b0 < s1; b0 += x.sub) {
         const int64_t b1 = std::min(s1, b0 + x.sub);
         __m256i sum16[MR][NP];
@@ -285,23 +322,11 @@ void Avx2MicroKernel(const IntX& x, const void* panel, int64_t panel_stride, int
           for (int j = 0; j < NP; ++j) {
             // (with AVX-VNNI, sum16 holds 32-bit sums already)
             __m256i t = kVnni ? sum16[i][j] : _mm256_madd_epi16(sum16[i][j], ones);
-            t = kZero ? _mm256_sub_epi32(t, _mm256_mullo_epi32(zero[j], _mm256_set1_epi32(sum)))
-                      : _mm256_sub_epi32(t, _mm256_set1_epi32(sum * 8));
-            facc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), scale, facc[i][j]);
+            facc[i][j] = AddScaledSum<kZero>(facc[i][j], t, zero[j], sum, 8, scale);
           }
         }
       }
-      TANDEM_UNROLL
-      for (int j = 0; j < NP; ++j) {
-        const __m256 s = _mm256_loadu_ps(
-            reinterpret_cast<const float*>(q.scales + j * q.panel_bytes) + group * kNr + kHalf * h);
-        TANDEM_UNROLL
-        for (int i = 0; i < MR; ++i) {
-          float* out = acc_out + i * acc_stride + j * kNr + kHalf * h;
-          _mm256_storeu_ps(out, store ? _mm256_mul_ps(facc[i][j], s)
-                                      : _mm256_fmadd_ps(facc[i][j], s, _mm256_loadu_ps(out)));
-        }
-      }
+      FinishHalf<MR, NP>(q, group, h, store, facc, acc_out, acc_stride);
     }
   }
 }
@@ -323,7 +348,6 @@ void Avx2Int8Rows(const IntX& x, const void* panel, int64_t panel_stride, int64_
                   const QuantBlockArgs& q, bool first, float* acc_out, int64_t acc_stride) {
   constexpr int64_t kStreamAhead = 2048;
   constexpr int64_t kUnitBytes = 128;
-  constexpr int kHalf = kNr / 2;
   const char* panels[NP];
   TANDEM_UNROLL
   for (int j = 0; j < NP; ++j) panels[j] = static_cast<const char*>(panel) + j * panel_stride;
@@ -335,22 +359,7 @@ void Avx2Int8Rows(const IntX& x, const void* panel, int64_t panel_stride, int64_
     for (int h = 0; h < 2; ++h) {
       __m256i zero[NP];
       __m256 facc[MR][NP];
-      TANDEM_UNROLL
-      for (int j = 0; j < NP; ++j) {
-        if constexpr (kZero) {
-          zero[j] = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(
-              q.zeros + j * q.panel_bytes + group * kNr + kHalf * h)));
-        }
-        if (kStream && h == 0) {
-          _mm_prefetch(q.scales + j * q.panel_bytes + (group + q.group_step) * kNr * 4,
-                       _MM_HINT_T0);
-          if constexpr (kZero) {
-            _mm_prefetch(q.zeros + j * q.panel_bytes + (group + q.group_step) * kNr, _MM_HINT_T0);
-          }
-        }
-        TANDEM_UNROLL
-        for (int i = 0; i < MR; ++i) facc[i][j] = _mm256_setzero_ps();
-      }
+      StartHalf<kZero, kStream, MR, NP>(q, group, h, zero, facc);
       for (int64_t b0 = s0; b0 < s1; b0 += x.sub) {
         const int64_t b1 = std::min(s1, b0 + x.sub);
         __m256i low[MR][NP], high[MR][NP];  // rows 0-3 and 4-7 of the pass
@@ -396,23 +405,11 @@ void Avx2Int8Rows(const IntX& x, const void* panel, int64_t panel_stride, int64_
           for (int j = 0; j < NP; ++j) {
             __m256i t = _mm256_add_epi32(_mm256_permute2x128_si256(low[i][j], high[i][j], 0x20),
                                          _mm256_permute2x128_si256(low[i][j], high[i][j], 0x31));
-            t = kZero ? _mm256_sub_epi32(t, _mm256_mullo_epi32(zero[j], _mm256_set1_epi32(sum)))
-                      : _mm256_sub_epi32(t, _mm256_set1_epi32(sum * 128));
-            facc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), scale, facc[i][j]);
+            facc[i][j] = AddScaledSum<kZero>(facc[i][j], t, zero[j], sum, 128, scale);
           }
         }
       }
-      TANDEM_UNROLL
-      for (int j = 0; j < NP; ++j) {
-        const __m256 s = _mm256_loadu_ps(
-            reinterpret_cast<const float*>(q.scales + j * q.panel_bytes) + group * kNr + kHalf * h);
-        TANDEM_UNROLL
-        for (int i = 0; i < MR; ++i) {
-          float* out = acc_out + i * acc_stride + j * kNr + kHalf * h;
-          _mm256_storeu_ps(out, store ? _mm256_mul_ps(facc[i][j], s)
-                                      : _mm256_fmadd_ps(facc[i][j], s, _mm256_loadu_ps(out)));
-        }
-      }
+      FinishHalf<MR, NP>(q, group, h, store, facc, acc_out, acc_stride);
     }
   }
 }
