@@ -18,6 +18,7 @@
 #include "router/request_queue.h"
 #include "router/router_options.h"
 #include "router/worker_pool.h"
+#include "router/workload_stats.h"
 
 namespace tandem::router {
 
@@ -35,6 +36,7 @@ struct CallEnvironment {
   Balancer& balancer;
   PrefillPacer& pacer;
   RequestQueue& queue;
+  WorkloadStats& workload;             // arrivals and finishes, for the planner advisor
   const TimeSource& clock;             // the balancer's and the pacer's time
   std::atomic<uint64_t>& next_serial;  // request serials (pacer keys, default request ids)
   std::atomic<bool>& shutting_down;

@@ -181,6 +181,7 @@ void CallState::Start() {
     prompt_logprobs_due_ = sampling_.prompt_logprobs();
   }
   Add(metrics_.prompt_tokens, static_cast<double>(prompt_.size()));
+  env_.workload.RecordArrival(static_cast<int64_t>(prompt_.size()), env_.clock.Now());
   SchedulePrefill(static_cast<int64_t>(hashes_.size()) * env_.options.kv_bytes_per_block,
                   /*high_priority=*/false);
 }
@@ -493,6 +494,12 @@ void CallState::Complete(FinishReason reason) {
     Observe(metrics_.decode_time, Seconds(now - *first_token_at_));
   }
   Observe(metrics_.request_queue_time, queue_seconds_);
+  if (first_token_at_.has_value() && reason != tandem::v1::FINISH_REASON_ABORT) {
+    const auto n = static_cast<int64_t>(generated_.size());
+    env_.workload.RecordFinish(
+        n, Seconds(*first_token_at_ - arrival_),
+        n > 1 ? Seconds(now - *first_token_at_) / static_cast<double>(n - 1) : 0, env_.clock.Now());
+  }
   const metrics::RoleMetrics& m = metrics_;
   Add(reason == tandem::v1::FINISH_REASON_STOP     ? m.finished_stop
       : reason == tandem::v1::FINISH_REASON_LENGTH ? m.finished_length

@@ -40,6 +40,8 @@ struct RouterOptions {
   bool colocated = false;
   int max_attempts = 4;  // prefill and decode attempts per request (retries, migrations)
   BalancerOptions balancer;
+  // The window of the workload statistics the planner advisor plans for (planner.window_seconds).
+  std::chrono::duration<double> workload_window = std::chrono::minutes(5);
   int64_t max_prefill_ahead_bytes = int64_t{256} << 20;
   WorkerPoolOptions pool;
   // The balancer's and the pacer's clock; null is the steady clock. Tests drive their own.

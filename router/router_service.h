@@ -22,9 +22,10 @@
 #include "router/call_environment.h"
 #include "router/prefill_pacer.h"
 #include "router/request_queue.h"
-#include "router/stream_watchdog.h"
 #include "router/router_options.h"
+#include "router/stream_watchdog.h"
 #include "router/worker_pool.h"
+#include "router/workload_stats.h"
 #include "tandem/v1/inference.grpc.pb.h"
 
 namespace tandem::router {
@@ -42,6 +43,7 @@ class RouterService final : public tandem::v1::Inference::WithRawCallbackMethod_
   WorkerPool& prefill_pool() { return prefill_pool_; }
   WorkerPool& decode_pool() { return decode_pool_; }
   Balancer& balancer() { return balancer_; }
+  WorkloadStats& workload() { return workload_; }
   const PrefillPacer& pacer() const { return pacer_; }
   const RouterOptions& options() const { return options_; }
   const TimeSource& clock() const { return env_.clock; }
@@ -78,6 +80,7 @@ class RouterService final : public tandem::v1::Inference::WithRawCallbackMethod_
   WorkerPool prefill_pool_;
   WorkerPool decode_pool_;
   Balancer balancer_;
+  WorkloadStats workload_;
   PrefillPacer pacer_;
   RequestQueue queue_;
   std::atomic<bool> shutting_down_{false};

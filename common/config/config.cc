@@ -85,6 +85,11 @@ absl::Status Validate(const TandemConfig& c, const std::string& source) {
     return KeyError(source, "balancer.hysteresis",
                     "threshold + hysteresis above 1: the balancer could never disengage");
   }
+  if (!c.planner.profile.empty() && c.planner.slo_ttft_ms <= 0 && c.planner.slo_tpot_ms <= 0) {
+    return KeyError(source, "planner.profile",
+                    "give planner.slo_ttft_ms and/or planner.slo_tpot_ms: without an SLO any "
+                    "deployment meets it");
+  }
   const TlsConfig& tls = c.security.tls;
   const int tls_files = !tls.ca_file.empty() + !tls.cert_file.empty() + !tls.key_file.empty();
   if (tls_files != 0 && tls_files != 3) {

@@ -98,6 +98,21 @@ struct BalancerConfig {
   int64_t max_prefill_ahead_bytes = int64_t{256} << 20;  // pacing cap while engaged
 };
 
+// The planner advisor in the router (docs/planner.md, "In the router"): with a profile, the
+// router sizes its own deployment for the workload it measures and exports the replicas per
+// role it recommends (tandem_planner_recommended_replicas{role}).
+struct PlannerConfig {
+  std::string profile;  // engine profile (engine-bench --profile-out); empty: off
+  double slo_ttft_ms = 0;
+  double slo_tpot_ms = 0;
+  double attainment = 0.9;
+  double window_seconds = 300;
+  double interval_seconds = 60;
+  int max_replicas = 64;
+  double headroom = 1.25;
+  int min_requests = 50;
+};
+
 struct WorkerConfig {
   std::string listen = "127.0.0.1:0";
   std::string router = "";     // registry address; empty: static configuration only
@@ -164,6 +179,7 @@ struct TandemConfig {
   SchedulerConfig scheduler;
   RouterConfig router;
   BalancerConfig balancer;
+  PlannerConfig planner;
   WorkerConfig prefill;
   WorkerConfig decode;
   CacheStoreConfig cache_store;

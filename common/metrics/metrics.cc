@@ -214,6 +214,35 @@ BalancerMetrics& Metrics::balancer(bool colocated) {
   return balancer_;
 }
 
+PlannerMetrics& Metrics::planner(bool colocated) {
+  std::call_once(planner_once_, [&] {
+    auto gauge = [&](const char* name, const char* help) -> prometheus::Family<prometheus::Gauge>& {
+      return BuildGauge().Name(name).Help(help).Register(*registry_);
+    };
+    auto& replicas = gauge("tandem_planner_recommended_replicas",
+                           "Replicas per role the planner recommends for the measured workload");
+    if (!colocated) planner_.recommended_prefill = &replicas.Add({{"role", "prefill"}});
+    planner_.recommended_decode = &replicas.Add({{"role", "decode"}});
+    planner_.feasible =
+        &gauge("tandem_planner_feasible",
+               "0 when even planner.max_replicas would miss the SLOs at the measured rate")
+             .Add({});
+    planner_.arrival_rate =
+        &gauge("tandem_planner_arrival_rate", "Requests per second over the planner's window")
+             .Add({});
+    auto& tokens = gauge("tandem_planner_mean_tokens",
+                         "Mean prompt and output tokens per request over the planner's window");
+    planner_.mean_prompt_tokens = &tokens.Add({{"kind", "prompt"}});
+    planner_.mean_output_tokens = &tokens.Add({{"kind", "output"}});
+    auto& predicted = gauge("tandem_planner_predicted_seconds",
+                            "The simulator's latency quantiles for the recommended deployment "
+                            "at the measured rate");
+    planner_.predicted_ttft_p90 = &predicted.Add({{"phase", "ttft"}, {"quantile", "0.9"}});
+    planner_.predicted_tpot_p90 = &predicted.Add({{"phase", "tpot"}, {"quantile", "0.9"}});
+  });
+  return planner_;
+}
+
 StoreMetrics Metrics::ForShard(const std::string& address) {
   const prometheus::Labels l = {{"shard", address}};
   auto with = [&](const char* key, const char* value) {

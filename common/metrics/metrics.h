@@ -64,6 +64,23 @@ struct BalancerMetrics {
   prometheus::Gauge* recommended_prefill_to_decode_ratio = nullptr;
 };
 
+// The planner advisor's view: the workload the router measured and the replicas per role it
+// recommends for it (router/planner_advisor.h). Every router exports them; 0 until a planner
+// (planner.profile) publishes.
+struct PlannerMetrics {
+  // tandem_planner_recommended_replicas{role}: "prefill" (null if colocated) and "decode".
+  prometheus::Gauge* recommended_prefill = nullptr;
+  prometheus::Gauge* recommended_decode = nullptr;
+  prometheus::Gauge* feasible = nullptr;      // 0 when even planner.max_replicas miss the SLOs
+  prometheus::Gauge* arrival_rate = nullptr;  // requests/s over planner.window_seconds
+  prometheus::Gauge* mean_prompt_tokens = nullptr;  // tandem_planner_mean_tokens{kind}
+  prometheus::Gauge* mean_output_tokens = nullptr;
+  // tandem_planner_predicted_seconds{phase, quantile="0.9"}: the simulator's TTFT and TPOT p90
+  // for the recommended deployment at the measured rate (compare the measured histograms).
+  prometheus::Gauge* predicted_ttft_p90 = nullptr;
+  prometheus::Gauge* predicted_tpot_p90 = nullptr;
+};
+
 // One cache-store shard, labelled `shard` with its address (`tandem serve` may run several).
 // Counters follow the shard's own (BlockStoreStats), so they are advanced by differences.
 struct StoreMetrics {
@@ -96,6 +113,8 @@ class Metrics {
   // without a router export none of them. A colocated router has no prefill pool, hence no
   // tandem_workers{pool="prefill"} (its prefill_workers is null); the first call decides.
   BalancerMetrics& balancer(bool colocated = false);
+  // The router's planner metrics, registered by the first call (as balancer()).
+  PlannerMetrics& planner(bool colocated = false);
   StoreMetrics ForShard(const std::string& address);
   // tandem_pruning_attention_cosine{role, layer}: the last stability check's similarity in a
   // pruned layer.
@@ -157,6 +176,8 @@ class Metrics {
   prometheus::Family<prometheus::Counter>& stability_checks_;
   BalancerMetrics balancer_;
   std::once_flag balancer_once_;
+  PlannerMetrics planner_;
+  std::once_flag planner_once_;
   prometheus::Family<prometheus::Gauge>& store_capacity_;
   prometheus::Family<prometheus::Gauge>& store_used_;
   prometheus::Family<prometheus::Gauge>& store_blocks_;

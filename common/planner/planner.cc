@@ -10,10 +10,7 @@
 
 namespace tandem::planner {
 
-absl::StatusOr<std::pair<double, SimulationResult>> MaxGoodRate(const EngineProfile& profile,
-                                                                const Deployment& d,
-                                                                const Workload& w,
-                                                                double max_rate) {
+Workload JudgedAt(const Workload& w, double rate) {
   // A burst of a few hundred requests can meet the SLOs at any rate, if the deployment works
   // through all of them within the TTFT bound: each simulation runs at least kLifetimes
   // request lifetimes (the SLOs' TTFT plus an output's tokens at the TPOT bound) of arrivals,
@@ -21,12 +18,17 @@ absl::StatusOr<std::pair<double, SimulationResult>> MaxGoodRate(const EngineProf
   constexpr double kLifetimes = 4;
   constexpr int64_t kMaxRequests = 1'000'000;
   const double lifetime = w.slo_ttft_s + w.slo_tpot_s * w.output_len;
-  auto run = [&](double rate) {
-    Workload longer = w;
-    longer.num_requests = std::clamp<int64_t>(std::llround(rate * kLifetimes * lifetime),
-                                              w.num_requests, kMaxRequests);
-    return Simulate(profile, d, longer, rate);
-  };
+  Workload longer = w;
+  longer.num_requests =
+      std::clamp<int64_t>(std::llround(rate * kLifetimes * lifetime), w.num_requests, kMaxRequests);
+  return longer;
+}
+
+absl::StatusOr<std::pair<double, SimulationResult>> MaxGoodRate(const EngineProfile& profile,
+                                                                const Deployment& d,
+                                                                const Workload& w,
+                                                                double max_rate) {
+  auto run = [&](double rate) { return Simulate(profile, d, JudgedAt(w, rate), rate); };
   // From a rate the deployment surely meets, double until it fails, then bisect. The same draws
   // serve every rate (Simulate scales arrival gaps), so attainment falls with rate but for
   // the workload's own luck.

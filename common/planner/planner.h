@@ -36,6 +36,11 @@ struct Candidate {
   SimulationResult at_goodput;  // one copy, at its share of `goodput`
 };
 
+// `w` with enough requests to judge whether a deployment sustains `rate`: at least four
+// request lifetimes (the TTFT bound plus an output at the TPOT bound) of arrivals, so a rate
+// above what it sustains builds a queue that misses the SLOs.
+Workload JudgedAt(const Workload& w, double rate);
+
 // The highest rate (to 1% or better) at which `d` meets the workload's attainment; 0 when even
 // a trickle of requests misses it. Also returns the simulation at that rate.
 absl::StatusOr<std::pair<double, SimulationResult>> MaxGoodRate(const EngineProfile& profile,

@@ -40,7 +40,9 @@ constexpr char kUsage[] = R"(usage: tandem COMMAND [flags]
       of the profiled engine (engine-bench --profile-out) on the workload (tandem bench's
       --input-len, --output-len, ranges, --slo-ttft-ms, --slo-tpot-ms, as flags or file keys)
       and prints each one's goodput: the highest request rate meeting the SLOs for 90% of
-      requests (--attainment). docs/planner.md has every flag.
+      requests (--attainment). With --rate R: the smallest deployment of each shape meeting
+      the SLOs at R (--headroom, --max-replicas), as the router's planner advisor recommends
+      it. docs/planner.md has every flag.
   config [--config FILE] [--set key=value ...]   the effective configuration as YAML
   config --reference                             Markdown reference of every key
   health --addr HOST:PORT [--service NAME] [--config FILE] [--timeout SECONDS]

@@ -9,6 +9,7 @@
 #include "bench/serving/dataset.h"
 #include "common/config/config.h"
 #include "common/planner/planner.h"
+#include "common/planner/recommend.h"
 #include "common/util/file_util.h"
 #include "common/util/status_macros.h"
 #include "nlohmann/json.hpp"
@@ -184,18 +185,85 @@ absl::Status RunSimulations(const CliArgs& args, const planner::EngineProfile& p
   return absl::OkStatus();
 }
 
+// tandem plan --rate R: the smallest deployment of one shape that meets the SLOs at R (with
+// --headroom), as the router's planner advisor recommends it.
+absl::Status RunRecommend(const CliArgs& args, const planner::EngineProfile& profile,
+                          const planner::Workload& w, const planner::PlanOptions& o,
+                          const std::string& only) {
+  TANDEM_ASSIGN_OR_RETURN(double rate, args.DoubleOr("rate", 0));
+  TANDEM_ASSIGN_OR_RETURN(int64_t max_replicas, args.IntOr("max-replicas", 64));
+  TANDEM_ASSIGN_OR_RETURN(double headroom, args.DoubleOr("headroom", 1.0));
+  if (max_replicas < 1 || max_replicas > 1'000'000) {
+    return absl::InvalidArgumentError("--max-replicas: in [1, 1e6]");
+  }
+  planner::RecommendOptions r;
+  r.prefill = o.prefill;
+  r.engine = o.engine;
+  r.engine.max_num_seqs = o.max_num_seqs.front();
+  r.transport = o.transport;
+  r.max_replicas = static_cast<int>(max_replicas);
+  r.headroom = headroom;
+  r.max_unit = o.max_unit;
+  auto list = nlohmann::json::array();
+  for (const bool disaggregated : {false, true}) {
+    if (only == (disaggregated ? "colocated" : "disaggregated")) continue;
+    r.disaggregated = disaggregated;
+    TANDEM_ASSIGN_OR_RETURN(planner::Recommendation rec, planner::Recommend(profile, w, rate, r));
+    const planner::SimulationResult& s = rec.at_target;
+    list.push_back({{"disaggregated", disaggregated},
+                    {"feasible", rec.feasible},
+                    {"prefill_replicas", rec.prefill_replicas},
+                    {"decode_replicas", rec.decode_replicas},
+                    {"target_rate", rec.target_rate},
+                    {"unit", rec.unit.Describe()},
+                    {"copies", rec.copies},
+                    {"attainment", s.attainment},
+                    {"ttft_p90_seconds", s.ttft.p90},
+                    {"tpot_p90_seconds", s.tpot.p90}});
+    if (!args.Has("json")) {
+      std::printf(
+          "%-13s %s%d prefill + %d decode replicas (%s × %d): attainment %.0f%%, "
+          "TTFT p90 %.0f ms, TPOT p90 %.1f ms at %.3g req/s\n",
+          disaggregated ? "disaggregated" : "colocated",
+          rec.feasible ? "" : "SHORT: ", rec.prefill_replicas, rec.decode_replicas,
+          rec.unit.Describe().c_str(), rec.copies, s.attainment * 100, s.ttft.p90 * 1e3,
+          s.tpot.p90 * 1e3, rec.target_rate);
+    }
+  }
+  if (args.Has("json")) std::printf("%s\n", list.dump(1).c_str());
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status RunPlan(const CliArgs& args) {
-  TANDEM_RETURN_IF_ERROR(
-      args.CheckKnown({"profile",         "workload",       "input-len",
-                       "input-len-range", "output-len",     "output-len-range",
-                       "num-requests",    "seed",           "slo-ttft-ms",
-                       "slo-tpot-ms",     "attainment",     "budget",
-                       "max-num-seqs",    "kv-cache-bytes", "max-num-batched-tokens",
-                       "chunk-size",      "transport",      "only",
-                       "max-unit",        "json",           "rows",
-                       "deployment",      "rates",          "token-overhead-us"}));
+  TANDEM_RETURN_IF_ERROR(args.CheckKnown({"profile",
+                                          "workload",
+                                          "input-len",
+                                          "input-len-range",
+                                          "output-len",
+                                          "output-len-range",
+                                          "num-requests",
+                                          "seed",
+                                          "slo-ttft-ms",
+                                          "slo-tpot-ms",
+                                          "attainment",
+                                          "budget",
+                                          "max-num-seqs",
+                                          "kv-cache-bytes",
+                                          "max-num-batched-tokens",
+                                          "chunk-size",
+                                          "transport",
+                                          "only",
+                                          "max-unit",
+                                          "json",
+                                          "rows",
+                                          "deployment",
+                                          "rates",
+                                          "token-overhead-us",
+                                          "rate",
+                                          "max-replicas",
+                                          "headroom"}));
   TANDEM_ASSIGN_OR_RETURN(std::string profile_path, args.String("profile"));
   TANDEM_ASSIGN_OR_RETURN(std::string text, ReadFileToString(profile_path));
   TANDEM_ASSIGN_OR_RETURN(planner::EngineProfile profile,
@@ -246,6 +314,7 @@ absl::Status RunPlan(const CliArgs& args) {
     return absl::InvalidArgumentError("--only: colocated or disaggregated");
   }
   if (args.Has("deployment")) return RunSimulations(args, profile, w, o);
+  if (args.Has("rate")) return RunRecommend(args, profile, w, o, only);
   o.colocated = only != "disaggregated";
   o.disaggregated = only != "colocated" && o.budget >= 2;
   TANDEM_ASSIGN_OR_RETURN(auto candidates, planner::Plan(profile, w, o));

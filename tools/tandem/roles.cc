@@ -27,6 +27,7 @@
 #include "common/security/authorizer.h"
 #include "common/store/store_pool.h"
 #include "common/tokenizer/tokenizer.h"
+#include "common/util/file_util.h"
 #include "common/util/log.h"
 #include "common/util/status_macros.h"
 #include "common/util/thread_pool.h"
@@ -34,6 +35,7 @@
 #include "prefill_worker/prefill_worker.h"
 #include "router/http/http_server.h"
 #include "router/http/openai_door.h"
+#include "router/planner_advisor.h"
 #include "router/registry_service.h"
 #include "router/router_service.h"
 
@@ -390,8 +392,13 @@ class RouterRole final : public ServedRole {
     }
     o.cache_salt_per_key = c.security.cache_salt_per_key;
     o.colocated = c.router.mode == "colocated";
+    o.workload_window = std::chrono::duration<double>(c.planner.window_seconds);
     drain_ = std::chrono::duration<double>(c.router.drain_seconds);
     service_ = std::make_unique<router::RouterService>(o, tokenizer_.get(), &metrics);
+    // The recommended replicas are exported (0) even without a planner, so an autoscaler
+    // following them has its metric and is never held up by it.
+    metrics.planner(o.colocated);
+    if (!c.planner.profile.empty()) TANDEM_RETURN_IF_ERROR(StartPlanner(c, metrics));
     for (const auto& a : c.router.prefill_workers) service_->prefill_pool().Add(a);
     for (const auto& a : c.router.decode_workers) service_->decode_pool().Add(a);
     registry_ = std::make_unique<router::RegistryService>(
@@ -412,6 +419,40 @@ class RouterRole final : public ServedRole {
   std::string http_address() const override { return http_address_; }
 
  private:
+  // The planner advisor: sizes this router's deployment shape for the workload it measures.
+  absl::Status StartPlanner(const config::TandemConfig& c, metrics::Metrics& metrics) {
+    router::PlannerAdvisorOptions o;
+    TANDEM_ASSIGN_OR_RETURN(std::string text, ReadFileToString(c.planner.profile));
+    TANDEM_ASSIGN_OR_RETURN(o.profile, planner::EngineProfile::FromJson(text, c.planner.profile));
+    o.slo.slo_ttft_s = c.planner.slo_ttft_ms / 1e3;
+    o.slo.slo_tpot_s = c.planner.slo_tpot_ms / 1e3;
+    o.slo.attainment = c.planner.attainment;
+    o.slo.num_requests = 400;
+    const bool colocated = c.router.mode == "colocated";
+    planner::RecommendOptions& r = o.recommend;
+    r.disaggregated = !colocated;
+    r.engine = {
+        .max_num_seqs = c.scheduler.max_num_seqs,
+        .max_num_batched_tokens = c.scheduler.max_num_batched_tokens,
+        .chunk_size = c.scheduler.chunk_size,
+        .num_blocks = c.kv_cache.memory_bytes /
+                      std::max<int64_t>(1, o.profile.kv_bytes_per_token * o.profile.block_size)};
+    r.prefill = r.engine;
+    r.transport = c.cache_store.shared_memory ? "shm" : "grpc";
+    r.max_replicas = c.planner.max_replicas;
+    r.headroom = c.planner.headroom;
+    o.interval = std::chrono::duration<double>(c.planner.interval_seconds);
+    o.min_requests = c.planner.min_requests;
+    Log(LogLevel::kInfo, "router",
+        absl::StrCat("planner: sizing the ", colocated ? "colocated" : "disaggregated",
+                     " deployment every ", c.planner.interval_seconds, " s with profile ",
+                     c.planner.profile, " (", o.profile.model, ", ", o.profile.weights, ")"));
+    planner_ = std::make_unique<router::PlannerAdvisor>(
+        std::move(o), service_->workload(), &metrics.planner(colocated), service_->clock());
+    planner_->Start();
+    return absl::OkStatus();
+  }
+
   absl::Status StartHttp(const config::TandemConfig& c, const model::ModelConfig& m) {
     // A model without a chat template (or with one Tandem cannot run) still serves
     // completions; chat requests are refused, saying why.
@@ -464,6 +505,7 @@ class RouterRole final : public ServedRole {
   std::unique_ptr<router::HttpServer> http_;  // after door_: stops before it
   std::string http_address_;
   std::unique_ptr<router::RegistryService> registry_;
+  std::unique_ptr<router::PlannerAdvisor> planner_;  // after service_: stops before it
   std::chrono::duration<double> drain_{30};
 };
 

@@ -131,6 +131,8 @@ TEST(ConfigTest, CrossKeyChecks) {
               HasSubstr("scheduler.chunk_size"));
   EXPECT_THAT(Error("balancer: {hit_rate_threshold: 0.99, hysteresis: 0.05}"),
               HasSubstr("balancer.hysteresis"));
+  EXPECT_THAT(Error("planner: {profile: p.json}"), HasSubstr("planner.slo_ttft_ms"));
+  EXPECT_EQ(Parse("planner: {profile: p.json, slo_tpot_ms: 50}").planner.slo_tpot_ms, 50);
   EXPECT_THAT(Error("kv_cache_optimization: {pruning: {start_layer: 4, ratio: 0.33}}"),
               HasSubstr("kv_cache_optimization.pruning.ratio"));
   EXPECT_DOUBLE_EQ(

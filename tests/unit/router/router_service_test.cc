@@ -95,6 +95,24 @@ TEST_F(RouterServiceTest, ConcurrentStreamsEqualOneEngine) {
       metrics_.Serialize().find(
           "tandem_time_to_first_token_seconds_count{api=\"grpc\",role=\"router\"} 12"),
       std::string::npos);
+  // The planner advisor's measurement saw every request, with its prompt and output lengths
+  // (a finish is recorded just after the last message is sent, so wait for it).
+  double prompt_sum = 0, output_sum = 0;
+  for (int i = 0; i < kRequests; ++i) {
+    prompt_sum += static_cast<double>(prompts[i].size());
+    output_sum += max_tokens[i];
+  }
+  WorkloadStats::Snapshot seen;
+  EXPECT_TRUE(testing::Eventually(
+      [&] {
+        seen = router_->workload().Take(router_->clock().Now());
+        return seen.output_tokens.count == kRequests;
+      },
+      std::chrono::seconds(5)));
+  EXPECT_EQ(seen.prompt_tokens.count, kRequests);
+  EXPECT_NEAR(seen.prompt_tokens.mean, prompt_sum / kRequests, 1e-9);
+  EXPECT_NEAR(seen.output_tokens.mean, output_sum / kRequests, 1e-9);
+  EXPECT_GT(seen.ttft_s.mean, 0);
   // Balancer idle: the recommended ratio is the pools' own, 2:2, as the registry publishes it.
   RegistryService registry(*router_, std::chrono::seconds(1), &metrics_);
   EXPECT_EQ(SampleValue(metrics_.Serialize(), "tandem_balancer_recommended_prefill_decode_ratio"),

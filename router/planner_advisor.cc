@@ -1,0 +1,102 @@
+#include "router/planner_advisor.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_format.h"
+#include "absl/time/time.h"
+#include "common/util/log.h"
+
+namespace tandem::router {
+namespace {
+
+// A length distribution as the simulator draws it: uniform in mean × [1 - range, 1 + range].
+void Lengths(const WorkloadStats::Moments& m, int32_t& len, double& range) {
+  const double mean = std::max(1.0, m.mean);
+  len = static_cast<int32_t>(std::clamp(std::llround(mean), 1LL, 1LL << 24));
+  range = std::clamp(std::sqrt(3.0) * m.stddev / mean, 0.0, 1.0);
+}
+
+}  // namespace
+
+PlannerAdvisor::PlannerAdvisor(PlannerAdvisorOptions options, WorkloadStats& stats,
+                               metrics::PlannerMetrics* metrics, const TimeSource& clock)
+    : options_(std::move(options)), stats_(stats), metrics_(metrics), clock_(clock) {}
+
+PlannerAdvisor::~PlannerAdvisor() {
+  stop_.Notify();
+  if (thread_.joinable()) thread_.join();
+}
+
+void PlannerAdvisor::Start() {
+  thread_ = std::thread([this] { Loop(); });
+}
+
+planner::Workload PlannerAdvisor::WorkloadOf(const WorkloadStats::Snapshot& s,
+                                             const planner::Workload& slo) {
+  planner::Workload w = slo;
+  Lengths(s.prompt_tokens, w.input_len, w.input_len_range);
+  Lengths(s.output_tokens, w.output_len, w.output_len_range);
+  return w;
+}
+
+absl::StatusOr<PlannerAdvisor::Round> PlannerAdvisor::Update() {
+  Round round;
+  round.measured = stats_.Take(clock_.Now());
+  const WorkloadStats::Snapshot& s = round.measured;
+  if (metrics_ != nullptr) {
+    metrics_->arrival_rate->Set(s.arrival_rate);
+    metrics_->mean_prompt_tokens->Set(s.prompt_tokens.mean);
+    metrics_->mean_output_tokens->Set(s.output_tokens.mean);
+  }
+  if (s.output_tokens.count < options_.min_requests || !(s.arrival_rate > 0)) {
+    // Too little traffic to plan for: the smallest deployment of the shape, so the
+    // autoscalers may scale down when it goes quiet (their other signals still scale up).
+    if (metrics_ != nullptr) {
+      if (metrics_->recommended_prefill != nullptr) metrics_->recommended_prefill->Set(1);
+      metrics_->recommended_decode->Set(1);
+      metrics_->feasible->Set(1);
+    }
+    return round;
+  }
+  const planner::Workload w = WorkloadOf(s, options_.slo);
+  absl::StatusOr<planner::Recommendation> r =
+      planner::Recommend(options_.profile, w, s.arrival_rate, options_.recommend);
+  if (!r.ok()) return r.status();
+  if (metrics_ != nullptr) {
+    if (metrics_->recommended_prefill != nullptr) {
+      metrics_->recommended_prefill->Set(r->prefill_replicas);
+    }
+    metrics_->recommended_decode->Set(r->decode_replicas);
+    metrics_->feasible->Set(r->feasible ? 1 : 0);
+    metrics_->predicted_ttft_p90->Set(r->at_target.ttft.p90);
+    metrics_->predicted_tpot_p90->Set(r->at_target.tpot.p90);
+  }
+  round.recommendation = *std::move(r);
+  return round;
+}
+
+void PlannerAdvisor::Loop() {
+  const absl::Duration interval = absl::Seconds(options_.interval.count());
+  while (!stop_.WaitForNotificationWithTimeout(interval)) {
+    absl::StatusOr<Round> r = Update();
+    if (!r.ok()) {
+      Log(LogLevel::kWarning, "planner",
+          absl::StrFormat("no recommendation: %s", r.status().message()));
+    } else if (r->recommendation.has_value()) {
+      const WorkloadStats::Snapshot& s = r->measured;
+      const planner::Recommendation& rec = *r->recommendation;
+      Log(LogLevel::kInfo, "planner",
+          absl::StrFormat(
+              "%.3g req/s (prompts %.0f, outputs %.0f tokens; measured TTFT %.0f ms, "
+              "TPOT %.1f ms mean): recommend %d prefill + %d decode replicas%s "
+              "(predicted TTFT p90 %.0f ms, TPOT p90 %.1f ms at %.3g req/s)",
+              s.arrival_rate, s.prompt_tokens.mean, s.output_tokens.mean, s.ttft_s.mean * 1e3,
+              s.tpot_s.mean * 1e3, rec.prefill_replicas, rec.decode_replicas,
+              rec.feasible ? "" : ", the most allowed, and still short of the SLOs",
+              rec.at_target.ttft.p90 * 1e3, rec.at_target.tpot.p90 * 1e3, rec.target_rate));
+    }
+  }
+}
+
+}  // namespace tandem::router
