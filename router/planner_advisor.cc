@@ -40,6 +40,13 @@ planner::Workload PlannerAdvisor::WorkloadOf(const WorkloadStats::Snapshot& s,
   return w;
 }
 
+void PlannerAdvisor::Publish(int prefill, int decode, bool feasible) {
+  if (metrics_ == nullptr) return;
+  if (metrics_->recommended_prefill != nullptr) metrics_->recommended_prefill->Set(prefill);
+  metrics_->recommended_decode->Set(decode);
+  metrics_->feasible->Set(feasible ? 1 : 0);
+}
+
 absl::StatusOr<PlannerAdvisor::Round> PlannerAdvisor::Update() {
   Round round;
   round.measured = stats_.Take(clock_.Now());
@@ -52,23 +59,15 @@ absl::StatusOr<PlannerAdvisor::Round> PlannerAdvisor::Update() {
   if (s.output_tokens.count < options_.min_requests || !(s.arrival_rate > 0)) {
     // Too little traffic to plan for: the smallest deployment of the shape, so the
     // autoscalers may scale down when it goes quiet (their other signals still scale up).
-    if (metrics_ != nullptr) {
-      if (metrics_->recommended_prefill != nullptr) metrics_->recommended_prefill->Set(1);
-      metrics_->recommended_decode->Set(1);
-      metrics_->feasible->Set(1);
-    }
+    Publish(1, 1, true);
     return round;
   }
   const planner::Workload w = WorkloadOf(s, options_.slo);
   absl::StatusOr<planner::Recommendation> r =
       planner::Recommend(options_.profile, w, s.arrival_rate, options_.recommend);
   if (!r.ok()) return r.status();
+  Publish(r->prefill_replicas, r->decode_replicas, r->feasible);
   if (metrics_ != nullptr) {
-    if (metrics_->recommended_prefill != nullptr) {
-      metrics_->recommended_prefill->Set(r->prefill_replicas);
-    }
-    metrics_->recommended_decode->Set(r->decode_replicas);
-    metrics_->feasible->Set(r->feasible ? 1 : 0);
     metrics_->predicted_ttft_p90->Set(r->at_target.ttft.p90);
     metrics_->predicted_tpot_p90->Set(r->at_target.tpot.p90);
   }

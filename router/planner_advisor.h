@@ -60,6 +60,8 @@ class PlannerAdvisor {
 
  private:
   void Loop();
+  // The recommended replicas per role (prefill ignored when colocated) and feasibility.
+  void Publish(int prefill, int decode, bool feasible);
 
   const PlannerAdvisorOptions options_;
   WorkloadStats& stats_;
