@@ -10,6 +10,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/kernels/cpu/gemm.h"
 #include "common/kernels/cpu/onednn_gemm.h"
 #include "common/util/file_util.h"
 #include "common/util/json_fields.h"
@@ -770,6 +771,9 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(const std::stri
     TANDEM_ASSIGN_OR_RETURN(w->lm_head, b.Product("lm_head.weight", c.vocab_size, c.hidden_size));
   }
   TANDEM_RETURN_IF_ERROR(b.CheckAllUsed());
+  if (options.device.kind == kernels::DeviceSpec::Kind::kCpu && !w->quantization.empty()) {
+    w->cpu_gemm_implementation = kernels::QuantKernelName(w->layers[0].q_proj);
+  }
   if (options.cpu_gemm != kernels::CpuGemm::kTandem) {
     Log(LogLevel::kInfo, "model",
         absl::StrCat("model.cpu_gemm: ", w->cpu_gemm,

@@ -107,7 +107,8 @@ class ModelWeights {
   // checkpoint such as "gptq-w4-g128-sym"); empty for float weights.
   std::string quantization;
   // model.cpu_gemm as chosen, and why ("tandem (auto: f32 weights; oneDNN ISA avx2)"); the
-  // oneDNN implementation its matrices run ("brg:avx512_core_amx_bf16"), empty without oneDNN.
+  // oneDNN implementation its matrices run ("brg:avx512_core_amx_bf16"), or for quantized
+  // weights on the CPU the kernels that multiply them (kernels::QuantKernelName); else empty.
   std::string cpu_gemm;
   std::string cpu_gemm_implementation;
   int64_t total_bytes = 0;       // bytes of all tensors used, as stored in the files

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 
 #include "common/kernels/kernel_types.h"
 #include "common/util/dtype.h"
@@ -30,6 +31,11 @@ int64_t MatrixBytes(const WeightMatrix& w);
 
 // Row `row` of `w`, in any layout, as f32 into out[0, w.cols) (quantized: dequantized).
 void ReadRow(const WeightMatrix& w, int64_t row, float* out);
+
+// Which kernels multiply quantized `w` on this CPU now, for people: "integer (AVX512-VNNI
+// vpdpbusd)" for int8 activations on the integer kernels, else "float (codes to f32 in
+// registers, AVX-512)" and the like. Empty for a matrix that is not quantized.
+std::string QuantKernelName(const WeightMatrix& w);
 
 // y[m, n] = sum_k x[m, k] * w[n, k] + (bias ? bias[n] : 0), for m in [0, M), n in [0, w.rows).
 // x is f32 [M, w.cols] with row stride `x_stride` floats; y is f32 [M, w.rows] with row stride

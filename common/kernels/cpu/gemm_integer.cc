@@ -627,6 +627,12 @@ BlockFn IntBlockFor(const WeightMatrix& w) {
   return IntBlockOf<Isa::kAvx2>(bits8, zero);
 }
 
+std::string IntKernelIsa(const WeightMatrix& w) {
+  if (use_vnni.load(std::memory_order_relaxed)) return "AVX512-VNNI vpdpbusd";
+  if (use_avx_vnni.load(std::memory_order_relaxed)) return "AVX-VNNI vpdpbusd";
+  return w.quant.bits == 8 ? "" : "AVX2 vpmaddubsw";  // (8 bits: IntSubBlock is 0)
+}
+
 PackedX PackXInt8(const float* x, int64_t x_stride, int64_t k, const RowGroups& groups,
                   const int32_t* order, int64_t block, int64_t sub, bool quads, ThreadPool& pool) {
   thread_local std::vector<int8_t> q;

@@ -486,6 +486,10 @@ BlockFn QuantBlockFor(const WeightMatrix& w) {
   return w.quant.has_zero ? &QuantBlock<4, true> : &QuantBlock<4, false>;
 }
 
+std::string QuantKernelIsa() {
+  return use_avx512_quant.load(std::memory_order_relaxed) ? "AVX-512" : "AVX2";
+}
+
 }  // namespace tiled
 
 bool UseAvx512QuantKernels(bool use) {

@@ -17,6 +17,7 @@
 #include <array>
 #include <atomic>
 #include <cmath>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -432,3 +433,17 @@ void GemmTiledMulti(const float* x, int64_t m, int64_t x_stride,
 }
 
 }  // namespace tandem::kernels::internal
+
+namespace tandem::kernels {
+
+std::string QuantKernelName(const WeightMatrix& w) {
+  if (w.layout != WeightLayout::kQuantPanels) return "";
+  if (w.quant.int8_activations && internal::tiled::IntSubBlock(w) > 0) {
+    return "integer (" + internal::tiled::IntKernelIsa(w) + ")";
+  }
+  // (with int8 activations here, x is rounded to int8 and back, and the float kernels run)
+  return "float (codes to f32 in registers, " + internal::tiled::QuantKernelIsa() +
+         (w.quant.int8_activations ? "; int8 activations rounded)" : ")");
+}
+
+}  // namespace tandem::kernels

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <string>
 
 #include "common/kernels/cpu/gemm_internal.h"
 #include "common/kernels/cpu/simd_util.h"
@@ -179,6 +180,10 @@ inline float RoundToInt8(const float* x, int64_t n, int8_t* q) {
 // rounded instead.
 int64_t IntSubBlock(const WeightMatrix& w);
 BlockFn IntBlockFor(const WeightMatrix& w);
+// The ISA and instruction of the integer kernels IntBlockFor(w) takes ("AVX-VNNI vpdpbusd").
+std::string IntKernelIsa(const WeightMatrix& w);
+// The ISA of the float kernels for quantized panels ("AVX-512" or "AVX2").
+std::string QuantKernelIsa();
 // Packs x, gathered through `order` (null: in order), rounded to int8 over each `block`
 // columns (0: the whole row), into the calling thread's buffers for the integer kernels.
 // Whether the integer kernels for w read x's codes as quads too (PackedX::quads).

@@ -424,6 +424,36 @@ TEST(QuantGemmTest, IntegerKernelsGiveTheSameBitsOnEveryIsa) {
   UseBestA8Path();
 }
 
+// QuantKernelName says which kernels each path runs, as model-inspect info reports them.
+TEST(QuantGemmTest, QuantKernelNameNamesThePath) {
+  ThreadPool pool(2);
+  const int64_t n = 32, k = 256;
+  const RandomQuantMatrix int4(QuantFormat{4, 32, false, true, 32}, n, k, 41, pool);
+  const RandomQuantMatrix int8(QuantFormat{8, -1, false, true}, n, k, 42, pool);
+  const RandomQuantMatrix float_x(QuantFormat{4, 32, false}, n, k, 43, pool);
+  const bool avx512 = internal::UseAvx512QuantKernels(true);
+  const std::string float_isa = avx512 ? "AVX-512" : "AVX2";
+  EXPECT_EQ(QuantKernelName(float_x.matrix()),
+            "float (codes to f32 in registers, " + float_isa + ")");
+  const std::map<A8Path, std::string> isa = {{A8Path::kVnni, "AVX512-VNNI vpdpbusd"},
+                                             {A8Path::kAvxVnni, "AVX-VNNI vpdpbusd"},
+                                             {A8Path::kAvx2Integer, "AVX2 vpmaddubsw"}};
+  const std::string rounded =
+      "float (codes to f32 in registers, " + float_isa + "; int8 activations rounded)";
+  for (A8Path path : kA8Paths) {
+    if (!UseA8Path(path)) continue;
+    SCOPED_TRACE(Name(path));
+    const bool integer = path != A8Path::kFloat;
+    EXPECT_EQ(QuantKernelName(int4.matrix()), integer ? "integer (" + isa.at(path) + ")" : rounded);
+    // Plain AVX2 runs 8-bit codes on the float kernels.
+    EXPECT_EQ(QuantKernelName(int8.matrix()),
+              integer && path != A8Path::kAvx2Integer ? "integer (" + isa.at(path) + ")" : rounded);
+  }
+  UseBestA8Path();
+  const RandomQuantMatrix odd_groups(QuantFormat{8, 4, false, true}, n, k, 44, pool);
+  EXPECT_EQ(QuantKernelName(odd_groups.matrix()), rounded);  // sub-blocks are 8 columns
+}
+
 TEST(QuantGemmTest, ReadRowDequantizes) {
   ThreadPool pool(2);
   for (const QuantFormat& f : kFormats) {

@@ -206,6 +206,9 @@ TEST(QuantizedModelTest, ClearErrors) {
       Model::Load(dir, pool, {.quantize = {4, 32, false}, .cpu_gemm = kernels::CpuGemm::kAuto});
   ASSERT_TRUE(automatic.ok()) << automatic.status();
   EXPECT_EQ((*automatic)->weights().cpu_gemm, "tandem (quantized weights)");
+  // model-inspect info names the kernels that multiply them (kernels::QuantKernelName).
+  EXPECT_THAT((*automatic)->weights().cpu_gemm_implementation,
+              HasSubstr("float (codes to f32 in registers"));
   EXPECT_EQ((*automatic)->weights().layers[0].q_proj.layout, kernels::WeightLayout::kQuantPanels);
 }
 
