@@ -30,8 +30,8 @@ struct QuantFormat {
   bool has_zero = false;
   // x is rounded to int8 before the product, dynamically: x' = round(x / s) * s with
   // s = max|x| / 127 over each `activation_block` columns of a row (0: the whole row, per token,
-  // as a W8A8 checkpoint defines it). Where the CPU has AVX512-VNNI or AVX-VNNI (and for 4-bit
-  // codes on AVX2) the product then runs on integers (see gemm_integer.cc).
+  // as a W8A8 checkpoint defines it). The product then runs on integers (see gemm_integer.cc),
+  // on AVX512-VNNI, AVX-VNNI or AVX2, whichever the CPU has first.
   bool int8_activations = false;
   int activation_block = 0;
 

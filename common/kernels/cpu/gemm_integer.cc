@@ -1,6 +1,6 @@
 // Integer kernels for quantized weights with int8 activations (QuantFormat::int8_activations),
-// on AVX512-VNNI and else on 256-bit vectors: 4-bit codes on AVX2 (Avx2MicroKernel, with
-// AVX-VNNI's vpdpbusd where the CPU has it), 8-bit codes on AVX-VNNI (Avx2Int8MicroKernel).
+// on AVX512-VNNI and else on 256-bit vectors: 4-bit codes in Avx2MicroKernel, 8-bit codes in
+// Avx2Int8MicroKernel, each with AVX-VNNI's vpdpbusd where the CPU has it, else on AVX2.
 // On AVX512-VNNI, vpdpbusd multiplies
 // 4 unsigned weight codes by 4 signed x codes and adds the products into a 32-bit lane, 64 products
 // per instruction where an f32 FMA does 16, and the codes need no conversion to floats. A lane is
@@ -32,6 +32,7 @@
 
 namespace tandem::kernels::internal {
 namespace tiled {
+
 namespace {
 
 #define TANDEM_VNNI \
@@ -200,6 +201,14 @@ inline __m256i DotQuads(__m256i acc, __m256i u8, __m256i s8) {
   return acc;
 }
 
+// acc plus the products of w's and x's signed bytes, four to each 32-bit lane, on plain AVX2:
+// vpmaddubsw multiplies |w| (unsigned) by x with w's sign, and with x's codes within +-127 a
+// pair sums to at most 2 * 128 * 127 = 32512, exact in 16 bits; vpmaddwd adds the pairs.
+inline __m256i DotQuadsSigned(__m256i acc, __m256i w, __m256i x) {
+  const __m256i pairs = _mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(x, w));
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+}
+
 // The start of a pass over half a panel's rows in the 256-bit kernels (Avx2MicroKernel,
 // Avx2Int8Rows): load the half's zero points, prefetch the next group's scales and zeros on the
 // first half, and clear the float sums.
@@ -331,7 +340,8 @@ void Avx2MicroKernel(const IntX& x, const void* panel, int64_t panel_stride, int
   }
 }
 
-// VnniMicroKernel for 8-bit codes on AVX-VNNI (vpdpbusd on 256-bit vectors), 8 rows per pass
+// VnniMicroKernel for 8-bit codes on AVX-VNNI (vpdpbusd on 256-bit vectors; without it, kVnni
+// false, the sign trick of DotQuadsSigned on the codes less 128), 8 rows per pass
 // as in Avx2MicroKernel. A unit's four 32-byte loads hold columns (0 | 1), (2 | 3), (4 | 5) and
 // (6 | 7) of 16 rows, a column to a 128-bit lane. vpunpcklbw of the first two pairs row r's
 // columns 0 and 2 in the low lane and 1 and 3 in the high one, for rows 0-7 (vpunpckhbw: rows
@@ -340,10 +350,10 @@ void Avx2MicroKernel(const IntX& x, const void* panel, int64_t panel_stride, int
 // 0-3 and 4-7, to meet x's codes (PackedX::quads: x0 x2 x4 x6 | x1 x3 x5 x7). The same sums
 // as the AVX-512 kernel, so a row gets the same bits; a pass sums rows 0-3 and 4-7 in two
 // vectors, folded into one at the end of each sub-block. Up to 4 rows of x at a time keep the
-// sums in registers (Avx2Int8MicroKernel). (Plain AVX2 has no exact integer product of 8-bit
-// codes denser than the float kernels' FMA: vpmaddubsw's pair sums overflow, and vpmaddwd
-// needs an add. Measured no faster, so 8-bit codes run the float kernels there.)
-template <bool kZero, bool kStream, int MR, int NP>
+// sums in registers (Avx2Int8MicroKernel). On plain AVX2 the codes less 128 (symmetric codes
+// are stored that way) multiply x's codes exactly (DotQuadsSigned), and 128 times the sum of
+// x's codes added back gives the same int32 sum as vpdpbusd's: the same bits again.
+template <bool kZero, bool kStream, bool kVnni, int MR, int NP>
 void Avx2Int8Rows(const IntX& x, const void* panel, int64_t panel_stride, int64_t kc,
                   const QuantBlockArgs& q, bool first, float* acc_out, int64_t acc_stride) {
   constexpr int64_t kStreamAhead = 2048;
@@ -383,7 +393,9 @@ void Avx2Int8Rows(const IntX& x, const void* panel, int64_t panel_stride, int64_
             const __m256i c45 = _mm256_loadu_si256(unit + 2), c67 = _mm256_loadu_si256(unit + 3);
             __m256i p = h == 0 ? _mm256_unpacklo_epi8(c01, c23) : _mm256_unpackhi_epi8(c01, c23);
             __m256i r = h == 0 ? _mm256_unpacklo_epi8(c45, c67) : _mm256_unpackhi_epi8(c45, c67);
-            if constexpr (!kZero) {  // stored as code - 128
+            // vpdpbusd takes the codes, the sign trick the codes less 128 (symmetric codes are
+            // stored that way).
+            if constexpr (kZero != kVnni) {
               p = _mm256_xor_si256(p, flip);
               r = _mm256_xor_si256(r, flip);
             }
@@ -391,8 +403,13 @@ void Avx2Int8Rows(const IntX& x, const void* panel, int64_t panel_stride, int64_
             TANDEM_UNROLL
             for (int i = 0; i < MR; ++i) {
               const __m256i xi = _mm256_load_si256(xq + i);
-              low[i][j] = DotQuads(low[i][j], q0, xi);
-              high[i][j] = DotQuads(high[i][j], q1, xi);
+              if constexpr (kVnni) {
+                low[i][j] = DotQuads(low[i][j], q0, xi);
+                high[i][j] = DotQuads(high[i][j], q1, xi);
+              } else {
+                low[i][j] = DotQuadsSigned(low[i][j], q0, xi);
+                high[i][j] = DotQuadsSigned(high[i][j], q1, xi);
+              }
             }
           }
         }
@@ -405,6 +422,7 @@ void Avx2Int8Rows(const IntX& x, const void* panel, int64_t panel_stride, int64_
           for (int j = 0; j < NP; ++j) {
             __m256i t = _mm256_add_epi32(_mm256_permute2x128_si256(low[i][j], high[i][j], 0x20),
                                          _mm256_permute2x128_si256(low[i][j], high[i][j], 0x31));
+            if constexpr (!kVnni) t = _mm256_add_epi32(t, _mm256_set1_epi32(128 * sum));
             facc[i][j] = AddScaledSum<kZero>(facc[i][j], t, zero[j], sum, 128, scale);
           }
         }
@@ -414,19 +432,19 @@ void Avx2Int8Rows(const IntX& x, const void* panel, int64_t panel_stride, int64_
   }
 }
 
-template <bool kZero, bool kStream, int MR, int NP>
+template <bool kZero, bool kStream, bool kVnni, int MR, int NP>
 void Avx2Int8MicroKernel(const IntX& x, const void* panel, int64_t panel_stride, int64_t kc,
                          const QuantBlockArgs& q, bool first, float* acc_out, int64_t acc_stride) {
   // 4 rows keep their sums in registers; 5 and 6 run as 4 + 1 and 4 + 2 (3 + 2 and 3 + 3
-  // measured no faster).
+  // measured no faster, with vpdpbusd or the sign trick).
   constexpr int kRows = MR <= 4 ? MR : 4;
-  Avx2Int8Rows<kZero, kStream, kRows, NP>(x, panel, panel_stride, kc, q, first, acc_out,
-                                          acc_stride);
+  Avx2Int8Rows<kZero, kStream, kVnni, kRows, NP>(x, panel, panel_stride, kc, q, first, acc_out,
+                                                 acc_stride);
   if constexpr (kRows < MR) {
     const IntX rest{x.q + kRows * kUnit, x.sums + kRows, x.scales + kRows, x.sub,
                     x.quads + kRows * 8};
-    Avx2Int8Rows<kZero, false, MR - kRows, NP>(rest, panel, panel_stride, kc, q, first,
-                                               acc_out + kRows * acc_stride, acc_stride);
+    Avx2Int8Rows<kZero, false, kVnni, MR - kRows, NP>(rest, panel, panel_stride, kc, q, first,
+                                                      acc_out + kRows * acc_stride, acc_stride);
   }
 }
 
@@ -447,8 +465,7 @@ constexpr IntKernelFn IntKernelOf() {
     if constexpr (kBits == 4) {
       return &Avx2MicroKernel<kZero, kStream, kVnni, MR, NP>;
     } else {
-      static_assert(kVnni);
-      return &Avx2Int8MicroKernel<kZero, kStream, MR, NP>;
+      return &Avx2Int8MicroKernel<kZero, kStream, kVnni, MR, NP>;
     }
   } else {
     return &VnniMicroKernel<kBits, kZero, kStream, MR, NP>;
@@ -598,7 +615,6 @@ void PackRow(const float* src, int64_t k, const int32_t* order, int64_t block, i
 int64_t IntSubBlock(const WeightMatrix& w) {
   if (!use_vnni.load(std::memory_order_relaxed)) {
     if (!use_avx2.load(std::memory_order_relaxed)) return 0;
-    if (w.quant.bits == 8 && !use_avx_vnni.load(std::memory_order_relaxed)) return 0;
   }
   const int64_t group = w.quant.group_size > 0 ? w.quant.group_size : w.cols;
   const int64_t sub = group == w.cols ? 32 : std::min<int64_t>(32, group);
@@ -613,9 +629,7 @@ bool IntWantsQuads(const WeightMatrix& w) {
 
 template <Isa kIsa>
 BlockFn IntBlockOf(bool bits8, bool zero) {
-  if constexpr (kIsa != Isa::kAvx2) {  // (8-bit codes run the float kernels on plain AVX2)
-    if (bits8) return zero ? &IntBlock<kIsa, 8, true> : &IntBlock<kIsa, 8, false>;
-  }
+  if (bits8) return zero ? &IntBlock<kIsa, 8, true> : &IntBlock<kIsa, 8, false>;
   return zero ? &IntBlock<kIsa, 4, true> : &IntBlock<kIsa, 4, false>;
 }
 
@@ -630,7 +644,7 @@ BlockFn IntBlockFor(const WeightMatrix& w) {
 std::string IntKernelIsa(const WeightMatrix& w) {
   if (use_vnni.load(std::memory_order_relaxed)) return "AVX512-VNNI vpdpbusd";
   if (use_avx_vnni.load(std::memory_order_relaxed)) return "AVX-VNNI vpdpbusd";
-  return w.quant.bits == 8 ? "" : "AVX2 vpmaddubsw";  // (8 bits: IntSubBlock is 0)
+  return w.quant.bits == 8 ? "AVX2 vpmaddubsw, sign trick" : "AVX2 vpmaddubsw";
 }
 
 PackedX PackXInt8(const float* x, int64_t x_stride, int64_t k, const RowGroups& groups,

@@ -37,8 +37,8 @@ void GemmTiledMulti(const float* x, int64_t m, int64_t x_stride,
 bool UseAvx512QuantKernels(bool use);
 
 // Quantized panels with int8 activations run integer kernels: AVX512-VNNI ones where the CPU
-// has AVX512-VNNI and VBMI, else 256-bit ones: for 4-bit codes on AVX2 (vpmaddubsw, or
-// vpdpbusd where the CPU has AVX-VNNI), for 8-bit codes on AVX-VNNI; all give the same bits.
+// has AVX512-VNNI and VBMI, else 256-bit ones on AVX2 (vpmaddubsw, or vpdpbusd where the CPU
+// has AVX-VNNI); all give the same bits.
 // Without them, the float kernels run on x rounded to int8 and back (the same products,
 // rounded differently). Each asks for its kernels or not and returns whether they are now used (the
 // AVX2 ones only where the AVX-512 ones are not; AVX-VNNI only in the AVX2 ones).

@@ -175,9 +175,8 @@ inline float RoundToInt8(const float* x, int64_t n, int8_t* q) {
 // The integer kernels (gemm_integer.cc), for formats with int8 activations. Each sub-block of a
 // row's columns sums exactly in int32 and is scaled by x's scale for it; the result is the
 // same at every M. IntSubBlock is the columns per sub-block for w, or 0 where the integer
-// kernels do not run it (the CPU has neither AVX512-VNNI with VBMI nor, for 4 bits, AVX2; they
-// are switched off; or w's groups are not multiples of 8 columns), and the float kernels run x
-// rounded instead.
+// kernels do not run it (they are switched off, or w's groups are not multiples of 8 columns),
+// and the float kernels run x rounded instead.
 int64_t IntSubBlock(const WeightMatrix& w);
 BlockFn IntBlockFor(const WeightMatrix& w);
 // The ISA and instruction of the integer kernels IntBlockFor(w) takes ("AVX-VNNI vpdpbusd").

@@ -406,10 +406,8 @@ TEST(QuantGemmTest, IntegerKernelsGiveTheSameBitsOnEveryIsa) {
         y[path].resize(m * n);
         Gemm(x.data(), m, k, w.matrix(), nullptr, y[path].data(), n, pool);
       }
-      // Plain AVX2 runs 8-bit codes on the float kernels; groups of 4 columns run them on
-      // every ISA (a sub-block is 8 columns).
-      std::vector<A8Path> integer = {A8Path::kVnni, A8Path::kAvxVnni};
-      if (f.bits == 4) integer.push_back(A8Path::kAvx2Integer);
+      // Groups of 4 columns run the float kernels on every ISA (a sub-block is 8 columns).
+      const std::vector<A8Path> integer = {A8Path::kVnni, A8Path::kAvxVnni, A8Path::kAvx2Integer};
       const std::vector<float>* first = nullptr;
       for (A8Path path : integer) {
         if (!y.contains(path)) continue;
@@ -437,7 +435,8 @@ TEST(QuantGemmTest, QuantKernelNameNamesThePath) {
             "float (codes to f32 in registers, " + float_isa + ")");
   const std::map<A8Path, std::string> isa = {{A8Path::kVnni, "AVX512-VNNI vpdpbusd"},
                                              {A8Path::kAvxVnni, "AVX-VNNI vpdpbusd"},
-                                             {A8Path::kAvx2Integer, "AVX2 vpmaddubsw"}};
+                                             {A8Path::kAvx2Integer, "AVX2 vpmaddubsw"},
+                                             {A8Path::kFloat, ""}};
   const std::string rounded =
       "float (codes to f32 in registers, " + float_isa + "; int8 activations rounded)";
   for (A8Path path : kA8Paths) {
@@ -445,9 +444,10 @@ TEST(QuantGemmTest, QuantKernelNameNamesThePath) {
     SCOPED_TRACE(Name(path));
     const bool integer = path != A8Path::kFloat;
     EXPECT_EQ(QuantKernelName(int4.matrix()), integer ? "integer (" + isa.at(path) + ")" : rounded);
-    // Plain AVX2 runs 8-bit codes on the float kernels.
-    EXPECT_EQ(QuantKernelName(int8.matrix()),
-              integer && path != A8Path::kAvx2Integer ? "integer (" + isa.at(path) + ")" : rounded);
+    // Plain AVX2 multiplies 8-bit codes less 128 by x's codes with their signs moved over.
+    const std::string int8_isa =
+        path == A8Path::kAvx2Integer ? "AVX2 vpmaddubsw, sign trick" : isa.at(path);
+    EXPECT_EQ(QuantKernelName(int8.matrix()), integer ? "integer (" + int8_isa + ")" : rounded);
   }
   UseBestA8Path();
   const RandomQuantMatrix odd_groups(QuantFormat{8, 4, false, true}, n, k, 44, pool);
