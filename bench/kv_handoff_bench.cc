@@ -100,22 +100,35 @@ double TimeMemcpy(const std::vector<store::BlockData>& blocks, std::vector<std::
   return Seconds(t0);
 }
 
-// Puts then gets every request's blocks under fresh hashes, so each put stores.
+// Puts then gets every request's blocks under fresh hashes, so each put stores. With
+// `reserve_ahead`, each request's space is reserved first, outside the timing, as a prefill
+// worker reserves it while its engine computes (cache_store.reserve_ahead): the put is then the
+// copy and one Commit.
 absl::StatusOr<Timing> TimeHandoff(store::CacheStoreClient& client,
                                    std::vector<store::BlockData>& blocks, size_t per_request,
-                                   uint64_t& next_hash) {
+                                   uint64_t& next_hash, bool reserve_ahead = false) {
   Timing t;
   for (size_t begin = 0; begin < blocks.size(); begin += per_request) {
     const size_t n = std::min(per_request, blocks.size() - begin);
     std::span<store::BlockData> request(blocks.data() + begin, n);
     std::vector<uint64_t> hashes;
-    for (auto& b : request) hashes.push_back(b.hash = next_hash++);
+    std::vector<store::BlockSize> sizes;
+    for (auto& b : request) {
+      hashes.push_back(b.hash = next_hash++);
+      sizes.push_back({b.hash, static_cast<int64_t>(b.bytes.size())});
+    }
+    std::unique_ptr<store::ShmClient::Reservation> reservation;
+    if (reserve_ahead) {
+      reservation = client.Reserve(sizes);
+      if (reservation == nullptr) return absl::InternalError("no reservation made ahead");
+    }
     auto t0 = Clock::now();
-    TANDEM_ASSIGN_OR_RETURN(store::PutResult put, client.Put(request));
+    TANDEM_ASSIGN_OR_RETURN(store::PutResult put, client.Put(request, reservation.get()));
     t.put += Seconds(t0);
     if (put.stored != static_cast<int>(n)) {
       return absl::InternalError(absl::StrCat("stored ", put.stored, " of ", n));
     }
+    if (reserve_ahead && !put.ahead) return absl::InternalError("the reservation went unused");
     t0 = Clock::now();
     TANDEM_ASSIGN_OR_RETURN(auto got, client.Get(hashes));
     t.get += Seconds(t0);
@@ -198,10 +211,12 @@ absl::Status RunBlockSize(const Options& o, int64_t block, std::vector<std::stri
   Row memcpy_row{"memcpy", {}, {}, {}};
   Row grpc_row{"gRPC stream", {}, {}, {}};
   Row shm_row{"shared memory", {}, {}, {}};
+  Row ahead_row{"shm, reserved", {}, {}, {}};
   Row tls_grpc_row{"gRPC, TLS", {}, {}, {}};
   Row tls_shm_row{"shm, TLS", {}, {}, {}};
-  // memcpy, stream, shared memory, then the TLS pair when there is one.
-  const int variants = shard_tls ? 5 : 3;
+  // memcpy, stream, shared memory, shared memory reserved ahead, then the TLS pair when there
+  // is one.
+  const int variants = shard_tls ? 6 : 4;
   // Two warm-up rounds write more than the arena holds, so every page of it has been faulted in
   // (by the shard and by the client's mapping), as in a long-running shard; then connections
   // and allocator caches are warm too.
@@ -213,12 +228,13 @@ absl::Status RunBlockSize(const Options& o, int64_t block, std::vector<std::stri
         if (rep >= 0) memcpy_row.both.push_back(bytes / s / 1e9);
         continue;
       }
-      if ((variant == 1 || variant == 3) && !o.stream) continue;
-      store::CacheStoreClient* clients[] = {nullptr, &grpc_client, &shm_client,
-                                            tls_grpc_client.get(), tls_shm_client.get()};
-      Row* rows[] = {nullptr, &grpc_row, &shm_row, &tls_grpc_row, &tls_shm_row};
-      TANDEM_ASSIGN_OR_RETURN(Timing t,
-                              TimeHandoff(*clients[variant], blocks, per_request, next_hash));
+      if ((variant == 1 || variant == 4) && !o.stream) continue;
+      store::CacheStoreClient* clients[] = {
+          nullptr,     &grpc_client,          &shm_client,
+          &shm_client, tls_grpc_client.get(), tls_shm_client.get()};
+      Row* rows[] = {nullptr, &grpc_row, &shm_row, &ahead_row, &tls_grpc_row, &tls_shm_row};
+      TANDEM_ASSIGN_OR_RETURN(Timing t, TimeHandoff(*clients[variant], blocks, per_request,
+                                                    next_hash, /*reserve_ahead=*/variant == 3));
       if (rep < 0) continue;
       Row& row = *rows[variant];
       row.put.push_back(bytes / t.put / 1e9);
@@ -242,7 +258,8 @@ absl::Status RunBlockSize(const Options& o, int64_t block, std::vector<std::stri
   const double base = Median(memcpy_row.both);
   const std::string name =
       block >= (1 << 20) ? absl::StrCat(block >> 20, " MiB") : absl::StrCat(block >> 10, " KiB");
-  for (const Row* row : {&memcpy_row, &grpc_row, &tls_grpc_row, &shm_row, &tls_shm_row}) {
+  for (const Row* row :
+       {&memcpy_row, &grpc_row, &tls_grpc_row, &shm_row, &ahead_row, &tls_shm_row}) {
     if (row->both.empty()) continue;
     auto cell = [base](const std::vector<double>& v) {
       if (v.empty()) return std::string("-");

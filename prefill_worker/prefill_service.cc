@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "common/engine/kv_handoff.h"
 #include "common/kv/block_hash.h"
 #include "common/rpc/engine_proto.h"
@@ -17,6 +18,12 @@ namespace tandem::prefill {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// The store space reserved for one request's blocks, filled in on an upload thread.
+struct Ahead {
+  absl::Notification done;
+  std::unique_ptr<store::StorePool::Reservation> reservation;
+};
 
 }  // namespace
 
@@ -79,51 +86,53 @@ class PrefillCall final : public grpc::ServerUnaryReactor {
     const uint64_t tenant_salt = request.cache_salt();
     const Clock::time_point start = Clock::now();
     std::vector<int32_t> prompt = r.prompt;
+    std::shared_ptr<Ahead> ahead = ReserveAhead(service_, prompt, tenant_salt);
     // The callbacks must not touch `this`: gRPC deletes the call once it is finished (a
     // cancelled call finishes before the engine reports the abort).
     PrefillService* service = &service_;
-    service_.loop_.Submit(std::move(r), [service, state = state_, prompt = std::move(prompt), start,
-                                         tenant_salt](const engine::RequestOutput& out,
-                                                      engine::Engine& engine) {
-      if (out.finish == engine::FinishReason::kNone) return;
-      if (out.finish == engine::FinishReason::kError) {
-        state->Finish(rpc::ToGrpcStatus(out.error), nullptr);
-        return;
-      }
-      if (out.finish == engine::FinishReason::kAbort || out.new_tokens.empty()) {
-        state->Finish(grpc::Status(grpc::StatusCode::CANCELLED, "prefill aborted"), nullptr);
-        return;
-      }
-      // On the loop thread, before the engine steps again: the blocks are still cached.
-      const uint64_t salt = kv::CombineCacheSalts(tenant_salt, engine.CacheSalt(prompt));
-      auto exported = engine::ExportPromptBlocks(engine, prompt, salt);
-      auto result = std::make_shared<tandem::v1::PrefillResponse>();
-      result->set_first_token(out.new_tokens.back());
-      if (!out.logprobs.empty()) {
-        rpc::ToProto(out.logprobs.back(), result->mutable_first_token_logprobs());
-      }
-      for (const model::TokenLogprobs& lp : out.prompt_logprobs) {
-        rpc::ToProto(lp, result->add_prompt_logprobs());
-      }
-      result->set_cached_prompt_tokens(out.cached_prompt_tokens);
-      // Time in this worker: waiting in the engine's queue, then computing.
-      const double here = std::chrono::duration<double>(Clock::now() - start).count();
-      result->set_queue_seconds(out.queue_seconds);
-      result->set_prefill_seconds(std::max(0.0, here - out.queue_seconds));
-      tandem::v1::KvHandle* kv = result->mutable_kv();
-      kv->set_model_id(engine.kv_cache().model_id());
-      kv->set_cache_salt(salt);
-      *kv->mutable_layout() = rpc::ToProto(engine.kv_cache().layout());
-      if (!exported.ok()) {
-        state->Finish(rpc::ToGrpcStatus(exported.status()), nullptr);
-        return;
-      }
-      MaybeCheckStability(*service, engine, prompt);  // queued before the response leaves
-      service->uploads_.Submit([service, state, result, blocks = std::move(*exported)]() mutable {
-        Upload(*service, std::move(blocks), *result);
-        state->Finish(grpc::Status::OK, result.get());
-      });
-    });
+    service_.loop_.Submit(
+        std::move(r), [service, state = state_, prompt = std::move(prompt), start, tenant_salt,
+                       ahead](const engine::RequestOutput& out, engine::Engine& engine) {
+          if (out.finish == engine::FinishReason::kNone) return;
+          if (out.finish == engine::FinishReason::kError) {
+            state->Finish(rpc::ToGrpcStatus(out.error), nullptr);
+            return;
+          }
+          if (out.finish == engine::FinishReason::kAbort || out.new_tokens.empty()) {
+            state->Finish(grpc::Status(grpc::StatusCode::CANCELLED, "prefill aborted"), nullptr);
+            return;
+          }
+          // On the loop thread, before the engine steps again: the blocks are still cached.
+          const uint64_t salt = kv::CombineCacheSalts(tenant_salt, engine.CacheSalt(prompt));
+          auto exported = engine::ExportPromptBlocks(engine, prompt, salt);
+          auto result = std::make_shared<tandem::v1::PrefillResponse>();
+          result->set_first_token(out.new_tokens.back());
+          if (!out.logprobs.empty()) {
+            rpc::ToProto(out.logprobs.back(), result->mutable_first_token_logprobs());
+          }
+          for (const model::TokenLogprobs& lp : out.prompt_logprobs) {
+            rpc::ToProto(lp, result->add_prompt_logprobs());
+          }
+          result->set_cached_prompt_tokens(out.cached_prompt_tokens);
+          // Time in this worker: waiting in the engine's queue, then computing.
+          const double here = std::chrono::duration<double>(Clock::now() - start).count();
+          result->set_queue_seconds(out.queue_seconds);
+          result->set_prefill_seconds(std::max(0.0, here - out.queue_seconds));
+          tandem::v1::KvHandle* kv = result->mutable_kv();
+          kv->set_model_id(engine.kv_cache().model_id());
+          kv->set_cache_salt(salt);
+          *kv->mutable_layout() = rpc::ToProto(engine.kv_cache().layout());
+          if (!exported.ok()) {
+            state->Finish(rpc::ToGrpcStatus(exported.status()), nullptr);
+            return;
+          }
+          MaybeCheckStability(*service, engine, prompt);  // queued before the response leaves
+          service->uploads_.Submit(
+              [service, state, result, ahead, blocks = std::move(*exported)]() mutable {
+                Upload(*service, std::move(blocks), ahead.get(), *result);
+                state->Finish(grpc::Status::OK, result.get());
+              });
+        });
   }
 
   // The monitor's sample: requests n where floor(n * rate) steps up, so any rate is met exactly
@@ -159,15 +168,42 @@ class PrefillCall final : public grpc::ServerUnaryReactor {
     });
   }
 
+  // With reserve_ahead, reserves the store space of the prompt's blocks on an upload thread, to
+  // overlap the engine's compute; null without.
+  static std::shared_ptr<Ahead> ReserveAhead(PrefillService& service,
+                                             const std::vector<int32_t>& prompt,
+                                             uint64_t tenant_salt) {
+    const std::optional<engine::ExportPlan>& plan = service.reserve_ahead_;
+    if (!plan.has_value() || plan->block_bytes() <= 0) return nullptr;
+    std::vector<store::BlockSize> blocks;
+    for (kv::BlockHash hash : plan->Hashes(prompt, tenant_salt)) {
+      blocks.push_back({hash, plan->block_bytes()});
+    }
+    if (blocks.empty()) return nullptr;
+    auto ahead = std::make_shared<Ahead>();
+    // Queued ahead of the request's upload (the queue runs tasks in order), which waits for it.
+    service.uploads_.Submit([&service, ahead, blocks = std::move(blocks)] {
+      ahead->reservation = service.store_.Reserve(blocks);
+      ahead->done.Notify();
+    });
+    return ahead;
+  }
+
   // Writes the blocks to the store and lists, in the handle, the prefix that got stored (decode
   // could not use a block after a missing one).
   static void Upload(PrefillService& service, std::vector<engine::ExportedBlock> exported,
-                     tandem::v1::PrefillResponse& result) {
+                     Ahead* ahead, tandem::v1::PrefillResponse& result) {
     std::vector<store::BlockData> blocks;
     blocks.reserve(exported.size());
     for (auto& b : exported) blocks.push_back({b.hash, std::move(b.bytes)});
     const Clock::time_point start = Clock::now();
-    const store::StorePool::PutReport report = service.store_.Put(blocks);
+    // The reservation's task was queued first and is done or running: its RPCs have deadlines.
+    if (ahead != nullptr) ahead->done.WaitForNotification();
+    store::StorePool::Reservation* reservation =
+        ahead != nullptr ? ahead->reservation.get() : nullptr;
+    const store::StorePool::PutReport report = service.store_.Put(blocks, reservation);
+    ++service.uploads_done_;
+    if (report.ahead > 0) ++service.reserved_uploads_;
     if (service.on_transfer_) {
       service.on_transfer_(std::chrono::duration<double>(Clock::now() - start).count());
     }
@@ -194,7 +230,8 @@ PrefillService::PrefillService(engine::EngineLoop& loop, store::StorePool& store
       on_transfer_(options.on_transfer),
       authorizer_(*options.authorizer),
       stability_sample_rate_(options.stability_sample_rate),
-      on_stability_(options.on_stability) {}
+      on_stability_(options.on_stability),
+      reserve_ahead_(options.reserve_ahead) {}
 
 grpc::ServerUnaryReactor* PrefillService::Prefill(grpc::CallbackServerContext* context,
                                                   const tandem::v1::PrefillRequest* request,

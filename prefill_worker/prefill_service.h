@@ -10,10 +10,12 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "common/engine/engine_loop.h"
+#include "common/engine/kv_handoff.h"
 #include "common/model/pruning_check.h"
 #include "common/rpc/worker_agent.h"
 #include "common/security/authorizer.h"
@@ -37,6 +39,12 @@ struct PrefillServiceOptions {
   std::function<void(const std::vector<model::LayerSimilarity>&)> on_stability;
   // Which roles may call the service; must outlive it.
   const security::Authorizer* authorizer = &security::Authorizer::Open();
+  // The engine's ExportPlan (taken before the loop owns it). With it, each prompt's blocks get
+  // their store space reserved as the request is admitted, on the upload threads while the
+  // engine computes (StorePool::Reserve), so the upload after prefill costs one round trip per
+  // shard (Commit) instead of three (Exists, Reserve, Commit). Without it, or where the sizes
+  // are not known ahead (a mixed-precision cache), the upload does it all.
+  std::optional<engine::ExportPlan> reserve_ahead;
 };
 
 // Longest prompt the stability monitor samples.
@@ -54,6 +62,10 @@ class PrefillService final : public tandem::v1::PrefillWorker::CallbackService,
                                     tandem::v1::PrefillResponse* response) override;
 
   int64_t kv_bytes() const override { return kv_bytes_.load(); }  // uploaded to the store
+  // Uploads that went through a reservation made ahead (reserve_ahead) on some shard, and all
+  // uploads.
+  int64_t reserved_uploads() const { return reserved_uploads_.load(); }
+  int64_t uploads() const { return uploads_done_.load(); }
 
  private:
   friend class PrefillCall;
@@ -64,9 +76,12 @@ class PrefillService final : public tandem::v1::PrefillWorker::CallbackService,
   const security::Authorizer& authorizer_;
   const double stability_sample_rate_;
   const std::function<void(const std::vector<model::LayerSimilarity>&)> on_stability_;
+  const std::optional<engine::ExportPlan> reserve_ahead_;
   std::atomic<int64_t> prefilled_{0};  // requests that reached their first token
   std::atomic<int64_t> next_id_{1};
   std::atomic<int64_t> kv_bytes_{0};
+  std::atomic<int64_t> reserved_uploads_{0};
+  std::atomic<int64_t> uploads_done_{0};
 };
 
 }  // namespace tandem::prefill

@@ -49,6 +49,7 @@ PrefillWorker::PrefillWorker(engine::EngineLoop& loop, store::StorePool& store,
   PrefillServiceOptions service;
   service.on_transfer = [h = metrics_.kv_transfer_time](double s) { h->Observe(s); };
   service.authorizer = options.authorizer;
+  service.reserve_ahead = options.reserve_ahead;
   if (!pruned.empty()) {
     service.stability_sample_rate = options.stability_sample_rate;
     service.on_stability = StabilityReporter(metrics, pruned, options.stability_alert_below);

@@ -21,6 +21,9 @@ struct PrefillWorkerOptions {
   std::vector<uint8_t> pruned_layers;
   double stability_sample_rate = 0;  // POP's monitor (kv_cache_optimization.monitor)
   double stability_alert_below = 0.9;
+  // The engine's ExportPlan: reserve each prompt's store space while it computes
+  // (PrefillServiceOptions::reserve_ahead).
+  std::optional<engine::ExportPlan> reserve_ahead;
   // Which roles may call the service; must outlive it.
   const security::Authorizer* authorizer = &security::Authorizer::Open();
 };

@@ -373,6 +373,9 @@ std::vector<Field> MakeSchema() {
             "block memory per shard (LRU beyond it)"),
       Bool("cache_store.shared_memory", TANDEM_CONFIG_REF(cache_store.shared_memory),
            "hand blocks to co-located processes through shared memory"),
+      Bool("cache_store.reserve_ahead", TANDEM_CONFIG_REF(cache_store.reserve_ahead),
+           "prefill workers reserve a prompt's shared-memory space in the store while they "
+           "compute it, so the upload after prefill is one round trip per shard"),
       Bytes("cache_store.chunk_bytes", TANDEM_CONFIG_REF(cache_store.chunk_bytes), 4096,
             "size of a streamed Put/Get chunk"),
       Str("metrics.listen", TANDEM_CONFIG_REF(metrics.listen), {},

@@ -86,6 +86,7 @@ class Engine {
   int NumWaiting() const { return static_cast<int>(waiting_.size()); }
   kv::KvCacheStats KvStats() const { return kv_->Stats(); }
   kv::KvCacheManager& kv_cache() { return *kv_; }
+  const kv::KvCacheManager& kv_cache() const { return *kv_; }
   model::Model& model() { return model_; }
   const EngineOptions& options() const { return options_; }
   // The cache salt AddRequest gives a request for `prompt` that arrives without one (0 unless

@@ -11,6 +11,26 @@ std::vector<kv::BlockHash> PromptBlockHashes(Engine& engine, std::span<const int
   return kv::HashPrefixBlocks(kv.model_hash(), prompt, kv.layout().block_size, cache_salt);
 }
 
+ExportPlan ExportPlan::Of(const Engine& engine) {
+  const kv::KvCacheManager& kv = engine.kv_cache();
+  ExportPlan plan;
+  plan.model_hash_ = kv.model_hash();
+  plan.block_size_ = kv.layout().block_size;
+  if (engine.options().pruning.enabled) plan.pruning_ = engine.options().pruning.settings;
+  if (!kv.mixed()) {
+    plan.block_bytes_ = static_cast<int64_t>(
+        kv::ExportedBytes(kv::DescriptorOf(kv), kv.layout().BlockBytes(), /*blocks=*/1));
+  }
+  return plan;
+}
+
+std::vector<kv::BlockHash> ExportPlan::Hashes(std::span<const int32_t> prompt,
+                                              uint64_t request_salt) const {
+  const uint64_t salt = kv::CombineCacheSalts(
+      request_salt, pruning_.has_value() ? PruningCacheSalt(*pruning_, prompt) : 0);
+  return kv::HashPrefixBlocks(model_hash_, prompt, block_size_, salt);
+}
+
 absl::StatusOr<std::vector<ExportedBlock>> ExportPromptBlocks(Engine& engine,
                                                               std::span<const int32_t> prompt,
                                                               uint64_t cache_salt) {

@@ -28,6 +28,26 @@ struct ExportedBlock {
   std::string bytes;  // one block in the kv_transfer format
 };
 
+// What ExportPromptBlocks will give for a prompt, known before the prompt is computed and
+// computable on any thread: the blocks' hashes and the bytes of each. A prefill worker reserves
+// the blocks' space in the cache store with it while the engine computes (PrefillService). Taken
+// from the engine on its thread (Of); a copy of immutable facts after that.
+class ExportPlan {
+ public:
+  static ExportPlan Of(const Engine& engine);
+
+  // The full blocks' hashes under the request's own cache salt, as ExportPromptBlocks keys them.
+  std::vector<kv::BlockHash> Hashes(std::span<const int32_t> prompt, uint64_t request_salt) const;
+  // The bytes of each exported block; 0 where they vary by block (a mixed-precision cache).
+  int64_t block_bytes() const { return block_bytes_; }
+
+ private:
+  uint64_t model_hash_ = 0;
+  int block_size_ = 0;
+  std::optional<model::PruningSettings> pruning_;  // the engine prunes (Engine::CacheSalt)
+  int64_t block_bytes_ = 0;
+};
+
 // The chained hashes of the full blocks of `prompt` in this engine's cache (model and block
 // size, from the request's cache salt), which is also the key list of the KV handle.
 std::vector<kv::BlockHash> PromptBlockHashes(Engine& engine, std::span<const int32_t> prompt,

@@ -159,6 +159,13 @@ KvDescriptor DescriptorOf(const KvCacheManager& manager) {
       .model_id = manager.model_id(), .layout = manager.layout(), .mixed = manager.mixed()};
 }
 
+size_t ExportedBytes(const KvDescriptor& desc, size_t block_bytes, size_t blocks) {
+  // magic, version, the model id and its length, dtype, 4 geometry fields, block bytes, count;
+  // per block its hash and bytes; the checksum.
+  return 4 + 4 + 4 + desc.model_id.size() + 4 + 4 * 4 + 8 + 8 + blocks * (8 + block_bytes) +
+         kChecksumBytes;
+}
+
 absl::StatusOr<std::string> ExportBlocks(KvCacheManager& manager,
                                          std::span<const int32_t> block_ids,
                                          std::span<const BlockHash> hashes) {
@@ -178,7 +185,7 @@ absl::StatusOr<std::string> ExportBlocks(KvCacheManager& manager,
   const size_t block_bytes = l.BlockBytes();
   std::vector<uint8_t> scratch;  // a block in device memory, copied out
   std::string out;
-  out.reserve(64 + desc.model_id.size() + block_ids.size() * (8 + block_bytes) + kChecksumBytes);
+  out.reserve(ExportedBytes(desc, block_bytes, block_ids.size()));
   out.append(kKvTransferMagic, 4);
   PutU32(out, kKvTransferVersion);
   PutU32(out, static_cast<uint32_t>(desc.model_id.size()));

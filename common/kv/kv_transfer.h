@@ -43,6 +43,9 @@ inline constexpr uint32_t kMixedKvFlag = 0x100;
 // descriptor. In a mixed cache the blocks travel in the first one's dtype (one block per call
 // keeps each block's own). InvalidArgument if the spans differ in length or an id is out of range,
 // FailedPrecondition if a block is free.
+// The bytes ExportBlocks writes for `blocks` blocks of `block_bytes` each under `desc`.
+size_t ExportedBytes(const KvDescriptor& desc, size_t block_bytes, size_t blocks);
+
 absl::StatusOr<std::string> ExportBlocks(KvCacheManager& manager,
                                          std::span<const int32_t> block_ids,
                                          std::span<const BlockHash> hashes);

@@ -11,9 +11,17 @@ struct BlockData {
   std::string bytes;
 };
 
+// A block known by its hash and size before its bytes are (StorePool::Reserve).
+struct BlockSize {
+  uint64_t hash = 0;
+  int64_t bytes = 0;
+};
+
 struct PutResult {
   int stored = 0;
-  int skipped = 0;  // already held by the shard
+  int skipped = 0;     // already held by the shard
+  int64_t bytes = 0;   // block bytes sent
+  bool ahead = false;  // through a reservation made ahead (one round trip)
 };
 
 }  // namespace tandem::store

@@ -36,16 +36,28 @@ void CacheStoreClient::SetDeadline(grpc::ClientContext& context) const {
   context.set_deadline(std::chrono::system_clock::now() + timeout_);
 }
 
-absl::StatusOr<PutResult> CacheStoreClient::Put(std::span<const BlockData> blocks) {
+absl::StatusOr<PutResult> CacheStoreClient::Put(std::span<const BlockData> blocks,
+                                                ShmClient::Reservation* reservation) {
   for (const BlockData& block : blocks) {
     if (block.bytes.empty()) {
       return absl::InvalidArgumentError(absl::StrCat("block ", block.hash, " is empty"));
     }
   }
+  if (shm_ != nullptr && reservation != nullptr) {
+    if (auto result = shm_->PutReserved(*reservation, blocks)) return *std::move(result);
+  }
   if (shm_ != nullptr) {
     if (auto result = shm_->Put(blocks)) return *std::move(result);
   }
   return StreamPut(blocks);
+}
+
+std::unique_ptr<ShmClient::Reservation> CacheStoreClient::Reserve(
+    std::span<const BlockSize> blocks) {
+  for (const BlockSize& block : blocks) {
+    if (block.bytes <= 0) return nullptr;  // Put refuses it
+  }
+  return shm_ != nullptr ? shm_->Reserve(blocks) : nullptr;
 }
 
 absl::StatusOr<PutResult> CacheStoreClient::StreamPut(std::span<const BlockData> blocks) {
@@ -71,7 +83,9 @@ absl::StatusOr<PutResult> CacheStoreClient::StreamPut(std::span<const BlockData>
   }
   writer->WritesDone();
   TANDEM_RETURN_IF_ERROR(rpc::FromGrpcStatus(writer->Finish()));
-  return PutResult{.stored = response.stored(), .skipped = response.skipped()};
+  int64_t bytes = 0;
+  for (const BlockData& block : blocks) bytes += static_cast<int64_t>(block.bytes.size());
+  return PutResult{.stored = response.stored(), .skipped = response.skipped(), .bytes = bytes};
 }
 
 absl::StatusOr<std::vector<std::optional<std::string>>> CacheStoreClient::Get(

@@ -36,7 +36,13 @@ class CacheStoreClient {
                    int64_t chunk_bytes = 1 << 20,
                    std::chrono::milliseconds timeout = std::chrono::seconds(30));
 
-  absl::StatusOr<PutResult> Put(std::span<const BlockData> blocks);
+  // With a `reservation` (Reserve) that fits the blocks, one round trip through shared memory;
+  // otherwise as without.
+  absl::StatusOr<PutResult> Put(std::span<const BlockData> blocks,
+                                ShmClient::Reservation* reservation = nullptr);
+  // Space reserved now for blocks put later (ShmClient::Reserve); null unless the shared-memory
+  // path is available.
+  std::unique_ptr<ShmClient::Reservation> Reserve(std::span<const BlockSize> blocks);
   // One entry per hash, in order; nullopt for a block the shard does not hold. A block whose
   // bytes do not match its checksum is DataLoss.
   absl::StatusOr<std::vector<std::optional<std::string>>> Get(std::span<const uint64_t> hashes);

@@ -124,6 +124,7 @@ std::optional<absl::StatusOr<PutResult>> ShmClient::Put(std::span<const BlockDat
     if (!r.ok()) return Failed<PutResult>(mapping, r.status());
     total.stored += r->stored;
     total.skipped += r->skipped;
+    total.bytes += r->bytes;
     begin = end;
   }
   return total;
@@ -131,59 +132,77 @@ std::optional<absl::StatusOr<PutResult>> ShmClient::Put(std::span<const BlockDat
 
 absl::StatusOr<PutResult> ShmClient::PutBatch(const ShmMapping& mapping,
                                               std::span<const BlockData> blocks) {
+  std::vector<BlockSize> sizes;
+  sizes.reserve(blocks.size());
+  for (const BlockData& b : blocks) sizes.push_back({b.hash, static_cast<int64_t>(b.bytes.size())});
+  TANDEM_ASSIGN_OR_RETURN(const Reserved reserved, ReserveBatch(mapping, sizes));
+  return CommitBatch(mapping, reserved, blocks);
+}
+
+absl::StatusOr<ShmClient::Reserved> ShmClient::ReserveBatch(const ShmMapping& mapping,
+                                                            std::span<const BlockSize> blocks) {
   tandem::v1::ReserveShmRequest request;
   request.set_instance_id(mapping.instance_id());
   request.set_model_id(model_id_);
-  for (const BlockData& b : blocks) {
+  for (const BlockSize& b : blocks) {
     tandem::v1::ShmBlockSize* size = request.add_blocks();
     size->set_block_hash(b.hash);
-    size->set_block_bytes(static_cast<int64_t>(b.bytes.size()));
+    size->set_block_bytes(b.bytes);
   }
-  tandem::v1::ReserveShmResponse reserved;
-  const Clock::time_point sent = Clock::now();
+  tandem::v1::ReserveShmResponse response;
+  Reserved reserved;
+  reserved.sent = Clock::now();
   {
     grpc::ClientContext context;
     SetDeadline(context);
-    TANDEM_RETURN_IF_ERROR(rpc::FromGrpcStatus(stub_.ReserveShm(&context, request, &reserved)));
+    TANDEM_RETURN_IF_ERROR(rpc::FromGrpcStatus(stub_.ReserveShm(&context, request, &response)));
   }
-  // Check the whole answer before writing a byte.
-  PutResult result;
+  // Check the whole answer before anyone writes a byte.
   absl::Status bad;
-  std::vector<std::span<uint8_t>> regions(blocks.size());
-  if (reserved.reservations_size() != static_cast<int>(blocks.size())) {
+  reserved.regions.resize(blocks.size());
+  if (response.reservations_size() != static_cast<int>(blocks.size())) {
     bad = BadReply("reservations for the wrong number of blocks");
   }
   for (size_t i = 0; bad.ok() && i < blocks.size(); ++i) {
-    const tandem::v1::ShmReservation& r = reserved.reservations(static_cast<int>(i));
+    const tandem::v1::ShmReservation& r = response.reservations(static_cast<int>(i));
     if (r.block_hash() != blocks[i].hash) {
       bad = BadReply("reservations out of order");
     } else if (!r.reserved()) {
-      ++result.skipped;
-    } else if (auto region = mapping.Region(r.offset(), blocks[i].bytes.size()); region.ok()) {
-      regions[i] = *region;
+      ++reserved.skipped;
+    } else if (auto region = mapping.Region(r.offset(), blocks[i].bytes); region.ok()) {
+      reserved.regions[i] = *region;
+      reserved.bytes += blocks[i].bytes;
     } else {
       bad = BadReply(region.status().message());
     }
   }
-  const bool any = result.skipped < static_cast<int>(blocks.size());
-  if (bad.ok() && any && reserved.lease_id() == 0) bad = BadReply("reservations without a lease");
+  const bool any = reserved.skipped < static_cast<int>(blocks.size());
+  if (bad.ok() && any && response.lease_id() == 0) bad = BadReply("reservations without a lease");
   if (!bad.ok()) {
-    if (reserved.lease_id() != 0) Release(mapping, reserved.lease_id());
+    if (response.lease_id() != 0) Release(mapping, response.lease_id());
     return bad;
   }
-  if (!any) return result;
+  reserved.lease_id = any ? response.lease_id() : 0;
+  return reserved;
+}
+
+absl::StatusOr<PutResult> ShmClient::CommitBatch(const ShmMapping& mapping,
+                                                 const Reserved& reserved,
+                                                 std::span<const BlockData> blocks) {
+  PutResult result{.skipped = reserved.skipped, .bytes = reserved.bytes};
+  if (reserved.lease_id == 0) return result;
   // The lease began after `sent`. A client this late (stalled, swapped out) must not write into
   // space the shard may already have handed to someone else.
-  if (!LeaseHeld(sent)) {
-    Release(mapping, reserved.lease_id());
+  if (!LeaseHeld(reserved.sent)) {
+    Release(mapping, reserved.lease_id);
     return absl::DeadlineExceededError("cache store shared memory: reservation too old to use");
   }
   tandem::v1::CommitShmRequest commit;
   commit.set_instance_id(mapping.instance_id());
-  commit.set_lease_id(reserved.lease_id());
+  commit.set_lease_id(reserved.lease_id);
   for (size_t i = 0; i < blocks.size(); ++i) {
-    if (regions[i].empty()) continue;
-    commit.add_checksums(CopyWithChecksum64(regions[i], Bytes(blocks[i].bytes)));
+    if (reserved.regions[i].empty()) continue;
+    commit.add_checksums(CopyWithChecksum64(reserved.regions[i], Bytes(blocks[i].bytes)));
   }
   grpc::ClientContext context;
   SetDeadline(context);
@@ -191,6 +210,48 @@ absl::StatusOr<PutResult> ShmClient::PutBatch(const ShmMapping& mapping,
   TANDEM_RETURN_IF_ERROR(rpc::FromGrpcStatus(stub_.CommitShm(&context, commit, &committed)));
   result.stored = committed.stored();
   return result;
+}
+
+std::unique_ptr<ShmClient::Reservation> ShmClient::Reserve(std::span<const BlockSize> blocks) {
+  Mapping mapping = Attach();
+  if (mapping == nullptr || blocks.empty() || blocks.size() > kMaxBatchBlocks) return nullptr;
+  int64_t bytes = 0;
+  for (const BlockSize& b : blocks) bytes += b.bytes;
+  if (bytes > std::min(kMaxBatchBytes, mapping->size() / 4)) return nullptr;
+  absl::StatusOr<Reserved> reserved = ReserveBatch(*mapping, blocks);
+  if (!reserved.ok()) {
+    if (ArenaGone(reserved.status())) Detach(mapping);
+    return nullptr;
+  }
+  return std::unique_ptr<Reservation>(
+      new Reservation(*this, std::move(mapping), blocks, *std::move(reserved)));
+}
+
+std::optional<absl::StatusOr<PutResult>> ShmClient::PutReserved(Reservation& reservation,
+                                                                std::span<const BlockData> blocks) {
+  if (reservation.used_) return std::nullopt;
+  const Reserved& reserved = reservation.reserved_;
+  bool fits = blocks.size() == reservation.blocks_.size();
+  for (size_t i = 0; fits && i < blocks.size(); ++i) {
+    fits = blocks[i].hash == reservation.blocks_[i].hash &&
+           static_cast<int64_t>(blocks[i].bytes.size()) == reservation.blocks_[i].bytes;
+  }
+  if (!fits || (reserved.lease_id != 0 && !LeaseHeld(reserved.sent))) {
+    reservation.Release();
+    return std::nullopt;
+  }
+  reservation.used_ = true;
+  absl::StatusOr<PutResult> result = CommitBatch(*reservation.mapping_, reserved, blocks);
+  if (!result.ok()) return Failed<PutResult>(reservation.mapping_, result.status());
+  result->ahead = true;
+  return result;
+}
+
+ShmClient::Reservation::~Reservation() { Release(); }
+
+void ShmClient::Reservation::Release() {
+  if (std::exchange(used_, true) || reserved_.lease_id == 0) return;
+  client_.Release(*mapping_, reserved_.lease_id);
 }
 
 std::optional<absl::StatusOr<std::vector<std::optional<std::string>>>> ShmClient::Get(

@@ -39,11 +39,34 @@ class ShmClient {
   std::optional<absl::StatusOr<std::vector<std::optional<std::string>>>> Get(
       std::span<const uint64_t> hashes);
 
+  // Space for blocks reserved before their bytes exist, so that a put costs one round trip
+  // (Commit) when they do. Destroying it unused releases the space. Must not outlive the client.
+  class Reservation;
+  // nullptr when the fast path is not available now or the blocks are more than one reservation
+  // takes: the caller puts them the usual way later. Blocks the shard holds already are left out
+  // (and count as skipped when put).
+  std::unique_ptr<Reservation> Reserve(std::span<const BlockSize> blocks);
+  // Copies `blocks` into the reservation's space and commits them. nullopt when they are not the
+  // reserved blocks (other hashes or sizes), the reservation has grown too old to use, or the
+  // fast path went away: the caller puts them the usual way. A reservation serves one put.
+  std::optional<absl::StatusOr<PutResult>> PutReserved(Reservation& reservation,
+                                                       std::span<const BlockData> blocks);
+
   bool attached() const;
 
  private:
   using Clock = std::chrono::steady_clock;
   using Mapping = std::shared_ptr<const ShmMapping>;
+
+  // A batch's answer to ReserveShm: each block's region in the arena (empty: the shard holds
+  // the block already) under one lease (0: none needed).
+  struct Reserved {
+    uint64_t lease_id = 0;
+    Clock::time_point sent;  // when the request left
+    std::vector<std::span<uint8_t>> regions;
+    int skipped = 0;
+    int64_t bytes = 0;  // of the reserved regions
+  };
 
   Mapping Attach();  // nullptr when the fast path is unavailable
   void Detach(const Mapping& mapping);
@@ -53,6 +76,11 @@ class ShmClient {
   std::optional<absl::StatusOr<T>> Failed(const Mapping& mapping, const absl::Status& status);
 
   absl::StatusOr<PutResult> PutBatch(const ShmMapping& mapping, std::span<const BlockData> blocks);
+  absl::StatusOr<Reserved> ReserveBatch(const ShmMapping& mapping,
+                                        std::span<const BlockSize> blocks);
+  // Copies the blocks into `reserved`'s regions and commits them (one round trip).
+  absl::StatusOr<PutResult> CommitBatch(const ShmMapping& mapping, const Reserved& reserved,
+                                        std::span<const BlockData> blocks);
   absl::Status GetBatch(const ShmMapping& mapping, std::span<const uint64_t> hashes,
                         std::span<std::optional<std::string>> out);
   // Ends a lease without waiting for the answer; if the call fails, the shard expires it.
@@ -73,6 +101,33 @@ class ShmClient {
   // Releases sent and not yet answered (their callbacks may outlive a call, not the client).
   absl::Mutex releases_mu_;
   int releases_in_flight_ ABSL_GUARDED_BY(releases_mu_) = 0;
+};
+
+class ShmClient::Reservation {
+ public:
+  ~Reservation();
+  Reservation(const Reservation&) = delete;
+  Reservation& operator=(const Reservation&) = delete;
+
+  // Bytes of the blocks the shard made room for (not those it held already).
+  int64_t reserved_bytes() const { return reserved_.bytes; }
+
+ private:
+  friend class ShmClient;
+  Reservation(ShmClient& client, Mapping mapping, std::span<const BlockSize> blocks,
+              Reserved reserved)
+      : client_(client),
+        mapping_(std::move(mapping)),
+        blocks_(blocks.begin(), blocks.end()),
+        reserved_(std::move(reserved)) {}
+  // Ends the lease unless it was committed or released already.
+  void Release();
+
+  ShmClient& client_;
+  const Mapping mapping_;
+  const std::vector<BlockSize> blocks_;
+  Reserved reserved_;
+  bool used_ = false;
 };
 
 }  // namespace tandem::store

@@ -22,37 +22,68 @@ StorePool::StorePool(std::vector<std::string> shard_addresses, std::string model
   }
 }
 
-StorePool::PutReport StorePool::Put(std::span<const BlockData> blocks) {
+int64_t StorePool::Reservation::reserved_bytes() const {
+  int64_t bytes = 0;
+  for (const auto& r : by_shard_) bytes += r != nullptr ? r->reserved_bytes() : 0;
+  return bytes;
+}
+
+std::vector<std::vector<size_t>> StorePool::ByShard(size_t n,
+                                                    const std::function<uint64_t(size_t)>& hash) {
+  std::vector<std::vector<size_t>> by_shard(clients_.size());
+  for (size_t i = 0; i < n; ++i) by_shard[ring_.ShardFor(hash(i))].push_back(i);
+  return by_shard;
+}
+
+std::unique_ptr<StorePool::Reservation> StorePool::Reserve(std::span<const BlockSize> blocks) {
+  auto reservation = std::make_unique<Reservation>();
+  reservation->by_shard_.resize(clients_.size());
+  const auto by_shard = ByShard(blocks.size(), [&](size_t i) { return blocks[i].hash; });
+  for (size_t s = 0; s < by_shard.size(); ++s) {
+    if (by_shard[s].empty()) continue;
+    std::vector<BlockSize> shard_blocks;
+    for (size_t i : by_shard[s]) shard_blocks.push_back(blocks[i]);
+    reservation->by_shard_[s] = clients_[s]->Reserve(shard_blocks);
+  }
+  return reservation;
+}
+
+StorePool::PutReport StorePool::Put(std::span<const BlockData> blocks, Reservation* reservation) {
   PutReport report;
   report.stored.assign(blocks.size(), false);
   if (ring_.empty()) return report;
-  std::vector<std::vector<size_t>> by_shard(clients_.size());
-  for (size_t i = 0; i < blocks.size(); ++i) {
-    by_shard[ring_.ShardFor(blocks[i].hash)].push_back(i);
-  }
+  const auto by_shard = ByShard(blocks.size(), [&](size_t i) { return blocks[i].hash; });
   for (size_t s = 0; s < by_shard.size(); ++s) {
     if (by_shard[s].empty()) continue;
-    std::vector<uint64_t> hashes;
-    for (size_t i : by_shard[s]) hashes.push_back(blocks[i].hash);
-    absl::StatusOr<std::vector<bool>> present = clients_[s]->Exists(hashes);
-    if (!present.ok()) continue;  // shard down: these blocks stay unstored
-    std::vector<BlockData> missing;
-    std::vector<size_t> missing_index;
-    for (size_t j = 0; j < by_shard[s].size(); ++j) {
-      if ((*present)[j]) {
-        report.stored[by_shard[s][j]] = true;
-      } else {
-        missing.push_back(blocks[by_shard[s][j]]);
-        missing_index.push_back(by_shard[s][j]);
+    ShmClient::Reservation* reserved = reservation != nullptr && s < reservation->by_shard_.size()
+                                           ? reservation->by_shard_[s].get()
+                                           : nullptr;
+    std::vector<BlockData> send;
+    std::vector<size_t> send_index;
+    if (reserved != nullptr || clients_[s]->shared_memory_attached()) {
+      // A reservation (or the Reserve of a shared-memory put) skips the blocks the shard holds.
+      send_index = by_shard[s];
+    } else {
+      std::vector<uint64_t> hashes;
+      for (size_t i : by_shard[s]) hashes.push_back(blocks[i].hash);
+      absl::StatusOr<std::vector<bool>> present = clients_[s]->Exists(hashes);
+      if (!present.ok()) continue;  // shard down: these blocks stay unstored
+      for (size_t j = 0; j < by_shard[s].size(); ++j) {
+        if ((*present)[j]) {
+          report.stored[by_shard[s][j]] = true;
+        } else {
+          send_index.push_back(by_shard[s][j]);
+        }
       }
     }
-    if (missing.empty()) continue;
-    if (!clients_[s]->Put(missing).ok()) continue;
-    for (size_t k = 0; k < missing.size(); ++k) {
-      report.stored[missing_index[k]] = true;
-      report.bytes += static_cast<int64_t>(missing[k].bytes.size());
-    }
-    report.uploaded += static_cast<int>(missing.size());
+    if (send_index.empty()) continue;
+    for (size_t i : send_index) send.push_back(blocks[i]);
+    absl::StatusOr<PutResult> put = clients_[s]->Put(send, reserved);
+    if (!put.ok()) continue;
+    for (size_t i : send_index) report.stored[i] = true;
+    report.bytes += put->bytes;
+    report.ahead += put->ahead ? 1 : 0;
+    report.uploaded += static_cast<int>(send.size()) - put->skipped;
   }
   return report;
 }
@@ -60,8 +91,7 @@ StorePool::PutReport StorePool::Put(std::span<const BlockData> blocks) {
 std::vector<std::optional<std::string>> StorePool::Get(std::span<const uint64_t> hashes) {
   std::vector<std::optional<std::string>> out(hashes.size());
   if (ring_.empty()) return out;
-  std::vector<std::vector<size_t>> by_shard(clients_.size());
-  for (size_t i = 0; i < hashes.size(); ++i) by_shard[ring_.ShardFor(hashes[i])].push_back(i);
+  const auto by_shard = ByShard(hashes.size(), [&](size_t i) { return hashes[i]; });
   for (size_t s = 0; s < by_shard.size(); ++s) {
     if (by_shard[s].empty()) continue;
     std::vector<uint64_t> keys;

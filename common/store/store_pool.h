@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -37,13 +38,32 @@ class StorePool {
     std::vector<bool> stored;  // per block: now held by its shard (newly or already)
     int uploaded = 0;          // blocks whose bytes were sent
     int64_t bytes = 0;
+    int ahead = 0;  // shards put through the reservation (one round trip each)
   };
-  // Sends each block to its shard unless the shard already holds it.
-  PutReport Put(std::span<const BlockData> blocks);
+  // Space in the shards for blocks whose bytes come later, where the shared-memory path is
+  // available (ShmClient::Reserve); released unused when destroyed. Must not outlive the pool.
+  class Reservation {
+   public:
+    int64_t reserved_bytes() const;  // bytes the shards made room for
+
+   private:
+    friend class StorePool;
+    std::vector<std::unique_ptr<ShmClient::Reservation>> by_shard_;  // per ring_.shards() index
+  };
+  // Reserves space for `blocks` (their hashes and sizes, in the order Put will get them) on
+  // each shard that takes shared memory: a later Put of exactly those blocks then costs one round
+  // trip per shard. A prefill worker reserves while its engine computes the blocks.
+  std::unique_ptr<Reservation> Reserve(std::span<const BlockSize> blocks);
+  // Sends each block to its shard unless the shard already holds it; through `reservation`
+  // where it fits the blocks.
+  PutReport Put(std::span<const BlockData> blocks, Reservation* reservation = nullptr);
   // One entry per hash; nullopt when the block is absent or its shard failed.
   std::vector<std::optional<std::string>> Get(std::span<const uint64_t> hashes);
 
  private:
+  // The indices [0, n) by the shard of hash(i), per ring_.shards() index.
+  std::vector<std::vector<size_t>> ByShard(size_t n, const std::function<uint64_t(size_t)>& hash);
+
   ShardRing ring_;
   std::vector<std::unique_ptr<CacheStoreClient>> clients_;  // per ring_.shards() index
 };

@@ -16,6 +16,7 @@
 #include "cache_store/cache_store_service.h"
 #include "common/chat/chat_template.h"
 #include "common/engine/engine_loop.h"
+#include "common/engine/kv_handoff.h"
 #include "common/kernels/backend_factory.h"
 #include "common/model/model.h"
 #include "common/model/pruning.h"
@@ -263,6 +264,7 @@ class WorkerRole final : public ServedRole {
     TANDEM_ASSIGN_OR_RETURN(engine::EngineOptions options,
                             EngineOptionsFor(c, model_->config(), prefill));
     TANDEM_ASSIGN_OR_RETURN(auto engine, engine::Engine::Create(*model_, options));
+    const engine::ExportPlan export_plan = engine::ExportPlan::Of(*engine);
     if (model_->kv_memory() != nullptr) {  // on a device: what its memory holds
       metrics.DeviceMemory(name, "weights")
           ->Set(static_cast<double>(model_->backend().resident_bytes()));
@@ -285,6 +287,7 @@ class WorkerRole final : public ServedRole {
         o.stability_alert_below = c.kv_cache_optimization.monitor_alert_below;
       }
       o.authorizer = authorizer_.get();
+      if (c.cache_store.reserve_ahead) o.reserve_ahead = export_plan;
       worker_ = std::make_unique<prefill::PrefillWorker>(*loop_, *store_, metrics, o);
     } else {
       worker_ = std::make_unique<decode::DecodeWorker>(*loop_, *store_, metrics, *authorizer_);

@@ -61,6 +61,29 @@ TEST_F(KvHandoffTest, DecodeOnAnotherEngineContinuesExactly) {
   EXPECT_EQ(ImportPromptBlocks(*decode, hashes, blobs).hits, 2);
 }
 
+// The plan a prefill worker reserves store space with: the export's hashes (under a request's
+// salt too) and each block's exact size, known before the prompt is computed.
+TEST_F(KvHandoffTest, ExportPlanKnowsTheBlocksBeforeTheyAreComputed) {
+  auto e = MakeEngine();
+  const ExportPlan plan = ExportPlan::Of(*e);
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 50; ++i) prompt.push_back((i * 13 + 7) % 128);  // 3 full blocks + 2
+  for (uint64_t salt : {uint64_t{0}, uint64_t{77}}) {
+    const std::vector<kv::BlockHash> hashes = plan.Hashes(prompt, salt);
+    EXPECT_EQ(hashes, PromptBlockHashes(*e, prompt, salt));
+    Request r = Make(prompt, 1);
+    r.cache_salt = salt;
+    Run(*e, r);
+    auto exported = ExportPromptBlocks(*e, prompt, salt);
+    ASSERT_TRUE(exported.ok());
+    ASSERT_EQ(exported->size(), hashes.size());
+    for (size_t i = 0; i < hashes.size(); ++i) {
+      EXPECT_EQ((*exported)[i].hash, hashes[i]);
+      EXPECT_EQ(static_cast<int64_t>((*exported)[i].bytes.size()), plan.block_bytes());
+    }
+  }
+}
+
 // kv_cache.dtype mixed on both sides: prefill exports its int8 blocks (behind the window) and
 // fp16 ones as they are, and decode requantizes the fp16 ones as its sequence grows past them.
 TEST_F(KvHandoffTest, MixedCachesHandOverEachBlockInItsOwnDtype) {
@@ -87,6 +110,10 @@ TEST_F(KvHandoffTest, MixedCachesHandOverEachBlockInItsOwnDtype) {
   EXPECT_EQ(ImportPromptBlocks(*decode, hashes, blobs).hits, 6);
   // Int8 blocks travel at int8 size.
   EXPECT_LT((*exported)[1].bytes.size(), (*exported)[0].bytes.size() * 6 / 10);
+  // So their sizes are not known ahead: the plan says so, and prefill reserves nothing early.
+  const ExportPlan plan = ExportPlan::Of(*prefill);
+  EXPECT_EQ(plan.block_bytes(), 0);
+  EXPECT_EQ(plan.Hashes(prompt, 0), PromptBlockHashes(*prefill, prompt));
 
   std::vector<int32_t> resumed = prompt;
   resumed.push_back(first[0]);

@@ -132,6 +132,43 @@ TEST_F(PrefillServiceTest, ExpiredCallsLeaveNothingBehind) {
   EXPECT_EQ(UsedBlocks(), 0);
 }
 
+// With the engine's ExportPlan, the service reserves each prompt's store space while the engine
+// computes, and the upload is one Commit: the hashes it reserved (under the pruning engine's and
+// the tenant's salts) are exactly the ones exported.
+TEST_F(PrefillServiceTest, ReservesTheStoreSpaceWhileTheEngineComputes) {
+  server_->Shutdown();
+  loop_.reset();
+  service_.reset();
+  engine::EngineOptions o;
+  o.kv_dtype = DType::kF32;
+  o.num_blocks = 64;
+  o.pruning.enabled = true;
+  o.pruning.settings = {.start_layer = 1};
+  auto engine = engine::Engine::Create(*model_, o).value();
+  PrefillServiceOptions options;
+  options.reserve_ahead = engine::ExportPlan::Of(*engine);
+  loop_ = std::make_unique<engine::EngineLoop>(std::move(engine));
+  service_ = std::make_unique<PrefillService>(*loop_, *store_pool_, options);
+  std::string address;
+  server_ = testing::ServeOnLoopback(service_.get(), &address);
+  stub_ = tandem::v1::PrefillWorker::NewStub(
+      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+
+  for (int i = 0; i < 3; ++i) {
+    tandem::v1::PrefillRequest request = Request(prompt_);
+    request.set_cache_salt(100 + i);  // a tenant each: distinct blocks
+    tandem::v1::PrefillResponse response;
+    ASSERT_TRUE(Call(request, &response).ok());
+    EXPECT_EQ(response.kv().block_hashes_size(), 4);
+  }
+  EXPECT_EQ(service_->uploads(), 3);
+  EXPECT_EQ(service_->reserved_uploads(), 3);
+  const cache_store::ShmHandoffStats shm = store_service_->shm().Stats();
+  EXPECT_EQ(shm.reserved_blocks, 12);  // reserved once, ahead
+  EXPECT_EQ(shm.committed_blocks, 12);
+  EXPECT_EQ(block_store_->Stats().blocks, 12);
+}
+
 // POP's attention-stability monitor: a pruning engine, a sample rate, and the reports.
 TEST_F(PrefillServiceTest, StabilityMonitorChecksTheSampledFraction) {
   server_->Shutdown();

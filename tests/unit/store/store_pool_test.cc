@@ -7,8 +7,12 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
+
 #include "cache_store/cache_store_service.h"
 #include "common/engine/kv_handoff.h"
+#include "tests/unit/testing/eventually.h"
 #include "tests/unit/testing/serving.h"
 #include "tests/unit/testing/temp_model.h"
 
@@ -22,10 +26,10 @@ struct Shard {
   std::string address;
 };
 
-std::unique_ptr<Shard> StartShard() {
+std::unique_ptr<Shard> StartShard(const cache_store::ShmHandoffOptions& shm = {}) {
   auto shard = std::make_unique<Shard>();
   shard->store = cache_store::BlockStore::Create({.capacity_bytes = 64 << 20}).value();
-  shard->service = std::make_unique<cache_store::CacheStoreService>(*shard->store, 4096);
+  shard->service = std::make_unique<cache_store::CacheStoreService>(*shard->store, 4096, shm);
   shard->server = testing::ServeOnLoopback(shard->service.get(), &shard->address);
   return shard;
 }
@@ -81,6 +85,22 @@ class StorePoolTest : public testing::TinyModelTest {
     for (const auto& s : shards_) n += s->service->shm().Stats().committed_blocks;
     return n;
   }
+  int64_t ShmReserved() const {
+    int64_t n = 0;
+    for (const auto& s : shards_) n += s->service->shm().Stats().reserved_blocks;
+    return n;
+  }
+  int64_t ShmOpenLeases() const {
+    int64_t n = 0;
+    for (const auto& s : shards_) n += s->service->shm().Stats().open_leases;
+    return n;
+  }
+  // The sizes of `blocks`, as a prefill worker knows them before it has the bytes.
+  static std::vector<BlockSize> Sizes(const std::vector<BlockData>& blocks) {
+    std::vector<BlockSize> sizes;
+    for (const BlockData& b : blocks) sizes.push_back({b.hash, std::ssize(b.bytes)});
+    return sizes;
+  }
   int64_t ShmAcquired() const {
     int64_t n = 0;
     for (const auto& s : shards_) n += s->service->shm().Stats().acquired_blocks;
@@ -119,6 +139,104 @@ TEST_F(StorePoolTest, HandoffThroughTwoShardsIsExact) {
   EXPECT_EQ(cached, 96);
   EXPECT_EQ(rest, std::vector<int32_t>(expected.begin() + 1, expected.end()));
   EXPECT_EQ(ShmAcquired(), 6);
+}
+
+// A prefill worker reserves the prompt's blocks while its engine computes them
+// (engine::ExportPlan gives their hashes and sizes ahead); the put is then a copy and one Commit
+// per shard, and decode continues exactly.
+TEST_F(StorePoolTest, APutThroughAReservationMadeAheadIsOneCommit) {
+  auto whole = MakeEngine();
+  const std::vector<int32_t> expected = Run(*whole, prompt_, 8, 0);
+  StorePool pool({shards_[0]->address, shards_[1]->address}, "tiny");
+
+  auto prefill = MakeEngine();
+  const engine::ExportPlan plan = engine::ExportPlan::Of(*prefill);
+  std::vector<BlockSize> ahead;
+  for (uint64_t hash : plan.Hashes(prompt_, 0)) ahead.push_back({hash, plan.block_bytes()});
+  ASSERT_EQ(ahead.size(), 6u);
+  std::unique_ptr<StorePool::Reservation> reservation = pool.Reserve(ahead);
+  EXPECT_EQ(reservation->reserved_bytes(), 6 * plan.block_bytes());
+  EXPECT_EQ(ShmReserved(), 6);
+
+  const int32_t first = Run(*prefill, prompt_, 1, 0).at(0);
+  auto exported = engine::ExportPromptBlocks(*prefill, prompt_);
+  ASSERT_TRUE(exported.ok());
+  std::vector<BlockData> blocks;
+  for (auto& b : *exported) blocks.push_back({b.hash, std::move(b.bytes)});
+  ASSERT_EQ(Sizes(blocks).size(), ahead.size());
+  for (size_t i = 0; i < ahead.size(); ++i) {  // the plan knew them exactly
+    EXPECT_EQ(Sizes(blocks)[i].hash, ahead[i].hash);
+    EXPECT_EQ(Sizes(blocks)[i].bytes, ahead[i].bytes);
+  }
+
+  const StorePool::PutReport put = pool.Put(blocks, reservation.get());
+  EXPECT_EQ(put.stored, std::vector<bool>(6, true));
+  EXPECT_EQ(put.uploaded, 6);
+  EXPECT_EQ(put.bytes, 6 * plan.block_bytes());
+  int shards_used = 0;
+  for (const auto& s : shards_) {
+    shards_used += std::any_of(blocks.begin(), blocks.end(), [&](const BlockData& b) {
+      return pool.ShardOf(b.hash) == s->address;
+    });
+  }
+  EXPECT_EQ(put.ahead, shards_used);
+  EXPECT_EQ(ShmReserved(), 6);  // no second Reserve: the put was the Commit alone
+  EXPECT_EQ(ShmCommitted(), 6);
+  EXPECT_EQ(ShmOpenLeases(), 0);
+
+  // Reserved again, the blocks are all there already: nothing to commit, no lease held.
+  auto again = pool.Reserve(Sizes(blocks));
+  EXPECT_EQ(again->reserved_bytes(), 0);
+  const StorePool::PutReport second = pool.Put(blocks, again.get());
+  EXPECT_EQ(second.stored, std::vector<bool>(6, true));
+  EXPECT_EQ(second.uploaded, 0);
+  EXPECT_EQ(ShmCommitted(), 6);
+
+  engine::ImportStats stats;
+  int cached = -1;
+  const auto rest = Decode(pool, first, &stats, &cached);
+  EXPECT_EQ(first, expected[0]);
+  EXPECT_EQ(stats.hits, 6);
+  EXPECT_EQ(rest, std::vector<int32_t>(expected.begin() + 1, expected.end()));
+}
+
+// A reservation that does not fit the put (fewer blocks than reserved: the engine's prefix cache
+// lost some), or has grown too old, is released, and the put goes the usual way.
+TEST_F(StorePoolTest, AReservationThatDoesNotFitIsReleasedAndThePutStillStores) {
+  StorePool pool({shards_[0]->address, shards_[1]->address}, "tiny");
+  auto [first, blocks] = Prefill(pool);
+  std::unique_ptr<StorePool::Reservation> reservation = pool.Reserve(Sizes(blocks));
+  EXPECT_GT(ShmOpenLeases(), 0);
+  const std::vector<BlockData> fewer(blocks.begin(), blocks.begin() + 3);
+  const StorePool::PutReport put = pool.Put(fewer, reservation.get());
+  EXPECT_EQ(put.stored, std::vector<bool>(3, true));
+  EXPECT_EQ(put.ahead, 0);
+  EXPECT_EQ(ShmCommitted(), 3);
+  EXPECT_TRUE(testing::Eventually([&] { return ShmOpenLeases() == 0; }));
+
+  // Unused, it is released when destroyed.
+  auto unused = pool.Reserve(Sizes(blocks));
+  EXPECT_GT(ShmOpenLeases(), 0);
+  unused.reset();
+  EXPECT_TRUE(testing::Eventually([&] { return ShmOpenLeases() == 0; }));
+}
+
+TEST_F(StorePoolTest, AReservationPastItsLeaseIsNotWrittenInto) {
+  cache_store::ShmHandoffOptions short_leases;
+  short_leases.leases.ttl = std::chrono::milliseconds(50);
+  shards_[0]->server->Shutdown();
+  shards_[0] = StartShard(short_leases);
+  StorePool pool({shards_[0]->address}, "tiny");
+  auto [first, blocks] = Prefill(pool);
+  std::unique_ptr<StorePool::Reservation> reservation = pool.Reserve(Sizes(blocks));
+  ASSERT_EQ(reservation->reserved_bytes(), Sizes(blocks).size() * Sizes(blocks)[0].bytes);
+  ASSERT_TRUE(
+      testing::Eventually([&] { return shards_[0]->service->shm().Stats().expired_leases == 1; }));
+  const StorePool::PutReport put = pool.Put(blocks, reservation.get());
+  EXPECT_EQ(put.stored, std::vector<bool>(6, true));
+  EXPECT_EQ(put.ahead, 0);  // reserved again by the usual put
+  EXPECT_EQ(shards_[0]->service->shm().Stats().reserved_blocks, 12);
+  EXPECT_EQ(shards_[0]->service->shm().Stats().committed_blocks, 6);
 }
 
 TEST_F(StorePoolTest, HandoffIsExactOverTheStreamToo) {
