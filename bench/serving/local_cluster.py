@@ -16,6 +16,7 @@ class LocalCluster:
     def __init__(self, tandem, model, logs, extra=()):
         self.tandem, self.model, self.logs, self.extra = tandem, model, logs, list(extra)
         self.procs = []
+        self.metrics = {}  # role -> its /metrics URL (the last one started of the role)
 
     def start(self, role, cores, extra):
         log = open(os.path.join(self.logs, f"{role}-{len(self.procs)}.log"), "w")
@@ -28,6 +29,9 @@ class LocalCluster:
         if not m:
             raise RuntimeError(f"{role} did not start: {line!r} (log in {self.logs})")
         self.procs.append(proc)
+        metrics = re.search(r"metrics (http://\S+?)[;\s]", line + " ")
+        if metrics:
+            self.metrics[role] = metrics.group(1)
         return m.group(1)
 
     def up(self, mode):

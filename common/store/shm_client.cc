@@ -237,7 +237,11 @@ std::optional<absl::StatusOr<PutResult>> ShmClient::PutReserved(Reservation& res
            static_cast<int64_t>(blocks[i].bytes.size()) == reservation.blocks_[i].bytes;
   }
   if (!fits || (reserved.lease_id != 0 && !LeaseHeld(reserved.sent))) {
-    reservation.Release();
+    // Ended before the caller puts the usual way: while the lease holds them, the shard takes
+    // its blocks for ones being written and would skip them.
+    if (!std::exchange(reservation.used_, true) && reserved.lease_id != 0) {
+      ReleaseNow(*reservation.mapping_, reserved.lease_id);
+    }
     return std::nullopt;
   }
   reservation.used_ = true;
@@ -323,6 +327,16 @@ absl::Status ShmClient::GetBatch(const ShmMapping& mapping, std::span<const uint
                                             " blocks do not match their checksums"));
   }
   return absl::OkStatus();
+}
+
+void ShmClient::ReleaseNow(const ShmMapping& mapping, uint64_t lease_id) {
+  tandem::v1::ReleaseShmRequest request;
+  request.set_instance_id(mapping.instance_id());
+  request.set_lease_id(lease_id);
+  tandem::v1::ReleaseShmResponse response;
+  grpc::ClientContext context;
+  SetDeadline(context);
+  stub_.ReleaseShm(&context, request, &response);  // a lease that expired already is NotFound
 }
 
 void ShmClient::Release(const ShmMapping& mapping, uint64_t lease_id) {

@@ -85,6 +85,8 @@ class ShmClient {
                         std::span<std::optional<std::string>> out);
   // Ends a lease without waiting for the answer; if the call fails, the shard expires it.
   void Release(const ShmMapping& mapping, uint64_t lease_id);
+  // Ends a lease and waits for the answer.
+  void ReleaseNow(const ShmMapping& mapping, uint64_t lease_id);
   // A lease taken at `sent` is still certainly held: the shard ends none before its lease time,
   // counted from after `sent`, and half of it leaves room for clock and scheduling slack.
   bool LeaseHeld(Clock::time_point sent) const { return Clock::now() - sent <= lease_.load() / 2; }

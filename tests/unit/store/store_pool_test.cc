@@ -203,7 +203,8 @@ TEST_F(StorePoolTest, APutThroughAReservationMadeAheadIsOneCommit) {
 // A reservation that does not fit the put (fewer blocks than reserved: the engine's prefix cache
 // lost some), or has grown too old, is released, and the put goes the usual way.
 TEST_F(StorePoolTest, AReservationThatDoesNotFitIsReleasedAndThePutStillStores) {
-  StorePool pool({shards_[0]->address, shards_[1]->address}, "tiny");
+  // One shard: with two, the blocks put might by chance be exactly one shard's reserved ones.
+  StorePool pool({shards_[0]->address}, "tiny");
   auto [first, blocks] = Prefill(pool);
   std::unique_ptr<StorePool::Reservation> reservation = pool.Reserve(Sizes(blocks));
   EXPECT_GT(ShmOpenLeases(), 0);
