@@ -58,6 +58,28 @@ class PrefillServiceTest : public testing::TinyModelTest {
 
   int64_t UsedBlocks() { return testing::UsedBlocks(*loop_); }
 
+  // Serves a pruning engine (layers 1.. pruned at any batch) in place of the fixture's, with
+  // `options`; with `reserve_ahead`, the engine's ExportPlan too.
+  void RestartPruning(PrefillServiceOptions options, bool reserve_ahead = false) {
+    server_->Shutdown();
+    loop_.reset();
+    service_.reset();
+    engine::EngineOptions o;
+    o.kv_dtype = DType::kF32;
+    o.num_blocks = 64;
+    o.pruning.enabled = true;
+    o.pruning.settings = {.start_layer = 1};
+    o.pruning.min_batch_size = 1;
+    auto engine = engine::Engine::Create(*model_, o).value();
+    if (reserve_ahead) options.reserve_ahead = engine::ExportPlan::Of(*engine);
+    loop_ = std::make_unique<engine::EngineLoop>(std::move(engine));
+    service_ = std::make_unique<PrefillService>(*loop_, *store_pool_, options);
+    std::string address;
+    server_ = testing::ServeOnLoopback(service_.get(), &address);
+    stub_ = tandem::v1::PrefillWorker::NewStub(
+        grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  }
+
   std::vector<int32_t> prompt_;
   std::unique_ptr<cache_store::BlockStore> block_store_;
   std::unique_ptr<cache_store::CacheStoreService> store_service_;
@@ -136,23 +158,7 @@ TEST_F(PrefillServiceTest, ExpiredCallsLeaveNothingBehind) {
 // computes, and the upload is one Commit: the hashes it reserved (under the pruning engine's and
 // the tenant's salts) are exactly the ones exported.
 TEST_F(PrefillServiceTest, ReservesTheStoreSpaceWhileTheEngineComputes) {
-  server_->Shutdown();
-  loop_.reset();
-  service_.reset();
-  engine::EngineOptions o;
-  o.kv_dtype = DType::kF32;
-  o.num_blocks = 64;
-  o.pruning.enabled = true;
-  o.pruning.settings = {.start_layer = 1};
-  auto engine = engine::Engine::Create(*model_, o).value();
-  PrefillServiceOptions options;
-  options.reserve_ahead = engine::ExportPlan::Of(*engine);
-  loop_ = std::make_unique<engine::EngineLoop>(std::move(engine));
-  service_ = std::make_unique<PrefillService>(*loop_, *store_pool_, options);
-  std::string address;
-  server_ = testing::ServeOnLoopback(service_.get(), &address);
-  stub_ = tandem::v1::PrefillWorker::NewStub(
-      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  RestartPruning({}, /*reserve_ahead=*/true);
 
   for (int i = 0; i < 3; ++i) {
     tandem::v1::PrefillRequest request = Request(prompt_);
@@ -171,16 +177,6 @@ TEST_F(PrefillServiceTest, ReservesTheStoreSpaceWhileTheEngineComputes) {
 
 // POP's attention-stability monitor: a pruning engine, a sample rate, and the reports.
 TEST_F(PrefillServiceTest, StabilityMonitorChecksTheSampledFraction) {
-  server_->Shutdown();
-  loop_.reset();
-  service_.reset();
-  engine::EngineOptions o;
-  o.kv_dtype = DType::kF32;
-  o.num_blocks = 64;
-  o.pruning.enabled = true;
-  o.pruning.settings = {.start_layer = 1};
-  o.pruning.min_batch_size = 1;
-  loop_ = std::make_unique<engine::EngineLoop>(engine::Engine::Create(*model_, o).value());
   absl::Mutex mu;
   std::vector<std::vector<model::LayerSimilarity>> reports;
   PrefillServiceOptions options;
@@ -189,11 +185,7 @@ TEST_F(PrefillServiceTest, StabilityMonitorChecksTheSampledFraction) {
     absl::MutexLock lock(&mu);
     reports.push_back(layers);
   };
-  service_ = std::make_unique<PrefillService>(*loop_, *store_pool_, options);
-  std::string address;
-  server_ = testing::ServeOnLoopback(service_.get(), &address);
-  stub_ = tandem::v1::PrefillWorker::NewStub(
-      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  RestartPruning(options);
 
   for (int i = 0; i < 6; ++i) {
     std::vector<int32_t> prompt = prompt_;
