@@ -62,7 +62,7 @@ absl::Status PendingPut::Commit() {
     Abandon();
     return absl::DataLossError(absl::StrCat("block ", hash_, ": checksum mismatch"));
   }
-  std::exchange(store_, nullptr)->Publish(hash_, checksum_, std::nullopt);
+  std::exchange(store_, nullptr)->Publish(hash_, std::exchange(data_, {}), checksum_, std::nullopt);
   return absl::OkStatus();
 }
 
@@ -73,12 +73,13 @@ absl::Status PendingPut::CommitInPlace(uint64_t checksum64, bool verify) {
     return absl::DataLossError(absl::StrCat("block ", hash_, ": checksum mismatch"));
   }
   written_ = size();
-  std::exchange(store_, nullptr)->Publish(hash_, std::nullopt, checksum64);
+  std::exchange(store_, nullptr)
+      ->Publish(hash_, std::exchange(data_, {}), std::nullopt, checksum64);
   return absl::OkStatus();
 }
 
 void PendingPut::Abandon() {
-  if (store_ != nullptr) std::exchange(store_, nullptr)->Drop(hash_);
+  if (store_ != nullptr) std::exchange(store_, nullptr)->Drop(hash_, data_);
   data_ = {};
 }
 
@@ -107,18 +108,29 @@ absl::StatusOr<std::unique_ptr<BlockStore>> BlockStore::Create(const BlockStoreO
 BlockStore::~BlockStore() {
   absl::MutexLock lock(&mu_);
   for (auto& [hash, entry] : entries_) {
-    TANDEM_CHECK(entry.pins == 0 && entry.committed, "a BlockRef or PendingPut outlived its store");
+    TANDEM_CHECK(entry.pins == 0 && entry.writers == 0,
+                 "a BlockRef or PendingPut outlived its store");
     memory_->Free(entry.data, entry.size);
   }
 }
 
+void BlockStore::Remove(absl::node_hash_map<uint64_t, Entry>::iterator it) {
+  Entry& entry = it->second;
+  lru_.erase(entry.lru);
+  used_bytes_ -= entry.size;
+  memory_->Free(entry.data, entry.size);
+  --committed_blocks_;
+  if (entry.writers > 0) {  // a writer began before; its commit stores the block again
+    const int writers = entry.writers;
+    entry = Entry();
+    entry.writers = writers;
+  } else {
+    entries_.erase(it);
+  }
+}
+
 void BlockStore::EvictOldest() {
-  const uint64_t victim = lru_.front();
-  lru_.pop_front();
-  auto it = entries_.find(victim);
-  used_bytes_ -= it->second.size;
-  memory_->Free(it->second.data, it->second.size);
-  entries_.erase(it);
+  Remove(entries_.find(lru_.front()));
   ++counters_.evictions;
 }
 
@@ -134,15 +146,22 @@ uint8_t* BlockStore::AllocateEvicting(int64_t size) {
   }
 }
 
-absl::StatusOr<PendingPut> BlockStore::BeginPut(uint64_t hash, int64_t size, uint32_t checksum) {
+absl::StatusOr<PendingPut> BlockStore::BeginPut(uint64_t hash, int64_t size, uint32_t checksum,
+                                                WhilePending pending) {
   if (size <= 0 || size > options_.max_block_bytes) {
     return absl::InvalidArgumentError(absl::StrCat("block ", hash, ": size ", size, " outside [1, ",
                                                    options_.max_block_bytes, "]"));
   }
   absl::MutexLock lock(&mu_);
-  if (entries_.contains(hash)) {
-    ++counters_.put_skipped;
-    return absl::AlreadyExistsError(absl::StrCat("block ", hash, " is stored or being written"));
+  if (auto it = entries_.find(hash); it != entries_.end()) {
+    if (it->second.committed) {
+      ++counters_.put_skipped;
+      return absl::AlreadyExistsError(absl::StrCat("block ", hash, " is stored"));
+    }
+    if (pending == WhilePending::kSkip) {
+      ++counters_.put_skipped;
+      return absl::AbortedError(absl::StrCat("block ", hash, " is being written by another"));
+    }
   }
   uint8_t* data = size > options_.capacity_bytes ? nullptr : AllocateEvicting(size);
   if (data == nullptr) {
@@ -150,35 +169,43 @@ absl::StatusOr<PendingPut> BlockStore::BeginPut(uint64_t hash, int64_t size, uin
         absl::StrCat("block ", hash, ": ", size, " bytes do not fit; ", used_bytes_, " of ",
                      options_.capacity_bytes, " bytes are pinned or being written"));
   }
-  Entry& entry = entries_[hash];
-  entry.data = data;
-  entry.size = size;
+  ++entries_[hash].writers;  // after AllocateEvicting, which may erase entries
   used_bytes_ += size;
   ++counters_.pending_puts;
   return PendingPut(this, hash, {data, static_cast<size_t>(size)}, checksum);
 }
 
-void BlockStore::Publish(uint64_t hash, std::optional<uint32_t> checksum32,
+void BlockStore::Publish(uint64_t hash, std::span<uint8_t> data, std::optional<uint32_t> checksum32,
                          std::optional<uint64_t> checksum64) {
   absl::MutexLock lock(&mu_);
   auto it = entries_.find(hash);
-  TANDEM_CHECK(it != entries_.end() && !it->second.committed, "publishing a block not pending");
+  TANDEM_CHECK(it != entries_.end() && it->second.writers > 0, "publishing a block not pending");
   Entry& entry = it->second;
+  --entry.writers;
+  --counters_.pending_puts;
+  if (entry.committed) {  // another writer was first: this copy is not needed
+    used_bytes_ -= static_cast<int64_t>(data.size());
+    memory_->Free(data.data(), static_cast<int64_t>(data.size()));
+    ++counters_.duplicate_puts;
+    return;
+  }
+  entry.data = data.data();
+  entry.size = static_cast<int64_t>(data.size());
   entry.checksum32 = checksum32;
   entry.checksum64 = checksum64;
   entry.committed = true;
   entry.lru = lru_.insert(lru_.end(), hash);
-  --counters_.pending_puts;
+  ++committed_blocks_;
   ++counters_.puts;
 }
 
-void BlockStore::Drop(uint64_t hash) {
+void BlockStore::Drop(uint64_t hash, std::span<uint8_t> data) {
   absl::MutexLock lock(&mu_);
   auto it = entries_.find(hash);
-  TANDEM_CHECK(it != entries_.end() && !it->second.committed, "dropping a block not pending");
-  used_bytes_ -= it->second.size;
-  memory_->Free(it->second.data, it->second.size);
-  entries_.erase(it);
+  TANDEM_CHECK(it != entries_.end() && it->second.writers > 0, "dropping a block not pending");
+  used_bytes_ -= static_cast<int64_t>(data.size());
+  memory_->Free(data.data(), static_cast<int64_t>(data.size()));
+  if (--it->second.writers == 0 && !it->second.committed) entries_.erase(it);
   --counters_.pending_puts;
   ++counters_.put_aborted;
 }
@@ -238,10 +265,7 @@ void BlockStore::Discard(uint64_t hash) {
   absl::MutexLock lock(&mu_);
   auto it = entries_.find(hash);
   if (it == entries_.end() || !it->second.committed || it->second.pins > 0) return;
-  lru_.erase(it->second.lru);
-  used_bytes_ -= it->second.size;
-  memory_->Free(it->second.data, it->second.size);
-  entries_.erase(it);
+  Remove(it);
   ++counters_.corrupt;
 }
 
@@ -267,7 +291,7 @@ BlockStoreStats BlockStore::Stats() const {
   BlockStoreStats s = counters_;
   s.capacity_bytes = options_.capacity_bytes;
   s.used_bytes = used_bytes_;
-  s.blocks = static_cast<int64_t>(entries_.size()) - counters_.pending_puts;
+  s.blocks = committed_blocks_;
   return s;
 }
 

@@ -8,6 +8,12 @@
 // PendingPut destroyed) releases the space. Readers get a BlockRef that pins the block: pinned
 // and pending blocks are never evicted.
 //
+// A block may have several writers at once, each in its own space: the first to commit
+// publishes it, and a later commit frees its copy. So a writer with the bytes in hand never waits
+// on, or trusts, another writer that may be slow (a prefill still computing into space reserved
+// ahead) or gone; one that reserves before its bytes exist can leave such blocks to the other
+// (WhilePending::kSkip).
+//
 // Block bytes live in a BlockMemory: by default a shared-memory arena that co-located clients
 // map (the node-local fast path; arena() names it), else private heap memory.
 //
@@ -46,9 +52,10 @@ struct BlockStoreStats {
   int64_t used_bytes = 0;     // committed blocks plus space reserved by pending puts
   int64_t blocks = 0;         // committed blocks
   int64_t pending_puts = 0;   // puts begun and neither committed nor abandoned
+  int64_t duplicate_puts = 0;  // committed after another writer of the block had (copy freed)
   int64_t pinned_blocks = 0;  // committed blocks with at least one live BlockRef
   int64_t puts = 0;           // committed puts
-  int64_t put_skipped = 0;    // BeginPut of a block already stored or being written
+  int64_t put_skipped = 0;    // BeginPut of a block already stored (or, kSkip, being written)
   int64_t put_aborted = 0;    // pending puts abandoned or failed at Commit
   int64_t hits = 0;           // Get calls that found their block
   int64_t misses = 0;         // Get calls that did not
@@ -58,6 +65,12 @@ struct BlockStoreStats {
 
 // The checksum a reader wants with its block: XXH32 for the stream, XXH3-64 for shared memory.
 enum class ChecksumKind { kXxh32, kXxh3 };
+
+// What BeginPut does with a block another writer has begun and not committed.
+enum class WhilePending {
+  kWriteToo,  // write it as well (a writer with the bytes in hand: it reports what is stored)
+  kSkip,      // leave it to the other writer (space reserved before the bytes exist)
+};
 
 class BlockStore;
 
@@ -99,8 +112,9 @@ class PendingPut {
 
   // OutOfRange (nothing written) past the size declared at BeginPut.
   absl::Status Append(std::span<const uint8_t> bytes);
-  // Publishes the block. FailedPrecondition if bytes are missing, DataLoss if the checksum given
-  // at BeginPut does not match; either way the put is abandoned.
+  // Publishes the block (or, if another writer published it first, frees this copy: the block
+  // is stored either way). FailedPrecondition if bytes are missing, DataLoss if the checksum
+  // given at BeginPut does not match; either way the put is abandoned.
   absl::Status Commit();
   // Publishes bytes written into data() directly with the writer's XXH3-64 (the checksum given
   // at BeginPut is not used). With `verify`, the bytes are checked against it first: DataLoss,
@@ -129,10 +143,11 @@ class BlockStore {
   BlockStore& operator=(const BlockStore&) = delete;
 
   // Reserves `size` bytes for block `hash`, evicting least recently used unpinned blocks as
-  // needed. AlreadyExists if the block is stored or being written (the caller skips it);
-  // InvalidArgument for a size outside [1, max_block_bytes]; ResourceExhausted if pinned and
-  // pending blocks leave too little room.
-  absl::StatusOr<PendingPut> BeginPut(uint64_t hash, int64_t size, uint32_t checksum);
+  // needed. AlreadyExists if the block is stored (the caller skips it); Aborted if another
+  // writer is writing it and `pending` is kSkip; InvalidArgument for a size outside
+  // [1, max_block_bytes]; ResourceExhausted if pinned and pending blocks leave too little room.
+  absl::StatusOr<PendingPut> BeginPut(uint64_t hash, int64_t size, uint32_t checksum,
+                                      WhilePending pending = WhilePending::kWriteToo);
 
   // The committed block, pinned and made most recently used; NotFound if absent. The checksum
   // of `kind` is filled in: computed once, on first demand, if the block was written with the
@@ -149,12 +164,15 @@ class BlockStore {
   friend class BlockRef;
   friend class PendingPut;
 
+  // A block stored, being written, or both (a writer began before an eviction or a commit).
+  // Each PendingPut owns its own space until it commits.
   struct Entry {
-    uint8_t* data = nullptr;  // allocated at BeginPut; readable once committed
-    int64_t size = 0;         // bytes counted in used_bytes_
+    uint8_t* data = nullptr;  // the committed bytes; nullptr until then
+    int64_t size = 0;         // of `data`, counted in used_bytes_
     std::optional<uint32_t> checksum32;
     std::optional<uint64_t> checksum64;
     bool committed = false;
+    int writers = 0;  // PendingPuts not yet committed or abandoned
     int pins = 0;
     std::list<uint64_t>::iterator lru;  // valid while committed and unpinned
   };
@@ -165,10 +183,12 @@ class BlockStore {
   // fit in the capacity and in one free range; nullptr if pinned and pending blocks prevent it.
   uint8_t* AllocateEvicting(int64_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EvictOldest() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Frees a committed, unpinned block's bytes; the entry stays while writers remain.
+  void Remove(absl::node_hash_map<uint64_t, Entry>::iterator it) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Unpin(uint64_t hash);
-  void Publish(uint64_t hash, std::optional<uint32_t> checksum32,
+  void Publish(uint64_t hash, std::span<uint8_t> data, std::optional<uint32_t> checksum32,
                std::optional<uint64_t> checksum64);
-  void Drop(uint64_t hash);     // an abandoned or failed pending put
+  void Drop(uint64_t hash, std::span<uint8_t> data);  // an abandoned or failed pending put
   void Discard(uint64_t hash);  // a committed block found corrupt, unless pinned by others
 
   const BlockStoreOptions options_;
@@ -178,6 +198,7 @@ class BlockStore {
   absl::node_hash_map<uint64_t, Entry> entries_ ABSL_GUARDED_BY(mu_);
   std::list<uint64_t> lru_ ABSL_GUARDED_BY(mu_);  // unpinned committed blocks, oldest first
   int64_t used_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t committed_blocks_ ABSL_GUARDED_BY(mu_) = 0;
   BlockStoreStats counters_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -51,9 +51,15 @@ absl::Status ShmHandoff::Reserve(const tandem::v1::ReserveShmRequest& request,
   for (const tandem::v1::ShmBlockSize& block : request.blocks()) {
     tandem::v1::ShmReservation* r = response->add_reservations();
     r->set_block_hash(block.block_hash());
-    absl::StatusOr<PendingPut> put = store_.BeginPut(block.block_hash(), block.block_bytes(), 0);
+    absl::StatusOr<PendingPut> put =
+        store_.BeginPut(block.block_hash(), block.block_bytes(), 0,
+                        request.ahead() ? WhilePending::kSkip : WhilePending::kWriteToo);
     if (absl::IsAlreadyExists(put.status())) continue;  // the client skips it
-    if (!put.ok()) return put.status();                 // the lease's puts are abandoned
+    if (absl::IsAborted(put.status())) {                // another writer has it, for now
+      r->set_pending(true);
+      continue;
+    }
+    if (!put.ok()) return put.status();  // the lease's puts are abandoned
     r->set_reserved(true);
     r->set_offset(arena_->FileOffset(put->data().data()));
     lease.puts.push_back(*std::move(put));

@@ -124,7 +124,7 @@ struct CacheStoreConfig {
   std::vector<std::string> shards;  // addresses of every shard, for consistent hashing
   int64_t capacity_bytes = int64_t{2} << 30;
   bool shared_memory = true;      // node-local fast path
-  bool reserve_ahead = false;     // prefill reserves shared-memory space while it computes
+  bool reserve_ahead = true;      // prefill reserves shared-memory space while it computes
   int64_t chunk_bytes = 1 << 20;  // streaming chunk size
 };
 

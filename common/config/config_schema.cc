@@ -375,9 +375,8 @@ std::vector<Field> MakeSchema() {
            "hand blocks to co-located processes through shared memory"),
       Bool("cache_store.reserve_ahead", TANDEM_CONFIG_REF(cache_store.reserve_ahead),
            "prefill workers reserve a prompt's shared-memory space in the store while they "
-           "compute it, so the upload after prefill is one round trip per shard; off by "
-           "default: while reserved, a prefix shared with a request that finishes first is a "
-           "decode miss for that request (docs/architecture.md)"),
+           "compute it, so the upload after prefill is one round trip per shard (a prefix "
+           "another request is writing is left to it, and put at upload if still unwritten)"),
       Bytes("cache_store.chunk_bytes", TANDEM_CONFIG_REF(cache_store.chunk_bytes), 4096,
             "size of a streamed Put/Get chunk"),
       Str("metrics.listen", TANDEM_CONFIG_REF(metrics.listen), {},

@@ -166,11 +166,13 @@ Metrics::Metrics(std::string process_role)
                          .Name("tandem_cache_store_lookups_total")
                          .Help("Block reads from a cache-store shard by result")
                          .Register(*registry_)),
-      store_puts_(BuildCounter()
-                      .Name("tandem_cache_store_puts_total")
-                      .Help("Block writes to a cache-store shard by outcome (stored; skipped: "
-                            "already there; aborted: abandoned or failed its checksum)")
-                      .Register(*registry_)),
+      store_puts_(
+          BuildCounter()
+              .Name("tandem_cache_store_puts_total")
+              .Help("Block writes to a cache-store shard by outcome (stored; skipped: "
+                    "already there; aborted: abandoned or failed its checksum; duplicate: written "
+                    "alongside another writer that committed first, copy freed)")
+              .Register(*registry_)),
       store_evictions_(BuildCounter()
                            .Name("tandem_cache_store_evictions_total")
                            .Help("Blocks a cache-store shard evicted (least recently used)")
@@ -260,6 +262,7 @@ StoreMetrics Metrics::ForShard(const std::string& address) {
   m.stored = &store_puts_.Add(with("outcome", "stored"));
   m.skipped = &store_puts_.Add(with("outcome", "skipped"));
   m.aborted = &store_puts_.Add(with("outcome", "aborted"));
+  m.duplicate = &store_puts_.Add(with("outcome", "duplicate"));
   m.evictions = &store_evictions_.Add(l);
   m.corrupt = &store_corrupt_.Add(l);
   return m;

@@ -93,6 +93,7 @@ struct StoreMetrics {
   prometheus::Counter* stored = nullptr;  // tandem_cache_store_puts_total{outcome}
   prometheus::Counter* skipped = nullptr;
   prometheus::Counter* aborted = nullptr;
+  prometheus::Counter* duplicate = nullptr;
   prometheus::Counter* evictions = nullptr;
   prometheus::Counter* corrupt = nullptr;
 };

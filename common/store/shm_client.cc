@@ -131,19 +131,29 @@ std::optional<absl::StatusOr<PutResult>> ShmClient::Put(std::span<const BlockDat
 }
 
 absl::StatusOr<PutResult> ShmClient::PutBatch(const ShmMapping& mapping,
-                                              std::span<const BlockData> blocks) {
+                                              std::span<const BlockData> blocks,
+                                              std::span<const size_t> only) {
   std::vector<BlockSize> sizes;
-  sizes.reserve(blocks.size());
-  for (const BlockData& b : blocks) sizes.push_back({b.hash, static_cast<int64_t>(b.bytes.size())});
+  sizes.reserve(only.empty() ? blocks.size() : only.size());
+  const auto add = [&](const BlockData& b) {
+    sizes.push_back({b.hash, static_cast<int64_t>(b.bytes.size())});
+  };
+  if (only.empty()) {
+    for (const BlockData& b : blocks) add(b);
+  } else {
+    for (size_t i : only) add(blocks[i]);
+  }
   TANDEM_ASSIGN_OR_RETURN(const Reserved reserved, ReserveBatch(mapping, sizes));
-  return CommitBatch(mapping, reserved, blocks);
+  return CommitBatch(mapping, reserved, blocks, only);
 }
 
 absl::StatusOr<ShmClient::Reserved> ShmClient::ReserveBatch(const ShmMapping& mapping,
-                                                            std::span<const BlockSize> blocks) {
+                                                            std::span<const BlockSize> blocks,
+                                                            bool ahead) {
   tandem::v1::ReserveShmRequest request;
   request.set_instance_id(mapping.instance_id());
   request.set_model_id(model_id_);
+  request.set_ahead(ahead);
   for (const BlockSize& b : blocks) {
     tandem::v1::ShmBlockSize* size = request.add_blocks();
     size->set_block_hash(b.hash);
@@ -169,6 +179,7 @@ absl::StatusOr<ShmClient::Reserved> ShmClient::ReserveBatch(const ShmMapping& ma
       bad = BadReply("reservations out of order");
     } else if (!r.reserved()) {
       ++reserved.skipped;
+      if (r.pending()) reserved.pending.push_back(i);
     } else if (auto region = mapping.Region(r.offset(), blocks[i].bytes); region.ok()) {
       reserved.regions[i] = *region;
       reserved.bytes += blocks[i].bytes;
@@ -188,7 +199,8 @@ absl::StatusOr<ShmClient::Reserved> ShmClient::ReserveBatch(const ShmMapping& ma
 
 absl::StatusOr<PutResult> ShmClient::CommitBatch(const ShmMapping& mapping,
                                                  const Reserved& reserved,
-                                                 std::span<const BlockData> blocks) {
+                                                 std::span<const BlockData> blocks,
+                                                 std::span<const size_t> only) {
   PutResult result{.skipped = reserved.skipped, .bytes = reserved.bytes};
   if (reserved.lease_id == 0) return result;
   // The lease began after `sent`. A client this late (stalled, swapped out) must not write into
@@ -200,9 +212,10 @@ absl::StatusOr<PutResult> ShmClient::CommitBatch(const ShmMapping& mapping,
   tandem::v1::CommitShmRequest commit;
   commit.set_instance_id(mapping.instance_id());
   commit.set_lease_id(reserved.lease_id);
-  for (size_t i = 0; i < blocks.size(); ++i) {
+  for (size_t i = 0; i < reserved.regions.size(); ++i) {
     if (reserved.regions[i].empty()) continue;
-    commit.add_checksums(CopyWithChecksum64(reserved.regions[i], Bytes(blocks[i].bytes)));
+    const BlockData& block = blocks[only.empty() ? i : only[i]];
+    commit.add_checksums(CopyWithChecksum64(reserved.regions[i], Bytes(block.bytes)));
   }
   grpc::ClientContext context;
   SetDeadline(context);
@@ -218,7 +231,7 @@ std::unique_ptr<ShmClient::Reservation> ShmClient::Reserve(std::span<const Block
   int64_t bytes = 0;
   for (const BlockSize& b : blocks) bytes += b.bytes;
   if (bytes > std::min(kMaxBatchBytes, mapping->size() / 4)) return nullptr;
-  absl::StatusOr<Reserved> reserved = ReserveBatch(*mapping, blocks);
+  absl::StatusOr<Reserved> reserved = ReserveBatch(*mapping, blocks, /*ahead=*/true);
   if (!reserved.ok()) {
     if (ArenaGone(reserved.status())) Detach(mapping);
     return nullptr;
@@ -248,6 +261,15 @@ std::optional<absl::StatusOr<PutResult>> ShmClient::PutReserved(Reservation& res
   absl::StatusOr<PutResult> result = CommitBatch(*reservation.mapping_, reserved, blocks);
   if (!result.ok()) return Failed<PutResult>(reservation.mapping_, result.status());
   result->ahead = true;
+  if (!reserved.pending.empty()) {
+    // Another writer had these at Reserve and may still be computing them: reported stored,
+    // they must be. The shard skips those committed since and gives the rest space of their own.
+    absl::StatusOr<PutResult> late = PutBatch(*reservation.mapping_, blocks, reserved.pending);
+    if (!late.ok()) return Failed<PutResult>(reservation.mapping_, late.status());
+    result->skipped -= static_cast<int>(reserved.pending.size()) - late->skipped;
+    result->stored += late->stored;
+    result->bytes += late->bytes;
+  }
   return result;
 }
 

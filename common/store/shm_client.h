@@ -44,11 +44,14 @@ class ShmClient {
   class Reservation;
   // nullptr when the fast path is not available now or the blocks are more than one reservation
   // takes: the caller puts them the usual way later. Blocks the shard holds already are left out
-  // (and count as skipped when put).
+  // (and count as skipped when put); so are blocks another writer is writing, and PutReserved
+  // puts those of them that are still not stored then.
   std::unique_ptr<Reservation> Reserve(std::span<const BlockSize> blocks);
-  // Copies `blocks` into the reservation's space and commits them. nullopt when they are not the
-  // reserved blocks (other hashes or sizes), the reservation has grown too old to use, or the
-  // fast path went away: the caller puts them the usual way. A reservation serves one put.
+  // Copies `blocks` into the reservation's space and commits them, then puts those another writer
+  // was writing at Reserve unless stored since (one more Reserve and Commit, only then). nullopt
+  // when they are not the reserved blocks (other hashes or sizes), the reservation has grown too
+  // old to use, or the fast path went away: the caller puts them the usual way. A reservation
+  // serves one put.
   std::optional<absl::StatusOr<PutResult>> PutReserved(Reservation& reservation,
                                                        std::span<const BlockData> blocks);
 
@@ -59,13 +62,14 @@ class ShmClient {
   using Mapping = std::shared_ptr<const ShmMapping>;
 
   // A batch's answer to ReserveShm: each block's region in the arena (empty: the shard holds
-  // the block already) under one lease (0: none needed).
+  // the block already, or another writer is writing it) under one lease (0: none needed).
   struct Reserved {
     uint64_t lease_id = 0;
     Clock::time_point sent;  // when the request left
     std::vector<std::span<uint8_t>> regions;
-    int skipped = 0;
-    int64_t bytes = 0;  // of the reserved regions
+    std::vector<size_t> pending;  // blocks left to another writer (requests `ahead` only)
+    int skipped = 0;              // blocks not reserved, `pending` included
+    int64_t bytes = 0;            // of the reserved regions
   };
 
   Mapping Attach();  // nullptr when the fast path is unavailable
@@ -75,12 +79,17 @@ class ShmClient {
   template <typename T>
   std::optional<absl::StatusOr<T>> Failed(const Mapping& mapping, const absl::Status& status);
 
-  absl::StatusOr<PutResult> PutBatch(const ShmMapping& mapping, std::span<const BlockData> blocks);
+  // Reserves and commits `blocks`, or with `only` the blocks it indexes.
+  absl::StatusOr<PutResult> PutBatch(const ShmMapping& mapping, std::span<const BlockData> blocks,
+                                     std::span<const size_t> only = {});
+  // `ahead`: before the bytes exist; blocks another writer is writing are left to it.
   absl::StatusOr<Reserved> ReserveBatch(const ShmMapping& mapping,
-                                        std::span<const BlockSize> blocks);
-  // Copies the blocks into `reserved`'s regions and commits them (one round trip).
+                                        std::span<const BlockSize> blocks, bool ahead = false);
+  // Copies the blocks into `reserved`'s regions and commits them (one round trip). With `only`,
+  // the reserved blocks are blocks[only[0]], blocks[only[1]], ...
   absl::StatusOr<PutResult> CommitBatch(const ShmMapping& mapping, const Reserved& reserved,
-                                        std::span<const BlockData> blocks);
+                                        std::span<const BlockData> blocks,
+                                        std::span<const size_t> only = {});
   absl::Status GetBatch(const ShmMapping& mapping, std::span<const uint64_t> hashes,
                         std::span<std::optional<std::string>> out);
   // Ends a lease without waiting for the answer; if the call fails, the shard expires it.

@@ -215,6 +215,7 @@ class CacheStoreRole final : public ServedRole {
       advance(metrics_.stored, s.puts, last.puts);
       advance(metrics_.skipped, s.put_skipped, last.put_skipped);
       advance(metrics_.aborted, s.put_aborted, last.put_aborted);
+      advance(metrics_.duplicate, s.duplicate_puts, last.duplicate_puts);
       advance(metrics_.evictions, s.evictions, last.evictions);
       advance(metrics_.corrupt, s.corrupt, last.corrupt);
       last = s;

@@ -118,16 +118,78 @@ TEST_P(BlockStoreTest, AbandonedWriterReleasesItsSpace) {
   EXPECT_TRUE(Put(*store, 4, 1000).ok());
 }
 
-TEST_P(BlockStoreTest, SecondWriterOfABlockSkips) {
+TEST_P(BlockStoreTest, AWriterOfAStoredBlockSkipsIt) {
   auto store = Make(10000);
-  auto first = store->BeginPut(5, 10, store::BlockChecksum(Content(5, 10)));
-  ASSERT_TRUE(first.ok());
-  EXPECT_EQ(store->BeginPut(5, 10, 0).status().code(), absl::StatusCode::kAlreadyExists);
-  ASSERT_TRUE(first->Append(Content(5, 10)).ok());
-  ASSERT_TRUE(first->Commit().ok());
+  ASSERT_TRUE(Put(*store, 5, 10).ok());
   EXPECT_EQ(Put(*store, 5, 10).code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(store->BeginPut(5, 10, 0, WhilePending::kSkip).status().code(),
+            absl::StatusCode::kAlreadyExists);
   EXPECT_EQ(store->Stats().put_skipped, 2);
   EXPECT_EQ(store->Stats().puts, 1);
+}
+
+// The shared-prefix race: A reserved a block before computing it; B has the bytes first. B's
+// put stores the block at once, A's later commit frees its copy, and nobody waits on the other.
+TEST_P(BlockStoreTest, AWriterWithTheBytesDoesNotWaitForOneStillWriting) {
+  auto store = Make(10000);
+  const auto data = Content(5, 10);
+  auto a = store->BeginPut(5, 10, store::BlockChecksum(data));
+  ASSERT_TRUE(a.ok());
+  // Reserving ahead leaves the block to A.
+  EXPECT_EQ(store->BeginPut(5, 10, 0, WhilePending::kSkip).status().code(),
+            absl::StatusCode::kAborted);
+  EXPECT_FALSE(store->Exists(5));
+  ASSERT_TRUE(Put(*store, 5, 10).ok());  // B: its own space, committed first
+  EXPECT_TRUE(store->Exists(5));
+  EXPECT_EQ(store->Stats().used_bytes, 20);  // both copies until A finishes
+  ASSERT_TRUE(a->Append(data).ok());
+  ASSERT_TRUE(a->Commit().ok());
+  BlockStoreStats s = store->Stats();
+  EXPECT_EQ(s.used_bytes, 10);
+  EXPECT_EQ(s.blocks, 1);
+  EXPECT_EQ(s.pending_puts, 0);
+  EXPECT_EQ(s.puts, 1);
+  EXPECT_EQ(s.duplicate_puts, 1);
+  auto ref = store->Get(5);
+  ASSERT_TRUE(ref.ok());
+  EXPECT_EQ(std::vector<uint8_t>(ref->data().begin(), ref->data().end()), data);
+}
+
+TEST_P(BlockStoreTest, TheLastOfSeveralWritersToGiveUpLeavesNothing) {
+  auto store = Make(10000);
+  {
+    auto a = store->BeginPut(6, 100, 0);
+    auto b = store->BeginPut(6, 100, 0);
+    ASSERT_TRUE(a.ok() && b.ok());
+    EXPECT_EQ(store->Stats().pending_puts, 2);
+  }
+  const BlockStoreStats s = store->Stats();
+  EXPECT_EQ(s.used_bytes, 0);
+  EXPECT_EQ(s.pending_puts, 0);
+  EXPECT_EQ(s.put_aborted, 2);
+  EXPECT_EQ(s.blocks, 0);
+  EXPECT_TRUE(Put(*store, 6, 100).ok());
+}
+
+// A writer that began before its block was evicted (or found corrupt) stores it again.
+TEST_P(BlockStoreTest, AWriterOutlivesTheEvictionOfItsBlock) {
+  auto store = Make(300);
+  const auto data = Content(1, 100);
+  auto a = store->BeginPut(1, 100, store::BlockChecksum(data));
+  ASSERT_TRUE(a.ok());
+  ASSERT_TRUE(Put(*store, 1, 100).ok());
+  ASSERT_TRUE(Put(*store, 2, 100).ok());  // 300 of 300 bytes: A's copy, 1, 2
+  ASSERT_TRUE(Put(*store, 3, 100).ok());  // evicts 1; A still writes it
+  EXPECT_FALSE(store->Exists(1));
+  EXPECT_EQ(store->Stats().evictions, 1);
+  ASSERT_TRUE(a->Append(data).ok());
+  ASSERT_TRUE(a->Commit().ok());
+  EXPECT_TRUE(store->Exists(1));
+  const BlockStoreStats s = store->Stats();
+  EXPECT_EQ(s.blocks, 3);
+  EXPECT_EQ(s.used_bytes, 300);
+  EXPECT_EQ(s.puts, 4);
+  EXPECT_EQ(s.duplicate_puts, 0);
 }
 
 TEST_P(BlockStoreTest, SizesAreValidated) {
@@ -190,6 +252,10 @@ TEST_P(BlockStoreTest, ConcurrentWritersAndReaders) {
         if (rng() % 2) {
           absl::Status s = Put(*store, h, size);
           if (!s.ok() && !absl::IsAlreadyExists(s) && !absl::IsResourceExhausted(s)) ++bad;
+        } else if (rng() % 4 == 0) {  // a writer that gives up, alongside the others
+          auto put = store->BeginPut(h, size, 0,
+                                     rng() % 2 ? WhilePending::kSkip : WhilePending::kWriteToo);
+          if (put.ok() && rng() % 2) (void)put->Append(Content(h, size));
         } else if (auto ref = store->Get(h); ref.ok()) {
           if (std::vector<uint8_t>(ref->data().begin(), ref->data().end()) != Content(h, size)) {
             ++bad;

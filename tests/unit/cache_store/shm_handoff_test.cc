@@ -52,9 +52,11 @@ class ShmHandoffTest : public ::testing::Test {
     return store_->arena()->data() - store::kShmHeaderBytes + offset;
   }
 
-  absl::StatusOr<ReserveShmResponse> Reserve(std::vector<std::pair<uint64_t, int64_t>> blocks) {
+  absl::StatusOr<ReserveShmResponse> Reserve(std::vector<std::pair<uint64_t, int64_t>> blocks,
+                                             bool ahead = false) {
     ReserveShmRequest request;
     request.set_instance_id(instance());
+    request.set_ahead(ahead);
     for (auto [hash, size] : blocks) {
       auto* b = request.add_blocks();
       b->set_block_hash(hash);
@@ -151,6 +153,37 @@ TEST_F(ShmHandoffTest, AReservedBlockIsInvisibleUntilCommitted) {
   EXPECT_EQ(s.open_leases, 0);
   EXPECT_EQ(store_->Stats().pending_puts, 0);
   EXPECT_EQ(store_->Stats().used_bytes, 3100);
+}
+
+// Reserved ahead (before the bytes exist), a block another writer is writing is left to it
+// and marked pending; reserved with the bytes in hand, it gets space of its own.
+TEST_F(ShmHandoffTest, ABlockBeingWrittenIsPendingAheadAndReservedAgainOtherwise) {
+  Start(1 << 20);
+  auto first = Reserve({{1, 100}}, /*ahead=*/true);
+  ASSERT_TRUE(first.ok() && first->reservations(0).reserved());
+  auto ahead = Reserve({{1, 100}, {2, 100}}, /*ahead=*/true);
+  ASSERT_TRUE(ahead.ok());
+  EXPECT_FALSE(ahead->reservations(0).reserved());
+  EXPECT_TRUE(ahead->reservations(0).pending());
+  EXPECT_TRUE(ahead->reservations(1).reserved());
+  EXPECT_FALSE(ahead->reservations(1).pending());
+
+  auto now = Reserve({{1, 100}});
+  ASSERT_TRUE(now.ok() && now->reservations(0).reserved());
+  EXPECT_NE(now->reservations(0).offset(), first->reservations(0).offset());
+  const auto data = Content(1, 100);
+  std::memcpy(At(now->reservations(0).offset()), data.data(), data.size());
+  ASSERT_TRUE(Commit(now->lease_id(), {store::BlockChecksum64(data)}).ok());
+  EXPECT_TRUE(store_->Exists(1));  // while the first writer still holds its space
+
+  auto stored = Reserve({{1, 100}}, /*ahead=*/true);  // stored: neither reserved nor pending
+  ASSERT_TRUE(stored.ok());
+  EXPECT_FALSE(stored->reservations(0).reserved());
+  EXPECT_FALSE(stored->reservations(0).pending());
+  EXPECT_TRUE(Release(first->lease_id()).ok());
+  EXPECT_TRUE(Release(ahead->lease_id()).ok());
+  EXPECT_EQ(store_->Stats().pending_puts, 0);
+  EXPECT_EQ(store_->Stats().used_bytes, 100);
 }
 
 TEST_F(ShmHandoffTest, AcquirePinsUntilReleased) {

@@ -200,6 +200,59 @@ TEST_F(StorePoolTest, APutThroughAReservationMadeAheadIsOneCommit) {
   EXPECT_EQ(rest, std::vector<int32_t>(expected.begin() + 1, expected.end()));
 }
 
+// Two requests sharing a prompt prefix, both reserving ahead: the first to reserve (A) holds
+// the prefix's space while it computes; the second (B) is left those blocks. If B finishes
+// first, its put still stores them (the shard gives B space of its own) before it reports them
+// stored, so decode hits at once instead of finding a prefix still being written; A's later
+// commit frees its copy. If A finishes first, B's put finds them stored and sends nothing.
+TEST_F(StorePoolTest, APrefixReservedAheadByAnotherRequestIsStoredByWhoeverFinishesFirst) {
+  auto whole = MakeEngine();
+  const std::vector<int32_t> expected = Run(*whole, prompt_, 8, 0);
+  StorePool pool({shards_[0]->address}, "tiny");  // one shard: both reserve on it
+  auto [first, blocks] = Prefill(pool);
+  const int64_t block_bytes = std::ssize(blocks[0].bytes);
+
+  auto a = pool.Reserve(Sizes(blocks));
+  EXPECT_EQ(a->reserved_bytes(), 6 * block_bytes);
+  auto b = pool.Reserve(Sizes(blocks));
+  EXPECT_EQ(b->reserved_bytes(), 0);  // all being written by A
+  const StorePool::PutReport put_b = pool.Put(blocks, b.get());
+  EXPECT_EQ(put_b.stored, std::vector<bool>(6, true));
+  EXPECT_EQ(put_b.uploaded, 6);
+
+  engine::ImportStats stats;
+  int cached = -1;
+  const auto rest = Decode(pool, first, &stats, &cached);  // A still holds its reservation
+  EXPECT_EQ(stats.hits, 6);
+  EXPECT_EQ(cached, 96);
+  EXPECT_EQ(rest, std::vector<int32_t>(expected.begin() + 1, expected.end()));
+
+  const StorePool::PutReport put_a = pool.Put(blocks, a.get());
+  EXPECT_EQ(put_a.stored, std::vector<bool>(6, true));
+  EXPECT_EQ(put_a.ahead, 1);
+  cache_store::BlockStoreStats s = shards_[0]->store->Stats();
+  EXPECT_EQ(s.duplicate_puts, 6);
+  EXPECT_EQ(s.blocks, 6);
+  EXPECT_EQ(s.used_bytes, 6 * block_bytes);
+  EXPECT_EQ(s.pending_puts, 0);
+  EXPECT_EQ(ShmOpenLeases(), 0);
+
+  // The other order, on a fresh shard: A finishes first, and B's put finds the prefix stored.
+  shards_[0]->server->Shutdown();
+  shards_[0] = StartShard();
+  StorePool fresh({shards_[0]->address}, "tiny");
+  a = fresh.Reserve(Sizes(blocks));
+  b = fresh.Reserve(Sizes(blocks));
+  EXPECT_EQ(b->reserved_bytes(), 0);
+  EXPECT_EQ(fresh.Put(blocks, a.get()).uploaded, 6);
+  const StorePool::PutReport late_b = fresh.Put(blocks, b.get());
+  EXPECT_EQ(late_b.stored, std::vector<bool>(6, true));
+  EXPECT_EQ(late_b.uploaded, 0);
+  s = shards_[0]->store->Stats();
+  EXPECT_EQ(s.duplicate_puts, 0);
+  EXPECT_EQ(s.puts, 6);
+}
+
 // A reservation that does not fit the put (fewer blocks than reserved: the engine's prefix cache
 // lost some), or has grown too old, is released, and the put goes the usual way.
 TEST_F(StorePoolTest, AReservationThatDoesNotFitIsReleasedAndThePutStillStores) {
