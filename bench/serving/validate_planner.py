@@ -48,8 +48,9 @@ p.add_argument("--num-requests", type=int, default=100)
 p.add_argument("--rates", default="", help="override every workload's rates")
 p.add_argument("--out", default="docs/figures/planner_validation")
 p.add_argument("--calibrate", action="store_true",
-               help="first measure the serving stack's time per streamed token (colocated, the "
-               "decode-heavy workload at its lowest rate) and write it into every profile used")
+               help="first measure the serving stack's time per streamed token and per prompt "
+               "handed off (the decode-heavy workload at its lowest rate, colocated and "
+               "disaggregated) and write them into every profile used")
 args = p.parse_args()
 tandem = os.path.join(args.build, "tools", "tandem", "tandem")
 logs = tempfile.mkdtemp(prefix="tandem_planner_")
@@ -66,32 +67,48 @@ def predict(profile, deployment, rates, workload, extra=()):
 
 
 def calibrate():
-    """The token_overhead_seconds at which the simulator's TPOT p50 matches a real run's:
-    colocated, the decode-heavy workload at its lowest rate (the engine's steps are short there,
-    so the serving stack's share is largest). Bisection: predicted TPOT grows with it."""
+    """The serving stack's costs the engine profile cannot see, fitted to real runs of the
+    decode-heavy workload at its lowest rate (the engine's steps are short there, so the
+    stack's share is largest), each by bisection (the prediction grows with it):
+    token_overhead_seconds, at which the simulator's TPOT p50 matches a colocated run's, then
+    handoff_overhead_seconds, at which its TTFT p50 matches a disaggregated run's."""
     model, profile, rates, flags = WORKLOADS["decode-heavy"]
     rate = rates.split(",")[0]
     workload = dict(flags, num_requests=args.num_requests, seed=500)
-    cluster = LocalCluster(tandem, model, logs)
-    addr = cluster.up("colocated")
-    try:
-        bench(tandem, addr, float(rate), dict(flags, num_requests=10, seed=1000),
-              os.path.join(logs, "warmup.json"))
-        measured = bench(tandem, addr, float(rate), workload,
-                         os.path.join(logs, "calibrate.json"))["tpot_ms"]["p50"]
-    finally:
-        cluster.down()
-    lo, hi = 0.0, 2000.0
-    for _ in range(16):
-        mid = (lo + hi) / 2
-        predicted = predict(profile, DEPLOYMENTS["colocated"], rate, workload,
-                            ["--token-overhead-us", str(mid)])[0]["tpot_seconds"]["p50"] * 1e3
-        lo, hi = (mid, hi) if predicted < measured else (lo, mid)
-    print(f"calibrated: {lo:.1f} us per streamed token (TPOT p50 measured {measured:.3f} ms)")
+
+    def measure(mode, metric):
+        cluster = LocalCluster(tandem, model, logs)
+        addr = cluster.up(mode)
+        try:
+            bench(tandem, addr, float(rate), dict(flags, num_requests=10, seed=1000),
+                  os.path.join(logs, "warmup.json"))
+            return bench(tandem, addr, float(rate), workload,
+                         os.path.join(logs, f"calibrate-{mode}.json"))[metric]["p50"]
+        finally:
+            cluster.down()
+
+    def bisect(mode, metric, flag, extra, measured):
+        lo, hi = 0.0, 50000.0
+        for _ in range(20):
+            mid = (lo + hi) / 2
+            predicted = predict(profile, DEPLOYMENTS[mode], rate, workload,
+                                extra + [flag, str(mid)])[0][metric]["p50"] * 1e3
+            lo, hi = (mid, hi) if predicted < measured else (lo, mid)
+        return lo
+
+    tpot = measure("colocated", "tpot_ms")
+    token_us = bisect("colocated", "tpot_seconds", "--token-overhead-us", [], tpot)
+    print(f"calibrated: {token_us:.1f} us per streamed token (colocated TPOT p50 {tpot:.3f} ms)")
+    ttft = measure("disaggregated", "ttft_ms")
+    handoff_us = bisect("disaggregated", "ttft_seconds", "--handoff-overhead-us",
+                        ["--token-overhead-us", str(token_us)], ttft)
+    print(f"calibrated: {handoff_us:.0f} us per prompt handed off (disaggregated TTFT p50 "
+          f"{ttft:.1f} ms)")
     for path in sorted({w[1] for w in WORKLOADS.values()}):
         with open(path) as f:
             prof = json.load(f)
-        prof["token_overhead_seconds"] = lo * 1e-6
+        prof["token_overhead_seconds"] = token_us * 1e-6
+        prof["handoff_overhead_seconds"] = handoff_us * 1e-6
         with open(path, "w") as f:
             json.dump(prof, f, indent=1)
             f.write("\n")

@@ -57,6 +57,11 @@ struct EngineProfile {
   // engine-bench cannot see: calibrated against a real run (bench/serving/validate_planner.py
   // --calibrate); 0 when not calibrated.
   double token_overhead_seconds = 0;
+  // A prefill worker's time on its core per prompt it hands off, beyond the engine's step and
+  // the store's put as kv-handoff-bench measures it on an idle machine: the export, the upload
+  // thread's copies and RPCs, and the answer to the router, all on the worker's one core.
+  // Calibrated like token_overhead_seconds (TTFT of a disaggregated run); 0 when not.
+  double handoff_overhead_seconds = 0;
 
   std::string ToJson() const;
   // InvalidArgument naming `source` and the offending field on anything malformed or out of

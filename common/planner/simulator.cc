@@ -99,15 +99,18 @@ class SimEngine {
 
   // Seconds the scheduled batch takes: prefill tokens (chunks, and a decode replica's first
   // step of an imported prompt) and decode tokens in one forward pass.
-  // Each sequence that completes its pending tokens streams a token, costing
-  // `token_overhead` seconds of the serving stack on the same core.
+  // Each sequence that completes its pending tokens streams a token, costing the profile's
+  // token_overhead_seconds of the serving stack on the same core, and on a prefill replica
+  // hands its prompt off, costing handoff_overhead_seconds more.
   double StepSeconds(const StepModel& prefill, const StepModel& decode,
-                     double token_overhead) const {
-    int64_t prefill_tokens = 0, decodes = 0, streamed = 0;
+                     const EngineProfile& profile) const {
+    int64_t prefill_tokens = 0, decodes = 0, streamed = 0, handed_off = 0;
     double prefill_work = 0, decode_context = 0;
     for (const Scheduled& b : batch_) {
       const Seq& s = running_[b.index];
-      streamed += s.computed + b.tokens == s.total;
+      const bool completes = s.computed + b.tokens == s.total;
+      streamed += completes;
+      handed_off += completes && s.prefill_only;
       if (s.emitted > 0 && b.tokens == 1) {
         ++decodes;
         decode_context += static_cast<double>(s.computed + 1);
@@ -116,7 +119,8 @@ class SimEngine {
         prefill_work += StepModel::PrefillWork(b.tokens, s.computed);
       }
     }
-    const double overhead = token_overhead * static_cast<double>(streamed);
+    const double overhead = profile.token_overhead_seconds * static_cast<double>(streamed) +
+                            profile.handoff_overhead_seconds * static_cast<double>(handed_off);
     if (prefill_tokens == 0) return decode.Seconds(decodes, decode_context) + overhead;
     return prefill.Seconds(prefill_tokens + decodes, prefill_work) +
            decode.per_work() * decode_context + overhead;
@@ -286,8 +290,8 @@ absl::StatusOr<SimulationResult> SimulateRequests(const EngineProfile& profile, 
     SimEngine& engine = engines[static_cast<size_t>(e)];
     if (engine.busy() || engine.Schedule(result.preemptions).empty()) return;
     engine.set_busy(true);
-    events.push({now + engine.StepSeconds(prefill, decode, profile.token_overhead_seconds), order++,
-                 EventKind::kStepEnd, e});
+    events.push(
+        {now + engine.StepSeconds(prefill, decode, profile), order++, EventKind::kStepEnd, e});
   };
   // The router's picks: prefill (and colocated) by fewest queued tokens, decode by fewest
   // sequences (docs/architecture.md, "One request through the router").

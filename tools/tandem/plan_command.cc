@@ -261,6 +261,7 @@ absl::Status RunPlan(const CliArgs& args) {
                                           "deployment",
                                           "rates",
                                           "token-overhead-us",
+                                          "handoff-overhead-us",
                                           "rate",
                                           "max-replicas",
                                           "headroom"}));
@@ -269,12 +270,14 @@ absl::Status RunPlan(const CliArgs& args) {
   TANDEM_ASSIGN_OR_RETURN(planner::EngineProfile profile,
                           planner::EngineProfile::FromJson(text, profile_path));
   TANDEM_ASSIGN_OR_RETURN(planner::Workload w, LoadWorkload(args));
-  if (args.Has("token-overhead-us")) {
-    TANDEM_ASSIGN_OR_RETURN(double us, args.DoubleOr("token-overhead-us", 0));
+  for (auto [flag, field] : {std::pair{"token-overhead-us", &profile.token_overhead_seconds},
+                             std::pair{"handoff-overhead-us", &profile.handoff_overhead_seconds}}) {
+    if (!args.Has(flag)) continue;
+    TANDEM_ASSIGN_OR_RETURN(double us, args.DoubleOr(flag, 0));
     if (!(us >= 0 && us <= 1e6)) {
-      return absl::InvalidArgumentError("--token-overhead-us: in [0, 1e6]");
+      return absl::InvalidArgumentError(absl::StrCat("--", flag, ": in [0, 1e6]"));
     }
-    profile.token_overhead_seconds = us * 1e-6;
+    *field = us * 1e-6;
   }
 
   const config::TandemConfig defaults;

@@ -24,6 +24,8 @@ EngineProfile KnownProfile() {
   p.model = "m";
   p.num_layers = 4;
   p.pop_start_layer = 4;
+  p.token_overhead_seconds = 1.25e-4;
+  p.handoff_overhead_seconds = 0.009;
   p.kv_bytes_per_token = 1024;
   p.block_size = 16;
   for (int64_t tokens : {16, 64, 256}) {
@@ -53,6 +55,8 @@ TEST(EngineProfileTest, RoundTripsThroughJson) {
   EXPECT_DOUBLE_EQ(back->decode[3].seconds, p.decode[3].seconds);
   ASSERT_EQ(back->transfer.size(), 3u);
   EXPECT_EQ(back->transfer[2].transport, "grpc");
+  EXPECT_DOUBLE_EQ(back->token_overhead_seconds, 1.25e-4);
+  EXPECT_DOUBLE_EQ(back->handoff_overhead_seconds, 0.009);
 }
 
 // Samples of a linear engine are fitted exactly, between and beyond the measured sizes.
@@ -112,6 +116,8 @@ TEST(EngineProfileTest, MalformedFilesAreClearErrors) {
       {with("\"transport\": \"grpc\"", "\"transport\": \"tcp\""), "expected grpc or shm"},
       {with("\"prefill\": [", "\"prefill\": [7, "), "prefill[0] must be an object"},
       {with("\"pop_start_layer\": 4", "\"pop_start_layer\": 9"), "pop_start_layer"},
+      {with("\"handoff_overhead_seconds\": 0.009", "\"handoff_overhead_seconds\": 2"),
+       "handoff_overhead_seconds"},
   };
   for (const Case& c : cases) {
     auto p = EngineProfile::FromJson(c.text, "p.json");

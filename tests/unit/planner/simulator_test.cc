@@ -104,6 +104,32 @@ TEST(SimulatorTest, DisaggregatedRequestPaysTheHandoff) {
   EXPECT_NEAR(r->tpot.p50, (second + third) / 2, 1e-9);
 }
 
+// The prefill worker's time per prompt it hands off (export, upload, answer) lengthens the step
+// that finishes the prompt on the prefill replica, so it delays that request's first token
+// and every prompt queued behind it; decode replicas are not charged.
+TEST(SimulatorTest, HandoffOverheadOccupiesThePrefillReplica) {
+  EngineProfile p = Synthetic();
+  p.handoff_overhead_seconds = 0.05;
+  const double put = 2e-3, prefill = (1e-3 + 512e-4) + (1e-3 + 488e-4);
+  auto alone = Simulate(p, Disaggregated(1, 1), Fixed(1000, 3, 1), 1.0);
+  ASSERT_TRUE(alone.ok()) << alone.status();
+  EXPECT_NEAR(alone->ttft.p50, prefill + 0.05 + put, 1e-9);
+  const double token2 = put + 1e-3 + 16e-4, token3 = 5e-3 + 1e-4;
+  EXPECT_NEAR(alone->tpot.p50, (token2 + token3) / 2, 1e-9);  // as without it
+
+  // A second prompt arriving while the first computes waits for the first's handoff too: a
+  // 500-token prompt is one 51 ms step, plus 50 ms of handoff.
+  const std::vector<SimRequest> two = {{0, 500, 3}, {0.01, 500, 3}};
+  auto queued = SimulateRequests(p, Disaggregated(1, 1), two, Fixed(500, 3, 2), 1.0);
+  ASSERT_TRUE(queued.ok()) << queued.status();
+  const double step = 1e-3 + 500e-4, first = step + 0.05 + put;
+  const double second = 2 * (step + 0.05) - 0.01 + put;
+  EXPECT_NEAR(queued->ttft.p50, (first + second) / 2, 1e-9);
+  auto colocated = Simulate(p, Colocated(1), Fixed(1000, 3, 1), 1.0);  // no handoff, no charge
+  ASSERT_TRUE(colocated.ok());
+  EXPECT_NEAR(colocated->ttft.p50, prefill, 1e-9);
+}
+
 // Long prompts arriving into a colocated replica stall its decodes (a chunk rides in the same
 // step); a disaggregated decode replica never sees them: DistServe's point.
 TEST(SimulatorTest, ColocatedPrefillInflatesTpot) {
