@@ -13,6 +13,7 @@
 #include "bench/serving/load_client.h"
 #include "bench/serving/progress_bar.h"
 #include "bench/serving/report.h"
+#include "common/planner/simulator.h"
 #include "common/util/file_util.h"
 #include "common/util/status_macros.h"
 
@@ -46,12 +47,32 @@ absl::StatusOr<std::vector<BenchRequest>> RandomRequests(const BenchOptions& o,
   return MakeRandomDataset(r);
 }
 
-absl::StatusOr<std::vector<BenchRequest>> BuildRequests(const BenchOptions& o,
-                                                        const tandem::v1::ModelInfo* model) {
-  if (o.dataset.empty()) return RandomRequests(o, model);
+// The dataset's requests, with ids made for its length-only (trace) lines, and when it has
+// timestamps their send times (else empty).
+absl::StatusOr<std::vector<BenchRequest>> DatasetRequests(const BenchOptions& o,
+                                                          const tandem::v1::ModelInfo* model,
+                                                          std::vector<double>& schedule) {
   TANDEM_ASSIGN_OR_RETURN(std::vector<BenchRequest> lines, LoadJsonlDataset(o.dataset));
-  return TakeRequests(lines,
-                      o.num_requests_set ? o.num_requests : static_cast<int64_t>(lines.size()));
+  std::vector<BenchRequest> requests =
+      TakeRequests(lines, o.num_requests_set ? o.num_requests : static_cast<int64_t>(lines.size()));
+  if (std::any_of(requests.begin(), requests.end(),
+                  [](const BenchRequest& r) { return r.input_length > 0; })) {
+    int32_t vocab = o.vocab_size.value_or(model != nullptr ? model->vocab_size() : 0);
+    if (vocab <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(o.dataset,
+                       ": lines with input_length need --vocab-size (the server did not report "
+                       "its model's vocabulary size)"));
+    }
+    SynthesizePrompts(requests, vocab, o.seed);
+  }
+  if (HasTimestamps(lines)) {
+    std::vector<double> recorded;
+    for (const BenchRequest& r : lines) recorded.push_back(r.timestamp_s);
+    schedule = planner::ReplayArrivals(
+        planner::TileTimestamps(recorded, static_cast<int64_t>(requests.size())), o.request_rate);
+  }
+  return requests;
 }
 
 bool WantProgress(ProgressMode mode) {
@@ -94,9 +115,17 @@ absl::Status RunBenchCommand(const CliArgs& args) {
                  o.addr.c_str(), model.status().ToString().c_str());
   }
   const tandem::v1::ModelInfo* info = model.ok() ? &*model : nullptr;
-  TANDEM_ASSIGN_OR_RETURN(std::vector<BenchRequest> requests, BuildRequests(o, info));
-  std::vector<double> schedule =
-      BenchSchedule(static_cast<int64_t>(requests.size()), o.request_rate, o.seed);
+  std::vector<double> schedule;
+  std::vector<BenchRequest> requests;
+  if (o.dataset.empty()) {
+    TANDEM_ASSIGN_OR_RETURN(requests, RandomRequests(o, info));
+  } else {
+    TANDEM_ASSIGN_OR_RETURN(requests, DatasetRequests(o, info, schedule));
+  }
+  // A trace's send times, replayed (scaled to --request-rate if given), else Poisson arrivals.
+  if (schedule.empty()) {
+    schedule = BenchSchedule(static_cast<int64_t>(requests.size()), o.request_rate, o.seed);
+  }
 
   LoadOptions load{.max_concurrency = o.max_concurrency, .timeout_s = o.timeout_s};
   ProgressBar bar(stderr);

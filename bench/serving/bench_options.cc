@@ -84,25 +84,24 @@ absl::Status ParsePrompts(const CliArgs& args, BenchOptions& o) {
   o.dataset = args.StringOr("dataset", "");
   if (args.Has("dataset")) {
     if (o.dataset.empty()) return OutOfRange("dataset", "must name a file");
-    for (const char* flag :
-         {"input-len", "input-len-range", "output-len", "output-len-range", "vocab-size"}) {
+    for (const char* flag : {"input-len", "input-len-range", "output-len", "output-len-range"}) {
       if (args.Has(flag)) {
         return OutOfRange(flag,
                           "applies to random prompts and cannot be used with --dataset "
-                          "(each line sets its own max_tokens)");
+                          "(each line sets its own lengths)");
       }
     }
-    return absl::OkStatus();
   }
+  if (args.Has("vocab-size")) {  // random prompts, and a trace's length-only lines
+    TANDEM_ASSIGN_OR_RETURN(o.vocab_size,
+                            IntIn(args, "vocab-size", 0, 1, std::numeric_limits<int32_t>::max()));
+  }
+  if (args.Has("dataset")) return absl::OkStatus();
   constexpr int64_t kMaxLen = 1 << 24;
   TANDEM_ASSIGN_OR_RETURN(o.input_len, IntIn(args, "input-len", o.input_len, 1, kMaxLen));
   TANDEM_ASSIGN_OR_RETURN(o.input_len_range, Ratio(args, "input-len-range"));
   TANDEM_ASSIGN_OR_RETURN(o.output_len, IntIn(args, "output-len", o.output_len, 1, kMaxLen));
   TANDEM_ASSIGN_OR_RETURN(o.output_len_range, Ratio(args, "output-len-range"));
-  if (args.Has("vocab-size")) {
-    TANDEM_ASSIGN_OR_RETURN(o.vocab_size,
-                            IntIn(args, "vocab-size", 0, 1, std::numeric_limits<int32_t>::max()));
-  }
   return absl::OkStatus();
 }
 

@@ -28,7 +28,8 @@ struct BenchOptions {
   int32_t output_len = 128;
   double output_len_range = 0;
   std::optional<int32_t> vocab_size;  // unset: GetModelInfo's
-  // JSON Lines of {"prompt", "max_tokens"}; `num_requests` defaults to its line count.
+  // JSON Lines (dataset.h: text prompts, or a trace of lengths and send times);
+  // `num_requests` defaults to its line count.
   std::string dataset;
   bool num_requests_set = false;
   double timeout_s = 600;

@@ -9,7 +9,7 @@ predicts the same points from a one-thread engine profile of the model (engine-b
 TTFT p90, TPOT p90 and goodput with the relative error, writes JSON and PNG plots.
 
   /usr/bin/python3 bench/serving/validate_planner.py --build build \\
-      --workloads decode-heavy,prefill-heavy,mixed --out docs/figures/planner_validation
+      --workloads decode-heavy,prefill-heavy,mixed,trace --out docs/figures/planner_validation
 """
 import argparse
 import json
@@ -38,6 +38,11 @@ WORKLOADS = {
     "mixed": ("/tmp/m125", "bench/profiles/125m-bf16-1t.json", "0.5,1,2,3",
               {"input_len": 384, "input_len_range": 0.5, "output_len": 128,
                "output_len_range": 0.5, "slo_ttft_ms": 1000, "slo_tpot_ms": 50}),
+    # A bursty trace (bench/serving/make_bursty_trace.py: Mooncake's format, non-Poisson send
+    # times, prompts 128-1,024 tokens, outputs 32-256), replayed scaled to each mean rate.
+    "trace": ("models/tandem-py-8l", "bench/profiles/tandem-py-8l-1t.json", "4,8,16",
+              {"dataset": "bench/traces/bursty-120.jsonl", "slo_ttft_ms": 250,
+               "slo_tpot_ms": 10}),
 }
 DEPLOYMENTS = {"colocated": "colocated:2", "disaggregated": "disaggregated:1:1"}
 
@@ -50,7 +55,7 @@ p.add_argument("--out", default="docs/figures/planner_validation")
 p.add_argument("--calibrate", action="store_true",
                help="first measure the serving stack's time per streamed token and per prompt "
                "handed off (the decode-heavy workload at its lowest rate, colocated and "
-               "disaggregated) and write them into every profile used")
+               "disaggregated) and write them into the bundled model's profile")
 args = p.parse_args()
 tandem = os.path.join(args.build, "tools", "tandem", "tandem")
 logs = tempfile.mkdtemp(prefix="tandem_planner_")
@@ -68,7 +73,7 @@ def predict(profile, deployment, rates, workload, extra=()):
 
 def calibrate():
     """The serving stack's costs the engine profile cannot see, fitted to real runs of the
-    decode-heavy workload at its lowest rate (the engine's steps are short there, so the
+    decode-heavy workload at its lowest rate and written into its profile (the engine's steps are short there, so the
     stack's share is largest), each by bisection (the prediction grows with it):
     token_overhead_seconds, at which the simulator's TPOT p50 matches a colocated run's, then
     handoff_overhead_seconds, at which its TTFT p50 matches a disaggregated run's."""
@@ -104,14 +109,15 @@ def calibrate():
                         ["--token-overhead-us", str(token_us)], ttft)
     print(f"calibrated: {handoff_us:.0f} us per prompt handed off (disaggregated TTFT p50 "
           f"{ttft:.1f} ms)")
-    for path in sorted({w[1] for w in WORKLOADS.values()}):
-        with open(path) as f:
-            prof = json.load(f)
-        prof["token_overhead_seconds"] = token_us * 1e-6
-        prof["handoff_overhead_seconds"] = handoff_us * 1e-6
-        with open(path, "w") as f:
-            json.dump(prof, f, indent=1)
-            f.write("\n")
+    # Into the profile it was measured against only: a profile measured at another time (another
+    # model, or the host busier) has step times of its own, and the stack's share with them.
+    with open(profile) as f:
+        prof = json.load(f)
+    prof["token_overhead_seconds"] = token_us * 1e-6
+    prof["handoff_overhead_seconds"] = handoff_us * 1e-6
+    with open(profile, "w") as f:
+        json.dump(prof, f, indent=2)
+        f.write("\n")
 
 
 def error(predicted, measured):

@@ -213,12 +213,41 @@ std::string Deployment::Describe() const {
                          engine.max_num_seqs);
 }
 
+std::vector<double> TileTimestamps(std::span<const double> timestamps, int64_t n) {
+  std::vector<double> out;
+  if (timestamps.empty() || n <= 0) return out;
+  const double span = timestamps.back() - timestamps.front();
+  const double gap = timestamps.size() > 1 ? span / static_cast<double>(timestamps.size() - 1) : 0;
+  out.reserve(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    const auto m = static_cast<int64_t>(timestamps.size());
+    out.push_back(timestamps[static_cast<size_t>(i % m)] +
+                  static_cast<double>(i / m) * (span + gap));
+  }
+  return out;
+}
+
+double TraceRate(std::span<const double> timestamps) {
+  if (timestamps.size() < 2) return 0;
+  const double span = timestamps.back() - timestamps.front();
+  return span > 0 ? static_cast<double>(timestamps.size() - 1) / span : 0;
+}
+
+std::vector<double> ReplayArrivals(std::span<const double> timestamps, double rate) {
+  const double recorded = TraceRate(timestamps);
+  const double scale = recorded > 0 && rate > 0 && std::isfinite(rate) ? recorded / rate : 1.0;
+  std::vector<double> out;
+  out.reserve(timestamps.size());
+  for (double t : timestamps) out.push_back((t - timestamps.front()) * scale);
+  return out;
+}
+
 absl::StatusOr<SimulationResult> Simulate(const EngineProfile& profile, const Deployment& d,
                                           const Workload& w, double rate) {
   if (!(rate > 0) || !std::isfinite(rate)) {
     return absl::InvalidArgumentError(absl::StrCat("rate must be positive, got ", rate));
   }
-  if (w.num_requests < 1 || w.input_len < 1 || w.output_len < 1) {
+  if (w.num_requests < 1 || (w.trace.empty() && (w.input_len < 1 || w.output_len < 1))) {
     return absl::InvalidArgumentError("the workload needs requests with prompts and outputs");
   }
   // The same draws at every rate (arrival gaps scale with 1/rate), so a search over rates sees
@@ -226,12 +255,27 @@ absl::StatusOr<SimulationResult> Simulate(const EngineProfile& profile, const De
   std::mt19937_64 rng(w.seed);
   std::exponential_distribution<double> gap(1.0);
   std::vector<SimRequest> schedule(static_cast<size_t>(w.num_requests));
+  std::vector<double> recorded;
+  for (const SimRequest& r : w.trace) recorded.push_back(r.arrival);
+  const std::vector<double> replayed =
+      TraceRate(recorded) > 0 ? ReplayArrivals(TileTimestamps(recorded, w.num_requests), rate)
+                              : std::vector<double>();
   double t = 0;
-  for (SimRequest& r : schedule) {
-    t += gap(rng) / rate;
-    r.arrival = t;
-    r.prompt = Draw(rng, w.input_len, w.input_len_range);
-    r.output = Draw(rng, w.output_len, w.output_len_range);
+  for (size_t i = 0; i < schedule.size(); ++i) {
+    SimRequest& r = schedule[i];
+    if (!replayed.empty()) {
+      r.arrival = replayed[i];
+    } else {
+      t += gap(rng) / rate;
+      r.arrival = t;
+    }
+    if (w.trace.empty()) {
+      r.prompt = Draw(rng, w.input_len, w.input_len_range);
+      r.output = Draw(rng, w.output_len, w.output_len_range);
+    } else {
+      r.prompt = w.trace[i % w.trace.size()].prompt;
+      r.output = w.trace[i % w.trace.size()].output;
+    }
   }
   return SimulateRequests(profile, d, schedule, w, rate);
 }

@@ -9,6 +9,7 @@
 // deployment, and the planner (planner.h) searches deployments with it.
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -17,9 +18,17 @@
 
 namespace tandem::planner {
 
+// One request of a given schedule: when it arrives (seconds, non-decreasing over the list),
+// its prompt tokens and the tokens it generates.
+struct SimRequest {
+  double arrival = 0;
+  int32_t prompt = 0;
+  int32_t output = 0;
+};
+
 // Requests as `tandem bench` makes them: Poisson arrivals, prompt and output lengths uniform in
-// [round(len * (1 - range)), round(len * (1 + range))] (at least 1), and the SLOs a request
-// must meet to count as good (both TTFT and TPOT; 0: no bound).
+// [round(len * (1 - range)), round(len * (1 + range))] (at least 1), or a trace's; and the SLOs
+// a request must meet to count as good (both TTFT and TPOT; 0: no bound).
 struct Workload {
   int32_t input_len = 512;
   double input_len_range = 0;
@@ -30,7 +39,22 @@ struct Workload {
   double slo_ttft_s = 0;
   double slo_tpot_s = 0;
   double attainment = 0.9;  // the fraction of requests that must meet the SLOs
+  // A trace (tandem bench --dataset with lengths): when not empty, its requests replace the
+  // random ones, `num_requests` of them (the trace repeated end to end if shorter). With send
+  // times, a simulation at rate R replays them scaled to R on average (ReplayArrivals), so
+  // bursts keep their shape; without (every arrival 0), Poisson arrivals as above.
+  std::vector<SimRequest> trace;
 };
+
+// `n` send times from a trace's (seconds, non-decreasing): the trace itself, repeated end to end
+// when n is larger, each repeat one mean gap after the previous one's last.
+std::vector<double> TileTimestamps(std::span<const double> timestamps, int64_t n);
+// The trace's mean arrival rate, (count - 1) / span; 0 when it spans no time.
+double TraceRate(std::span<const double> timestamps);
+// A trace's send times from 0, stretched or compressed uniformly to `rate` requests/s on
+// average; a rate of +inf, or a trace that spans no time, keeps the recorded gaps. `tandem
+// bench` replays a timestamped dataset with it, and the simulator simulates the same times.
+std::vector<double> ReplayArrivals(std::span<const double> timestamps, double rate);
 
 // One engine's limits (engine::EngineOptions of the same names).
 struct EngineLimits {
@@ -72,14 +96,6 @@ struct SimulationResult {
 // budget smaller than one prompt, a handoff transport the profile did not measure).
 absl::StatusOr<SimulationResult> Simulate(const EngineProfile& profile, const Deployment& d,
                                           const Workload& workload, double rate);
-
-// One request of a given schedule: when it arrives (seconds, non-decreasing over the list),
-// its prompt tokens and the tokens it generates.
-struct SimRequest {
-  double arrival = 0;
-  int32_t prompt = 0;
-  int32_t output = 0;
-};
 
 // Simulates exactly these requests (e.g. the ones `tandem bench` sends for a seed), judged by
 // the workload's SLOs; `rate` is reported as the offered rate. Lengths and limits are checked

@@ -1,6 +1,11 @@
 // tandem plan: the placement planner (common/planner) on an engine profile and a workload.
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -10,6 +15,7 @@
 #include "common/config/config.h"
 #include "common/planner/planner.h"
 #include "common/planner/recommend.h"
+#include "common/tokenizer/tokenizer.h"
 #include "common/util/file_util.h"
 #include "common/util/status_macros.h"
 #include "nlohmann/json.hpp"
@@ -51,6 +57,51 @@ absl::StatusOr<double> WorkloadValue(const CliArgs& args, const YAML::Node& file
         absl::StrCat("workload: ", KeyOf(flag), " is ", v, ", outside [", min, ", ", max, "]"));
   }
   return v;
+}
+
+// --dataset FILE: a trace in tandem bench's dataset format (JSON Lines), as `tandem bench
+// --dataset` sends it; text prompts are counted with --model's tokenizer, as the router counts
+// them.
+absl::Status LoadTrace(const CliArgs& args, planner::Workload& w) {
+  for (const char* flag : {"input-len", "input-len-range", "output-len", "output-len-range"}) {
+    if (args.Has(flag)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", flag, " describes random prompts; --dataset gives its own lengths"));
+    }
+  }
+  TANDEM_ASSIGN_OR_RETURN(std::string path, args.String("dataset"));
+  TANDEM_ASSIGN_OR_RETURN(std::vector<bench::BenchRequest> lines, bench::LoadJsonlDataset(path));
+  std::optional<std::vector<int32_t>> lengths = bench::PromptLengths(lines);
+  if (!lengths.has_value()) {
+    if (!args.Has("model")) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, ": text prompts need --model DIR to count their tokens (or give input_length)"));
+    }
+    TANDEM_ASSIGN_OR_RETURN(std::string dir, args.String("model"));
+    TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<tokenizer::Tokenizer> tok,
+                            tokenizer::Tokenizer::Load(dir));
+    lengths.emplace();
+    for (const bench::BenchRequest& r : lines) {
+      if (!r.prompt.empty()) {
+        TANDEM_ASSIGN_OR_RETURN(std::vector<int32_t> ids, tok->Encode(r.prompt, true));
+        lengths->push_back(static_cast<int32_t>(ids.size()));
+      } else {
+        lengths->push_back(r.input_length);
+      }
+    }
+  }
+  double prompt_sum = 0, output_sum = 0;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    w.trace.push_back({std::max(0.0, lines[i].timestamp_s), (*lengths)[i], lines[i].max_tokens});
+    prompt_sum += (*lengths)[i];
+    output_sum += lines[i].max_tokens;
+  }
+  const auto n = static_cast<double>(lines.size());
+  w.input_len = std::max(1, static_cast<int32_t>(std::lround(prompt_sum / n)));
+  w.output_len = std::max(1, static_cast<int32_t>(std::lround(output_sum / n)));
+  w.input_len_range = w.output_len_range = 0;
+  if (!args.Has("num-requests")) w.num_requests = static_cast<int64_t>(lines.size());
+  return absl::OkStatus();
 }
 
 absl::StatusOr<planner::Workload> LoadWorkload(const CliArgs& args) {
@@ -95,6 +146,7 @@ absl::StatusOr<planner::Workload> LoadWorkload(const CliArgs& args) {
   w.seed = static_cast<uint64_t>(seed);
   w.slo_ttft_s = ttft / 1e3;
   w.slo_tpot_s = tpot / 1e3;
+  if (args.Has("dataset")) TANDEM_RETURN_IF_ERROR(LoadTrace(args, w));
   return w;
 }
 
@@ -123,14 +175,54 @@ absl::StatusOr<planner::Deployment> ParseDeployment(const std::string& text,
   return d;
 }
 
+// The requests `tandem bench` sends at `rate` for the workload's flags and seed, or for its
+// trace (--dataset): the same send times and lengths.
+std::vector<planner::SimRequest> BenchRequests(const planner::Workload& w, double rate) {
+  std::vector<planner::SimRequest> schedule;
+  if (w.trace.empty()) {
+    // Its random dataset's lengths (the token ids do not matter here).
+    const std::vector<double> arrivals = bench::BenchSchedule(w.num_requests, rate, w.seed);
+    const std::vector<bench::BenchRequest> requests =
+        bench::MakeRandomDataset({.num_requests = w.num_requests,
+                                  .input_len = w.input_len,
+                                  .input_len_range = w.input_len_range,
+                                  .output_len = w.output_len,
+                                  .output_len_range = w.output_len_range,
+                                  .vocab_size = 2,
+                                  .seed = w.seed});
+    for (size_t i = 0; i < requests.size(); ++i) {
+      schedule.push_back({arrivals[i], static_cast<int32_t>(requests[i].prompt_token_ids.size()),
+                          requests[i].max_tokens});
+    }
+    return schedule;
+  }
+  std::vector<double> recorded;
+  for (const planner::SimRequest& r : w.trace) recorded.push_back(r.arrival);
+  const std::vector<double> arrivals =
+      planner::TraceRate(recorded) > 0
+          ? planner::ReplayArrivals(planner::TileTimestamps(recorded, w.num_requests), rate)
+          : bench::BenchSchedule(w.num_requests, rate, w.seed);
+  for (int64_t i = 0; i < w.num_requests; ++i) {
+    const planner::SimRequest& r = w.trace[static_cast<size_t>(i) % w.trace.size()];
+    schedule.push_back({arrivals[static_cast<size_t>(i)], r.prompt, r.output});
+  }
+  return schedule;
+}
+
 // tandem plan --deployment D --rates R1,R2: the simulator's prediction at each rate for the
 // requests `tandem bench` sends with the same flags and seed, for comparing with a measurement.
+// With a timestamped --dataset, --rates may be left out: the trace's own rate.
 absl::Status RunSimulations(const CliArgs& args, const planner::EngineProfile& profile,
                             const planner::Workload& w, const planner::PlanOptions& o) {
   TANDEM_ASSIGN_OR_RETURN(std::string text, args.String("deployment"));
   TANDEM_ASSIGN_OR_RETURN(planner::Deployment d, ParseDeployment(text, o));
-  const std::vector<std::string> rates =
+  std::vector<std::string> rates =
       absl::StrSplit(args.StringOr("rates", ""), ',', absl::SkipEmpty());
+  std::vector<double> recorded;
+  for (const planner::SimRequest& r : w.trace) recorded.push_back(r.arrival);
+  if (rates.empty() && planner::TraceRate(recorded) > 0) {
+    rates.push_back(absl::StrCat(planner::TraceRate(recorded)));
+  }
   if (rates.empty()) return absl::InvalidArgumentError("--deployment needs --rates R1,R2,...");
   auto list = nlohmann::json::array();
   auto pct = [](const planner::Percentiles& p) {
@@ -147,24 +239,8 @@ absl::Status RunSimulations(const CliArgs& args, const planner::EngineProfile& p
     if (!absl::SimpleAtod(r, &rate) || !(rate > 0 && rate < 1e9)) {
       return absl::InvalidArgumentError(absl::StrCat("--rates: \"", r, "\" is not a rate"));
     }
-    // The very requests `tandem bench` sends for these flags: its arrival schedule and its
-    // random dataset's lengths (the token ids do not matter here).
-    const std::vector<double> arrivals = bench::BenchSchedule(w.num_requests, rate, w.seed);
-    const std::vector<bench::BenchRequest> requests =
-        bench::MakeRandomDataset({.num_requests = w.num_requests,
-                                  .input_len = w.input_len,
-                                  .input_len_range = w.input_len_range,
-                                  .output_len = w.output_len,
-                                  .output_len_range = w.output_len_range,
-                                  .vocab_size = 2,
-                                  .seed = w.seed});
-    std::vector<planner::SimRequest> schedule;
-    for (size_t i = 0; i < requests.size(); ++i) {
-      schedule.push_back({arrivals[i], static_cast<int32_t>(requests[i].prompt_token_ids.size()),
-                          requests[i].max_tokens});
-    }
     TANDEM_ASSIGN_OR_RETURN(planner::SimulationResult s,
-                            planner::SimulateRequests(profile, d, schedule, w, rate));
+                            planner::SimulateRequests(profile, d, BenchRequests(w, rate), w, rate));
     list.push_back({{"rate", rate},
                     {"deployment", d.Describe()},
                     {"ttft_seconds", pct(s.ttft)},
@@ -264,7 +340,9 @@ absl::Status RunPlan(const CliArgs& args) {
                                           "handoff-overhead-us",
                                           "rate",
                                           "max-replicas",
-                                          "headroom"}));
+                                          "headroom",
+                                          "dataset",
+                                          "model"}));
   TANDEM_ASSIGN_OR_RETURN(std::string profile_path, args.String("profile"));
   TANDEM_ASSIGN_OR_RETURN(std::string text, ReadFileToString(profile_path));
   TANDEM_ASSIGN_OR_RETURN(planner::EngineProfile profile,
@@ -326,10 +404,12 @@ absl::Status RunPlan(const CliArgs& args) {
     return absl::OkStatus();
   }
   std::printf(
-      "profile: %s (%s, %s weights, %d threads per replica)\nworkload: prompts %d ±%.0f%%, "
+      "profile: %s (%s, %s weights, %d threads per replica)\nworkload: %sprompts %d ±%.0f%%, "
       "outputs %d ±%.0f%%, %lld requests; SLO: TTFT ≤ %.0f ms, TPOT ≤ %.0f ms for %.0f%%\n"
       "budget: %lld replicas%s\n\n",
       profile_path.c_str(), profile.model.c_str(), profile.weights.c_str(), profile.threads,
+      w.trace.empty() ? ""
+                      : absl::StrCat("trace ", args.StringOr("dataset", ""), ", mean ").c_str(),
       w.input_len, w.input_len_range * 100, w.output_len, w.output_len_range * 100,
       static_cast<long long>(w.num_requests), w.slo_ttft_s * 1e3, w.slo_tpot_s * 1e3,
       w.attainment * 100, static_cast<long long>(budget),

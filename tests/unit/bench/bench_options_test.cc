@@ -111,8 +111,8 @@ TEST(LoadgenOptionsTest, RejectsBadValuesNamingTheFlag) {
       {{"--addr", "h:1", "--connections", "0"}, "--connections must be in"},
       {{"--addr", "h:1", "--dataset", "d.jsonl", "--input-len", "5"},
        "--input-len applies to random prompts"},
-      {{"--addr", "h:1", "--dataset", "d.jsonl", "--vocab-size", "5"},
-       "--vocab-size applies to random prompts"},
+      {{"--addr", "h:1", "--dataset", "d.jsonl", "--output-len-range", "0.5"},
+       "--output-len-range applies to random prompts"},
   };
   for (const auto& [words, expected] : cases) {
     auto o = Parse(words);

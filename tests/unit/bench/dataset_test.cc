@@ -36,10 +36,11 @@ TEST(LoadgenJsonlDatasetTest, BadLinesNameTheLineAndTheProblem) {
   const Case cases[] = {
       {"{\"prompt\": \"a\", \"max_tokens\": 1", "d.jsonl:3: not valid JSON"},
       {"[1, 2]", "d.jsonl:3: top-level JSON value must be an object"},
-      {"{\"max_tokens\": 5}", "d.jsonl:3: key \"prompt\" is missing"},
+      {"{\"max_tokens\": 5}", "d.jsonl:3: give exactly one of \"prompt\" and \"input_length\""},
       {"{\"prompt\": \"\", \"max_tokens\": 5}", "d.jsonl:3: key \"prompt\" is empty"},
       {"{\"prompt\": 7, \"max_tokens\": 5}", "d.jsonl:3: key \"prompt\" must be a string"},
-      {"{\"prompt\": \"a\"}", "d.jsonl:3: key \"max_tokens\" is missing"},
+      {"{\"prompt\": \"a\"}",
+       "d.jsonl:3: give exactly one of \"max_tokens\" and \"output_length\""},
       {"{\"prompt\": \"a\", \"max_tokens\": 0}", "d.jsonl:3: key \"max_tokens\" is 0, outside"},
       {"{\"prompt\": \"a\", \"max_tokens\": 2.5}", "\"max_tokens\" must be an integer"},
       {"{\"prompt\": \"a\", \"max_token\": 5}", "d.jsonl:3: unknown key \"max_token\""},
@@ -50,6 +51,86 @@ TEST(LoadgenJsonlDatasetTest, BadLinesNameTheLineAndTheProblem) {
     EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(result.status().message(), HasSubstr(c.expected)) << c.line;
   }
+}
+
+// Mooncake's trace lines: lengths, block ids and send times in milliseconds.
+TEST(LoadgenJsonlDatasetTest, ParsesTraceLines) {
+  auto requests = ParseJsonlDataset(
+      "{\"timestamp\": 0, \"input_length\": 700, \"output_length\": 5, \"hash_ids\": [4, 9]}\n"
+      "{\"timestamp\": 1500.5, \"input_length\": 3, \"max_tokens\": 2}\n",
+      "trace.jsonl");
+  ASSERT_TRUE(requests.ok()) << requests.status();
+  ASSERT_EQ(requests->size(), 2u);
+  EXPECT_EQ((*requests)[0].input_length, 700);
+  EXPECT_EQ((*requests)[0].max_tokens, 5);
+  EXPECT_EQ((*requests)[0].hash_ids, (std::vector<uint64_t>{4, 9}));
+  EXPECT_EQ((*requests)[0].timestamp_s, 0);
+  EXPECT_DOUBLE_EQ((*requests)[1].timestamp_s, 1.5005);
+  EXPECT_TRUE(HasTimestamps(*requests));
+  EXPECT_EQ(PromptLengths(*requests), (std::vector<int32_t>{700, 3}));
+  auto text = ParseJsonlDataset("{\"prompt\": \"a\", \"max_tokens\": 1}", "t");
+  ASSERT_TRUE(text.ok());
+  EXPECT_FALSE(HasTimestamps(*text));
+  EXPECT_FALSE(PromptLengths(*text).has_value());  // text: the tokenizer's to count
+}
+
+TEST(LoadgenJsonlDatasetTest, BadTraceLinesAreClearErrors) {
+  struct Case {
+    std::string text, expected;
+  };
+  const std::string ok = "{\"timestamp\": 5, \"input_length\": 3, \"output_length\": 1}\n";
+  const Case cases[] = {
+      {"{\"prompt\": \"a\", \"input_length\": 3, \"max_tokens\": 1}",
+       "t:1: give exactly one of \"prompt\" and \"input_length\""},
+      {"{\"input_length\": 3, \"max_tokens\": 1, \"output_length\": 1}",
+       "exactly one of \"max_tokens\" and \"output_length\""},
+      {"{\"input_length\": 0, \"max_tokens\": 1}", "\"input_length\" is 0, outside"},
+      {"{\"input_length\": 3, \"max_tokens\": 1, \"hash_ids\": 7}",
+       "\"hash_ids\" must be an array"},
+      {"{\"input_length\": 3, \"max_tokens\": 1, \"hash_ids\": [-1]}", "non-negative integers"},
+      {"{\"prompt\": \"a\", \"max_tokens\": 1, \"hash_ids\": [1]}", "needs input_length"},
+      {"{\"input_length\": 3, \"max_tokens\": 1, \"timestamp\": -4}", "\"timestamp\" is -4"},
+      {ok + "{\"input_length\": 3, \"max_tokens\": 1}", "t:2: \"timestamp\" must be on every line"},
+      {"{\"input_length\": 3, \"max_tokens\": 1}\n" + ok, "t:2: \"timestamp\" must be on every"},
+      {ok + "{\"timestamp\": 4, \"input_length\": 3, \"max_tokens\": 1}",
+       "t:2: \"timestamp\" goes back"},
+  };
+  for (const Case& c : cases) {
+    auto result = ParseJsonlDataset(c.text, "t");
+    ASSERT_FALSE(result.ok()) << c.text;
+    EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(result.status().message(), HasSubstr(c.expected)) << c.text;
+  }
+}
+
+// A hash id's block is the same ids wherever it appears: lines sharing leading ids share that
+// prefix and nothing more; the rest of a prompt is its own. Deterministic for a seed.
+TEST(LoadgenJsonlDatasetTest, SynthesizedPromptsShareExactlyTheirSharedBlocks) {
+  std::vector<BenchRequest> r(3);
+  r[0] = {.input_length = 1100, .hash_ids = {1, 2, 3}};
+  r[1] = {.input_length = 1300, .hash_ids = {1, 2, 5}};
+  r[2] = {.input_length = 700};  // no ids: all its own
+  std::vector<BenchRequest> again = r;
+  SynthesizePrompts(r, 50, 7);
+  SynthesizePrompts(again, 50, 7);
+  for (size_t i = 0; i < r.size(); ++i) {
+    ASSERT_EQ(std::ssize(r[i].prompt_token_ids), r[i].input_length);
+    EXPECT_EQ(r[i].prompt_token_ids, again[i].prompt_token_ids);
+    for (int32_t id : r[i].prompt_token_ids) ASSERT_TRUE(id >= 0 && id < 50);
+  }
+  auto common = [](const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+    size_t n = 0;
+    while (n < a.size() && n < b.size() && a[n] == b[n]) ++n;
+    return n;
+  };
+  // Two blocks shared; the third differs within a few tokens (ids drawn from 50).
+  EXPECT_GE(common(r[0].prompt_token_ids, r[1].prompt_token_ids), 2u * kTraceBlockTokens);
+  EXPECT_LT(common(r[0].prompt_token_ids, r[1].prompt_token_ids), 2u * kTraceBlockTokens + 8);
+  EXPECT_LT(common(r[0].prompt_token_ids, r[2].prompt_token_ids), 8u);
+  std::vector<BenchRequest> other = again;
+  for (auto& o : other) o.prompt_token_ids.clear();
+  SynthesizePrompts(other, 50, 8);
+  EXPECT_NE(other[0].prompt_token_ids, r[0].prompt_token_ids);
 }
 
 TEST(LoadgenJsonlDatasetTest, EmptyInputIsAnError) {

@@ -117,6 +117,41 @@ TEST_F(LoadgenTest, DatasetPromptsAreSentAsTextWithTheirMaxTokens) {
                                                "def f():", "def f():"}));
 }
 
+// A Mooncake-format trace: prompts made from its lengths and block ids (shared ids, shared
+// prefix), sent at its timestamps scaled to --request-rate (600 ms recorded, 150 ms at 4x).
+TEST_F(LoadgenTest, TracesAreReplayedOnTheirScaledTimestamps) {
+  Start({.vocab_size = 37});
+  const std::string path = ::testing::TempDir() + "/loadgen_trace.jsonl";
+  std::ofstream(path)
+      << "{\"timestamp\": 0, \"input_length\": 600, \"output_length\": 2, \"hash_ids\": [1, 2]}\n"
+      << "{\"timestamp\": 0, \"input_length\": 520, \"output_length\": 3, \"hash_ids\": [1, 3]}\n"
+      << "{\"timestamp\": 300, \"input_length\": 10, \"output_length\": 2}\n"
+      << "{\"timestamp\": 600, \"input_length\": 10, \"output_length\": 2}\n";
+  nlohmann::json r;
+  ASSERT_TRUE(Bench({"--dataset", path, "--request-rate", "20"}, &r).ok());  // recorded: 5/s
+  EXPECT_EQ(r["completed"], 4);
+  EXPECT_EQ(r["total_input_tokens"], 600 + 520 + 10 + 10);
+  EXPECT_EQ(r["total_output_tokens"], 2 + 3 + 2 + 2);
+  EXPECT_GE(r["duration_s"].get<double>(), 0.15);
+  EXPECT_LT(r["duration_s"].get<double>(), 0.6);
+  std::vector<tandem::v1::GenerateRequest> seen = fake_->requests();
+  ASSERT_EQ(seen.size(), 4u);
+  const tandem::v1::GenerateRequest* first = nullptr;
+  const tandem::v1::GenerateRequest* second = nullptr;
+  for (const auto& request : seen) {
+    EXPECT_TRUE(request.prompt().empty());
+    if (request.prompt_token_ids_size() == 600) first = &request;
+    if (request.prompt_token_ids_size() == 520) second = &request;
+  }
+  ASSERT_TRUE(first != nullptr && second != nullptr);
+  int common = 0;
+  while (common < 520 && first->prompt_token_ids(common) == second->prompt_token_ids(common)) {
+    ++common;
+  }
+  EXPECT_GE(common, kTraceBlockTokens);  // block 1 shared, then blocks 2 and 3 differ
+  EXPECT_LT(common, kTraceBlockTokens + 8);
+}
+
 TEST_F(LoadgenTest, BadDatasetLineFailsBeforeAnythingIsSent) {
   Start();
   const std::string path = ::testing::TempDir() + "/loadgen_bad.jsonl";
@@ -124,7 +159,9 @@ TEST_F(LoadgenTest, BadDatasetLineFailsBeforeAnythingIsSent) {
   nlohmann::json r;
   absl::Status s = Bench({"--dataset", path}, &r);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(s.message(), HasSubstr("loadgen_bad.jsonl:2: key \"max_tokens\" is missing"));
+  EXPECT_THAT(
+      s.message(),
+      HasSubstr("loadgen_bad.jsonl:2: give exactly one of \"max_tokens\" and \"output_length\""));
   EXPECT_EQ(fake_->calls(), 0);
 }
 

@@ -1,6 +1,7 @@
 #include "common/planner/simulator.h"
 
 #include <chrono>
+#include <limits>
 
 #include "common/planner/planner.h"
 #include "gmock/gmock.h"
@@ -128,6 +129,36 @@ TEST(SimulatorTest, HandoffOverheadOccupiesThePrefillReplica) {
   auto colocated = Simulate(p, Colocated(1), Fixed(1000, 3, 1), 1.0);  // no handoff, no charge
   ASSERT_TRUE(colocated.ok());
   EXPECT_NEAR(colocated->ttft.p50, prefill, 1e-9);
+}
+
+// A trace's send times: scaled uniformly to a mean rate (bursts keep their shape), repeated end
+// to end when more requests are wanted.
+TEST(SimulatorTest, TracesAreReplayedScaledAndTiled) {
+  const std::vector<double> t = {10, 10, 10.5, 12};  // 3 gaps over 2 s: 1.5 req/s
+  EXPECT_DOUBLE_EQ(TraceRate(t), 1.5);
+  EXPECT_EQ(ReplayArrivals(t, 3.0), (std::vector<double>{0, 0, 0.25, 1}));
+  EXPECT_EQ(ReplayArrivals(t, std::numeric_limits<double>::infinity()),
+            (std::vector<double>{0, 0, 0.5, 2}));
+  EXPECT_EQ(TileTimestamps(t, 6),
+            (std::vector<double>{10, 10, 10.5, 12, 12 + 2.0 / 3, 12 + 2.0 / 3}));
+  EXPECT_EQ(TraceRate(std::vector<double>{3, 3}), 0);  // spans no time
+
+  // Simulated: two prompts 1 s apart in the trace, replayed at 2 req/s, run 0.5 s apart, each
+  // alone; a trace of 1 s gaps at 1000 req/s queues them behind each other.
+  Workload w = Fixed(1, 1, 2);
+  w.trace = {{0, 1000, 11}, {1, 1000, 11}};
+  const double ttft = (1e-3 + 512e-4) + (1e-3 + 488e-4), e2e = ttft + 10 * (5e-3 + 1e-4);
+  auto apart = Simulate(Synthetic(), Colocated(1), w, 2.0);
+  ASSERT_TRUE(apart.ok()) << apart.status();
+  EXPECT_NEAR(apart->ttft.p99, ttft, 1e-9);
+  EXPECT_NEAR(apart->duration_s, 0.5 + e2e, 1e-9);
+  auto crowded = Simulate(Synthetic(), Colocated(1), w, 1000.0);
+  ASSERT_TRUE(crowded.ok());
+  EXPECT_GT(crowded->ttft.p99, ttft + 0.05);
+  w.num_requests = 5;  // the trace three times over (and a bit)
+  auto tiled = Simulate(Synthetic(), Colocated(1), w, 2.0);
+  ASSERT_TRUE(tiled.ok());
+  EXPECT_NEAR(tiled->duration_s, 4 * 0.5 + e2e, 1e-9);
 }
 
 // Long prompts arriving into a colocated replica stall its decodes (a chunk rides in the same
