@@ -54,7 +54,7 @@ p.add_argument("--rates", default="", help="override every workload's rates")
 p.add_argument("--out", default="docs/figures/planner_validation")
 p.add_argument("--calibrate", action="store_true",
                help="first measure the serving stack's time per streamed token and per prompt "
-               "handed off (the decode-heavy workload at its lowest rate, colocated and "
+               "handed off and imported (the decode-heavy workload at its lowest rate, colocated and "
                "disaggregated) and write them into the bundled model's profile")
 args = p.parse_args()
 tandem = os.path.join(args.build, "tools", "tandem", "tandem")
@@ -76,19 +76,20 @@ def calibrate():
     decode-heavy workload at its lowest rate and written into its profile (the engine's steps are short there, so the
     stack's share is largest), each by bisection (the prediction grows with it):
     token_overhead_seconds, at which the simulator's TPOT p50 matches a colocated run's, then
-    handoff_overhead_seconds, at which its TTFT p50 matches a disaggregated run's."""
+    handoff_overhead_seconds and import_overhead_seconds, at which its TTFT and TPOT p50 match
+    a disaggregated run's."""
     model, profile, rates, flags = WORKLOADS["decode-heavy"]
     rate = rates.split(",")[0]
     workload = dict(flags, num_requests=args.num_requests, seed=500)
 
-    def measure(mode, metric):
+    def measure(mode):
         cluster = LocalCluster(tandem, model, logs)
         addr = cluster.up(mode)
         try:
             bench(tandem, addr, float(rate), dict(flags, num_requests=10, seed=1000),
                   os.path.join(logs, "warmup.json"))
             return bench(tandem, addr, float(rate), workload,
-                         os.path.join(logs, f"calibrate-{mode}.json"))[metric]["p50"]
+                         os.path.join(logs, f"calibrate-{mode}.json"))
         finally:
             cluster.down()
 
@@ -101,20 +102,28 @@ def calibrate():
             lo, hi = (mid, hi) if predicted < measured else (lo, mid)
         return lo
 
-    tpot = measure("colocated", "tpot_ms")
+    tpot = measure("colocated")["tpot_ms"]["p50"]
     token_us = bisect("colocated", "tpot_seconds", "--token-overhead-us", [], tpot)
     print(f"calibrated: {token_us:.1f} us per streamed token (colocated TPOT p50 {tpot:.3f} ms)")
-    ttft = measure("disaggregated", "ttft_ms")
+    disaggregated = measure("disaggregated")
+    ttft = disaggregated["ttft_ms"]["p50"]
     handoff_us = bisect("disaggregated", "ttft_seconds", "--handoff-overhead-us",
                         ["--token-overhead-us", str(token_us)], ttft)
     print(f"calibrated: {handoff_us:.0f} us per prompt handed off (disaggregated TTFT p50 "
           f"{ttft:.1f} ms)")
+    tpot = disaggregated["tpot_ms"]["p50"]
+    import_us = bisect("disaggregated", "tpot_seconds", "--import-overhead-us",
+                       ["--token-overhead-us", str(token_us), "--handoff-overhead-us",
+                        str(handoff_us)], tpot)
+    print(f"calibrated: {import_us:.0f} us per prompt imported (disaggregated TPOT p50 "
+          f"{tpot:.3f} ms)")
     # Into the profile it was measured against only: a profile measured at another time (another
     # model, or the host busier) has step times of its own, and the stack's share with them.
     with open(profile) as f:
         prof = json.load(f)
     prof["token_overhead_seconds"] = token_us * 1e-6
     prof["handoff_overhead_seconds"] = handoff_us * 1e-6
+    prof["import_overhead_seconds"] = import_us * 1e-6
     with open(profile, "w") as f:
         json.dump(prof, f, indent=2)
         f.write("\n")

@@ -110,6 +110,7 @@ std::string EngineProfile::ToJson() const {
   j["kv_transfer"] = list;
   j["token_overhead_seconds"] = token_overhead_seconds;
   j["handoff_overhead_seconds"] = handoff_overhead_seconds;
+  j["import_overhead_seconds"] = import_overhead_seconds;
   return j.dump(1);
 }
 
@@ -172,6 +173,8 @@ absl::StatusOr<EngineProfile> EngineProfile::FromJson(std::string_view text,
                           top.NumberOr("token_overhead_seconds", 0, 0, 1));
   TANDEM_ASSIGN_OR_RETURN(p.handoff_overhead_seconds,
                           top.NumberOr("handoff_overhead_seconds", 0, 0, 1));
+  TANDEM_ASSIGN_OR_RETURN(p.import_overhead_seconds,
+                          top.NumberOr("import_overhead_seconds", 0, 0, 1));
   // Fitting checks what a simulator needs of the samples (enough of them, distinct sizes).
   TANDEM_RETURN_IF_ERROR(StepModel::Fit(p.prefill, true, source).status());
   TANDEM_RETURN_IF_ERROR(StepModel::Fit(p.decode, false, source).status());

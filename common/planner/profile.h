@@ -62,6 +62,10 @@ struct EngineProfile {
   // thread's copies and RPCs, and the answer to the router, all on the worker's one core.
   // Calibrated like token_overhead_seconds (TTFT of a disaggregated run); 0 when not.
   double handoff_overhead_seconds = 0;
+  // A decode worker's time on its core per prompt it imports, beyond the get of kv_transfer:
+  // the blocks' Acquire, the copy out of the store's arena with its checksum, the Release.
+  // Calibrated from a disaggregated run's TPOT p50; 0 when not.
+  double import_overhead_seconds = 0;
 
   std::string ToJson() const;
   // InvalidArgument naming `source` and the offending field on anything malformed or out of

@@ -34,6 +34,7 @@ struct Seq {
   int64_t blocks = 0;
   int32_t emitted = 0;
   bool prefill_only = false;  // a prefill replica's: leaves after its first token
+  bool imported = false;      // a decode replica's, until its first step: its blocks come in
 };
 
 struct Scheduled {
@@ -101,16 +102,18 @@ class SimEngine {
   // step of an imported prompt) and decode tokens in one forward pass.
   // Each sequence that completes its pending tokens streams a token, costing the profile's
   // token_overhead_seconds of the serving stack on the same core, and on a prefill replica
-  // hands its prompt off, costing handoff_overhead_seconds more.
+  // hands its prompt off, costing handoff_overhead_seconds more; a decode replica's first step
+  // of an imported sequence costs import_overhead_seconds for bringing its blocks in.
   double StepSeconds(const StepModel& prefill, const StepModel& decode,
                      const EngineProfile& profile) const {
-    int64_t prefill_tokens = 0, decodes = 0, streamed = 0, handed_off = 0;
+    int64_t prefill_tokens = 0, decodes = 0, streamed = 0, handed_off = 0, imports = 0;
     double prefill_work = 0, decode_context = 0;
     for (const Scheduled& b : batch_) {
       const Seq& s = running_[b.index];
       const bool completes = s.computed + b.tokens == s.total;
       streamed += completes;
       handed_off += completes && s.prefill_only;
+      imports += s.imported;
       if (s.emitted > 0 && b.tokens == 1) {
         ++decodes;
         decode_context += static_cast<double>(s.computed + 1);
@@ -120,7 +123,8 @@ class SimEngine {
       }
     }
     const double overhead = profile.token_overhead_seconds * static_cast<double>(streamed) +
-                            profile.handoff_overhead_seconds * static_cast<double>(handed_off);
+                            profile.handoff_overhead_seconds * static_cast<double>(handed_off) +
+                            profile.import_overhead_seconds * static_cast<double>(imports);
     if (prefill_tokens == 0) return decode.Seconds(decodes, decode_context) + overhead;
     return prefill.Seconds(prefill_tokens + decodes, prefill_work) +
            decode.per_work() * decode_context + overhead;
@@ -132,6 +136,7 @@ class SimEngine {
     for (const Scheduled& b : batch_) {
       Seq& s = running_[b.index];
       s.computed += b.tokens;
+      s.imported = false;
       queued_tokens_ -= b.tokens;
       if (s.computed < s.total) continue;
       ++s.emitted;
@@ -366,7 +371,11 @@ absl::StatusOr<SimulationResult> SimulateRequests(const EngineProfile& profile, 
       // rest (the partial block and the first token) in its first step.
       const Request& r = requests[static_cast<size_t>(ev.index)];
       const int64_t imported = r.prompt / bs * bs;
-      Seq s{.request = ev.index, .total = r.prompt + 1, .computed = imported, .emitted = 1};
+      Seq s{.request = ev.index,
+            .total = r.prompt + 1,
+            .computed = imported,
+            .emitted = 1,
+            .imported = true};
       const int e = pick(first_decode, static_cast<int>(engines.size()), false);
       engines[static_cast<size_t>(e)].Add(s);
       start(e, now);

@@ -338,6 +338,7 @@ absl::Status RunPlan(const CliArgs& args) {
                                           "rates",
                                           "token-overhead-us",
                                           "handoff-overhead-us",
+                                          "import-overhead-us",
                                           "rate",
                                           "max-replicas",
                                           "headroom",
@@ -349,7 +350,8 @@ absl::Status RunPlan(const CliArgs& args) {
                           planner::EngineProfile::FromJson(text, profile_path));
   TANDEM_ASSIGN_OR_RETURN(planner::Workload w, LoadWorkload(args));
   for (auto [flag, field] : {std::pair{"token-overhead-us", &profile.token_overhead_seconds},
-                             std::pair{"handoff-overhead-us", &profile.handoff_overhead_seconds}}) {
+                             std::pair{"handoff-overhead-us", &profile.handoff_overhead_seconds},
+                             std::pair{"import-overhead-us", &profile.import_overhead_seconds}}) {
     if (!args.Has(flag)) continue;
     TANDEM_ASSIGN_OR_RETURN(double us, args.DoubleOr(flag, 0));
     if (!(us >= 0 && us <= 1e6)) {

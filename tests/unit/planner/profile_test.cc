@@ -26,6 +26,7 @@ EngineProfile KnownProfile() {
   p.pop_start_layer = 4;
   p.token_overhead_seconds = 1.25e-4;
   p.handoff_overhead_seconds = 0.009;
+  p.import_overhead_seconds = 0.004;
   p.kv_bytes_per_token = 1024;
   p.block_size = 16;
   for (int64_t tokens : {16, 64, 256}) {
@@ -57,6 +58,7 @@ TEST(EngineProfileTest, RoundTripsThroughJson) {
   EXPECT_EQ(back->transfer[2].transport, "grpc");
   EXPECT_DOUBLE_EQ(back->token_overhead_seconds, 1.25e-4);
   EXPECT_DOUBLE_EQ(back->handoff_overhead_seconds, 0.009);
+  EXPECT_DOUBLE_EQ(back->import_overhead_seconds, 0.004);
 }
 
 // Samples of a linear engine are fitted exactly, between and beyond the measured sizes.

@@ -131,6 +131,19 @@ TEST(SimulatorTest, HandoffOverheadOccupiesThePrefillReplica) {
   EXPECT_NEAR(colocated->ttft.p50, prefill, 1e-9);
 }
 
+// A decode worker's time per import lengthens the first step it runs an imported sequence in:
+// token 2 of that request and of every sequence sharing the step; never the first token.
+TEST(SimulatorTest, ImportOverheadLengthensTheDecodeReplicasFirstStep) {
+  EngineProfile p = Synthetic();
+  p.import_overhead_seconds = 0.03;
+  auto r = Simulate(p, Disaggregated(1, 1), Fixed(1000, 3, 1), 1.0);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const double put = 2e-3, prefill = (1e-3 + 512e-4) + (1e-3 + 488e-4);
+  EXPECT_NEAR(r->ttft.p50, prefill + put, 1e-9);
+  const double second = put + 1e-3 + 16e-4 + 0.03, third = 5e-3 + 1e-4;
+  EXPECT_NEAR(r->tpot.p50, (second + third) / 2, 1e-9);
+}
+
 // A trace's send times: scaled uniformly to a mean rate (bursts keep their shape), repeated end
 // to end when more requests are wanted.
 TEST(SimulatorTest, TracesAreReplayedScaledAndTiled) {
