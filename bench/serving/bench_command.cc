@@ -47,8 +47,8 @@ absl::StatusOr<std::vector<BenchRequest>> RandomRequests(const BenchOptions& o,
   return MakeRandomDataset(r);
 }
 
-// The dataset's requests, with ids made for its length-only (trace) lines, and when it has
-// timestamps their send times (else empty).
+// The dataset's requests, with ids made for its length-only (trace) lines, and when its
+// timestamps span some time their send times (else empty: Poisson arrivals).
 absl::StatusOr<std::vector<BenchRequest>> DatasetRequests(const BenchOptions& o,
                                                           const tandem::v1::ModelInfo* model,
                                                           std::vector<double>& schedule) {
@@ -69,8 +69,8 @@ absl::StatusOr<std::vector<BenchRequest>> DatasetRequests(const BenchOptions& o,
   if (HasTimestamps(lines)) {
     std::vector<double> recorded;
     for (const BenchRequest& r : lines) recorded.push_back(r.timestamp_s);
-    schedule = planner::ReplayArrivals(
-        planner::TileTimestamps(recorded, static_cast<int64_t>(requests.size())), o.request_rate);
+    schedule =
+        planner::TraceSchedule(recorded, static_cast<int64_t>(requests.size()), o.request_rate);
   }
   return requests;
 }

@@ -247,6 +247,11 @@ std::vector<double> ReplayArrivals(std::span<const double> timestamps, double ra
   return out;
 }
 
+std::vector<double> TraceSchedule(std::span<const double> timestamps, int64_t n, double rate) {
+  if (TraceRate(timestamps) <= 0) return {};
+  return ReplayArrivals(TileTimestamps(timestamps, n), rate);
+}
+
 absl::StatusOr<SimulationResult> Simulate(const EngineProfile& profile, const Deployment& d,
                                           const Workload& w, double rate) {
   if (!(rate > 0) || !std::isfinite(rate)) {
@@ -262,9 +267,7 @@ absl::StatusOr<SimulationResult> Simulate(const EngineProfile& profile, const De
   std::vector<SimRequest> schedule(static_cast<size_t>(w.num_requests));
   std::vector<double> recorded;
   for (const SimRequest& r : w.trace) recorded.push_back(r.arrival);
-  const std::vector<double> replayed =
-      TraceRate(recorded) > 0 ? ReplayArrivals(TileTimestamps(recorded, w.num_requests), rate)
-                              : std::vector<double>();
+  const std::vector<double> replayed = TraceSchedule(recorded, w.num_requests, rate);
   double t = 0;
   for (size_t i = 0; i < schedule.size(); ++i) {
     SimRequest& r = schedule[i];

@@ -55,6 +55,10 @@ double TraceRate(std::span<const double> timestamps);
 // average; a rate of +inf, or a trace that spans no time, keeps the recorded gaps. `tandem
 // bench` replays a timestamped dataset with it, and the simulator simulates the same times.
 std::vector<double> ReplayArrivals(std::span<const double> timestamps, double rate);
+// The send times of `n` requests of a trace recorded at `timestamps`, replayed at `rate`
+// (TileTimestamps, then ReplayArrivals); empty when the trace spans no time, whose requests
+// then arrive as a Poisson process. `tandem bench` and the simulator both take them from here.
+std::vector<double> TraceSchedule(std::span<const double> timestamps, int64_t n, double rate);
 
 // One engine's limits (engine::EngineOptions of the same names).
 struct EngineLimits {

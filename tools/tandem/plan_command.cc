@@ -198,10 +198,8 @@ std::vector<planner::SimRequest> BenchRequests(const planner::Workload& w, doubl
   }
   std::vector<double> recorded;
   for (const planner::SimRequest& r : w.trace) recorded.push_back(r.arrival);
-  const std::vector<double> arrivals =
-      planner::TraceRate(recorded) > 0
-          ? planner::ReplayArrivals(planner::TileTimestamps(recorded, w.num_requests), rate)
-          : bench::BenchSchedule(w.num_requests, rate, w.seed);
+  std::vector<double> arrivals = planner::TraceSchedule(recorded, w.num_requests, rate);
+  if (arrivals.empty()) arrivals = bench::BenchSchedule(w.num_requests, rate, w.seed);
   for (int64_t i = 0; i < w.num_requests; ++i) {
     const planner::SimRequest& r = w.trace[static_cast<size_t>(i) % w.trace.size()];
     schedule.push_back({arrivals[static_cast<size_t>(i)], r.prompt, r.output});

@@ -155,6 +155,11 @@ TEST(SimulatorTest, TracesAreReplayedScaledAndTiled) {
   EXPECT_EQ(TileTimestamps(t, 6),
             (std::vector<double>{10, 10, 10.5, 12, 12 + 2.0 / 3, 12 + 2.0 / 3}));
   EXPECT_EQ(TraceRate(std::vector<double>{3, 3}), 0);  // spans no time
+  const std::vector<double> five = TraceSchedule(t, 5, 3.0);  // the tile at half the recorded gaps
+  ASSERT_EQ(five.size(), 5u);
+  EXPECT_NEAR(five[3], 1, 1e-12);
+  EXPECT_NEAR(five[4], (2 + 2.0 / 3) / 2, 1e-12);
+  EXPECT_TRUE(TraceSchedule(std::vector<double>{3, 3}, 4, 3.0).empty());  // Poisson instead
 
   // Simulated: two prompts 1 s apart in the trace, replayed at 2 req/s, run 0.5 s apart, each
   // alone; a trace of 1 s gaps at 1000 req/s queues them behind each other.
