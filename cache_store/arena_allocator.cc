@@ -4,8 +4,9 @@
 
 namespace tandem::cache_store {
 
-ArenaAllocator::ArenaAllocator(int64_t size)
-    : size_(size / kAlignment * kAlignment), free_bytes_(0) {
+ArenaAllocator::ArenaAllocator(int64_t size, int64_t alignment)
+    : alignment_(alignment), size_(size / alignment * alignment), free_bytes_(0) {
+  TANDEM_CHECK(alignment > 0 && (alignment & (alignment - 1)) == 0, "alignment not a power of 2");
   if (size_ > 0) AddFree(0, size_);
 }
 
@@ -30,6 +31,20 @@ std::optional<int64_t> ArenaAllocator::Allocate(int64_t size) {
   RemoveFree(by_offset_.find(offset));
   if (length > need) AddFree(offset + need, length - need);
   return offset;
+}
+
+bool ArenaAllocator::AllocateAt(int64_t offset, int64_t size) {
+  TANDEM_CHECK(size > 0 && offset >= 0 && offset % alignment_ == 0, "allocating a bad range");
+  const int64_t need = Rounded(size);
+  auto it = by_offset_.upper_bound(offset);
+  if (it == by_offset_.begin()) return false;
+  --it;  // the free range starting at or before `offset`
+  const auto [start, length] = *it;
+  if (start + length < offset + need) return false;
+  RemoveFree(it);
+  if (offset > start) AddFree(start, offset - start);
+  if (start + length > offset + need) AddFree(offset + need, start + length - offset - need);
+  return true;
 }
 
 void ArenaAllocator::Free(int64_t offset, int64_t size) {

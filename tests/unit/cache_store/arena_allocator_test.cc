@@ -80,5 +80,23 @@ TEST(ArenaAllocatorTest, MatchesAReferenceUnderRandomUse) {
   }
 }
 
+TEST(ArenaAllocatorTest, AllocateAtTakesAFreeRangeAndSplitsItsNeighbours) {
+  constexpr int64_t kPage = 4096;
+  ArenaAllocator arena(8 * kPage, kPage);
+  ASSERT_TRUE(arena.AllocateAt(2 * kPage, 100));  // rounds to a page
+  EXPECT_FALSE(arena.AllocateAt(2 * kPage, kPage));
+  EXPECT_FALSE(arena.AllocateAt(kPage, 2 * kPage));      // overlaps the page taken
+  EXPECT_FALSE(arena.AllocateAt(7 * kPage, 2 * kPage));  // past the end
+  ASSERT_TRUE(arena.AllocateAt(5 * kPage, 2 * kPage));
+  EXPECT_EQ(arena.free_bytes(), 5 * kPage);
+  EXPECT_EQ(arena.largest_free_range(), 2 * kPage);  // [0, 2) and [3, 5) and [7, 8)
+  EXPECT_EQ(arena.Allocate(2 * kPage), 0);           // best fit: the first of the two
+  EXPECT_EQ(arena.Allocate(2 * kPage), 3 * kPage);
+  EXPECT_EQ(arena.Allocate(kPage), 7 * kPage);
+  EXPECT_EQ(arena.Allocate(1), std::nullopt);
+  arena.Free(2 * kPage, 100);
+  EXPECT_EQ(arena.Allocate(kPage), 2 * kPage);
+}
+
 }  // namespace
 }  // namespace tandem::cache_store
