@@ -315,9 +315,14 @@ absl::Status Main(int argc, char** argv) {
     o.samples = &samples;
     const std::vector<std::string> requests =
         absl::StrSplit(args.StringOr("profile-requests", "256Ki,2Mi,16Mi"), ',', absl::SkipEmpty());
+    int64_t previous = 0;
     for (const std::string& s : requests) {
       TANDEM_ASSIGN_OR_RETURN(o.request, ParseByteSize(s));
-      if (o.request < block) return absl::InvalidArgumentError("--profile-requests: below a block");
+      if (o.request <= 0) return absl::InvalidArgumentError("--profile-requests: not positive");
+      // A request carries whole blocks: one below a block (a large model's) is one block.
+      o.request = std::max(o.request, block);
+      if (o.request == previous) continue;
+      previous = o.request;
       o.total = std::max(o.total, 4 * o.request);
       TANDEM_RETURN_IF_ERROR(RunBlockSize(o, block, table));
     }
