@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/util/check.h"
 #include "common/util/log.h"
+#include "common/util/status_macros.h"
 
 namespace tandem::cache_store {
 
@@ -34,6 +35,7 @@ PendingPut& PendingPut::operator=(PendingPut&& other) noexcept {
     hash_ = other.hash_;
     checksum_ = other.checksum_;
     written_ = other.written_;
+    from_disk_ = other.from_disk_;
     data_ = std::exchange(other.data_, {});
   }
   return *this;
@@ -74,7 +76,7 @@ absl::Status PendingPut::CommitInPlace(uint64_t checksum64, bool verify) {
   }
   written_ = size();
   std::exchange(store_, nullptr)
-      ->Publish(hash_, std::exchange(data_, {}), std::nullopt, checksum64);
+      ->Publish(hash_, std::exchange(data_, {}), std::nullopt, checksum64, from_disk_);
   return absl::OkStatus();
 }
 
@@ -102,10 +104,27 @@ absl::StatusOr<std::unique_ptr<BlockStore>> BlockStore::Create(const BlockStoreO
     }
   }
   if (memory == nullptr) memory = NewHeapBlockMemory();
-  return std::unique_ptr<BlockStore>(new BlockStore(options, std::move(memory)));
+  std::unique_ptr<DiskTier> disk;
+  if (!options.disk.directory.empty()) {
+    TANDEM_ASSIGN_OR_RETURN(disk, DiskTier::Open(options.disk));
+  }
+  return std::unique_ptr<BlockStore>(new BlockStore(options, std::move(memory), std::move(disk)));
+}
+
+BlockStore::BlockStore(const BlockStoreOptions& options, std::unique_ptr<BlockMemory> memory,
+                       std::unique_ptr<DiskTier> disk)
+    : options_(options), memory_(std::move(memory)), disk_(std::move(disk)) {
+  if (disk_ != nullptr) spiller_ = std::thread([this] { SpillLoop(); });
 }
 
 BlockStore::~BlockStore() {
+  if (spiller_.joinable()) {
+    {
+      absl::MutexLock lock(&mu_);
+      stop_ = true;
+    }
+    spiller_.join();
+  }
   absl::MutexLock lock(&mu_);
   for (auto& [hash, entry] : entries_) {
     TANDEM_CHECK(entry.pins == 0 && entry.writers == 0,
@@ -116,7 +135,7 @@ BlockStore::~BlockStore() {
 
 void BlockStore::Remove(absl::node_hash_map<uint64_t, Entry>::iterator it) {
   Entry& entry = it->second;
-  lru_.erase(entry.lru);
+  LruOf(entry).erase(entry.lru);
   used_bytes_ -= entry.size;
   memory_->Free(entry.data, entry.size);
   --committed_blocks_;
@@ -130,24 +149,38 @@ void BlockStore::Remove(absl::node_hash_map<uint64_t, Entry>::iterator it) {
 }
 
 void BlockStore::EvictOldest() {
-  Remove(entries_.find(lru_.front()));
+  // Blocks on disk go first: evicting one costs a disk read later, evicting one the spill
+  // thread has not written yet loses it.
+  auto it = entries_.find(lru_on_disk_.empty() ? lru_.front() : lru_on_disk_.front());
+  if (disk_ != nullptr && !it->second.on_disk) ++counters_.evicted_unspilled;
+  Remove(it);
   ++counters_.evictions;
 }
 
 uint8_t* BlockStore::AllocateEvicting(int64_t size) {
   while (used_bytes_ + size > options_.capacity_bytes) {
-    if (lru_.empty()) return nullptr;
+    if (lru_.empty() && lru_on_disk_.empty()) return nullptr;
     EvictOldest();
   }
   while (true) {  // an arena may also need a free range large enough
     if (uint8_t* data = memory_->Allocate(size)) return data;
-    if (lru_.empty()) return nullptr;
+    if (lru_.empty() && lru_on_disk_.empty()) return nullptr;
     EvictOldest();
   }
 }
 
 absl::StatusOr<PendingPut> BlockStore::BeginPut(uint64_t hash, int64_t size, uint32_t checksum,
                                                 WhilePending pending) {
+  if (disk_ != nullptr && disk_->Contains(hash)) {  // asked before taking mu_: no call out under it
+    absl::MutexLock lock(&mu_);
+    ++counters_.put_skipped;
+    return absl::AlreadyExistsError(absl::StrCat("block ", hash, " is stored on disk"));
+  }
+  return Reserve(hash, size, checksum, pending);
+}
+
+absl::StatusOr<PendingPut> BlockStore::Reserve(uint64_t hash, int64_t size, uint32_t checksum,
+                                               WhilePending pending) {
   if (size <= 0 || size > options_.max_block_bytes) {
     return absl::InvalidArgumentError(absl::StrCat("block ", hash, ": size ", size, " outside [1, ",
                                                    options_.max_block_bytes, "]"));
@@ -176,7 +209,7 @@ absl::StatusOr<PendingPut> BlockStore::BeginPut(uint64_t hash, int64_t size, uin
 }
 
 void BlockStore::Publish(uint64_t hash, std::span<uint8_t> data, std::optional<uint32_t> checksum32,
-                         std::optional<uint64_t> checksum64) {
+                         std::optional<uint64_t> checksum64, bool on_disk) {
   absl::MutexLock lock(&mu_);
   auto it = entries_.find(hash);
   TANDEM_CHECK(it != entries_.end() && it->second.writers > 0, "publishing a block not pending");
@@ -194,9 +227,15 @@ void BlockStore::Publish(uint64_t hash, std::span<uint8_t> data, std::optional<u
   entry.checksum32 = checksum32;
   entry.checksum64 = checksum64;
   entry.committed = true;
-  entry.lru = lru_.insert(lru_.end(), hash);
+  entry.on_disk = entry.promoted = on_disk;
+  entry.lru = LruOf(entry).insert(LruOf(entry).end(), hash);
   ++committed_blocks_;
-  ++counters_.puts;
+  if (on_disk) {
+    ++counters_.promoted;
+  } else {
+    ++counters_.puts;
+    if (disk_ != nullptr) spill_queue_.push_back(hash);
+  }
 }
 
 void BlockStore::Drop(uint64_t hash, std::span<uint8_t> data) {
@@ -210,55 +249,150 @@ void BlockStore::Drop(uint64_t hash, std::span<uint8_t> data) {
   ++counters_.put_aborted;
 }
 
+absl::StatusOr<BlockStore::Pinned> BlockStore::Pin(uint64_t hash) {
+  auto it = entries_.find(hash);
+  if (it == entries_.end() || !it->second.committed) {
+    return absl::NotFoundError(absl::StrCat("block ", hash, " is not stored"));
+  }
+  Entry& entry = it->second;
+  if (entry.pins++ == 0) {
+    LruOf(entry).erase(entry.lru);
+    ++counters_.pinned_blocks;
+  }
+  Pinned p;
+  p.ref.store_ = this;
+  p.ref.hash_ = hash;
+  p.ref.data_ = {entry.data, static_cast<size_t>(entry.size)};
+  p.ref.checksum_ = entry.checksum32.value_or(0);
+  p.ref.checksum64_ = entry.checksum64.value_or(0);
+  p.has32 = entry.checksum32.has_value();
+  p.has64 = entry.checksum64.has_value();
+  return p;
+}
+
+absl::Status BlockStore::Vouch(Pinned& p, ChecksumKind kind) {
+  if (kind == ChecksumKind::kXxh32 ? p.has32 : p.has64) return absl::OkStatus();
+  // Outside the lock: the block is pinned. The bytes are checked against the checksum they
+  // were committed with before a new one vouches for them (shared memory is writable by every
+  // attached client).
+  const uint64_t hash = p.ref.hash();
+  bool intact;
+  if (kind == ChecksumKind::kXxh32) {
+    intact = store::BlockChecksum64(p.ref.data_) == p.ref.checksum64_;
+    p.ref.checksum_ = store::BlockChecksum(p.ref.data_);
+  } else {
+    intact = store::BlockChecksum(p.ref.data_) == p.ref.checksum_;
+    p.ref.checksum64_ = store::BlockChecksum64(p.ref.data_);
+  }
+  if (!intact) {
+    p.ref.Reset();
+    Discard(hash);
+    return absl::DataLossError(absl::StrCat("block ", hash, " changed after it was written"));
+  }
+  absl::MutexLock lock(&mu_);
+  Entry& entry = entries_.find(hash)->second;  // pinned, so still there
+  if (kind == ChecksumKind::kXxh32) {
+    entry.checksum32 = p.ref.checksum_;
+    p.has32 = true;
+  } else {
+    entry.checksum64 = p.ref.checksum64_;
+    p.has64 = true;
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<BlockRef> BlockStore::Get(uint64_t hash, ChecksumKind kind) {
-  BlockRef ref;
-  bool compute = false;
-  {
-    absl::MutexLock lock(&mu_);
+  absl::StatusOr<Pinned> p;
+  for (bool promoted = false;; promoted = true) {
+    {
+      absl::MutexLock lock(&mu_);
+      p = Pin(hash);
+      if (p.ok()) {
+        ++counters_.hits;
+        Entry& entry = entries_.find(hash)->second;
+        if (std::exchange(entry.promoted, false)) {
+          ++counters_.memory_misses;  // served from disk
+        } else {
+          ++counters_.memory_hits;
+        }
+        break;
+      }
+      if (disk_ == nullptr || promoted) {
+        ++counters_.misses;
+        ++counters_.memory_misses;
+        if (disk_ != nullptr) ++counters_.disk_misses;
+        return p.status();
+      }
+    }
+    Promote(std::span<const uint64_t>(&hash, 1));
+  }
+  TANDEM_RETURN_IF_ERROR(Vouch(*p, kind));
+  return std::move(p->ref);
+}
+
+void BlockStore::Promote(std::span<const uint64_t> hashes) {
+  if (disk_ == nullptr) return;
+  std::vector<PendingPut> puts;
+  std::vector<DiskBlockRead> reads;
+  for (uint64_t hash : hashes) {
+    if (InMemory(hash)) continue;
+    const std::optional<int64_t> size = disk_->SizeOf(hash);
+    if (!size) continue;
+    // kSkip: a block another writer is putting will be in memory soon enough.
+    absl::StatusOr<PendingPut> put = Reserve(hash, *size, 0, WhilePending::kSkip);
+    if (!put.ok()) continue;  // in memory after all, being written, or no room
+    put->from_disk_ = true;
+    DiskBlockRead read;
+    read.hash = hash;
+    read.out = put->data();
+    reads.push_back(read);
+    puts.push_back(*std::move(put));
+  }
+  if (reads.empty()) return;
+  disk_->Read(reads);  // verified against each record's checksum
+  for (size_t i = 0; i < reads.size(); ++i) {
+    if (reads[i].status.ok()) {
+      puts[i].CommitInPlace(reads[i].checksum64, /*verify=*/false).IgnoreError();
+    }
+  }
+}
+
+std::optional<std::vector<BlockStore::Pinned>> BlockStore::NextSpillBatch() {
+  absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(this, &BlockStore::SpillWorkOrStop));
+  if (stop_) return std::nullopt;
+  // A batch pins its blocks while they are written: at most an eighth of the memory (and at
+  // least one block), so puts still find room.
+  std::vector<Pinned> batch;
+  int64_t bytes = 0;
+  while (!spill_queue_.empty() && static_cast<int>(batch.size()) < options_.spill_batch_blocks &&
+         (batch.empty() || bytes < options_.capacity_bytes / 8)) {
+    const uint64_t hash = spill_queue_.front();
+    spill_queue_.pop_front();
     auto it = entries_.find(hash);
-    if (it == entries_.end() || !it->second.committed) {
-      ++counters_.misses;
-      return absl::NotFoundError(absl::StrCat("block ", hash, " is not stored"));
-    }
-    Entry& entry = it->second;
-    if (entry.pins++ == 0) {
-      lru_.erase(entry.lru);
-      ++counters_.pinned_blocks;
-    }
-    ++counters_.hits;
-    ref.store_ = this;
-    ref.hash_ = hash;
-    ref.data_ = {entry.data, static_cast<size_t>(entry.size)};
-    ref.checksum_ = entry.checksum32.value_or(0);
-    ref.checksum64_ = entry.checksum64.value_or(0);
-    compute = kind == ChecksumKind::kXxh32 ? !entry.checksum32 : !entry.checksum64;
+    if (it == entries_.end() || !it->second.committed || it->second.on_disk) continue;
+    bytes += it->second.size;
+    batch.push_back(*Pin(hash));
   }
-  if (compute) {
-    // Outside the lock: the block is pinned. The bytes are checked against the checksum they
-    // were committed with before a new one vouches for them (shared memory is writable by
-    // every attached client).
-    bool intact;
-    if (kind == ChecksumKind::kXxh32) {
-      intact = store::BlockChecksum64(ref.data_) == ref.checksum64_;
-      ref.checksum_ = store::BlockChecksum(ref.data_);
-    } else {
-      intact = store::BlockChecksum(ref.data_) == ref.checksum_;
-      ref.checksum64_ = store::BlockChecksum64(ref.data_);
+  return batch;
+}
+
+void BlockStore::SpillLoop() {
+  while (std::optional<std::vector<Pinned>> batch = NextSpillBatch()) {
+    std::vector<DiskBlockWrite> writes;
+    for (Pinned& p : *batch) {
+      if (!Vouch(p, ChecksumKind::kXxh3).ok()) continue;  // changed in memory: dropped, not spilled
+      writes.push_back({p.ref.hash(), 0, p.ref.data(), p.ref.checksum64()});
     }
-    if (!intact) {
-      ref.Reset();
-      Discard(hash);
-      return absl::DataLossError(absl::StrCat("block ", hash, " changed after it was written"));
-    }
+    const std::vector<absl::Status> written = disk_->Write(writes);
     absl::MutexLock lock(&mu_);
-    Entry& entry = entries_.find(hash)->second;  // pinned, so still there
-    if (kind == ChecksumKind::kXxh32) {
-      entry.checksum32 = ref.checksum_;
-    } else {
-      entry.checksum64 = ref.checksum64_;
+    for (size_t i = 0; i < writes.size(); ++i) {
+      if (!written[i].ok() && !absl::IsAlreadyExists(written[i])) continue;
+      entries_.find(writes[i].hash)->second.on_disk = true;  // pinned, so still there
+      if (written[i].ok()) ++counters_.spilled;
     }
+    // The batch's pins go as it leaves scope, after the lock.
   }
-  return ref;
 }
 
 void BlockStore::Discard(uint64_t hash) {
@@ -275,23 +409,32 @@ void BlockStore::Unpin(uint64_t hash) {
   TANDEM_CHECK(it != entries_.end() && it->second.pins > 0, "unpinning a block not pinned");
   Entry& entry = it->second;
   if (--entry.pins == 0) {
-    entry.lru = lru_.insert(lru_.end(), hash);  // released: most recently used
+    entry.lru = LruOf(entry).insert(LruOf(entry).end(), hash);  // released: most recently used
     --counters_.pinned_blocks;
   }
 }
 
-bool BlockStore::Exists(uint64_t hash) const {
+bool BlockStore::InMemory(uint64_t hash) const {
   absl::MutexLock lock(&mu_);
   auto it = entries_.find(hash);
   return it != entries_.end() && it->second.committed;
 }
 
+bool BlockStore::Exists(uint64_t hash) const {
+  return InMemory(hash) || (disk_ != nullptr && disk_->Contains(hash));
+}
+
 BlockStoreStats BlockStore::Stats() const {
-  absl::MutexLock lock(&mu_);
-  BlockStoreStats s = counters_;
-  s.capacity_bytes = options_.capacity_bytes;
-  s.used_bytes = used_bytes_;
-  s.blocks = committed_blocks_;
+  BlockStoreStats s;
+  {
+    absl::MutexLock lock(&mu_);
+    s = counters_;
+    s.capacity_bytes = options_.capacity_bytes;
+    s.used_bytes = used_bytes_;
+    s.blocks = committed_blocks_;
+  }
+  s.has_disk = disk_ != nullptr;
+  if (disk_ != nullptr) s.disk = disk_->Stats();  // after mu_: the tier takes its own lock
   return s;
 }
 

@@ -17,16 +17,26 @@
 // Block bytes live in a BlockMemory: by default a shared-memory arena that co-located clients
 // map (the node-local fast path; arena() names it), else private heap memory.
 //
+// With a disk tier (disk_tier.h), every committed block is also written to disk in the
+// background (write-through, oldest first, by the store's spill thread), so a block evicted from
+// memory, or lost with the process, is still there; a block only in memory when it is evicted
+// (the disk fell behind) is simply gone. A Get that misses memory and finds the block on disk
+// reads it back (Promote does so for many blocks at once, in parallel) and serves it from
+// memory: a slower hit, not a miss. BeginPut of a block on disk is AlreadyExists.
+//
 // Thread-safe: every method may be called from any thread. PendingPut::Append touches only the
 // writer's own reserved bytes and takes no lock. BlockRefs and PendingPuts must not outlive the
 // store.
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <list>
 #include <memory>
 #include <optional>
 #include <span>
+#include <thread>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/node_hash_map.h"
@@ -34,6 +44,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "cache_store/block_memory.h"
+#include "cache_store/disk_tier.h"
 #include "common/store/block_checksum.h"
 
 namespace tandem::cache_store {
@@ -44,6 +55,10 @@ struct BlockStoreOptions {
   // Keep blocks in a shared-memory arena co-located clients can map. If the kernel refuses one
   // the store logs why and keeps them in private memory (clients then use the stream).
   bool shared_memory = true;
+  // The disk tier behind the memory; an empty directory: none.
+  DiskTierOptions disk{};
+  // Blocks the spill thread writes per group commit (and at most an eighth of the capacity).
+  int spill_batch_blocks = 16;
 };
 
 // Counters since creation and the current occupancy.
@@ -59,8 +74,18 @@ struct BlockStoreStats {
   int64_t put_aborted = 0;    // pending puts abandoned or failed at Commit
   int64_t hits = 0;           // Get calls that found their block
   int64_t misses = 0;         // Get calls that did not
+  int64_t memory_hits = 0;    // Get calls served from memory
+  int64_t memory_misses = 0;  // Get calls that did not find the block in memory (so hits -
+                              // memory_hits of them were served from disk)
   int64_t evictions = 0;
   int64_t corrupt = 0;  // blocks found changed after their commit, and dropped
+  // With a disk tier:
+  bool has_disk = false;
+  int64_t spilled = 0;            // blocks written to the disk tier
+  int64_t evicted_unspilled = 0;  // evicted from memory before the spill thread wrote them
+  int64_t promoted = 0;           // blocks read back from disk into memory
+  int64_t disk_misses = 0;        // Get calls that missed memory and disk
+  DiskTierStats disk;
 };
 
 // The checksum a reader wants with its block: XXH32 for the stream, XXH3-64 for shared memory.
@@ -130,13 +155,14 @@ class PendingPut {
   BlockStore* store_ = nullptr;
   uint64_t hash_ = 0;
   uint32_t checksum_ = 0;
+  bool from_disk_ = false;  // a promotion: the block is on disk already
   int64_t written_ = 0;
   std::span<uint8_t> data_;  // reserved in the store's memory
 };
 
 class BlockStore {
  public:
-  // InvalidArgument for a non-positive capacity or block limit.
+  // InvalidArgument for a non-positive capacity or block limit; the disk tier's Open errors.
   static absl::StatusOr<std::unique_ptr<BlockStore>> Create(const BlockStoreOptions& options);
   ~BlockStore();
   BlockStore(const BlockStore&) = delete;
@@ -154,6 +180,10 @@ class BlockStore {
   // other kind, after checking the bytes against that one (DataLoss, and the block is dropped,
   // if they changed).
   absl::StatusOr<BlockRef> Get(uint64_t hash, ChecksumKind kind = ChecksumKind::kXxh32);
+  // Reads the blocks that are on disk and not in memory back into memory, all at once, so the
+  // Gets that follow hit memory. Without a disk tier, nothing.
+  void Promote(std::span<const uint64_t> hashes);
+  // In memory or on disk.
   bool Exists(uint64_t hash) const;
   BlockStoreStats Stats() const;
 
@@ -172,13 +202,41 @@ class BlockStore {
     std::optional<uint32_t> checksum32;
     std::optional<uint64_t> checksum64;
     bool committed = false;
+    bool on_disk = false;   // the disk tier holds it (spilled, or promoted from there)
+    bool promoted = false;  // read back from disk and not yet got: its first Get is a disk hit
     int writers = 0;  // PendingPuts not yet committed or abandoned
     int pins = 0;
     std::list<uint64_t>::iterator lru;  // valid while committed and unpinned
   };
 
-  BlockStore(const BlockStoreOptions& options, std::unique_ptr<BlockMemory> memory)
-      : options_(options), memory_(std::move(memory)) {}
+  BlockStore(const BlockStoreOptions& options, std::unique_ptr<BlockMemory> memory,
+             std::unique_ptr<DiskTier> disk);
+  // A pinned block and which of its checksums are known.
+  struct Pinned {
+    BlockRef ref;
+    bool has32 = false;
+    bool has64 = false;
+  };
+  // The committed block in memory, pinned; NotFound (not counted) if absent.
+  absl::StatusOr<Pinned> Pin(uint64_t hash) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Fills in the checksum of `kind` if the block was committed with the other, after checking
+  // the bytes against that one: DataLoss, and the block is dropped, if they changed.
+  absl::Status Vouch(Pinned& p, ChecksumKind kind);
+  // BeginPut without the disk tier's check.
+  absl::StatusOr<PendingPut> Reserve(uint64_t hash, int64_t size, uint32_t checksum,
+                                     WhilePending pending);
+  bool InMemory(uint64_t hash) const;
+  std::list<uint64_t>& LruOf(const Entry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return e.on_disk ? lru_on_disk_ : lru_;
+  }
+  bool SpillWorkOrStop() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return stop_ || !spill_queue_.empty();
+  }
+  // The spill thread: writes committed blocks to the disk tier in batches until stopped.
+  void SpillLoop();
+  // Waits for queued blocks and pins up to a batch of those not yet on disk (perhaps none);
+  // nullopt once stopped.
+  std::optional<std::vector<Pinned>> NextSpillBatch();
   // `size` bytes of block memory, evicting unpinned committed blocks, oldest first, until they
   // fit in the capacity and in one free range; nullptr if pinned and pending blocks prevent it.
   uint8_t* AllocateEvicting(int64_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -187,7 +245,7 @@ class BlockStore {
   void Remove(absl::node_hash_map<uint64_t, Entry>::iterator it) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Unpin(uint64_t hash);
   void Publish(uint64_t hash, std::span<uint8_t> data, std::optional<uint32_t> checksum32,
-               std::optional<uint64_t> checksum64);
+               std::optional<uint64_t> checksum64, bool on_disk = false);
   void Drop(uint64_t hash, std::span<uint8_t> data);  // an abandoned or failed pending put
   void Discard(uint64_t hash);  // a committed block found corrupt, unless pinned by others
 
@@ -196,10 +254,18 @@ class BlockStore {
   mutable absl::Mutex mu_;
   // node_hash_map: entries are found by hash while others are inserted and erased.
   absl::node_hash_map<uint64_t, Entry> entries_ ABSL_GUARDED_BY(mu_);
-  std::list<uint64_t> lru_ ABSL_GUARDED_BY(mu_);  // unpinned committed blocks, oldest first
+  // Unpinned committed blocks, oldest first: those only in memory, and those also on disk (which
+  // is where an entry is changes only while it is pinned).
+  std::list<uint64_t> lru_ ABSL_GUARDED_BY(mu_);
+  std::list<uint64_t> lru_on_disk_ ABSL_GUARDED_BY(mu_);
   int64_t used_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t committed_blocks_ ABSL_GUARDED_BY(mu_) = 0;
   BlockStoreStats counters_ ABSL_GUARDED_BY(mu_);
+
+  const std::unique_ptr<DiskTier> disk_;                   // nullptr: none
+  std::deque<uint64_t> spill_queue_ ABSL_GUARDED_BY(mu_);  // committed, oldest first
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread spiller_;  // last: started once the rest exists
 };
 
 }  // namespace tandem::cache_store

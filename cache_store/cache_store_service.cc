@@ -110,11 +110,14 @@ class PutReactor final : public grpc::ServerReadReactor<PutRequest> {
 };
 
 // Streams the requested blocks in order, `chunk_bytes` of data per message. Each block is
-// pinned from its first chunk until its last one has been written.
+// pinned from its first chunk until its last one has been written. Blocks on disk are read back
+// first, all at once.
 class GetReactor final : public grpc::ServerWriteReactor<GetResponse> {
  public:
   GetReactor(BlockStore& store, const tandem::v1::GetRequest& request, int64_t chunk_bytes)
       : store_(store), request_(request), chunk_bytes_(chunk_bytes) {
+    store_.Promote(
+        {request_.block_hashes().data(), static_cast<size_t>(request_.block_hashes_size())});
     Next();
   }
 

@@ -107,6 +107,7 @@ absl::Status ShmHandoff::Acquire(const tandem::v1::AcquireShmRequest& request,
   TANDEM_RETURN_IF_ERROR(CheckInstance(request.instance_id()));
   TANDEM_RETURN_IF_ERROR(CheckCount(request.block_hashes_size()));
   ShmLeases::Lease lease;
+  store_.Promote({request.block_hashes().data(), static_cast<size_t>(request.block_hashes_size())});
   for (uint64_t hash : request.block_hashes()) {
     tandem::v1::ShmBlockRegion* region = response->add_blocks();
     region->set_block_hash(hash);

@@ -119,6 +119,14 @@ struct WorkerConfig {
   std::string advertise = "";  // address the router reaches this worker at; empty: listen's
 };
 
+// A shard's second tier: blocks on local disk behind its memory (cache_store/disk_tier.h).
+struct CacheStoreDiskConfig {
+  std::string directory;  // empty: no disk tier
+  int64_t capacity_bytes = int64_t{16} << 30;
+  int64_t segment_bytes = int64_t{256} << 20;
+  int io_threads = 4;
+};
+
 struct CacheStoreConfig {
   std::string listen = "127.0.0.1:0";
   std::vector<std::string> shards;  // addresses of every shard, for consistent hashing
@@ -126,6 +134,7 @@ struct CacheStoreConfig {
   bool shared_memory = true;      // node-local fast path
   bool reserve_ahead = true;      // prefill reserves shared-memory space while it computes
   int64_t chunk_bytes = 1 << 20;  // streaming chunk size
+  CacheStoreDiskConfig disk;
 };
 
 struct MetricsConfig {

@@ -379,6 +379,18 @@ std::vector<Field> MakeSchema() {
            "another request is writing is left to it, and put at upload if still unwritten)"),
       Bytes("cache_store.chunk_bytes", TANDEM_CONFIG_REF(cache_store.chunk_bytes), 4096,
             "size of a streamed Put/Get chunk"),
+      Str("cache_store.disk.directory", TANDEM_CONFIG_REF(cache_store.disk.directory), {},
+          "a local directory for the shard's disk tier: blocks are written there as they are "
+          "stored and read back when memory no longer holds them, and survive a restart; empty: "
+          "memory only. tandem serve gives each of its shards a subdirectory shard-<i>"),
+      Bytes("cache_store.disk.capacity_bytes", TANDEM_CONFIG_REF(cache_store.disk.capacity_bytes),
+            4096, "disk tier size per shard, preallocated in whole segments (LRU beyond it)"),
+      Bytes("cache_store.disk.segment_bytes", TANDEM_CONFIG_REF(cache_store.disk.segment_bytes),
+            4096,
+            "size of each preallocated segment file; changing it (or the capacity) discards "
+            "what the directory holds"),
+      Int("cache_store.disk.io_threads", TANDEM_CONFIG_REF(cache_store.disk.io_threads), 1, 64,
+          "threads reading one request's blocks back from disk in parallel"),
       Str("metrics.listen", TANDEM_CONFIG_REF(metrics.listen), {},
           "host:port of the Prometheus /metrics endpoint; empty: none"),
       Bool("kv_cache_optimization.enabled", TANDEM_CONFIG_REF(kv_cache_optimization.enabled),

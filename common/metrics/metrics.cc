@@ -179,7 +179,33 @@ Metrics::Metrics(std::string process_role)
                            .Register(*registry_)),
       store_corrupt_(BuildCounter()
                          .Name("tandem_cache_store_corrupt_blocks_total")
-                         .Help("Blocks found changed after they were written, and dropped")
+                         .Help("Blocks found changed after they were written, and dropped, by "
+                               "tier")
+                         .Register(*registry_)),
+      store_tier_lookups_(
+          BuildCounter()
+              .Name("tandem_cache_store_tier_lookups_total")
+              .Help("Block lookups by tier and result: memory first; a memory miss is looked "
+                    "up on disk when the shard has a disk tier")
+              .Register(*registry_)),
+      store_disk_dropped_(BuildCounter()
+                              .Name("tandem_cache_store_disk_dropped_total")
+                              .Help("Disk-tier records dropped on read: stale (written with "
+                                    "another layout than the reader's)")
+                              .Register(*registry_)),
+      store_disk_writes_(BuildCounter()
+                             .Name("tandem_cache_store_disk_writes_total")
+                             .Help("Blocks for the disk tier by outcome (written; failed: an I/O "
+                                   "error or a full disk; evicted_first: left memory before the "
+                                   "spill thread wrote it)")
+                             .Register(*registry_)),
+      store_disk_bytes_(BuildCounter()
+                            .Name("tandem_cache_store_disk_bytes_total")
+                            .Help("Block bytes read from and written to the disk tier")
+                            .Register(*registry_)),
+      store_disk_io_(BuildHistogram()
+                         .Name("tandem_cache_store_disk_io_seconds")
+                         .Help("Time to read or write one block on the disk tier")
                          .Register(*registry_)) {}
 
 BalancerMetrics& Metrics::balancer(bool colocated) {
@@ -245,17 +271,22 @@ PlannerMetrics& Metrics::planner(bool colocated) {
   return planner_;
 }
 
-StoreMetrics Metrics::ForShard(const std::string& address) {
+StoreMetrics Metrics::ForShard(const std::string& address, bool disk) {
   const prometheus::Labels l = {{"shard", address}};
   auto with = [&](const char* key, const char* value) {
     prometheus::Labels out = l;
     out.emplace(key, value);
     return out;
   };
+  auto tier = [&](const char* name, const char* key = nullptr, const char* value = nullptr) {
+    prometheus::Labels out = with("tier", name);
+    if (key != nullptr) out.emplace(key, value);
+    return out;
+  };
   StoreMetrics m;
-  m.capacity_bytes = &store_capacity_.Add(l);
-  m.used_bytes = &store_used_.Add(l);
-  m.blocks = &store_blocks_.Add(l);
+  m.capacity_bytes = &store_capacity_.Add(tier("memory"));
+  m.used_bytes = &store_used_.Add(tier("memory"));
+  m.blocks = &store_blocks_.Add(tier("memory"));
   m.pinned_blocks = &store_pinned_.Add(l);
   m.hits = &store_lookups_.Add(with("result", "hit"));
   m.misses = &store_lookups_.Add(with("result", "miss"));
@@ -263,8 +294,27 @@ StoreMetrics Metrics::ForShard(const std::string& address) {
   m.skipped = &store_puts_.Add(with("outcome", "skipped"));
   m.aborted = &store_puts_.Add(with("outcome", "aborted"));
   m.duplicate = &store_puts_.Add(with("outcome", "duplicate"));
-  m.evictions = &store_evictions_.Add(l);
-  m.corrupt = &store_corrupt_.Add(l);
+  m.evictions = &store_evictions_.Add(tier("memory"));
+  m.corrupt = &store_corrupt_.Add(tier("memory"));
+  m.memory_hits = &store_tier_lookups_.Add(tier("memory", "result", "hit"));
+  m.memory_misses = &store_tier_lookups_.Add(tier("memory", "result", "miss"));
+  if (!disk) return m;
+  DiskTierMetrics& d = m.disk;
+  d.capacity_bytes = &store_capacity_.Add(tier("disk"));
+  d.used_bytes = &store_used_.Add(tier("disk"));
+  d.blocks = &store_blocks_.Add(tier("disk"));
+  d.hits = &store_tier_lookups_.Add(tier("disk", "result", "hit"));
+  d.misses = &store_tier_lookups_.Add(tier("disk", "result", "miss"));
+  d.evictions = &store_evictions_.Add(tier("disk"));
+  d.corrupt = &store_corrupt_.Add(tier("disk"));
+  d.stale = &store_disk_dropped_.Add(with("reason", "stale"));
+  d.written = &store_disk_writes_.Add(with("outcome", "written"));
+  d.write_failed = &store_disk_writes_.Add(with("outcome", "failed"));
+  d.evicted_first = &store_disk_writes_.Add(with("outcome", "evicted_first"));
+  d.read_bytes = &store_disk_bytes_.Add(with("op", "read"));
+  d.write_bytes = &store_disk_bytes_.Add(with("op", "write"));
+  d.read_seconds = &store_disk_io_.Add(with("op", "read"), ShortBuckets());
+  d.write_seconds = &store_disk_io_.Add(with("op", "write"), ShortBuckets());
   return m;
 }
 

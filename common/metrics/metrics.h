@@ -83,8 +83,27 @@ struct PlannerMetrics {
 
 // One cache-store shard, labelled `shard` with its address (`tandem serve` may run several).
 // Counters follow the shard's own (BlockStoreStats), so they are advanced by differences.
-struct StoreMetrics {
+// A shard's disk tier (cache_store/disk_tier.h); every tier-labelled series is {tier="disk"}.
+struct DiskTierMetrics {
   prometheus::Gauge* capacity_bytes = nullptr;
+  prometheus::Gauge* used_bytes = nullptr;
+  prometheus::Gauge* blocks = nullptr;
+  prometheus::Counter* hits = nullptr;  // tandem_cache_store_tier_lookups_total{result}
+  prometheus::Counter* misses = nullptr;
+  prometheus::Counter* evictions = nullptr;
+  prometheus::Counter* corrupt = nullptr;
+  prometheus::Counter* stale = nullptr;          // tandem_cache_store_disk_dropped_total{reason}
+  prometheus::Counter* written = nullptr;        // tandem_cache_store_disk_writes_total{outcome}
+  prometheus::Counter* write_failed = nullptr;   // an I/O error or a full disk
+  prometheus::Counter* evicted_first = nullptr;  // left memory before it could be written
+  prometheus::Counter* read_bytes = nullptr;     // tandem_cache_store_disk_bytes_total{op}
+  prometheus::Counter* write_bytes = nullptr;
+  prometheus::Histogram* read_seconds = nullptr;  // tandem_cache_store_disk_io_seconds{op}, a block
+  prometheus::Histogram* write_seconds = nullptr;
+};
+
+struct StoreMetrics {
+  prometheus::Gauge* capacity_bytes = nullptr;  // {tier="memory"}, as are used, blocks, hits...
   prometheus::Gauge* used_bytes = nullptr;  // committed blocks and pending puts
   prometheus::Gauge* blocks = nullptr;
   prometheus::Gauge* pinned_blocks = nullptr;
@@ -96,6 +115,9 @@ struct StoreMetrics {
   prometheus::Counter* duplicate = nullptr;
   prometheus::Counter* evictions = nullptr;
   prometheus::Counter* corrupt = nullptr;
+  prometheus::Counter* memory_hits = nullptr;  // tandem_cache_store_tier_lookups_total{result}
+  prometheus::Counter* memory_misses = nullptr;
+  DiskTierMetrics disk;  // with a disk tier only
 };
 
 class Metrics {
@@ -116,7 +138,8 @@ class Metrics {
   BalancerMetrics& balancer(bool colocated = false);
   // The router's planner metrics, registered by the first call (as balancer()).
   PlannerMetrics& planner(bool colocated = false);
-  StoreMetrics ForShard(const std::string& address);
+  // With `disk`, the disk tier's series too.
+  StoreMetrics ForShard(const std::string& address, bool disk = false);
   // tandem_pruning_attention_cosine{role, layer}: the last stability check's similarity in a
   // pruned layer.
   prometheus::Gauge* PruningCosine(const std::string& role, int layer);
@@ -187,6 +210,11 @@ class Metrics {
   prometheus::Family<prometheus::Counter>& store_puts_;
   prometheus::Family<prometheus::Counter>& store_evictions_;
   prometheus::Family<prometheus::Counter>& store_corrupt_;
+  prometheus::Family<prometheus::Counter>& store_tier_lookups_;
+  prometheus::Family<prometheus::Counter>& store_disk_dropped_;
+  prometheus::Family<prometheus::Counter>& store_disk_writes_;
+  prometheus::Family<prometheus::Counter>& store_disk_bytes_;
+  prometheus::Family<prometheus::Histogram>& store_disk_io_;
 };
 
 // Serves metrics on http://<listen>/metrics. "host:0" picks a free port.

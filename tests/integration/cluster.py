@@ -107,11 +107,11 @@ def metric_value(url, name, labels=None):
 class Process:
     """One role process; `address` and `metrics_url` come from its startup line."""
 
-    def __init__(self, tandem, role, args, log_dir):
+    def __init__(self, tandem, role, args, log_dir, listen="127.0.0.1:0"):
         self.role = role
         self.log = open(os.path.join(log_dir, f"{role}-{id(self)}.log"), "w+")
         self.proc = subprocess.Popen(
-            [tandem, role, "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"] + args,
+            [tandem, role, "--listen", listen, "--metrics-listen", "127.0.0.1:0"] + args,
             stdout=subprocess.PIPE, stderr=self.log, text=True)
         line = self.proc.stdout.readline()
         m = re.search(r"serving on (\S+); metrics (\S+)", line)
@@ -145,7 +145,8 @@ class Cluster:
     """store shards, prefill and decode workers and a router, each its own process."""
 
     def __init__(self, tandem, model, shards=2, prefill=2, decode=2, store_bytes=None,
-                 extra=(), router_extra=(), register=False, advertise=None, role_args=None):
+                 extra=(), router_extra=(), register=False, advertise=None, role_args=None,
+                 shard_extra=()):
         """With `register`, the router starts first and the workers join it through the
         registry (heartbeats every 0.2 s), advertising `advertise` if given (a host alone, as a
         pod IP on Kubernetes: the worker adds its port); otherwise the router gets static
@@ -156,7 +157,9 @@ class Cluster:
         self.all = []
         store = [] if store_bytes is None else ["--set", f"cache_store.capacity_bytes={store_bytes}"]
         try:
-            self.shards = [self._start(tandem, "cache-store", common + store) for _ in range(shards)]
+            self.shard_args = common + store + list(shard_extra)
+            self.shards = [self._start(tandem, "cache-store", self.shard_args)
+                           for _ in range(shards)]
             shard_list = "cache_store.shards=[" + ",".join(s.address for s in self.shards) + "]"
             worker = common + ["--set", shard_list]
             if register:

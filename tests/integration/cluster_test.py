@@ -27,6 +27,11 @@ through the public API by Python's grpcio.
                     service; once loaded, SERVING on the same port; `tandem serve` likewise.
                     SIGTERM while loading stops the process at once.
   --case shard_label  a store shard listening on 0.0.0.0 labels its metrics host:port.
+  --case disk       a store shard with a disk tier and 2 MiB of memory: prompts needing 6x its
+                    memory are served again with their blocks read back from disk (decode hit
+                    rate >= 90%, greedy output); kill -9 of the shard under load (every request
+                    completes) and a restart on the same address and directory: the blocks it
+                    recovered are hits again.
   --case api        bad input is INVALID_ARGUMENT with a message (invalid UTF-8 included);
                     GetModelInfo; client cancel frees the blocks; after SIGTERM new requests
                     are UNAVAILABLE while the one in flight completes.
@@ -34,8 +39,10 @@ through the public API by Python's grpcio.
 import argparse
 import concurrent.futures
 import random
+import shutil
 import signal
 import sys
+import tempfile
 import threading
 import time
 
@@ -407,6 +414,75 @@ def case_balancer(c, stub):
     assert r.metric("tandem_balancer_state") == 0 and hit >= 0.9, hit
 
 
+# Workers keep two prompts' prefixes of their own (1 MiB of KV: 32 blocks), so a prompt sent
+# again after ten others is fetched from the store.
+LITTLE_LOCAL_KV = ["--set", "kv_cache.memory_bytes=1MiB"]
+
+
+def case_disk(c, stub):
+    shard = c.shards[0]
+    disk = {"tier": "disk"}
+    # 24 prompts of 16 blocks (32 KiB each): 12 MiB of KV for 2 MiB of shard memory.
+    reqs = [([random.Random(4000 + i).randrange(VOCAB) for _ in range(256)], 8) for i in range(24)]
+    want = expected(reqs)
+    # One at a time: the spill thread writes a prompt's blocks before the next ones evict them (concurrent puts faster than the disk lose
+    # blocks instead: tandem_cache_store_disk_writes_total{outcome="evicted_first"}).
+    writes = lambda outcome: shard.metric("tandem_cache_store_disk_writes_total",
+                                          {"outcome": outcome})
+    for i, r in enumerate(reqs):
+        check_greedy(run_concurrently(stub, [r]), [r], [want[i]], f"first pass, prompt {i + 1}")
+        cluster.wait_for(lambda: writes("written") >= 16 * (i + 1), 10,
+                         f"prompt {i + 1}'s blocks to reach the disk")
+    print(f"  disk: {shard.metric('tandem_cache_store_blocks', disk)} blocks, "
+          f"{shard.metric('tandem_cache_store_used_bytes', disk)} bytes, "
+          f"{writes('evicted_first')} evicted before written, {writes('written')} written of "
+          f"{shard.metric('tandem_cache_store_puts_total', {'outcome': 'stored'})} stored, "
+          f"{shard.metric('tandem_cache_store_puts_total', {'outcome': 'skipped'})} skipped; memory: "
+          f"{shard.metric('tandem_cache_store_blocks', {'tier': 'memory'})} blocks")
+    # The prefixes need 6x the shard's memory.
+    assert shard.metric("tandem_cache_store_blocks", disk) == 24 * 16
+    assert writes("evicted_first") == 0
+    hits = lambda: shard.metric("tandem_cache_store_tier_lookups_total",
+                                {"tier": "disk", "result": "hit"})
+    before = hits()
+    check_greedy(run_concurrently(stub, reqs[:6]), reqs[:6], want[:6], "again, from disk")
+    cluster.wait_for(lambda: hits() - before >= 6 * 16, 5, "every block of them from disk")
+    hit_ratio = c.router.metric("tandem_decode_kv_hit_ratio")
+    print(f"  disk hits {hits() - before}, decode hit ratio {hit_ratio}")
+    assert hit_ratio is not None and hit_ratio >= 0.9, hit_ratio
+    # kill -9 under load: every request completes (blocks recomputed where the shard is gone).
+    load = random_requests(12, seed=41, max_prompt=200, max_out=60)
+    on_chunk, t, killed = after_streams(2, shard.kill9)
+    check_greedy(run_concurrently(stub, load, on_chunk), load, expected(load), "kill -9 shard")
+    t.join()
+    assert killed.is_set()
+    # Restarted on the same address and directory, it serves what its disk holds.
+    restarted = cluster.Process(args.tandem, "cache-store", c.shard_args, c.log_dir,
+                                listen=shard.address)
+    c.all.insert(0, restarted)
+    with open(restarted.log.name) as f:
+        recovered = [line for line in f if "blocks recovered" in line]
+    print(f"  restarted: {recovered[-1].strip() if recovered else '(no recovery line)'}")
+    assert recovered and " 0 blocks recovered" not in recovered[-1], recovered
+    # The workers reconnect (gRPC's backoff) and map the new arena; until then their puts and
+    # gets fail and prompts are recomputed. First-pass prompts no worker holds any more:
+    restored = lambda: restarted.metric("tandem_cache_store_tier_lookups_total",
+                                        {"tier": "disk", "result": "hit"})
+    def seen(seconds):  # the shard's metrics refresh every 0.5 s
+        try:
+            cluster.wait_for(lambda: restored() > 0, seconds, "a disk hit")
+            return True
+        except AssertionError:
+            return False
+    for i in range(6, len(reqs)):
+        check_greedy(run_concurrently(stub, [reqs[i]]), [reqs[i]], [want[i]],
+                     f"after the restart, prompt {i + 1}")
+        if seen(1.0):
+            break
+    print(f"  disk hits after the restart: {restored()}")
+    assert restored() and restored() > 0, restored()
+
+
 def case_api(c, stub):
     bad = [
         ("empty prompt", pb.GenerateRequest(sampling=pb.SamplingParams(max_tokens=4))),
@@ -745,7 +821,8 @@ def case_shard_label():
         m = re.search(r"serving on 0\.0\.0\.0:(\d+); metrics (\S+)", line)
         assert m, line + proc.stderr.read()
         text = urllib.request.urlopen(m.group(2), timeout=10).read().decode()
-        want = f'tandem_cache_store_capacity_bytes{{shard="{socket.gethostname()}:{m.group(1)}"}}'
+        want = (f'tandem_cache_store_capacity_bytes{{shard="{socket.gethostname()}:{m.group(1)}",'
+                'tier="memory"}')
         assert want in text, (want, [l for l in text.splitlines() if "capacity" in l])
         print(want)
     finally:
@@ -767,13 +844,22 @@ def main():
     store_bytes = None
     if args.case == "hang":
         extra_router = ["--set", "router.worker_keepalive_seconds=1"]
+    shard_extra = []
     if args.case == "balancer":
         store_bytes = "1MiB"
+    if args.case == "disk":
+        store_bytes = "2MiB"
+        disk_dir = tempfile.mkdtemp(prefix="tandem_disk_")
+        shard_extra = ["--set", f"cache_store.disk.directory={disk_dir}",
+                       "--set", "cache_store.disk.capacity_bytes=32MiB",
+                       "--set", "cache_store.disk.segment_bytes=4MiB"]
         extra_router = ["--set", "balancer.window_seconds=2", "--set", "balancer.min_lookups=20"]
     # Workers join through the registry in the greedy and fault cases, static lists elsewhere;
     # in the greedy case they advertise their host alone, as on Kubernetes, and add the port.
-    c = cluster.Cluster(args.tandem, args.model, store_bytes=store_bytes,
-                        extra={"pruning": PRUNING_CONFIG, "mixed": MIXED_CONFIG}.get(args.case, ()),
+    c = cluster.Cluster(args.tandem, args.model, store_bytes=store_bytes, shard_extra=shard_extra,
+                        shards=1 if args.case == "disk" else 2,
+                        extra={"pruning": PRUNING_CONFIG, "mixed": MIXED_CONFIG,
+                               "disk": LITTLE_LOCAL_KV}.get(args.case, ()),
                         router_extra=extra_router, register=args.case in ("greedy", "faults", "hang"),
                         advertise="127.0.0.1" if args.case == "greedy" else None)
     c.channel = grpc.insecure_channel(c.router.address)
@@ -781,12 +867,14 @@ def main():
     try:
         {"greedy": case_greedy, "faults": case_faults, "hang": case_hang,
          "balancer": case_balancer, "api": case_api, "pruning": case_pruning,
-         "mixed": case_mixed}[args.case](c, stub)
+         "mixed": case_mixed, "disk": case_disk}[args.case](c, stub)
     except BaseException:
         c.stop()
         print(c.logs())
         raise
     c.stop()
+    if args.case == "disk":
+        shutil.rmtree(disk_dir, ignore_errors=True)
     print("PASS")
 
 

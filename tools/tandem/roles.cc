@@ -183,21 +183,44 @@ class CacheStoreRole final : public ServedRole {
 
   absl::Status Start(const config::TandemConfig& c, metrics::Metrics& metrics) {
     TANDEM_RETURN_IF_ERROR(Secure(c, "cache-store", metrics));
-    TANDEM_ASSIGN_OR_RETURN(
-        store_, cache_store::BlockStore::Create({.capacity_bytes = c.cache_store.capacity_bytes,
-                                                 .shared_memory = c.cache_store.shared_memory}));
+    cache_store::BlockStoreOptions o;
+    o.capacity_bytes = c.cache_store.capacity_bytes;
+    o.shared_memory = c.cache_store.shared_memory;
+    const config::CacheStoreDiskConfig& disk = c.cache_store.disk;
+    if (!disk.directory.empty()) {
+      o.disk.directory = disk.directory;
+      o.disk.capacity_bytes = disk.capacity_bytes;
+      o.disk.segment_bytes = disk.segment_bytes;
+      o.disk.io_threads = disk.io_threads;
+      // The histograms exist once the server's address is known: until then, nothing to note.
+      o.disk.on_read = [this](double seconds, int64_t) { Observe(read_seconds_, seconds); };
+      o.disk.on_write = [this](double seconds, int64_t) { Observe(write_seconds_, seconds); };
+    }
+    TANDEM_ASSIGN_OR_RETURN(store_, cache_store::BlockStore::Create(o));
+    if (!disk.directory.empty()) {
+      const cache_store::DiskTierStats d = store_->Stats().disk;
+      Log(LogLevel::kInfo, "cache-store",
+          absl::StrCat("disk tier ", disk.directory, ": ", d.capacity_bytes >> 20, " MiB, ",
+                       d.recovered_blocks, " blocks recovered"));
+    }
     service_ = std::make_unique<cache_store::CacheStoreService>(
         *store_, c.cache_store.chunk_bytes, cache_store::ShmHandoffOptions{}, *authorizer_);
     TANDEM_ASSIGN_OR_RETURN(auto server,
                             rpc::StartServer(c.cache_store.listen, {service_.get()}, {kCacheStore},
                                              {.transport = transport_.get()}));
     Serve(std::move(server), {kCacheStore});
-    metrics_ = metrics.ForShard(ShardLabel(address()));
+    metrics_ = metrics.ForShard(ShardLabel(address()), !disk.directory.empty());
+    read_seconds_ = metrics_.disk.read_seconds;
+    write_seconds_ = metrics_.disk.write_seconds;
     reporter_ = std::thread([this] { Report(); });
     return absl::OkStatus();
   }
 
  private:
+  static void Observe(const std::atomic<prometheus::Histogram*>& h, double seconds) {
+    if (prometheus::Histogram* histogram = h.load()) histogram->Observe(seconds);
+  }
+
   // Publishes the shard's stats every 0.5 s.
   void Report() {
     cache_store::BlockStoreStats last;
@@ -212,16 +235,38 @@ class CacheStoreRole final : public ServedRole {
       metrics_.pinned_blocks->Set(static_cast<double>(s.pinned_blocks));
       advance(metrics_.hits, s.hits, last.hits);
       advance(metrics_.misses, s.misses, last.misses);
+      advance(metrics_.memory_hits, s.memory_hits, last.memory_hits);
+      advance(metrics_.memory_misses, s.memory_misses, last.memory_misses);
       advance(metrics_.stored, s.puts, last.puts);
       advance(metrics_.skipped, s.put_skipped, last.put_skipped);
       advance(metrics_.aborted, s.put_aborted, last.put_aborted);
       advance(metrics_.duplicate, s.duplicate_puts, last.duplicate_puts);
       advance(metrics_.evictions, s.evictions, last.evictions);
       advance(metrics_.corrupt, s.corrupt, last.corrupt);
+      if (s.has_disk) {
+        const metrics::DiskTierMetrics& m = metrics_.disk;
+        const cache_store::DiskTierStats &d = s.disk, &was = last.disk;
+        m.capacity_bytes->Set(static_cast<double>(d.capacity_bytes));
+        m.used_bytes->Set(static_cast<double>(d.used_bytes));
+        m.blocks->Set(static_cast<double>(d.blocks));
+        // Served from disk: the Gets that missed memory and did not miss both tiers.
+        advance(m.hits, s.memory_misses - s.disk_misses, last.memory_misses - last.disk_misses);
+        advance(m.misses, s.disk_misses, last.disk_misses);
+        advance(m.evictions, d.evictions, was.evictions);
+        advance(m.corrupt, d.corrupt, was.corrupt);
+        advance(m.stale, d.stale, was.stale);
+        advance(m.written, d.writes, was.writes);
+        advance(m.write_failed, d.write_failures + d.write_no_room,
+                was.write_failures + was.write_no_room);
+        advance(m.evicted_first, s.evicted_unspilled, last.evicted_unspilled);
+        advance(m.read_bytes, d.read_bytes, was.read_bytes);
+        advance(m.write_bytes, d.write_bytes, was.write_bytes);
+      }
       last = s;
     } while (!stop_.WaitForNotificationWithTimeout(absl::Milliseconds(500)));
   }
 
+  std::atomic<prometheus::Histogram*> read_seconds_{nullptr}, write_seconds_{nullptr};
   std::unique_ptr<cache_store::BlockStore> store_;
   std::unique_ptr<cache_store::CacheStoreService> service_;
   metrics::StoreMetrics metrics_;

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <map>
 #include <thread>
 #include <vector>
@@ -189,7 +190,13 @@ absl::Status RunServe(const CliArgs& args) {
   inner.cache_store.shards.clear();
   const int store_shards = layout.colocated ? 0 : c.serve.cache_store_shards;
   for (int i = 0; i < store_shards; ++i) {
-    TANDEM_ASSIGN_OR_RETURN(auto role, StartCacheStore(inner, metrics));
+    config::TandemConfig shard_config = inner;
+    if (!c.cache_store.disk.directory.empty()) {  // each shard its own, stable across restarts
+      shard_config.cache_store.disk.directory =
+          (std::filesystem::path(c.cache_store.disk.directory) / absl::StrCat("shard-", i))
+              .string();
+    }
+    TANDEM_ASSIGN_OR_RETURN(auto role, StartCacheStore(shard_config, metrics));
     inner.cache_store.shards.push_back(role->address());
     stores.push_back(std::move(role));
   }

@@ -80,19 +80,35 @@ TEST(MetricsTest, OnlyARouterExportsBalancerAndPoolMetrics) {
 TEST(MetricsTest, StoreShardsAreLabelledByAddress) {
   Metrics m;
   StoreMetrics a = m.ForShard("10.0.0.1:7000");
-  StoreMetrics b = m.ForShard("10.0.0.2:7000");
+  StoreMetrics b = m.ForShard("10.0.0.2:7000", /*disk=*/true);
   a.used_bytes->Set(4096);
   a.hits->Increment(3);
   b.aborted->Increment();
+  b.disk.used_bytes->Set(8192);
+  b.disk.read_seconds->Observe(0.001);
+  EXPECT_EQ(a.disk.used_bytes, nullptr);  // no disk tier, no series
   const std::string text = m.Serialize();
-  EXPECT_THAT(text, HasSubstr("tandem_cache_store_used_bytes{shard=\"10.0.0.1:7000\"} 4096"));
+  EXPECT_THAT(text,
+              HasSubstr("tandem_cache_store_used_bytes{shard=\"10.0.0.1:7000\",tier=\"memory\"} "
+                        "4096"));
+  EXPECT_THAT(
+      text, HasSubstr("tandem_cache_store_used_bytes{shard=\"10.0.0.2:7000\",tier=\"disk\"} 8192"));
+  EXPECT_THAT(
+      text, Not(HasSubstr("tandem_cache_store_used_bytes{shard=\"10.0.0.1:7000\",tier=\"disk\"}")));
+  EXPECT_THAT(text,
+              HasSubstr("tandem_cache_store_disk_io_seconds_count{op=\"read\",shard=\"10.0.0.2:"
+                        "7000\"} 1"));
+  EXPECT_THAT(text,
+              HasSubstr("tandem_cache_store_tier_lookups_total{result=\"miss\",shard=\"10.0.0.2:"
+                        "7000\",tier=\"disk\"} 0"));
   EXPECT_THAT(
       text,
       HasSubstr("tandem_cache_store_lookups_total{result=\"hit\",shard=\"10.0.0.1:7000\"} 3"));
   EXPECT_THAT(
       text,
       HasSubstr("tandem_cache_store_puts_total{outcome=\"aborted\",shard=\"10.0.0.2:7000\"} 1"));
-  EXPECT_THAT(text, HasSubstr("tandem_cache_store_evictions_total{shard=\"10.0.0.2:7000\"} 0"));
+  EXPECT_THAT(text, HasSubstr("tandem_cache_store_evictions_total{shard=\"10.0.0.2:7000\",tier="
+                              "\"memory\"} 0"));
 }
 
 TEST(MetricsTest, ComputeTurnsByDeviceAndPhase) {
