@@ -8,7 +8,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/synchronization/blocking_counter.h"
 #include "common/store/block_checksum.h"
 #include "common/util/check.h"
 #include "common/util/log.h"
@@ -389,14 +388,19 @@ void DiskTier::ReadOne(DiskBlockRead& read) {
 
 void DiskTier::Read(std::span<DiskBlockRead> reads) {
   if (reads.size() == 1) return ReadOne(reads[0]);
-  absl::BlockingCounter done(static_cast<int>(reads.size()));
+  // A Mutex, not a BlockingCounter: the TSan build sees absl::Mutex (tests/tsan/).
+  absl::Mutex mu;
+  int left = static_cast<int>(reads.size());
   for (DiskBlockRead& r : reads) {
-    io_.Submit([this, &r, &done] {
+    io_.Submit([this, &r, &mu, &left] {
       ReadOne(r);
-      done.DecrementCount();
+      absl::MutexLock lock(&mu);
+      --left;
     });
   }
-  done.Wait();
+  absl::MutexLock lock(&mu);
+  mu.Await(absl::Condition(
+      +[](int* n) { return *n == 0; }, &left));
 }
 
 bool DiskTier::Contains(uint64_t hash) const {

@@ -61,6 +61,11 @@ class PrefillCall final : public grpc::ServerUnaryReactor {
     grpc::ServerUnaryReactor* reactor ABSL_GUARDED_BY(mu) = nullptr;
     tandem::v1::PrefillResponse* response ABSL_GUARDED_BY(mu) = nullptr;
 
+    bool Done() {
+      absl::MutexLock lock(&mu);
+      return finished || reactor == nullptr;
+    }
+
     void Finish(const grpc::Status& status, tandem::v1::PrefillResponse* result) {
       absl::MutexLock lock(&mu);
       if (finished || reactor == nullptr) return;
@@ -87,12 +92,62 @@ class PrefillCall final : public grpc::ServerUnaryReactor {
     const Clock::time_point start = Clock::now();
     std::vector<int32_t> prompt = r.prompt;
     std::shared_ptr<Ahead> ahead = ReserveAhead(service_, prompt, tenant_salt);
+    if (!service_.load_prefixes_) {
+      Compute(service_, state_, std::move(r), std::move(prompt), start, tenant_salt, ahead);
+      return;
+    }
     // The callbacks must not touch `this`: gRPC deletes the call once it is finished (a
     // cancelled call finishes before the engine reports the abort).
-    PrefillService* service = &service_;
-    service_.loop_.Submit(
-        std::move(r), [service, state = state_, prompt = std::move(prompt), start, tenant_salt,
-                       ahead](const engine::RequestOutput& out, engine::Engine& engine) {
+    service_.fetches_->Submit([service = &service_, state = state_, r = std::move(r),
+                               prompt = std::move(prompt), start, tenant_salt, ahead]() mutable {
+      if (state->Done()) return;  // cancelled while queued
+      LoadPrefix(*service, prompt, tenant_salt);
+      if (state->Done()) return;
+      Compute(*service, state, std::move(r), std::move(prompt), start, tenant_salt, ahead);
+    });
+  }
+
+  // On a fetch thread: imports the prompt's blocks the store holds beyond those the engine has
+  // (the loop runs the import before the request it then gets). Any failure only means more to
+  // compute.
+  static void LoadPrefix(PrefillService& service, const std::vector<int32_t>& prompt,
+                         uint64_t tenant_salt) {
+    struct Probe {
+      absl::Notification done;
+      std::vector<kv::BlockHash> hashes;  // as ExportPromptBlocks will key them
+      size_t resident = 0;
+    };
+    auto probe = std::make_shared<Probe>();
+    service.loop_.Post([probe, prompt, tenant_salt](engine::Engine& e) {
+      const uint64_t salt = kv::CombineCacheSalts(tenant_salt, e.CacheSalt(prompt));
+      probe->hashes = engine::PromptBlockHashes(e, prompt, salt);
+      probe->resident = e.kv_cache().FindCachedPrefix(probe->hashes).size();
+      probe->done.Notify();
+    });
+    if (!probe->done.WaitForNotificationWithTimeout(absl::Seconds(30))) return;
+    const std::vector<kv::BlockHash>& hashes = probe->hashes;
+    const size_t resident = probe->resident;
+    if (resident >= hashes.size()) return;
+    std::vector<std::optional<std::string>> fetched =
+        service.store_.Get(std::span(hashes).subspan(resident));
+    if (fetched.empty() || !fetched[0].has_value()) return;
+    std::vector<std::optional<std::string>> blobs(hashes.size());
+    for (size_t i = 0; i < fetched.size(); ++i) blobs[resident + i] = std::move(fetched[i]);
+    service.loop_.Post([&service, probe, blobs = std::move(blobs)](engine::Engine& e) {
+      const engine::ImportStats s = engine::ImportPromptBlocks(e, probe->hashes, blobs);
+      service.loaded_blocks_ +=
+          std::max<int64_t>(0, s.hits - static_cast<int64_t>(probe->resident));
+    });
+  }
+
+  static void Compute(PrefillService& service_ref, std::shared_ptr<State> state_ref,
+                      engine::Request r, std::vector<int32_t> prompt, Clock::time_point start,
+                      uint64_t tenant_salt, std::shared_ptr<Ahead> ahead) {
+    PrefillService* service = &service_ref;
+    service->loop_.Submit(
+        std::move(r),
+        [service, state = std::move(state_ref), prompt = std::move(prompt), start, tenant_salt,
+         ahead](const engine::RequestOutput& out, engine::Engine& engine) {
           if (out.finish == engine::FinishReason::kNone) return;
           if (out.finish == engine::FinishReason::kError) {
             state->Finish(rpc::ToGrpcStatus(out.error), nullptr);
@@ -231,7 +286,10 @@ PrefillService::PrefillService(engine::EngineLoop& loop, store::StorePool& store
       authorizer_(*options.authorizer),
       stability_sample_rate_(options.stability_sample_rate),
       on_stability_(options.on_stability),
-      reserve_ahead_(options.reserve_ahead) {}
+      reserve_ahead_(options.reserve_ahead),
+      load_prefixes_(options.load_prefixes),
+      fetches_(options.load_prefixes ? std::make_unique<WorkQueue>(options.fetch_threads)
+                                     : nullptr) {}
 
 grpc::ServerUnaryReactor* PrefillService::Prefill(grpc::CallbackServerContext* context,
                                                   const tandem::v1::PrefillRequest* request,

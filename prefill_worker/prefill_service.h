@@ -4,7 +4,10 @@
 //
 // Threads: gRPC callbacks submit to the EngineLoop; the loop's callback exports the blocks
 // (between steps, so nothing evicts them first) and hands the upload to a WorkQueue, whose
-// thread finishes the RPC. A cancelled or expired call aborts its request in the engine.
+// thread finishes the RPC. A cancelled or expired call aborts its request in the engine. With
+// load_prefixes, a fetch thread first brings the prompt's blocks that the store holds and the
+// engine does not into the engine's prefix cache (as decode does), so prefill computes only the
+// rest.
 #pragma once
 
 #include <atomic>
@@ -45,6 +48,11 @@ struct PrefillServiceOptions {
   // shard (Commit) instead of three (Exists, Reserve, Commit). Without it, or where the sizes
   // are not known ahead (a mixed-precision cache), the upload does it all.
   std::optional<engine::ExportPlan> reserve_ahead;
+  // Look up each prompt's blocks in the store (memory or disk tier) before computing it, and
+  // compute only what no one stored: a prefix another prefill worker computed, or one this
+  // worker has since evicted.
+  bool load_prefixes = false;
+  int fetch_threads = 2;
 };
 
 // Longest prompt the stability monitor samples.
@@ -66,6 +74,8 @@ class PrefillService final : public tandem::v1::PrefillWorker::CallbackService,
   // uploads.
   int64_t reserved_uploads() const { return reserved_uploads_.load(); }
   int64_t uploads() const { return uploads_done_.load(); }
+  // load_prefixes: prompt blocks found in the store and imported instead of computed.
+  int64_t loaded_blocks() const { return loaded_blocks_.load(); }
 
  private:
   friend class PrefillCall;
@@ -77,11 +87,14 @@ class PrefillService final : public tandem::v1::PrefillWorker::CallbackService,
   const double stability_sample_rate_;
   const std::function<void(const std::vector<model::LayerSimilarity>&)> on_stability_;
   const std::optional<engine::ExportPlan> reserve_ahead_;
+  const bool load_prefixes_;
+  std::unique_ptr<WorkQueue> fetches_;  // with load_prefixes
   std::atomic<int64_t> prefilled_{0};  // requests that reached their first token
   std::atomic<int64_t> next_id_{1};
   std::atomic<int64_t> kv_bytes_{0};
   std::atomic<int64_t> reserved_uploads_{0};
   std::atomic<int64_t> uploads_done_{0};
+  std::atomic<int64_t> loaded_blocks_{0};
 };
 
 }  // namespace tandem::prefill

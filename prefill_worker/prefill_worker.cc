@@ -50,6 +50,7 @@ PrefillWorker::PrefillWorker(engine::EngineLoop& loop, store::StorePool& store,
   service.on_transfer = [h = metrics_.kv_transfer_time](double s) { h->Observe(s); };
   service.authorizer = options.authorizer;
   service.reserve_ahead = options.reserve_ahead;
+  service.load_prefixes = options.load_prefixes;
   if (!pruned.empty()) {
     service.stability_sample_rate = options.stability_sample_rate;
     service.on_stability = StabilityReporter(metrics, pruned, options.stability_alert_below);

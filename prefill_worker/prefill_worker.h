@@ -24,6 +24,8 @@ struct PrefillWorkerOptions {
   // The engine's ExportPlan: reserve each prompt's store space while it computes
   // (PrefillServiceOptions::reserve_ahead).
   std::optional<engine::ExportPlan> reserve_ahead;
+  // Import a prompt's stored blocks before computing it (PrefillServiceOptions::load_prefixes).
+  bool load_prefixes = false;
   // Which roles may call the service; must outlive it.
   const security::Authorizer* authorizer = &security::Authorizer::Open();
 };

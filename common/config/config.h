@@ -133,6 +133,7 @@ struct CacheStoreConfig {
   int64_t capacity_bytes = int64_t{2} << 30;
   bool shared_memory = true;      // node-local fast path
   bool reserve_ahead = true;      // prefill reserves shared-memory space while it computes
+  bool load_prefixes = false;     // prefill imports a prompt's stored blocks, computes the rest
   int64_t chunk_bytes = 1 << 20;  // streaming chunk size
   CacheStoreDiskConfig disk;
 };

@@ -377,6 +377,11 @@ std::vector<Field> MakeSchema() {
            "prefill workers reserve a prompt's shared-memory space in the store while they "
            "compute it, so the upload after prefill is one round trip per shard (a prefix "
            "another request is writing is left to it, and put at upload if still unwritten)"),
+      Bool("cache_store.load_prefixes", TANDEM_CONFIG_REF(cache_store.load_prefixes),
+           "prefill workers look each prompt's blocks up in the store (memory and disk tiers) "
+           "before computing it and compute only what no worker stored: prefixes computed by "
+           "another prefill worker, or evicted from this one's cache (a multi-turn chat's "
+           "earlier turns); costs a store lookup per prompt"),
       Bytes("cache_store.chunk_bytes", TANDEM_CONFIG_REF(cache_store.chunk_bytes), 4096,
             "size of a streamed Put/Get chunk"),
       Str("cache_store.disk.directory", TANDEM_CONFIG_REF(cache_store.disk.directory), {},

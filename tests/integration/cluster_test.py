@@ -415,8 +415,8 @@ def case_balancer(c, stub):
 
 
 # Workers keep two prompts' prefixes of their own (1 MiB of KV: 32 blocks), so a prompt sent
-# again after ten others is fetched from the store.
-LITTLE_LOCAL_KV = ["--set", "kv_cache.memory_bytes=1MiB"]
+# again after ten others is fetched from the store, by prefill (load_prefixes) as by decode.
+LITTLE_LOCAL_KV = ["--set", "kv_cache.memory_bytes=1MiB", "--set", "cache_store.load_prefixes=true"]
 
 
 def case_disk(c, stub):
@@ -445,7 +445,12 @@ def case_disk(c, stub):
     hits = lambda: shard.metric("tandem_cache_store_tier_lookups_total",
                                 {"tier": "disk", "result": "hit"})
     before = hits()
-    check_greedy(run_concurrently(stub, reqs[:6]), reqs[:6], want[:6], "again, from disk")
+    again = run_concurrently(stub, reqs[:6])
+    check_greedy(again, reqs[:6], want[:6], "again, from disk")
+    # Prefill imported the prompts' blocks from the store instead of computing them.
+    cached = [complete.usage.cached_prompt_tokens for _, complete, _, _ in again]
+    print(f"  prompt tokens prefill did not compute: {cached}")
+    assert all(n >= 240 for n in cached), cached
     cluster.wait_for(lambda: hits() - before >= 6 * 16, 5, "every block of them from disk")
     hit_ratio = c.router.metric("tandem_decode_kv_hit_ratio")
     print(f"  disk hits {hits() - before}, decode hit ratio {hit_ratio}")

@@ -334,6 +334,7 @@ class WorkerRole final : public ServedRole {
       }
       o.authorizer = authorizer_.get();
       if (c.cache_store.reserve_ahead) o.reserve_ahead = export_plan;
+      o.load_prefixes = c.cache_store.load_prefixes;
       worker_ = std::make_unique<prefill::PrefillWorker>(*loop_, *store_, metrics, o);
     } else {
       worker_ = std::make_unique<decode::DecodeWorker>(*loop_, *store_, metrics, *authorizer_);

@@ -58,6 +58,19 @@ class PrefillServiceTest : public testing::TinyModelTest {
 
   int64_t UsedBlocks() { return testing::UsedBlocks(*loop_); }
 
+  // Serves a fresh engine (an empty prefix cache) in place of the fixture's, with `options`.
+  void Restart(const PrefillServiceOptions& options) {
+    server_->Shutdown();
+    loop_.reset();
+    service_.reset();
+    loop_ = std::make_unique<engine::EngineLoop>(MakeEngine());
+    service_ = std::make_unique<PrefillService>(*loop_, *store_pool_, options);
+    std::string address;
+    server_ = testing::ServeOnLoopback(service_.get(), &address);
+    stub_ = tandem::v1::PrefillWorker::NewStub(
+        grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  }
+
   // Serves a pruning engine (layers 1.. pruned at any batch) in place of the fixture's, with
   // `options`; with `reserve_ahead`, the engine's ExportPlan too.
   void RestartPruning(PrefillServiceOptions options, bool reserve_ahead = false) {
@@ -127,6 +140,38 @@ TEST_F(PrefillServiceTest, HandleLetsAnotherEngineContinueExactly) {
   EXPECT_EQ(again.first_token(), expected[0]);
   EXPECT_EQ(again.cached_prompt_tokens(), 64);
   EXPECT_EQ(block_store_->Stats().puts, 4);
+}
+
+// load_prefixes: a worker with an empty cache imports what another worker stored and computes
+// only the rest, with the first token it would have computed; another tenant's salt finds
+// nothing.
+TEST_F(PrefillServiceTest, ImportsAStoredPrefixAndComputesOnlyTheRest) {
+  tandem::v1::PrefillResponse first;
+  ASSERT_TRUE(Call(Request(prompt_), &first).ok());  // the fixture's worker stores 4 blocks
+  ASSERT_EQ(block_store_->Stats().blocks, 4);
+
+  PrefillServiceOptions options;
+  options.load_prefixes = true;
+  Restart(options);
+  std::vector<int32_t> longer = prompt_;
+  for (int i = 0; i < 30; ++i) longer.push_back((i * 13 + 3) % 128);  // 6 full blocks + 4
+  auto whole = MakeEngine();
+  for (const auto& p : {prompt_, longer}) {
+    const int32_t want =
+        testing::RunToCompletion(*whole, testing::GreedyRequest("w", p, 1)).tokens[0];
+    tandem::v1::PrefillResponse response;
+    ASSERT_TRUE(Call(Request(p), &response).ok());
+    EXPECT_EQ(response.first_token(), want) << p.size();
+  }
+  EXPECT_EQ(service_->loaded_blocks(), 4);   // the second prompt found them resident
+  EXPECT_EQ(block_store_->Stats().puts, 6);  // only the longer prompt's two new blocks
+  tandem::v1::PrefillRequest other = Request(prompt_);
+  other.set_cache_salt(7);
+  tandem::v1::PrefillResponse response;
+  ASSERT_TRUE(Call(other, &response).ok());
+  EXPECT_EQ(response.cached_prompt_tokens(), 0);
+  EXPECT_EQ(service_->loaded_blocks(), 4);
+  EXPECT_EQ(UsedBlocks(), 0);
 }
 
 TEST_F(PrefillServiceTest, BadRequestsAreInvalidArgument) {
