@@ -20,6 +20,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
 #include "cache_store/disk_tier.h"
 #include "common/store/block_checksum.h"
 #include "common/util/cli_args.h"
@@ -100,7 +101,11 @@ absl::Status Tier(const std::string& dir, int64_t block, int64_t total, int batc
   o.capacity_bytes = total + (int64_t{64} << 20);
   o.segment_bytes = int64_t{64} << 20;
   o.io_threads = threads;
-  o.on_read = [&](double seconds, int64_t) { read_seconds.push_back(seconds); };
+  absl::Mutex mu;  // on_read runs on the tier's I/O threads, several at once
+  o.on_read = [&](double seconds, int64_t) {
+    absl::MutexLock lock(&mu);
+    read_seconds.push_back(seconds);
+  };
   TANDEM_ASSIGN_OR_RETURN(auto tier, cache_store::DiskTier::Open(o));
   // A few distinct buffers, reused under different hashes (the checksum is of the bytes).
   std::vector<std::vector<uint8_t>> data(static_cast<size_t>(batch));

@@ -47,7 +47,8 @@ struct DiskTierOptions {
   // times as many as there are blocks.
   int64_t compact_log_records = 4096;
   DiskFs* fs = nullptr;  // nullptr: PosixDiskFs()
-  // Called after each block read or written (outside every lock), for latency histograms.
+  // Called after each block read or written (outside every lock), for latency histograms;
+  // on_read from the I/O threads, several at once.
   std::function<void(double seconds, int64_t bytes)> on_read, on_write;
 };
 

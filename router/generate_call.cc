@@ -290,7 +290,10 @@ void CallState::OnPrefillDone(Worker* worker, std::shared_ptr<Attempt> attempt,
       return;
     }
     const tandem::v1::PrefillResponse& r = attempt->response;
-    if (cached_prompt_tokens_ < 0) cached_prompt_tokens_ = r.cached_prompt_tokens();
+    if (cached_prompt_tokens_ < 0) {
+      cached_prompt_tokens_ = r.cached_prompt_tokens();
+      Add(metrics_.cached_prompt_tokens, static_cast<double>(cached_prompt_tokens_));
+    }
     // The worker's part is done (and `worker` not used again): its load goes before the first
     // token goes out, since that may start more work for it (the other choices of an HTTP
     // request, n > 1, which should find their prompt's blocks on an idle worker).

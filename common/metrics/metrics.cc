@@ -91,6 +91,11 @@ Metrics::Metrics(std::string process_role)
                          .Name("tandem_prompt_tokens_total")
                          .Help("Prompt tokens processed")
                          .Register(*registry_)),
+      cached_prompt_tokens_(BuildCounter()
+                                .Name("tandem_cached_prompt_tokens_total")
+                                .Help("Prompt tokens prefill did not compute: found in the "
+                                      "worker's prefix cache or imported from the cache store")
+                                .Register(*registry_)),
       generation_tokens_(BuildCounter()
                              .Name("tandem_generation_tokens_total")
                              .Help("Tokens generated")
@@ -342,6 +347,7 @@ RoleMetrics Metrics::ForRole(const std::string& role, const std::string& api) {
   m.requests_running = &running_.Add(l);
   m.requests_waiting = &waiting_.Add(l);
   m.prompt_tokens = &prompt_tokens_.Add(per_request);
+  m.cached_prompt_tokens = &cached_prompt_tokens_.Add(per_request);
   m.generation_tokens = &generation_tokens_.Add(per_request);
   m.finished_stop = &requests_.Add(with(per_request, "finish_reason", "stop"));
   m.finished_length = &requests_.Add(with(per_request, "finish_reason", "length"));

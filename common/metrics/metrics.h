@@ -37,6 +37,7 @@ struct RoleMetrics {
   prometheus::Gauge* requests_running = nullptr;
   prometheus::Gauge* requests_waiting = nullptr;
   prometheus::Counter* prompt_tokens = nullptr;
+  prometheus::Counter* cached_prompt_tokens = nullptr;  // router: as its prefill worker reported
   prometheus::Counter* generation_tokens = nullptr;
   prometheus::Counter* finished_stop = nullptr;  // tandem_requests_total{finish_reason}
   prometheus::Counter* finished_length = nullptr;
@@ -186,6 +187,7 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>& running_;
   prometheus::Family<prometheus::Gauge>& waiting_;
   prometheus::Family<prometheus::Counter>& prompt_tokens_;
+  prometheus::Family<prometheus::Counter>& cached_prompt_tokens_;
   prometheus::Family<prometheus::Counter>& generation_tokens_;
   prometheus::Family<prometheus::Counter>& requests_;
   prometheus::Family<prometheus::Counter>& stalled_streams_;
