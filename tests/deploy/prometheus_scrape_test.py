@@ -3,7 +3,7 @@
 expression of deploy/ must return data through Prometheus's HTTP API.
 
 Starts `tandem serve` on loopback (POP pruning with its attention-stability monitor on, so the
-pruning panels have data), starts Debian's `prometheus` with deploy/prometheus/alerts.yaml and a
+pruning panels have data, and a disk tier behind the store shard, for the tier panels), starts Debian's `prometheus` with deploy/prometheus/alerts.yaml and a
 1 s scrape/evaluation interval, drives load with `tandem bench`, then queries:
   - every `expr` of deploy/grafana/tandem.json (Grafana variables substituted),
   - every alert's `tandem_query` annotation (its expression without the final threshold),
@@ -125,7 +125,11 @@ def main():
                        "--set", "kv_cache_optimization.enabled=true",
                        "--set", "kv_cache_optimization.pruning.ratio=0.25",
                        "--set", "kv_cache_optimization.min_batch_size=1",
-                       "--set", "kv_cache_optimization.monitor.sample_rate=1"], "serve.log")
+                       "--set", "kv_cache_optimization.monitor.sample_rate=1",
+                       # A disk tier behind the store shard, for the tier panels.
+                       "--set", f"cache_store.disk.directory={os.path.join(work, 'kv-disk')}",
+                       "--set", "cache_store.disk.capacity_bytes=64MiB",
+                       "--set", "cache_store.disk.segment_bytes=8MiB"], "serve.log")
         first = wait_for(lambda: serve.poll() is None and "router on" in log_text("serve.log")
                          and log_text("serve.log"), 60, "tandem serve to start")
         if serve.poll() is not None:
