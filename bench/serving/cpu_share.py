@@ -1,0 +1,132 @@
+#!/usr/bin/env python3
+"""Where the two cores go in a serving run (issue #21): per process, its CPU time and the time
+its threads waited, runnable, for a core (the kernel's schedstat run delay), over one `tandem
+bench` run of a validate_planner.py workload on local_cluster.py's deployments.
+
+Columns: the share of the run's wall time each process was on a core (100% = one core),
+its CPU time per request of the run (all requests, not only those it served), and the share of
+the wall time its threads waited for a core. A pinned worker's busiest thread is its engine loop; its run delay is how long others held its
+core while it had work. The unpinned processes (router, store shard, the bench client) are what
+the engine profile does not see.
+
+  /usr/bin/python3 bench/serving/cpu_share.py --build build --workload decode-heavy \\
+      --modes disaggregated,colocated --rates 4,16,24
+"""
+import argparse
+import glob
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from local_cluster import LocalCluster  # noqa: E402
+
+WORKLOADS = {
+    "decode-heavy": ("models/tandem-py-8l", {"input_len": 512, "input_len_range": 0.5,
+                                             "output_len": 128, "output_len_range": 0.5,
+                                             "slo_ttft_ms": 250, "slo_tpot_ms": 10}),
+    "prefill-heavy": ("/tmp/m125", {"input_len": 1536, "input_len_range": 0.33,
+                                    "output_len": 80, "output_len_range": 0.6,
+                                    "slo_ttft_ms": 8000, "slo_tpot_ms": 25}),
+}
+
+
+def threads(pid):
+    """tid -> (cpu seconds, run delay seconds, last cpu) of every thread of `pid`."""
+    out = {}
+    for task in glob.glob(f"/proc/{pid}/task/*"):
+        try:
+            with open(task + "/schedstat") as f:
+                run_ns, wait_ns, _ = (int(v) for v in f.read().split())
+            with open(task + "/stat") as f:
+                cpu = int(f.read().rsplit(")", 1)[1].split()[36])
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        out[int(os.path.basename(task))] = (run_ns * 1e-9, wait_ns * 1e-9, cpu)
+    return out
+
+
+def delta(before, after):
+    return {tid: (a[0] - before.get(tid, (0, 0, 0))[0], a[1] - before.get(tid, (0, 0, 0))[1])
+            for tid, a in after.items()}
+
+
+def flags_of(workload):
+    flags = []
+    for key, value in workload.items():
+        flags += ["--" + key.replace("_", "-"), str(value)]
+    return flags
+
+
+p = argparse.ArgumentParser()
+p.add_argument("--build", default="build")
+p.add_argument("--workload", default="decode-heavy", choices=sorted(WORKLOADS))
+p.add_argument("--modes", default="disaggregated,colocated")
+p.add_argument("--rates", default="4,16,24")
+p.add_argument("--num-requests", type=int, default=100)
+p.add_argument("--json-out", default="")
+args = p.parse_args()
+tandem = os.path.join(args.build, "tools", "tandem", "tandem")
+logs = tempfile.mkdtemp(prefix="tandem_cpu_share_")
+model, flags = WORKLOADS[args.workload]
+results = []
+for mode in args.modes.split(","):
+    cluster = LocalCluster(tandem, model, logs)
+    addr = cluster.up(mode)
+    roles = {}
+    for proc in cluster.procs:
+        cmd = proc.args
+        role = cmd[cmd.index(tandem) + 1]
+        pinned = cmd[2] if cmd[0] == "taskset" else "-"
+        roles[proc.pid] = f"{role}@{pinned}"
+    try:
+        subprocess.run([tandem, "bench", "--addr", addr, "--request-rate", "4",
+                        "--progress=false", "--num-requests", "10", "--seed", "1000"]
+                       + flags_of(flags), check=True, stdout=subprocess.DEVNULL)
+        for i, rate in enumerate(args.rates.split(",")):
+            out_json = os.path.join(logs, f"{mode}-{rate}.json")
+            before = {pid: threads(pid) for pid in roles}
+            children = resource.getrusage(resource.RUSAGE_CHILDREN)
+            start = time.monotonic()
+            subprocess.run([tandem, "bench", "--addr", addr, "--request-rate", rate,
+                            "--progress=false", "--json-out", out_json, "--num-requests",
+                            str(args.num_requests), "--seed", str(i + 1)] + flags_of(flags),
+                           check=True, stdout=subprocess.DEVNULL)
+            wall = time.monotonic() - start
+            after_children = resource.getrusage(resource.RUSAGE_CHILDREN)
+            with open(out_json) as f:
+                measured = json.load(f)
+            row = {"mode": mode, "rate": float(rate), "wall_seconds": wall,
+                   "ttft_p90_ms": measured["ttft_ms"]["p90"],
+                   "tpot_p50_ms": measured["tpot_ms"]["p50"],
+                   "tpot_p90_ms": measured["tpot_ms"]["p90"], "processes": {}}
+            bench_cpu = (after_children.ru_utime + after_children.ru_stime
+                         - children.ru_utime - children.ru_stime)
+            row["processes"]["bench@-"] = {"cpu": bench_cpu, "delay": None, "busiest": None}
+            for pid, name in roles.items():
+                d = delta(before[pid], threads(pid))
+                busiest = max(d.items(), key=lambda kv: kv[1][0])
+                row["processes"][name] = {
+                    "cpu": sum(v[0] for v in d.values()),
+                    "delay": sum(v[1] for v in d.values()),
+                    "busiest": {"cpu": busiest[1][0], "delay": busiest[1][1]}}
+            results.append(row)
+            print(f"\n{mode} at {rate} req/s: {wall:.1f} s, TTFT p90 {row['ttft_p90_ms']:.1f} ms, "
+                  f"TPOT p50/p90 {row['tpot_p50_ms']:.2f}/{row['tpot_p90_ms']:.2f} ms")
+            print("  process          cpu %  ms/request  delay %  busiest thread: cpu % delay %")
+            for name, v in row["processes"].items():
+                line = (f"  {name:15s} {100 * v['cpu'] / wall:6.1f} "
+                        f"{1e3 * v['cpu'] / args.num_requests:10.2f}")
+                if v["delay"] is not None:
+                    line += (f" {100 * v['delay'] / wall:8.1f}  {100 * v['busiest']['cpu'] / wall:20.1f}"
+                             f" {100 * v['busiest']['delay'] / wall:7.1f}")
+                print(line)
+    finally:
+        cluster.down()
+if args.json_out:
+    with open(args.json_out, "w") as f:
+        json.dump({"args": vars(args), "results": results}, f, indent=1)
