@@ -10,7 +10,10 @@ core while it had work. The unpinned processes (router, store shard, the bench c
 the engine profile does not see.
 
   /usr/bin/python3 bench/serving/cpu_share.py --build build --workload decode-heavy \\
-      --modes disaggregated,colocated --rates 4,16,24
+      --modes disaggregated,colocated --rates 4,16,24 --profile bench/profiles/tandem-py-8l-1t.json
+
+With --profile, each point is also simulated (`tandem plan --deployment ... --rates R`, the same
+requests) and the replicas' simulated busy seconds are printed beside the workers' CPU seconds.
 """
 import argparse
 import glob
@@ -69,11 +72,23 @@ p.add_argument("--modes", default="disaggregated,colocated")
 p.add_argument("--rates", default="4,16,24")
 p.add_argument("--num-requests", type=int, default=100)
 p.add_argument("--json-out", default="")
+p.add_argument("--profile", default="", help="also print the simulator's busy seconds per role")
 args = p.parse_args()
 tandem = os.path.join(args.build, "tools", "tandem", "tandem")
 logs = tempfile.mkdtemp(prefix="tandem_cpu_share_")
 model, flags = WORKLOADS[args.workload]
 results = []
+DEPLOYMENTS = {"colocated": "colocated:2", "disaggregated": "disaggregated:1:1"}
+
+
+def simulated_busy(mode, rate, seed):
+    out = subprocess.run([tandem, "plan", "--profile", args.profile, "--deployment",
+                          DEPLOYMENTS[mode], "--rates", rate, "--max-num-seqs", "64", "--json",
+                          "--num-requests", str(args.num_requests), "--seed", str(seed)]
+                         + flags_of(flags), check=True, capture_output=True, text=True).stdout
+    return json.loads(out)[0]["busy_seconds"]
+
+
 for mode in args.modes.split(","):
     cluster = LocalCluster(tandem, model, logs)
     addr = cluster.up(mode)
@@ -114,6 +129,8 @@ for mode in args.modes.split(","):
                     "cpu": sum(v[0] for v in d.values()),
                     "delay": sum(v[1] for v in d.values()),
                     "busiest": {"cpu": busiest[1][0], "delay": busiest[1][1]}}
+            if args.profile:
+                row["simulated_busy_seconds"] = simulated_busy(mode, rate, i + 1)
             results.append(row)
             print(f"\n{mode} at {rate} req/s: {wall:.1f} s, TTFT p90 {row['ttft_p90_ms']:.1f} ms, "
                   f"TPOT p50/p90 {row['tpot_p50_ms']:.2f}/{row['tpot_p90_ms']:.2f} ms")
@@ -125,6 +142,15 @@ for mode in args.modes.split(","):
                     line += (f" {100 * v['delay'] / wall:8.1f}  {100 * v['busiest']['cpu'] / wall:20.1f}"
                              f" {100 * v['busiest']['delay'] / wall:7.1f}")
                 print(line)
+            if args.profile:
+                cpu = {k.split("@")[0]: v["cpu"] for k, v in row["processes"].items()}
+                busy = row["simulated_busy_seconds"]
+                if mode == "disaggregated":
+                    print(f"  simulated busy s: prefill {busy['prefill']:.2f} (measured CPU "
+                          f"{cpu['prefill']:.2f}), decode {busy['engine']:.2f} ({cpu['decode']:.2f})")
+                else:
+                    print(f"  simulated busy s: both workers {busy['engine']:.2f} (measured CPU "
+                          f"{sum(v['cpu'] for k, v in row['processes'].items() if k.startswith('decode')):.2f})")
     finally:
         cluster.down()
 if args.json_out:

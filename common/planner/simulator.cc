@@ -342,8 +342,9 @@ absl::StatusOr<SimulationResult> SimulateRequests(const EngineProfile& profile, 
     SimEngine& engine = engines[static_cast<size_t>(e)];
     if (engine.busy() || engine.Schedule(result.preemptions).empty()) return;
     engine.set_busy(true);
-    events.push(
-        {now + engine.StepSeconds(prefill, decode, profile), order++, EventKind::kStepEnd, e});
+    const double step = engine.StepSeconds(prefill, decode, profile);
+    (e < first_decode ? result.prefill_busy_s : result.engine_busy_s) += step;
+    events.push({now + step, order++, EventKind::kStepEnd, e});
   };
   // The router's picks: prefill (and colocated) by fewest queued tokens, decode by fewest
   // sequences (docs/architecture.md, "One request through the router").

@@ -93,6 +93,10 @@ struct SimulationResult {
   double total_tokens_per_s = 0;  // prompt and output tokens
   Percentiles ttft, tpot;
   int64_t preemptions = 0;
+  // Seconds the replicas spent in steps (overheads included), summed over the replicas of each
+  // role: what the processes' CPU time is compared with (bench/serving/cpu_share.py).
+  double prefill_busy_s = 0;  // disaggregated prefill replicas
+  double engine_busy_s = 0;   // colocated replicas, or the decode replicas
 };
 
 // Simulates `workload.num_requests` requests arriving at `rate` per second. Deterministic for a

@@ -239,15 +239,17 @@ absl::Status RunSimulations(const CliArgs& args, const planner::EngineProfile& p
     }
     TANDEM_ASSIGN_OR_RETURN(planner::SimulationResult s,
                             planner::SimulateRequests(profile, d, BenchRequests(w, rate), w, rate));
-    list.push_back({{"rate", rate},
-                    {"deployment", d.Describe()},
-                    {"ttft_seconds", pct(s.ttft)},
-                    {"tpot_seconds", pct(s.tpot)},
-                    {"attainment", s.attainment},
-                    {"goodput", s.goodput},
-                    {"throughput", s.throughput},
-                    {"output_tokens_per_second", s.output_tokens_per_s},
-                    {"preemptions", s.preemptions}});
+    list.push_back(
+        {{"rate", rate},
+         {"deployment", d.Describe()},
+         {"ttft_seconds", pct(s.ttft)},
+         {"tpot_seconds", pct(s.tpot)},
+         {"attainment", s.attainment},
+         {"goodput", s.goodput},
+         {"throughput", s.throughput},
+         {"output_tokens_per_second", s.output_tokens_per_s},
+         {"preemptions", s.preemptions},
+         {"busy_seconds", {{"prefill", s.prefill_busy_s}, {"engine", s.engine_busy_s}}}});
     if (!args.Has("json")) {
       std::printf("| %g | %.0f / %.0f / %.0f | %.1f / %.1f / %.1f | %.0f%% | %.3g | %.0f |\n", rate,
                   s.ttft.p50 * 1e3, s.ttft.p90 * 1e3, s.ttft.p99 * 1e3, s.tpot.p50 * 1e3,

@@ -126,6 +126,7 @@ TEST(SimulatorTest, HandoffOverheadOccupiesThePrefillReplica) {
   const double step = 1e-3 + 500e-4, first = step + 0.05 + put;
   const double second = 2 * (step + 0.05) - 0.01 + put;
   EXPECT_NEAR(queued->ttft.p50, (first + second) / 2, 1e-9);
+  EXPECT_NEAR(queued->prefill_busy_s, 2 * (step + 0.05), 1e-9);        // the handoffs on its core
   auto colocated = Simulate(p, Colocated(1), Fixed(1000, 3, 1), 1.0);  // no handoff, no charge
   ASSERT_TRUE(colocated.ok());
   EXPECT_NEAR(colocated->ttft.p50, prefill, 1e-9);
@@ -142,6 +143,10 @@ TEST(SimulatorTest, ImportOverheadLengthensTheDecodeReplicasFirstStep) {
   EXPECT_NEAR(r->ttft.p50, prefill + put, 1e-9);
   const double second = put + 1e-3 + 16e-4 + 0.03, third = 5e-3 + 1e-4;
   EXPECT_NEAR(r->tpot.p50, (second + third) / 2, 1e-9);
+  // Each role's steps, summed: the prefill chunks; the import step and one decode step (the
+  // put between them is no replica's).
+  EXPECT_NEAR(r->prefill_busy_s, prefill, 1e-9);
+  EXPECT_NEAR(r->engine_busy_s, second - put + third, 1e-9);
 }
 
 // A trace's send times: scaled uniformly to a mean rate (bursts keep their shape), repeated end
