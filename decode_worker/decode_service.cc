@@ -1,5 +1,6 @@
 #include "decode_worker/decode_service.h"
 
+#include <algorithm>
 #include <chrono>
 #include <optional>
 #include <utility>
@@ -8,6 +9,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "common/engine/kv_handoff.h"
+#include "common/metrics/token_timing.h"
 #include "common/rpc/engine_proto.h"
 #include "common/rpc/server_stream.h"
 #include "common/rpc/status.h"
@@ -49,6 +51,8 @@ class DecodeCall final : public grpc::ServerWriteReactor<DecodeResponse> {
     int hits = 0, misses = 0;
     double transfer_seconds = 0;
     bool first_sent = false;  // loop thread only
+    DecodeResponse pending;   // loop thread only: tokens not yet sent (scheduler.stream_interval)
+    metrics::TokenTiming tokens{Clock::now()};  // loop thread only, after Start
   };
 
   void Start(const tandem::v1::DecodeRequest& request) {
@@ -118,32 +122,42 @@ class DecodeCall final : public grpc::ServerWriteReactor<DecodeResponse> {
           service.kv_misses_ += s.misses;
         });
     engine::EngineLoop* loop = &service.loop_;
-    loop->Submit(std::move(r), [stream, loop](const engine::RequestOutput& out, engine::Engine&) {
-      if (stream->cancelled && out.finish == engine::FinishReason::kNone) {
-        loop->Abort(out.id);
-        return;
-      }
-      DecodeResponse msg;
-      for (int32_t t : out.new_tokens) msg.add_token_ids(t);
-      for (const model::TokenLogprobs& lp : out.logprobs) rpc::ToProto(lp, msg.add_logprobs());
-      for (const model::TokenLogprobs& lp : out.prompt_logprobs) {
-        rpc::ToProto(lp, msg.add_prompt_logprobs());
-      }
-      if (!stream->first_sent) {
-        stream->first_sent = true;
-        msg.set_kv_hits(stream->hits);
-        msg.set_kv_misses(stream->misses);
-        msg.set_kv_transfer_seconds(stream->transfer_seconds);
-        msg.set_cached_prompt_tokens(out.cached_prompt_tokens);
-      }
-      if (out.finish == engine::FinishReason::kError) {
-        stream->End(rpc::ToGrpcStatus(out.error));
-        return;
-      }
-      msg.set_finish_reason(rpc::ToProto(out.finish));
-      stream->Push(std::move(msg));
-      if (out.finish != engine::FinishReason::kNone) stream->End(grpc::Status::OK);
-    });
+    loop->Submit(
+        std::move(r), [stream, loop, &service](const engine::RequestOutput& out, engine::Engine&) {
+          if (stream->cancelled && out.finish == engine::FinishReason::kNone) {
+            loop->Abort(out.id);
+            return;
+          }
+          stream->tokens.Add(static_cast<int>(out.new_tokens.size()), Clock::now(),
+                             service.time_to_first_token_, service.inter_token_latency_);
+          // Tokens gather in `pending`: the first output goes at once (the time to first token),
+          // then a message every stream_interval tokens, and the last.
+          DecodeResponse& msg = stream->pending;
+          for (int32_t t : out.new_tokens) msg.add_token_ids(t);
+          for (const model::TokenLogprobs& lp : out.logprobs) rpc::ToProto(lp, msg.add_logprobs());
+          for (const model::TokenLogprobs& lp : out.prompt_logprobs) {
+            rpc::ToProto(lp, msg.add_prompt_logprobs());
+          }
+          if (!stream->first_sent) {
+            msg.set_kv_hits(stream->hits);
+            msg.set_kv_misses(stream->misses);
+            msg.set_kv_transfer_seconds(stream->transfer_seconds);
+            msg.set_cached_prompt_tokens(out.cached_prompt_tokens);
+          }
+          if (out.finish == engine::FinishReason::kError) {
+            // What was made before the failure still goes out.
+            if (msg.token_ids_size() > 0) stream->Push(std::exchange(msg, {}));
+            stream->End(rpc::ToGrpcStatus(out.error));
+            return;
+          }
+          const bool last = out.finish != engine::FinishReason::kNone;
+          if (stream->first_sent && !last && msg.token_ids_size() < service.stream_interval_)
+            return;
+          stream->first_sent = true;
+          msg.set_finish_reason(rpc::ToProto(out.finish));
+          stream->Push(std::exchange(msg, {}));
+          if (last) stream->End(grpc::Status::OK);
+        });
   }
 
   // A block after a missing one is useless, so the usable prefix ends at the first gap. With
@@ -176,7 +190,10 @@ DecodeService::DecodeService(engine::EngineLoop& loop, store::StorePool& store,
       store_(store),
       fetches_(options.fetch_threads),
       engine_timeout_(options.engine_timeout),
+      stream_interval_(std::max(1, options.stream_interval)),
       on_transfer_(options.on_transfer),
+      time_to_first_token_(options.time_to_first_token),
+      inter_token_latency_(options.inter_token_latency),
       authorizer_(*options.authorizer) {}
 
 grpc::ServerWriteReactor<DecodeResponse>* DecodeService::Decode(

@@ -3,10 +3,13 @@
 // first, then the cache store), joins the continuous batch and streams tokens.
 //
 // Threads: a WorkQueue thread fetches blocks from the store; the EngineLoop imports them and
-// runs the request; its callbacks queue messages that the gRPC reactor writes one at a time.
+// runs the request; its callbacks queue messages that the gRPC reactor writes one at a time,
+// each carrying up to scheduler.stream_interval tokens.
 // Every lookup is a hit (resident or fetched) or a miss (recomputed); the counts go out with
 // the first message and accumulate for the router's balancer.
 #pragma once
+
+#include <prometheus/histogram.h>
 
 #include <atomic>
 #include <chrono>
@@ -28,9 +31,16 @@ struct DecodeServiceOptions {
   // before it gives the request up with UNAVAILABLE, so a wedged or overloaded loop fails
   // requests (the router retries elsewhere) instead of holding fetch threads forever.
   std::chrono::milliseconds engine_timeout{30000};
+  // scheduler.stream_interval: tokens gathered per message (the first and the last go at once).
+  int stream_interval = 1;
   // Called with the seconds each request took to bring its blocks in (the role's
   // tandem_kv_transfer_seconds); may be empty.
   std::function<void(double)> on_transfer;
+  // The role's tandem_time_to_first_token_seconds (from the Decode call's arrival) and
+  // tandem_inter_token_latency_seconds, observed on the engine loop as each output is made, so
+  // they leave out the stream to the router; may be null.
+  prometheus::Histogram* time_to_first_token = nullptr;
+  prometheus::Histogram* inter_token_latency = nullptr;
   // Which roles may call the service; must outlive it.
   const security::Authorizer* authorizer = &security::Authorizer::Open();
 };
@@ -56,7 +66,10 @@ class DecodeService final : public tandem::v1::DecodeWorker::CallbackService,
   store::StorePool& store_;
   WorkQueue fetches_;
   const std::chrono::milliseconds engine_timeout_;
+  const int stream_interval_;
   const std::function<void(double)> on_transfer_;
+  prometheus::Histogram* const time_to_first_token_;
+  prometheus::Histogram* const inter_token_latency_;
   const security::Authorizer& authorizer_;
   std::atomic<int64_t> kv_hits_{0};
   std::atomic<int64_t> kv_misses_{0};

@@ -17,8 +17,10 @@ class DecodeWorker final : public rpc::ServiceWorker<DecodeService> {
  public:
   // `loop`, `store` and `metrics` must outlive the worker.
   // `authorizer` (which roles may call the service) must outlive it too.
+  // `stream_interval`: scheduler.stream_interval.
   DecodeWorker(engine::EngineLoop& loop, store::StorePool& store, metrics::Metrics& metrics,
-               const security::Authorizer& authorizer = security::Authorizer::Open());
+               const security::Authorizer& authorizer = security::Authorizer::Open(),
+               int stream_interval = 1);
 
   tandem::v1::WorkerRole role() const override { return tandem::v1::WORKER_ROLE_DECODE; }
 };

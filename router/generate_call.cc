@@ -171,7 +171,8 @@ CallState::CallState(const CallEnvironment& env, std::shared_ptr<ResponseSink> s
       hashes_(std::move(request.hashes)),
       cache_salt_(request.cache_salt),
       sampling_(std::move(request.sampling)),
-      lease_(std::move(request.lease)) {}
+      lease_(std::move(request.lease)),
+      tokens_(request.arrival) {}
 
 void CallState::Start() {
   {
@@ -231,7 +232,7 @@ void CallState::RunPrefill(bool high_priority) {
     {
       Lock lock(this);
       if (phase_ == Phase::kDone) return;
-      if (!first_token_at_.has_value()) queue_seconds_ = Seconds(Clock::now() - arrival_);
+      if (!tokens_.first_token_at().has_value()) queue_seconds_ = Seconds(Clock::now() - arrival_);
       ++attempts_;
     }
     tandem::v1::KvHandle kv;  // the decode engine prefills the prompt itself
@@ -249,7 +250,7 @@ void CallState::RunPrefill(bool high_priority) {
       Fail(grpc::Status(grpc::StatusCode::UNAVAILABLE, "no prefill worker is available"));
       return;
     }
-    if (!first_token_at_.has_value()) queue_seconds_ = Seconds(Clock::now() - arrival_);
+    if (!tokens_.first_token_at().has_value()) queue_seconds_ = Seconds(Clock::now() - arrival_);
     phase_ = Phase::kPrefill;
     ++attempts_;
     attempt->context.set_deadline(deadline_);
@@ -427,19 +428,9 @@ bool CallState::Emit(const std::vector<int32_t>& tokens, const Logprobs& logprob
     Fail(rpc::ToGrpcStatus(delta.status()));
     return true;
   }
-  const Clock::time_point now = Clock::now();
   const int n = static_cast<int>(delta->token_ids.size());
   if (n > 0) {
-    if (!first_token_at_.has_value()) {
-      first_token_at_ = now;
-      Observe(metrics_.time_to_first_token, Seconds(now - arrival_));
-      if (n > 1) Observe(metrics_.inter_token_latency, 0);
-    } else {
-      for (int i = 0; i < n; ++i) {
-        Observe(metrics_.inter_token_latency, Seconds(now - last_token_at_) / n);
-      }
-    }
-    last_token_at_ = now;
+    tokens_.Add(n, Clock::now(), metrics_.time_to_first_token, metrics_.inter_token_latency);
     Add(metrics_.generation_tokens, n);
   }
   generated_.insert(generated_.end(), delta->token_ids.begin(), delta->token_ids.end());
@@ -487,21 +478,22 @@ void CallState::Complete(FinishReason reason) {
   t->set_queue(queue_seconds_);
   t->set_prefill(prefill_seconds_);
   t->set_kv_transfer(transfer_seconds_);
-  if (first_token_at_.has_value()) {
-    t->set_time_to_first_token(Seconds(*first_token_at_ - arrival_));
-    t->set_decode(Seconds(now - *first_token_at_));
+  if (tokens_.first_token_at().has_value()) {
+    t->set_time_to_first_token(Seconds(*tokens_.first_token_at() - arrival_));
+    t->set_decode(Seconds(now - *tokens_.first_token_at()));
   }
   Send(response);
   Observe(metrics_.e2e_request_latency, Seconds(now - arrival_));
-  if (first_token_at_.has_value()) {
-    Observe(metrics_.decode_time, Seconds(now - *first_token_at_));
+  if (tokens_.first_token_at().has_value()) {
+    Observe(metrics_.decode_time, Seconds(now - *tokens_.first_token_at()));
   }
   Observe(metrics_.request_queue_time, queue_seconds_);
-  if (first_token_at_.has_value() && reason != tandem::v1::FINISH_REASON_ABORT) {
+  if (tokens_.first_token_at().has_value() && reason != tandem::v1::FINISH_REASON_ABORT) {
     const auto n = static_cast<int64_t>(generated_.size());
     env_.workload.RecordFinish(
-        n, Seconds(*first_token_at_ - arrival_),
-        n > 1 ? Seconds(now - *first_token_at_) / static_cast<double>(n - 1) : 0, env_.clock.Now());
+        n, Seconds(*tokens_.first_token_at() - arrival_),
+        n > 1 ? Seconds(now - *tokens_.first_token_at()) / static_cast<double>(n - 1) : 0,
+        env_.clock.Now());
   }
   const metrics::RoleMetrics& m = metrics_;
   Add(reason == tandem::v1::FINISH_REASON_STOP     ? m.finished_stop

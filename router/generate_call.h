@@ -26,12 +26,13 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "common/metrics/token_timing.h"
 #include "common/rpc/server_stream.h"
 #include "common/security/api_keys.h"
 #include "router/call_environment.h"
-#include "router/stream_watchdog.h"
 #include "router/output_assembler.h"
 #include "router/response_sink.h"
+#include "router/stream_watchdog.h"
 #include "tandem/v1/inference.grpc.pb.h"
 #include "tandem/v1/workers.grpc.pb.h"
 
@@ -159,8 +160,7 @@ class CallState : public std::enable_shared_from_this<CallState> {
   double queue_seconds_ ABSL_GUARDED_BY(mu_) = 0;
   double prefill_seconds_ ABSL_GUARDED_BY(mu_) = 0;
   double transfer_seconds_ ABSL_GUARDED_BY(mu_) = 0;
-  std::optional<Clock::time_point> first_token_at_ ABSL_GUARDED_BY(mu_);
-  Clock::time_point last_token_at_ ABSL_GUARDED_BY(mu_);
+  metrics::TokenTiming tokens_ ABSL_GUARDED_BY(mu_);  // TTFT and the gaps between chunks
 };
 
 // The gRPC door: a call's responses, serialized (Generate is a raw method, see RouterService).

@@ -26,7 +26,8 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from local_cluster import LocalCluster  # noqa: E402
+from local_cluster import (LocalCluster, counter, histogram, histogram_delta,  # noqa: E402
+                           histogram_quantile, scrape)
 
 WORKLOADS = {
     "decode-heavy": ("models/tandem-py-8l", {"input_len": 512, "input_len_range": 0.5,
@@ -58,6 +59,36 @@ def delta(before, after):
             for tid, a in after.items()}
 
 
+ITL = "tandem_inter_token_latency_seconds"
+
+
+def scrape_roles(cluster):
+    """role -> its /metrics samples (for the last process started of each role)."""
+    return {role: scrape(url) for role, url in cluster.metrics.items()}
+
+
+def itl_by_role(samples):
+    """The inter-token histograms where tokens are made (the decode engine) and relayed (the
+    router)."""
+    return {role: histogram(samples[role], ITL, {"role": role}) for role in ("decode", "router")}
+
+
+def engine_loop(before, after, role, wall):
+    """What the worker's engine loop did over a run: steps, mean batch, mean step wall and CPU
+    ms, and each part's share of the wall time."""
+    def gained(name, **labels):
+        labels["role"] = role
+        return counter(after[role], name, labels) - counter(before[role], name, labels)
+    steps = gained("tandem_engine_steps_total")
+    out = {"steps": steps,
+           "mean_batch": gained("tandem_engine_step_sequences_total") / max(steps, 1),
+           "step_ms": 1e3 * gained("tandem_engine_loop_seconds_total", part="step") / max(steps, 1),
+           "step_cpu_ms": 1e3 * gained("tandem_engine_step_cpu_seconds_total") / max(steps, 1)}
+    for part in ("step", "tasks", "outputs"):
+        out[part + "_share"] = gained("tandem_engine_loop_seconds_total", part=part) / wall
+    return out
+
+
 def flags_of(workload):
     flags = []
     for key, value in workload.items():
@@ -73,6 +104,8 @@ p.add_argument("--rates", default="4,16,24")
 p.add_argument("--num-requests", type=int, default=100)
 p.add_argument("--json-out", default="")
 p.add_argument("--profile", default="", help="also print the simulator's busy seconds per role")
+p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+               help="a config override for every role (repeatable), e.g. scheduler.stream_interval=4")
 args = p.parse_args()
 tandem = os.path.join(args.build, "tools", "tandem", "tandem")
 logs = tempfile.mkdtemp(prefix="tandem_cpu_share_")
@@ -90,7 +123,7 @@ def simulated_busy(mode, rate, seed):
 
 
 for mode in args.modes.split(","):
-    cluster = LocalCluster(tandem, model, logs)
+    cluster = LocalCluster(tandem, model, logs, [f for kv in args.set for f in ("--set", kv)])
     addr = cluster.up(mode)
     roles = {}
     for proc in cluster.procs:
@@ -105,6 +138,7 @@ for mode in args.modes.split(","):
         for i, rate in enumerate(args.rates.split(",")):
             out_json = os.path.join(logs, f"{mode}-{rate}.json")
             before = {pid: threads(pid) for pid in roles}
+            scraped_before = scrape_roles(cluster)
             children = resource.getrusage(resource.RUSAGE_CHILDREN)
             start = time.monotonic()
             subprocess.run([tandem, "bench", "--addr", addr, "--request-rate", rate,
@@ -112,13 +146,21 @@ for mode in args.modes.split(","):
                             str(args.num_requests), "--seed", str(i + 1)] + flags_of(flags),
                            check=True, stdout=subprocess.DEVNULL)
             wall = time.monotonic() - start
+            scraped_after = scrape_roles(cluster)
+            itl_before, itl_after = itl_by_role(scraped_before), itl_by_role(scraped_after)
             after_children = resource.getrusage(resource.RUSAGE_CHILDREN)
             with open(out_json) as f:
                 measured = json.load(f)
             row = {"mode": mode, "rate": float(rate), "wall_seconds": wall,
                    "ttft_p90_ms": measured["ttft_ms"]["p90"],
                    "tpot_p50_ms": measured["tpot_ms"]["p50"],
-                   "tpot_p90_ms": measured["tpot_ms"]["p90"], "processes": {}}
+                   "tpot_p90_ms": measured["tpot_ms"]["p90"], "processes": {}, "itl": {}}
+            for role in itl_after:
+                h = histogram_delta(itl_before[role], itl_after[role])
+                row["itl"][role] = {"mean_ms": 1e3 * h["sum"] / max(h["count"], 1),
+                                    "p90_le_ms": 1e3 * histogram_quantile(h, 0.9)}
+            row["engine_loop"] = {role: engine_loop(scraped_before, scraped_after, role, wall)
+                                  for role in ("prefill", "decode") if role in scraped_after}
             bench_cpu = (after_children.ru_utime + after_children.ru_stime
                          - children.ru_utime - children.ru_stime)
             row["processes"]["bench@-"] = {"cpu": bench_cpu, "delay": None, "busiest": None}
@@ -134,6 +176,14 @@ for mode in args.modes.split(","):
             results.append(row)
             print(f"\n{mode} at {rate} req/s: {wall:.1f} s, TTFT p90 {row['ttft_p90_ms']:.1f} ms, "
                   f"TPOT p50/p90 {row['tpot_p50_ms']:.2f}/{row['tpot_p90_ms']:.2f} ms")
+            print("  inter-token gap, mean (p90 bucket bound): " + ", ".join(
+                f"{role} {v['mean_ms']:.2f} ms (<= {v['p90_le_ms']:g})"
+                for role, v in row["itl"].items()))
+            for role, e in row["engine_loop"].items():
+                print(f"  {role} engine loop: {e['steps']:.0f} steps, mean batch "
+                      f"{e['mean_batch']:.1f}, step {e['step_ms']:.2f} ms wall / "
+                      f"{e['step_cpu_ms']:.2f} ms CPU; busy: steps {100 * e['step_share']:.0f}%, "
+                      f"tasks {100 * e['tasks_share']:.0f}%, outputs {100 * e['outputs_share']:.0f}%")
             print("  process          cpu %  ms/request  delay %  busiest thread: cpu % delay %")
             for name, v in row["processes"].items():
                 line = (f"  {name:15s} {100 * v['cpu'] / wall:6.1f} "

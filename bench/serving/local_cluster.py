@@ -10,6 +10,7 @@ import json
 import os
 import re
 import subprocess
+import urllib.request
 
 
 class LocalCluster:
@@ -52,6 +53,60 @@ class LocalCluster:
             proc.terminate()
             proc.wait()
         self.procs.clear()
+
+
+def scrape(url):
+    """The samples at a /metrics `url`: a list of (name, labels dict, value)."""
+    with urllib.request.urlopen(url, timeout=10) as r:
+        text = r.read().decode()
+    samples = []
+    for line in text.splitlines():
+        m = re.match(r"(\w+)(?:\{(.*)\})? (\S+)$", line)
+        if m:
+            samples.append((m.group(1), dict(re.findall(r'(\w+)="([^"]*)"', m.group(2) or "")),
+                            float(m.group(3))))
+    return samples
+
+
+def _matching(samples, name, labels):
+    for sample_name, series, value in samples:
+        if sample_name == name and all(series.get(k) == v for k, v in labels.items()):
+            yield series, value
+
+
+def counter(samples, name, labels):
+    """The sum of counter (or gauge) `name` over the series whose labels include `labels`."""
+    return sum(value for _, value in _matching(samples, name, labels))
+
+
+def histogram(samples, name, labels):
+    """{"sum", "count", "buckets": [(le, cumulative count)]} of histogram `name`, summed over the
+    series whose labels include `labels`."""
+    buckets = {}
+    for series, value in _matching(samples, name + "_bucket", labels):
+        le = float(series["le"])
+        buckets[le] = buckets.get(le, 0.0) + value
+    return {"sum": counter(samples, name + "_sum", labels),
+            "count": counter(samples, name + "_count", labels),
+            "buckets": sorted(buckets.items())}
+
+
+def histogram_delta(before, after):
+    """What a histogram gained between two scrape_histogram results."""
+    return {"sum": after["sum"] - before["sum"], "count": after["count"] - before["count"],
+            "buckets": [(le, c - b) for (le, c), (_, b) in zip(after["buckets"],
+                                                                 before["buckets"])]}
+
+
+def histogram_quantile(h, q):
+    """The bucket bound below which a share `q` of the observations in `h` fell (an upper
+    bound, as Prometheus' histogram_quantile without its interpolation)."""
+    if h["count"] <= 0:
+        return float("nan")
+    for le, c in h["buckets"]:
+        if c >= q * h["count"]:
+            return le
+    return float("inf")
 
 
 def bench(tandem, addr, rate, workload, out_json):

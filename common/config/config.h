@@ -55,6 +55,10 @@ struct SchedulerConfig {
   int max_num_seqs = 64;
   int max_num_batched_tokens = 2048;
   int chunk_size = 512;
+  // Tokens a decode worker gathers per streamed message (vLLM's and SGLang's stream_interval):
+  // 1 streams each token as it is made; k sends every k-th (the first token and the last at
+  // once), cutting the gRPC messages, and their CPU, k-fold for coarser delivery.
+  int stream_interval = 1;
 };
 
 struct RouterConfig {

@@ -257,6 +257,9 @@ std::vector<Field> MakeSchema() {
           1, kMaxInt, "tokens per engine step (prefill chunks plus decode tokens)"),
       Int("scheduler.chunk_size", TANDEM_CONFIG_REF(scheduler.chunk_size), 1, kMaxInt,
           "prompt tokens per sequence per step (chunked prefill)"),
+      Int("scheduler.stream_interval", TANDEM_CONFIG_REF(scheduler.stream_interval), 1, 1024,
+          "tokens a decode worker gathers per streamed message: 1 streams every token; k sends "
+          "every k-th (the first and the last at once), k-fold fewer messages and their CPU"),
       Str("router.listen", TANDEM_CONFIG_REF(router.listen), {},
           "host:port of the public Inference API"),
       Str("router.mode", TANDEM_CONFIG_REF(router.mode), {"disaggregated", "colocated"},

@@ -84,6 +84,8 @@ class Engine {
   bool HasUnfinished() const { return !running_.empty() || !waiting_.empty() || !aborts_.empty(); }
   int NumRunning() const { return static_cast<int>(running_.size()); }
   int NumWaiting() const { return static_cast<int>(waiting_.size()); }
+  // Sequences in the last step's batch (decoding, or a chunk of their prompt).
+  int LastBatchSize() const { return static_cast<int>(scheduled_.size()); }
   kv::KvCacheStats KvStats() const { return kv_->Stats(); }
   kv::KvCacheManager& kv_cache() { return *kv_; }
   const kv::KvCacheManager& kv_cache() const { return *kv_; }

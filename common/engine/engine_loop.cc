@@ -1,8 +1,28 @@
 #include "common/engine/engine_loop.h"
 
+#include <time.h>
+
+#include <chrono>
+#include <optional>
 #include <utility>
 
 namespace tandem::engine {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// CPU seconds the calling thread has run.
+double ThreadCpuSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+}  // namespace
 
 EngineLoop::EngineLoop(std::unique_ptr<Engine> engine, ComputeShare* share, Phase phase)
     : engine_(std::move(engine)), share_(share), phase_(phase) {
@@ -84,17 +104,25 @@ void EngineLoop::Apply(std::vector<Command>& commands) {
   }
 }
 
-void EngineLoop::PublishStats() {
+void EngineLoop::PublishStats(const LoopTime& time) {
   absl::MutexLock lock(&mu_);
   stats_.running = engine_->NumRunning();
   stats_.waiting = engine_->NumWaiting() + static_cast<int>(inbox_.size());
   stats_.kv = engine_->KvStats();
+  stats_.time = time;
 }
 
 absl::StatusOr<std::vector<RequestOutput>> EngineLoop::StepOnTurn() {
-  if (share_ == nullptr) return engine_->Step();
-  ComputeShare::Turn turn = share_->Acquire(phase_);
-  return engine_->Step();
+  std::optional<ComputeShare::Turn> turn;
+  if (share_ != nullptr) turn.emplace(share_->Acquire(phase_));
+  const Clock::time_point start = Clock::now();
+  const double cpu = ThreadCpuSeconds();
+  absl::StatusOr<std::vector<RequestOutput>> outputs = engine_->Step();
+  time_.step_cpu_seconds += ThreadCpuSeconds() - cpu;
+  time_.step_seconds += Since(start);
+  ++time_.steps;
+  time_.step_sequences += engine_->LastBatchSize();
+  return outputs;
 }
 
 void EngineLoop::Run() {
@@ -111,8 +139,12 @@ void EngineLoop::Run() {
       if (stop_) break;
       commands.swap(inbox_);
     }
-    Apply(commands);
-    commands.clear();
+    if (!commands.empty()) {
+      const Clock::time_point start = Clock::now();
+      Apply(commands);
+      time_.task_seconds += Since(start);
+      commands.clear();
+    }
     std::vector<RequestOutput> outputs;
     absl::Status failure;
     if (engine_->HasUnfinished()) {
@@ -126,8 +158,14 @@ void EngineLoop::Run() {
         (void)StepOnTurn();  // releases their blocks
       }
     }
-    PublishStats();  // before the callbacks: whoever sees a finish sees its blocks released
-    for (const RequestOutput& out : outputs) Deliver(out);
+    // Before the callbacks: whoever sees a finish sees its blocks released. The callbacks'
+    // time is published with the next step's.
+    PublishStats(time_);
+    if (!outputs.empty()) {
+      const Clock::time_point start = Clock::now();
+      for (const RequestOutput& out : outputs) Deliver(out);
+      time_.output_seconds += Since(start);
+    }
     if (!failure.ok()) {
       for (auto& [id, fn] : callbacks_) {
         RequestOutput out;

@@ -29,10 +29,25 @@ class EngineLoop {
   using OutputFn = std::function<void(const RequestOutput& output, Engine& engine)>;
   using TaskFn = std::function<void(Engine& engine)>;
 
+  // Where the loop thread's time went, summed since the loop started (wall seconds unless
+  // said). Their sum against the elapsed time is how busy the engine is: near 1, requests queue
+  // behind it. `step_cpu_seconds` below `step_seconds` is time the loop thread waited for a
+  // core mid-step (other processes or threads on it); with model.threads > 1, the pool's other
+  // threads' CPU is not in it.
+  struct LoopTime {
+    int64_t steps = 0;
+    int64_t step_sequences = 0;  // the steps' batch sizes summed: / steps = mean batch
+    double step_seconds = 0;     // forward passes and sampling, not the wait for a turn
+    double step_cpu_seconds = 0;
+    double task_seconds = 0;    // admissions, aborts and posted tasks (KV imports, exports)
+    double output_seconds = 0;  // the requests' output callbacks
+  };
+
   struct Stats {
     int running = 0;
     int waiting = 0;  // in the engine's queue or the inbox
     kv::KvCacheStats kv;
+    LoopTime time;
   };
 
   // `share`: the process's shared compute, when the engine's model computes on share->pool();
@@ -66,7 +81,7 @@ class EngineLoop {
   // Applies the inbox to the engine (loop thread only).
   void Apply(std::vector<Command>& commands);
   void Deliver(const RequestOutput& output);
-  void PublishStats();
+  void PublishStats(const LoopTime& time);
   absl::StatusOr<std::vector<RequestOutput>> StepOnTurn();
 
   std::unique_ptr<Engine> engine_;  // loop thread only, after construction
@@ -78,6 +93,7 @@ class EngineLoop {
   std::vector<Command> inbox_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   Stats stats_ ABSL_GUARDED_BY(mu_);  // refreshed by the loop after every step
+  LoopTime time_;                     // loop thread only; copied into stats_
 
   std::thread thread_;
 };

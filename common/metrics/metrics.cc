@@ -151,6 +151,26 @@ Metrics::Metrics(std::string process_role)
                             .Help("Sampled prompts checked by the attention-stability monitor, "
                                   "by result (ok, alert: a pruned layer below the threshold)")
                             .Register(*registry_)),
+      engine_steps_(BuildCounter()
+                        .Name("tandem_engine_steps_total")
+                        .Help("Engine steps (forward passes) a worker ran")
+                        .Register(*registry_)),
+      engine_step_sequences_(BuildCounter()
+                                 .Name("tandem_engine_step_sequences_total")
+                                 .Help("Engine steps' batch sizes summed (divided by the steps: "
+                                       "the mean batch)")
+                                 .Register(*registry_)),
+      engine_loop_seconds_(BuildCounter()
+                               .Name("tandem_engine_loop_seconds_total")
+                               .Help("Wall time of a worker's engine loop by part: step (forward "
+                                     "passes), tasks (admissions, KV imports and exports), "
+                                     "outputs (streaming callbacks)")
+                               .Register(*registry_)),
+      engine_step_cpu_(BuildCounter()
+                           .Name("tandem_engine_step_cpu_seconds_total")
+                           .Help("CPU time of the engine loop's thread in steps (below the "
+                                 "steps' wall time when it waited for a core)")
+                           .Register(*registry_)),
       store_capacity_(BuildGauge()
                           .Name("tandem_cache_store_capacity_bytes")
                           .Help("Bytes a cache-store shard may hold")
@@ -357,6 +377,12 @@ RoleMetrics Metrics::ForRole(const std::string& role, const std::string& api) {
   m.pruned_layers = &pruned_layers_.Add(l);
   m.stability_checks = &stability_checks_.Add(with(l, "result", "ok"));
   m.stability_alerts = &stability_checks_.Add(with(l, "result", "alert"));
+  m.engine_steps = &engine_steps_.Add(l);
+  m.engine_step_sequences = &engine_step_sequences_.Add(l);
+  m.engine_step_seconds = &engine_loop_seconds_.Add(with(l, "part", "step"));
+  m.engine_task_seconds = &engine_loop_seconds_.Add(with(l, "part", "tasks"));
+  m.engine_output_seconds = &engine_loop_seconds_.Add(with(l, "part", "outputs"));
+  m.engine_step_cpu_seconds = &engine_step_cpu_.Add(l);
   return m;
 }
 

@@ -52,6 +52,16 @@ struct RoleMetrics {
   // below kv_cache_optimization.monitor.alert_below.
   prometheus::Counter* stability_checks = nullptr;
   prometheus::Counter* stability_alerts = nullptr;
+  // The engine loop's time (engine::EngineLoop::LoopTime), workers only:
+  // tandem_engine_steps_total, tandem_engine_step_sequences_total (/ steps = mean batch),
+  // tandem_engine_loop_seconds_total{part="step"|"tasks"|"outputs"} (their rate summed is the
+  // share of wall time the engine was busy) and tandem_engine_step_cpu_seconds_total.
+  prometheus::Counter* engine_steps = nullptr;
+  prometheus::Counter* engine_step_sequences = nullptr;
+  prometheus::Counter* engine_step_seconds = nullptr;
+  prometheus::Counter* engine_task_seconds = nullptr;
+  prometheus::Counter* engine_output_seconds = nullptr;
+  prometheus::Counter* engine_step_cpu_seconds = nullptr;
 };
 
 // Balancer state and the worker pools it balances, exported by the router.
@@ -200,6 +210,10 @@ class Metrics {
   prometheus::Family<prometheus::Counter>& compute_turns_;
   prometheus::Family<prometheus::Counter>& compute_wait_;
   prometheus::Family<prometheus::Counter>& stability_checks_;
+  prometheus::Family<prometheus::Counter>& engine_steps_;
+  prometheus::Family<prometheus::Counter>& engine_step_sequences_;
+  prometheus::Family<prometheus::Counter>& engine_loop_seconds_;
+  prometheus::Family<prometheus::Counter>& engine_step_cpu_;
   BalancerMetrics balancer_;
   std::once_flag balancer_once_;
   PlannerMetrics planner_;

@@ -27,6 +27,10 @@ WorkerAgent::~WorkerAgent() {
 
 void WorkerAgent::PublishMetrics() {
   int64_t hits = 0, misses = 0, bytes = 0, requantized = 0;
+  engine::EngineLoop::LoopTime was;
+  auto advance = [](prometheus::Counter* c, double now, double before) {
+    c->Increment(now - before);
+  };
   do {
     const int64_t now_bytes = counters_.kv_bytes();
     metrics_.kv_transfer_bytes->Increment(static_cast<double>(now_bytes - bytes));
@@ -39,6 +43,15 @@ void WorkerAgent::PublishMetrics() {
     }
     metrics_.kv_requantized_blocks->Increment(static_cast<double>(s.kv.narrowed - requantized));
     requantized = s.kv.narrowed;
+    const engine::EngineLoop::LoopTime& t = s.time;
+    advance(metrics_.engine_steps, static_cast<double>(t.steps), static_cast<double>(was.steps));
+    advance(metrics_.engine_step_sequences, static_cast<double>(t.step_sequences),
+            static_cast<double>(was.step_sequences));
+    advance(metrics_.engine_step_seconds, t.step_seconds, was.step_seconds);
+    advance(metrics_.engine_task_seconds, t.task_seconds, was.task_seconds);
+    advance(metrics_.engine_output_seconds, t.output_seconds, was.output_seconds);
+    advance(metrics_.engine_step_cpu_seconds, t.step_cpu_seconds, was.step_cpu_seconds);
+    was = t;
     if (counters_.counts_lookups()) {
       const int64_t now_hits = counters_.kv_hits(), now_misses = counters_.kv_misses();
       metrics_.kv_lookup_hits->Increment(static_cast<double>(now_hits - hits));

@@ -337,7 +337,8 @@ class WorkerRole final : public ServedRole {
       o.load_prefixes = c.cache_store.load_prefixes;
       worker_ = std::make_unique<prefill::PrefillWorker>(*loop_, *store_, metrics, o);
     } else {
-      worker_ = std::make_unique<decode::DecodeWorker>(*loop_, *store_, metrics, *authorizer_);
+      worker_ = std::make_unique<decode::DecodeWorker>(*loop_, *store_, metrics, *authorizer_,
+                                                       c.scheduler.stream_interval);
     }
     TANDEM_ASSIGN_OR_RETURN(auto server, rpc::StartServer(wc.listen, {worker_->service()}, {name},
                                                           {.transport = transport_.get()}));

@@ -19,6 +19,7 @@ namespace {
 
 struct Stream {
   std::vector<int32_t> tokens;
+  std::vector<int> chunk_sizes;  // tokens per message
   int hits = -1, misses = -1;
   tandem::v1::FinishReason finish = tandem::v1::FINISH_REASON_UNSPECIFIED;
   grpc::Status status;
@@ -97,6 +98,7 @@ class DecodeServiceTest : public testing::TinyModelTest {
         s.misses = msg.kv_misses();
       }
       s.tokens.insert(s.tokens.end(), msg.token_ids().begin(), msg.token_ids().end());
+      s.chunk_sizes.push_back(msg.token_ids_size());
       if (msg.finish_reason() != tandem::v1::FINISH_REASON_UNSPECIFIED)
         s.finish = msg.finish_reason();
       if (messages == cancel_after) context.TryCancel();
@@ -106,6 +108,16 @@ class DecodeServiceTest : public testing::TinyModelTest {
   }
 
   int64_t DecodeUsedBlocks() { return testing::UsedBlocks(*decode_loop_); }
+
+  // Serves a decode service made with `options` in place of the default one.
+  void ReplaceDecodeService(const DecodeServiceOptions& options) {
+    decode_server_->Shutdown();
+    decode_ = std::make_unique<DecodeService>(*decode_loop_, *store_pool_, options);
+    std::string address;
+    decode_server_ = testing::ServeOnLoopback(decode_.get(), &address);
+    decode_stub_ = tandem::v1::DecodeWorker::NewStub(
+        grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  }
 
   std::vector<int32_t> prompt_;
   std::unique_ptr<cache_store::BlockStore> block_store_;
@@ -139,6 +151,25 @@ TEST_F(DecodeServiceTest, DisaggregatedStreamEqualsOneEngine) {
   EXPECT_EQ(again.hits, 4);
   EXPECT_EQ(block_store_->Stats().hits, store_hits);
   EXPECT_EQ(decode_->kv_hits(), 8);
+  EXPECT_EQ(DecodeUsedBlocks(), 0);
+}
+
+// scheduler.stream_interval 4: the first token goes alone, then messages of 4, and the last
+// with what is left; the tokens are the same. The engine-side timings see every token.
+TEST_F(DecodeServiceTest, StreamIntervalGathersTokensPerMessage) {
+  prometheus::Histogram ttft({1.0}), itl({1.0});
+  ReplaceDecodeService(
+      {.stream_interval = 4, .time_to_first_token = &ttft, .inter_token_latency = &itl});
+  const std::vector<int32_t> expected = Expected(12);
+  const auto p = Prefill();
+  const Stream s = Decode(DecodeRequest(p, 12));  // 11 tokens from the decode worker
+  ASSERT_TRUE(s.status.ok()) << s.status.error_message();
+  EXPECT_EQ(s.tokens, std::vector<int32_t>(expected.begin() + 1, expected.end()));
+  EXPECT_EQ(s.chunk_sizes, (std::vector<int>{1, 4, 4, 2}));
+  EXPECT_EQ(s.hits, 4);  // with the first message, as always
+  EXPECT_EQ(s.finish, tandem::v1::FINISH_REASON_LENGTH);
+  EXPECT_EQ(ttft.Collect().histogram.sample_count, 1u);
+  EXPECT_EQ(itl.Collect().histogram.sample_count, 10u);  // 11 tokens, 10 gaps
   EXPECT_EQ(DecodeUsedBlocks(), 0);
 }
 
@@ -176,14 +207,7 @@ TEST_F(DecodeServiceTest, CancelFreesEverythingAndBadInputIsRefused) {
 // retries elsewhere, instead of holding the fetch thread and the stream forever.
 TEST_F(DecodeServiceTest, AnEngineLoopThatDoesNotAnswerFailsTheRequest) {
   const auto p = Prefill();
-  decode_server_->Shutdown();
-  decode_ = std::make_unique<DecodeService>(
-      *decode_loop_, *store_pool_,
-      DecodeServiceOptions{.engine_timeout = std::chrono::milliseconds(200)});
-  std::string address;
-  decode_server_ = testing::ServeOnLoopback(decode_.get(), &address);
-  decode_stub_ = tandem::v1::DecodeWorker::NewStub(
-      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  ReplaceDecodeService({.engine_timeout = std::chrono::milliseconds(200)});
   absl::Notification release;
   decode_loop_->Post([&](engine::Engine&) { release.WaitForNotification(); });
   const Stream stuck = Decode(DecodeRequest(p, 4));

@@ -9,6 +9,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "tests/unit/testing/eventually.h"
 #include "tests/unit/testing/serving.h"
 #include "tests/unit/testing/temp_model.h"
 
@@ -89,6 +90,34 @@ TEST_F(EngineLoopTest, RequestsFromSeveralThreadsMatchTheEngineAlone) {
     EXPECT_EQ(r.tokens, Direct(Greedy("r" + std::to_string(t), 5 + 7 * t, 9))) << t;
   }
   EXPECT_EQ(loop.GetStats().kv.used_blocks, 0);
+}
+
+// The loop's time: every step counted with its batch, CPU within wall time, and the parts that
+// are not steps (tasks, output callbacks) apart.
+TEST_F(EngineLoopTest, LoopTimeCountsStepsTasksAndOutputs) {
+  Collector c;
+  EngineLoop loop(MakeEngine());
+  EXPECT_EQ(loop.GetStats().time.steps, 0);
+  for (int t = 0; t < 2; ++t) loop.Submit(Greedy("r" + std::to_string(t), 6, 9), c.Fn());
+  ASSERT_TRUE(c.WaitFinished(2));
+  // A task that runs for at least 2 ms of wall time.
+  loop.Post([](Engine&) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(2);
+    while (std::chrono::steady_clock::now() < until) {
+    }
+  });
+  // Published after the iteration that ran it.
+  ASSERT_TRUE(testing::Eventually([&] { return loop.GetStats().time.task_seconds >= 0.002; }));
+  const EngineLoop::LoopTime t = loop.GetStats().time;
+  // Each request is in 9 batches (its prompt in one chunk, then 8 decode steps), alone or
+  // beside the other.
+  EXPECT_EQ(t.step_sequences, 2 * 9);
+  EXPECT_GE(t.steps, 9);
+  EXPECT_LE(t.steps, 2 * 9);
+  EXPECT_GT(t.step_seconds, 0);
+  EXPECT_GT(t.step_cpu_seconds, 0);
+  EXPECT_LE(t.step_cpu_seconds, t.step_seconds);
+  EXPECT_GT(t.output_seconds, 0);
 }
 
 TEST_F(EngineLoopTest, RefusedRequestsEndWithTheirError) {

@@ -12,6 +12,8 @@
 #include <fstream>
 #include <string>
 
+#include "common/metrics/token_timing.h"
+
 namespace tandem::metrics {
 namespace {
 
@@ -63,6 +65,44 @@ TEST(MetricsTest, EveryDesignMetricIsExportedWithItsLabels) {
   EXPECT_THAT(text, HasSubstr("tandem_requests_total{finish_reason=\"length\",role=\"decode\"} 1"));
   EXPECT_THAT(text, HasSubstr("tandem_time_to_first_token_seconds_count{role=\"decode\"} 1"));
   EXPECT_THAT(text, HasSubstr("tandem_balancer_reschedules_total 1"));
+}
+
+// The engine loop's series, as a worker's agent advances them.
+TEST(MetricsTest, EngineLoopSeriesByRoleAndPart) {
+  Metrics m;
+  RoleMetrics decode = m.ForRole("decode");
+  decode.engine_steps->Increment(3);
+  decode.engine_step_sequences->Increment(7);
+  decode.engine_output_seconds->Increment(0.5);
+  const std::string text = m.Serialize();
+  EXPECT_THAT(text, HasSubstr("tandem_engine_steps_total{role=\"decode\"} 3"));
+  EXPECT_THAT(text, HasSubstr("tandem_engine_step_sequences_total{role=\"decode\"} 7"));
+  EXPECT_THAT(text,
+              HasSubstr("tandem_engine_loop_seconds_total{part=\"outputs\",role=\"decode\"} 0.5"));
+  EXPECT_THAT(text, HasSubstr("tandem_engine_loop_seconds_total{part=\"step\",role=\"decode\"} 0"));
+  EXPECT_THAT(text, HasSubstr("# TYPE tandem_engine_step_cpu_seconds_total counter"));
+}
+
+// TTFT once from the arrival; then a chunk of k tokens counts k gaps of gap / k, and the rest
+// of a first chunk counts gaps of 0, so the mean stays the time per output token.
+TEST(MetricsTest, TokenTimingCountsEveryTokenGap) {
+  using Clock = TokenTiming::Clock;
+  const Clock::time_point t0{};
+  prometheus::Histogram ttft({0.5, 1, 2, 4}), itl({0.1, 0.2, 0.4, 1});
+  TokenTiming timing(t0);
+  timing.Add(0, t0 + std::chrono::seconds(1), &ttft, &itl);  // no tokens: nothing
+  EXPECT_FALSE(timing.first_token_at().has_value());
+  timing.Add(3, t0 + std::chrono::seconds(2), &ttft, &itl);
+  timing.Add(1, t0 + std::chrono::milliseconds(2300), &ttft, &itl);
+  timing.Add(4, t0 + std::chrono::milliseconds(2700), nullptr, &itl);
+  EXPECT_EQ(timing.first_token_at(), t0 + std::chrono::seconds(2));
+  const prometheus::ClientMetric first = ttft.Collect();
+  EXPECT_EQ(first.histogram.sample_count, 1u);
+  EXPECT_DOUBLE_EQ(first.histogram.sample_sum, 2.0);
+  const prometheus::ClientMetric gaps = itl.Collect();
+  EXPECT_EQ(gaps.histogram.sample_count, 2u + 1u + 4u);  // 8 tokens: 7 gaps
+  EXPECT_NEAR(gaps.histogram.sample_sum, 0.3 + 0.4, 1e-9);
+  EXPECT_EQ(gaps.histogram.bucket[0].cumulative_count, 2u + 4u);  // the zeros and the 0.1s
 }
 
 TEST(MetricsTest, OnlyARouterExportsBalancerAndPoolMetrics) {
