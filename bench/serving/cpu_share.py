@@ -13,7 +13,11 @@ the engine profile does not see.
       --modes disaggregated,colocated --rates 4,16,24 --profile bench/profiles/tandem-py-8l-1t.json
 
 With --profile, each point is also simulated (`tandem plan --deployment ... --rates R`, the same
-requests) and the replicas' simulated busy seconds are printed beside the workers' CPU seconds.
+requests, --stream-interval as --set gives it) and the simulated TTFT/TPOT and the replicas'
+busy seconds are printed beside the measured ones. --set overrides config for every role, e.g.
+--set scheduler.stream_interval=4. Disaggregated points also print the serving stack's CPU per
+streamed message (the decode worker's outside its steps and tasks, and the router's): the
+profile's token_overhead_seconds, which --token-overhead-us sets for the simulation.
 """
 import argparse
 import glob
@@ -104,6 +108,9 @@ p.add_argument("--rates", default="4,16,24")
 p.add_argument("--num-requests", type=int, default=100)
 p.add_argument("--json-out", default="")
 p.add_argument("--profile", default="", help="also print the simulator's busy seconds per role")
+p.add_argument("--token-overhead-us", type=float, default=None,
+               help="with --profile: the serving stack's CPU per streamed message to simulate "
+                    "with (default: the profile's token_overhead_seconds)")
 p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                help="a config override for every role (repeatable), e.g. scheduler.stream_interval=4")
 args = p.parse_args()
@@ -112,14 +119,34 @@ logs = tempfile.mkdtemp(prefix="tandem_cpu_share_")
 model, flags = WORKLOADS[args.workload]
 results = []
 DEPLOYMENTS = {"colocated": "colocated:2", "disaggregated": "disaggregated:1:1"}
+STREAM_INTERVAL = int(next((kv.split("=", 1)[1] for kv in args.set
+                            if kv.startswith("scheduler.stream_interval=")), 1))
 
 
-def simulated_busy(mode, rate, seed):
+def simulate(mode, rate, seed):
+    """The simulator's row for the point: busy_seconds, ttft/tpot percentiles."""
     out = subprocess.run([tandem, "plan", "--profile", args.profile, "--deployment",
                           DEPLOYMENTS[mode], "--rates", rate, "--max-num-seqs", "64", "--json",
-                          "--num-requests", str(args.num_requests), "--seed", str(seed)]
+                          "--num-requests", str(args.num_requests), "--seed", str(seed),
+                          "--stream-interval", str(STREAM_INTERVAL)]
+                         + (["--token-overhead-us", str(args.token_overhead_us)]
+                            if args.token_overhead_us is not None else [])
                          + flags_of(flags), check=True, capture_output=True, text=True).stdout
-    return json.loads(out)[0]["busy_seconds"]
+    return json.loads(out)[0]
+
+
+def per_message_us(row, measured):
+    """The serving stack's CPU per streamed message (disaggregated): the decode worker's CPU
+    outside its steps and tasks, and the router's, over the messages the decode worker sent
+    (each request's first, then one per stream_interval tokens)."""
+    e = row["engine_loop"]["decode"]
+    decode = next(v for k, v in row["processes"].items() if k.startswith("decode"))
+    router = next(v for k, v in row["processes"].items() if k.startswith("router"))
+    outside = (decode["cpu"] - e["step_cpu_ms"] * e["steps"] / 1e3
+               - e["tasks_share"] * row["wall_seconds"])
+    n = measured["completed"]
+    messages = n + max(0, measured["total_output_tokens"] - 2 * n) / STREAM_INTERVAL
+    return 1e6 * outside / messages, 1e6 * router["cpu"] / messages
 
 
 for mode in args.modes.split(","):
@@ -172,10 +199,25 @@ for mode in args.modes.split(","):
                     "delay": sum(v[1] for v in d.values()),
                     "busiest": {"cpu": busiest[1][0], "delay": busiest[1][1]}}
             if args.profile:
-                row["simulated_busy_seconds"] = simulated_busy(mode, rate, i + 1)
+                sim = simulate(mode, rate, i + 1)
+                row["simulated_busy_seconds"] = sim["busy_seconds"]
+                row["simulated"] = {"ttft_p90_ms": sim["ttft_seconds"]["p90"] * 1e3,
+                                    "tpot_p50_ms": sim["tpot_seconds"]["p50"] * 1e3,
+                                    "tpot_p90_ms": sim["tpot_seconds"]["p90"] * 1e3}
+            if mode == "disaggregated":
+                row["per_message_us"] = dict(zip(("decode", "router"),
+                                                 per_message_us(row, measured)))
             results.append(row)
             print(f"\n{mode} at {rate} req/s: {wall:.1f} s, TTFT p90 {row['ttft_p90_ms']:.1f} ms, "
                   f"TPOT p50/p90 {row['tpot_p50_ms']:.2f}/{row['tpot_p90_ms']:.2f} ms")
+            if args.profile:
+                s = row["simulated"]
+                print(f"  simulated: TTFT p90 {s['ttft_p90_ms']:.1f} ms, TPOT p50/p90 "
+                      f"{s['tpot_p50_ms']:.2f}/{s['tpot_p90_ms']:.2f} ms")
+            if "per_message_us" in row:
+                m = row["per_message_us"]
+                print(f"  CPU per streamed message: decode worker outside steps {m['decode']:.0f} us,"
+                      f" router {m['router']:.0f} us")
             print("  inter-token gap, mean (p90 bucket bound): " + ", ".join(
                 f"{role} {v['mean_ms']:.2f} ms (<= {v['p90_le_ms']:g})"
                 for role, v in row["itl"].items()))

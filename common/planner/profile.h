@@ -52,10 +52,11 @@ struct EngineProfile {
   std::vector<StepSample> prefill;
   std::vector<StepSample> decode;
   std::vector<TransferSample> transfer;
-  // The serving stack's time on a worker's core beyond the engine's step, per token a step
-  // streams (the worker's gRPC writes, and the router and client sharing the machine), which
-  // engine-bench cannot see: calibrated against a real run (bench/serving/validate_planner.py
-  // --calibrate); 0 when not calibrated.
+  // The serving stack's time on a worker's core beyond the engine's step, per message a step
+  // streams (per token at scheduler.stream_interval 1: the worker's output callback and gRPC
+  // writes, and the router and client sharing the machine), which engine-bench cannot see:
+  // calibrated against a real run (bench/serving/validate_planner.py --calibrate) or measured
+  // (bench/serving/cpu_share.py); 0 when neither.
   double token_overhead_seconds = 0;
   // A prefill worker's time on its core per prompt it hands off, beyond the engine's step and
   // the store's put as kv-handoff-bench measures it on an idle machine: the export, the upload

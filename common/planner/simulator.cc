@@ -33,6 +33,8 @@ struct Seq {
   int64_t computed = 0;
   int64_t blocks = 0;
   int32_t emitted = 0;
+  int32_t output = 0;         // tokens the request emits in all (on every engine)
+  int32_t unsent = -1;        // tokens emitted here and not yet streamed; -1: none streamed yet
   bool prefill_only = false;  // a prefill replica's: leaves after its first token
   bool imported = false;      // a decode replica's, until its first step: its blocks come in
 };
@@ -98,10 +100,17 @@ class SimEngine {
     return batch_;
   }
 
+  // Whether the token `s` emits next goes out in a message: the first on this engine, every
+  // stream_interval-th after it, and the request's last.
+  bool Streams(const Seq& s) const {
+    return s.unsent < 0 || s.unsent + 1 >= limits_.stream_interval || s.emitted + 1 >= s.output;
+  }
+
   // Seconds the scheduled batch takes: prefill tokens (chunks, and a decode replica's first
   // step of an imported prompt) and decode tokens in one forward pass.
-  // Each sequence that completes its pending tokens streams a token, costing the profile's
-  // token_overhead_seconds of the serving stack on the same core, and on a prefill replica
+  // Each sequence that completes its pending tokens emits a token; those that stream it (see
+  // Streams) cost the profile's token_overhead_seconds of the serving stack on the same core, and
+  // on a prefill replica
   // hands its prompt off, costing handoff_overhead_seconds more; a decode replica's first step
   // of an imported sequence costs import_overhead_seconds for bringing its blocks in.
   double StepSeconds(const StepModel& prefill, const StepModel& decode,
@@ -111,7 +120,7 @@ class SimEngine {
     for (const Scheduled& b : batch_) {
       const Seq& s = running_[b.index];
       const bool completes = s.computed + b.tokens == s.total;
-      streamed += completes;
+      streamed += completes && Streams(s);
       handed_off += completes && s.prefill_only;
       imports += s.imported;
       if (s.emitted > 0 && b.tokens == 1) {
@@ -139,6 +148,7 @@ class SimEngine {
       s.imported = false;
       queued_tokens_ -= b.tokens;
       if (s.computed < s.total) continue;
+      s.unsent = Streams(s) ? 0 : s.unsent + 1;
       ++s.emitted;
       if (emit(s)) {
         free_blocks_ += s.blocks;
@@ -365,7 +375,10 @@ absl::StatusOr<SimulationResult> SimulateRequests(const EngineProfile& profile, 
     const double now = ev.time;
     if (ev.kind == EventKind::kArrival) {
       const Request& r = requests[static_cast<size_t>(ev.index)];
-      Seq s{.request = ev.index, .total = r.prompt, .prefill_only = d.disaggregated};
+      Seq s{.request = ev.index,
+            .total = r.prompt,
+            .output = r.output,
+            .prefill_only = d.disaggregated};
       const int e = d.disaggregated ? pick(0, first_decode, true)
                                     : pick(0, static_cast<int>(engines.size()), true);
       engines[static_cast<size_t>(e)].Add(s);
@@ -379,6 +392,7 @@ absl::StatusOr<SimulationResult> SimulateRequests(const EngineProfile& profile, 
             .total = r.prompt + 1,
             .computed = imported,
             .emitted = 1,
+            .output = r.output,
             .imported = true};
       const int e = pick(first_decode, static_cast<int>(engines.size()), false);
       engines[static_cast<size_t>(e)].Add(s);

@@ -66,6 +66,9 @@ struct EngineLimits {
   int max_num_batched_tokens = 2048;
   int chunk_size = 512;
   int64_t num_blocks = 0;  // KV blocks of the profile's block_size
+  // scheduler.stream_interval: tokens per streamed message (each message costs the profile's
+  // token_overhead_seconds); the first on an engine and the last go at once.
+  int stream_interval = 1;
 };
 
 struct Deployment {

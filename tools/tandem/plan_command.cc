@@ -329,6 +329,7 @@ absl::Status RunPlan(const CliArgs& args) {
                                           "kv-cache-bytes",
                                           "max-num-batched-tokens",
                                           "chunk-size",
+                                          "stream-interval",
                                           "transport",
                                           "only",
                                           "max-unit",
@@ -368,13 +369,16 @@ absl::Status RunPlan(const CliArgs& args) {
   TANDEM_ASSIGN_OR_RETURN(int64_t batched, args.IntOr("max-num-batched-tokens",
                                                       defaults.scheduler.max_num_batched_tokens));
   TANDEM_ASSIGN_OR_RETURN(int64_t chunk, args.IntOr("chunk-size", defaults.scheduler.chunk_size));
+  TANDEM_ASSIGN_OR_RETURN(int64_t interval,
+                          args.IntOr("stream-interval", defaults.scheduler.stream_interval));
   TANDEM_ASSIGN_OR_RETURN(int64_t unit, args.IntOr("max-unit", 16));
   TANDEM_ASSIGN_OR_RETURN(int64_t rows, args.IntOr("rows", 12));
   if (budget < 1 || budget > 1'000'000 || kv_bytes < 1 || batched < 1 || batched > 1 << 20 ||
-      chunk < 1 || chunk > 1 << 20 || unit < 1 || unit > 64 || rows < 1) {
+      chunk < 1 || chunk > 1 << 20 || unit < 1 || unit > 64 || rows < 1 || interval < 1 ||
+      interval > 1024) {
     return absl::InvalidArgumentError(
         "--budget [1, 1e6], --kv-cache-bytes, --max-num-batched-tokens, --chunk-size must be "
-        "positive; --max-unit in [1, 64]");
+        "positive; --max-unit in [1, 64]; --stream-interval in [1, 1024]");
   }
   if (args.Has("max-num-seqs")) {
     TANDEM_ASSIGN_OR_RETURN(o.max_num_seqs, args.IntList("max-num-seqs"));
@@ -388,6 +392,7 @@ absl::Status RunPlan(const CliArgs& args) {
   o.max_unit = static_cast<int>(unit);
   o.engine.max_num_batched_tokens = static_cast<int>(batched);
   o.engine.chunk_size = static_cast<int>(chunk);
+  o.engine.stream_interval = static_cast<int>(interval);
   o.engine.num_blocks = kv_bytes / (profile.kv_bytes_per_token * profile.block_size);
   o.prefill = o.engine;
   o.prefill.max_num_seqs = defaults.scheduler.max_num_seqs;

@@ -487,7 +487,8 @@ class RouterRole final : public ServedRole {
         .max_num_batched_tokens = c.scheduler.max_num_batched_tokens,
         .chunk_size = c.scheduler.chunk_size,
         .num_blocks = c.kv_cache.memory_bytes /
-                      std::max<int64_t>(1, o.profile.kv_bytes_per_token * o.profile.block_size)};
+                      std::max<int64_t>(1, o.profile.kv_bytes_per_token * o.profile.block_size),
+        .stream_interval = c.scheduler.stream_interval};
     r.prefill = r.engine;
     r.transport = c.cache_store.shared_memory ? "shm" : "grpc";
     r.max_replicas = c.planner.max_replicas;

@@ -74,6 +74,30 @@ TEST(SimulatorTest, TokenOverheadLengthensEachStreamingStep) {
   EXPECT_NEAR(r->tpot.p50, 5e-3 + 1e-4 + 2e-4, 1e-9);
 }
 
+// scheduler.stream_interval 4: of 11 tokens, the 1st, 5th, 9th and the last stream (as a decode
+// worker sends them), so 7 fewer steps carry the overhead; a disaggregated decode replica
+// streams its first token (the request's 2nd) at once, then the 6th, 10th and the last.
+TEST(SimulatorTest, StreamIntervalChargesTheOverheadPerMessage) {
+  EngineProfile p = Synthetic();
+  p.token_overhead_seconds = 2e-4;
+  Deployment every = Colocated(1), fourth = Colocated(1);
+  fourth.engine.stream_interval = 4;
+  auto a = Simulate(p, every, Fixed(1000, 11, 1), 1.0);
+  auto b = Simulate(p, fourth, Fixed(1000, 11, 1), 1.0);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_NEAR(a->engine_busy_s - b->engine_busy_s, 7 * 2e-4, 1e-9);
+  EXPECT_NEAR(a->ttft.p50, b->ttft.p50, 1e-12);  // the first token goes at once
+  EXPECT_NEAR(b->tpot.p50, 5e-3 + 1e-4 + 3 * 2e-4 / 10, 1e-9);
+
+  Deployment split = Disaggregated(1, 1);
+  split.engine.stream_interval = 4;
+  auto all = Simulate(p, Disaggregated(1, 1), Fixed(1000, 11, 1), 1.0);
+  auto c = Simulate(p, split, Fixed(1000, 11, 1), 1.0);
+  ASSERT_TRUE(all.ok() && c.ok());
+  EXPECT_NEAR(all->engine_busy_s - c->engine_busy_s, (10 - 4) * 2e-4, 1e-9);
+  EXPECT_NEAR(all->prefill_busy_s, c->prefill_busy_s, 1e-12);  // its one message either way
+}
+
 // An explicit schedule is simulated as given: two requests 1 s apart never meet, and goodput
 // counts good requests per second from time 0 to the last token.
 TEST(SimulatorTest, ExplicitSchedulesRunAsGiven) {
