@@ -261,14 +261,16 @@ def check_foreign_worker(c):
 
 
 def check_rotation(c):
-    """32 streams run while every role's certificate is replaced by the second CA's."""
-    n, results = 32, []
+    """32 streams run while every role's certificate is replaced by the second CA's. They are
+    long enough (800 tokens) to outlast the reload on a loaded machine: with 200 they could all
+    end while the router's new certificate was still being polled for."""
+    n, tokens, results = 32, 800, []
     stub = pb_grpc.InferenceStub(channel(c.router.address, "a/ca.pem"))
     first = threading.Barrier(n + 1)
 
     def run(i):
         req = pb.GenerateRequest(prompt_token_ids=[1 + i, 2, 3, 4 + i],
-                                 sampling=pb.SamplingParams(max_tokens=200, ignore_eos=True))
+                                 sampling=pb.SamplingParams(max_tokens=tokens, ignore_eos=True))
         got, waited = [], False
         try:
             for m in stub.Generate(req, timeout=300):
@@ -294,7 +296,7 @@ def check_rotation(c):
                                       os.path.join(args.work, "b/ca.pem")).returncode == 0, 30,
                          "the HTTP door to serve CA b's certificate")
         results = [f.result() for f in futures]
-    failed = [r for r in results if r[1] is not None or r[0] != 200]
+    failed = [r for r in results if r[1] is not None or r[0] != tokens]
     assert not failed, failed
     assert rotated_while > 0, "every stream ended before the rotation took effect"
     # Internal connections made after the rotation use it too: a new decode worker joins.
