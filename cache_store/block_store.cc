@@ -330,11 +330,14 @@ absl::StatusOr<BlockRef> BlockStore::Get(uint64_t hash, ChecksumKind kind) {
   return std::move(p->ref);
 }
 
-void BlockStore::Promote(std::span<const uint64_t> hashes) {
-  if (disk_ == nullptr) return;
+std::vector<bool> BlockStore::Promote(std::span<const uint64_t> hashes) {
+  std::vector<bool> promoted(hashes.size(), false);
+  if (disk_ == nullptr) return promoted;
   std::vector<PendingPut> puts;
   std::vector<DiskBlockRead> reads;
-  for (uint64_t hash : hashes) {
+  std::vector<size_t> index;  // of each read in `hashes`
+  for (size_t i = 0; i < hashes.size(); ++i) {
+    const uint64_t hash = hashes[i];
     if (InMemory(hash)) continue;
     const std::optional<int64_t> size = disk_->SizeOf(hash);
     if (!size) continue;
@@ -347,14 +350,16 @@ void BlockStore::Promote(std::span<const uint64_t> hashes) {
     read.out = put->data();
     reads.push_back(read);
     puts.push_back(*std::move(put));
+    index.push_back(i);
   }
-  if (reads.empty()) return;
+  if (reads.empty()) return promoted;
   disk_->Read(reads);  // verified against each record's checksum
   for (size_t i = 0; i < reads.size(); ++i) {
     if (reads[i].status.ok()) {
-      puts[i].CommitInPlace(reads[i].checksum64, /*verify=*/false).IgnoreError();
+      promoted[index[i]] = puts[i].CommitInPlace(reads[i].checksum64, /*verify=*/false).ok();
     }
   }
+  return promoted;
 }
 
 std::optional<std::vector<BlockStore::Pinned>> BlockStore::NextSpillBatch() {

@@ -181,8 +181,9 @@ class BlockStore {
   // if they changed).
   absl::StatusOr<BlockRef> Get(uint64_t hash, ChecksumKind kind = ChecksumKind::kXxh32);
   // Reads the blocks that are on disk and not in memory back into memory, all at once, so the
-  // Gets that follow hit memory. Without a disk tier, nothing.
-  void Promote(std::span<const uint64_t> hashes);
+  // Gets that follow hit memory. Returns, per hash, whether this call read it back (the tier a
+  // reader reports). Without a disk tier, nothing is read and every entry is false.
+  std::vector<bool> Promote(std::span<const uint64_t> hashes);
   // In memory or on disk.
   bool Exists(uint64_t hash) const;
   BlockStoreStats Stats() const;

@@ -115,9 +115,11 @@ class PutReactor final : public grpc::ServerReadReactor<PutRequest> {
 class GetReactor final : public grpc::ServerWriteReactor<GetResponse> {
  public:
   GetReactor(BlockStore& store, const tandem::v1::GetRequest& request, int64_t chunk_bytes)
-      : store_(store), request_(request), chunk_bytes_(chunk_bytes) {
-    store_.Promote(
-        {request_.block_hashes().data(), static_cast<size_t>(request_.block_hashes_size())});
+      : store_(store),
+        request_(request),
+        chunk_bytes_(chunk_bytes),
+        from_disk_(store_.Promote(
+            {request_.block_hashes().data(), static_cast<size_t>(request_.block_hashes_size())})) {
     Next();
   }
 
@@ -141,6 +143,7 @@ class GetReactor final : public grpc::ServerWriteReactor<GetResponse> {
         Finish(grpc::Status::OK);
         return;
       }
+      const bool from_disk = from_disk_[index_];
       const uint64_t hash = request_.block_hashes(index_++);
       response_.set_block_hash(hash);
       absl::StatusOr<BlockRef> ref = store_.Get(hash);
@@ -154,6 +157,7 @@ class GetReactor final : public grpc::ServerWriteReactor<GetResponse> {
       response_.set_found(true);
       response_.set_block_bytes(static_cast<int64_t>(block_.data().size()));
       response_.set_checksum(block_.checksum());
+      response_.set_tier(from_disk ? tandem::v1::STORE_TIER_DISK : tandem::v1::STORE_TIER_MEMORY);
     } else {
       response_.set_block_hash(block_.hash());
       response_.set_found(true);
@@ -171,6 +175,7 @@ class GetReactor final : public grpc::ServerWriteReactor<GetResponse> {
   BlockStore& store_;
   const tandem::v1::GetRequest request_;
   const int64_t chunk_bytes_;
+  const std::vector<bool> from_disk_;  // per requested block: Promote read it back
   int index_ = 0;
   BlockRef block_;
   int64_t offset_ = 0;

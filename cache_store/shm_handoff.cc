@@ -107,8 +107,10 @@ absl::Status ShmHandoff::Acquire(const tandem::v1::AcquireShmRequest& request,
   TANDEM_RETURN_IF_ERROR(CheckInstance(request.instance_id()));
   TANDEM_RETURN_IF_ERROR(CheckCount(request.block_hashes_size()));
   ShmLeases::Lease lease;
-  store_.Promote({request.block_hashes().data(), static_cast<size_t>(request.block_hashes_size())});
-  for (uint64_t hash : request.block_hashes()) {
+  const std::vector<bool> from_disk = store_.Promote(
+      {request.block_hashes().data(), static_cast<size_t>(request.block_hashes_size())});
+  for (int i = 0; i < request.block_hashes_size(); ++i) {
+    const uint64_t hash = request.block_hashes(i);
     tandem::v1::ShmBlockRegion* region = response->add_blocks();
     region->set_block_hash(hash);
     absl::StatusOr<BlockRef> ref = store_.Get(hash, ChecksumKind::kXxh3);
@@ -117,6 +119,7 @@ absl::Status ShmHandoff::Acquire(const tandem::v1::AcquireShmRequest& request,
     region->set_offset(arena_->FileOffset(ref->data().data()));
     region->set_block_bytes(static_cast<int64_t>(ref->data().size()));
     region->set_checksum(ref->checksum64());
+    region->set_tier(from_disk[i] ? tandem::v1::STORE_TIER_DISK : tandem::v1::STORE_TIER_MEMORY);
     lease.pins.push_back(*std::move(ref));
   }
   if (!lease.pins.empty()) {

@@ -43,12 +43,12 @@ class DecodeCall final : public grpc::ServerWriteReactor<DecodeResponse> {
   void OnDone() override { delete this; }
 
  private:
+  using Lookups = DecodeService::Lookups;
   struct Stream : rpc::ServerStream<DecodeResponse> {
     explicit Stream(DecodeCall* reactor) : rpc::ServerStream<DecodeResponse>(reactor) {}
     std::string id;
     std::atomic<bool> cancelled{false};
-    // Lookup results, sent with the first message.
-    int hits = 0, misses = 0;
+    Lookups lookups;  // sent with the first message
     double transfer_seconds = 0;
     bool first_sent = false;  // loop thread only
     DecodeResponse pending;   // loop thread only: tokens not yet sent (scheduler.stream_interval)
@@ -103,24 +103,25 @@ class DecodeCall final : public grpc::ServerWriteReactor<DecodeResponse> {
     }
     const size_t resident = probe->resident;
     std::vector<std::optional<std::string>> blobs(hashes.size());
+    std::vector<store::StoreTier> tiers(hashes.size(), store::StoreTier::kNone);
     if (resident < hashes.size()) {
-      auto fetched = service.store_.Get(std::span(hashes).subspan(resident));
+      std::vector<store::StoreTier> found_in;
+      auto fetched = service.store_.Get(std::span(hashes).subspan(resident), &found_in);
       for (size_t i = 0; i < fetched.size(); ++i) {
         if (fetched[i].has_value()) service.kv_bytes_ += static_cast<int64_t>(fetched[i]->size());
         blobs[resident + i] = std::move(fetched[i]);
+        tiers[resident + i] = found_in[i];
       }
     }
-    if (fail_on_miss && RefuseMisses(service, *stream, blobs, resident)) return;
-    service.loop_.Post(
-        [&service, stream, hashes, blobs = std::move(blobs), start](engine::Engine& e) {
-          const engine::ImportStats s = engine::ImportPromptBlocks(e, hashes, blobs);
-          stream->hits = s.hits;
-          stream->misses = s.misses;
-          stream->transfer_seconds = std::chrono::duration<double>(Clock::now() - start).count();
-          if (service.on_transfer_) service.on_transfer_(stream->transfer_seconds);
-          service.kv_hits_ += s.hits;
-          service.kv_misses_ += s.misses;
-        });
+    if (fail_on_miss && RefuseMisses(service, *stream, blobs, tiers, resident)) return;
+    service.loop_.Post([&service, stream, hashes, blobs = std::move(blobs),
+                        tiers = std::move(tiers), start](engine::Engine& e) {
+      const engine::ImportStats s = engine::ImportPromptBlocks(e, hashes, blobs);
+      stream->lookups = Lookups::Of(s.hits, s.misses, tiers, s.imported);
+      stream->transfer_seconds = std::chrono::duration<double>(Clock::now() - start).count();
+      if (service.on_transfer_) service.on_transfer_(stream->transfer_seconds);
+      service.Record(stream->lookups);
+    });
     engine::EngineLoop* loop = &service.loop_;
     loop->Submit(
         std::move(r), [stream, loop, &service](const engine::RequestOutput& out, engine::Engine&) {
@@ -139,8 +140,7 @@ class DecodeCall final : public grpc::ServerWriteReactor<DecodeResponse> {
             rpc::ToProto(lp, msg.add_prompt_logprobs());
           }
           if (!stream->first_sent) {
-            msg.set_kv_hits(stream->hits);
-            msg.set_kv_misses(stream->misses);
+            stream->lookups.Fill(msg);
             msg.set_kv_transfer_seconds(stream->transfer_seconds);
             msg.set_cached_prompt_tokens(out.cached_prompt_tokens);
           }
@@ -163,16 +163,17 @@ class DecodeCall final : public grpc::ServerWriteReactor<DecodeResponse> {
   // A block after a missing one is useless, so the usable prefix ends at the first gap. With
   // misses, reports the lookups and ends the call without computing anything.
   static bool RefuseMisses(DecodeService& service, Stream& stream,
-                           const std::vector<std::optional<std::string>>& blobs, size_t resident) {
+                           const std::vector<std::optional<std::string>>& blobs,
+                           const std::vector<store::StoreTier>& tiers, size_t resident) {
     size_t usable = resident;
-    while (usable < blobs.size() && blobs[usable].has_value()) ++usable;
+    std::vector<size_t> fetched;
+    while (usable < blobs.size() && blobs[usable].has_value()) fetched.push_back(usable++);
     const int misses = static_cast<int>(blobs.size() - usable);
     if (misses == 0) return false;
-    service.kv_hits_ += static_cast<int64_t>(usable);
-    service.kv_misses_ += misses;
+    const Lookups lookups = Lookups::Of(static_cast<int>(usable), misses, tiers, fetched);
+    service.Record(lookups);
     DecodeResponse msg;
-    msg.set_kv_hits(static_cast<int>(usable));
-    msg.set_kv_misses(misses);
+    lookups.Fill(msg);
     stream.Push(std::move(msg));
     stream.End(grpc::Status(
         grpc::StatusCode::FAILED_PRECONDITION,
@@ -203,6 +204,29 @@ grpc::ServerWriteReactor<DecodeResponse>* DecodeService::Decode(
     return security::Refuse<grpc::ServerWriteReactor<DecodeResponse>>(std::move(allowed));
   }
   return new DecodeCall(*this, *request);
+}
+
+DecodeService::Lookups DecodeService::Lookups::Of(int hits, int misses,
+                                                  const std::vector<store::StoreTier>& tiers,
+                                                  const std::vector<size_t>& fetched) {
+  Lookups l{.hits = hits, .misses = misses};
+  for (size_t i : fetched) ++(tiers[i] == store::StoreTier::kDisk ? l.disk : l.memory);
+  return l;
+}
+
+void DecodeService::Lookups::Fill(DecodeResponse& first_message) const {
+  first_message.set_kv_hits(hits);
+  first_message.set_kv_misses(misses);
+  first_message.set_kv_store_memory_hits(memory);
+  first_message.set_kv_store_disk_hits(disk);
+}
+
+void DecodeService::Record(const Lookups& lookups) {
+  kv_hits_ += lookups.hits;
+  kv_misses_ += lookups.misses;
+  kv_worker_hits_ += lookups.hits - lookups.memory - lookups.disk;
+  kv_memory_hits_ += lookups.memory;
+  kv_disk_hits_ += lookups.disk;
 }
 
 }  // namespace tandem::decode

@@ -58,10 +58,23 @@ class DecodeService final : public tandem::v1::DecodeWorker::CallbackService,
   bool counts_lookups() const override { return true; }
   int64_t kv_hits() const override { return kv_hits_.load(); }
   int64_t kv_misses() const override { return kv_misses_.load(); }
+  int64_t kv_worker_hits() const override { return kv_worker_hits_.load(); }
+  int64_t kv_store_memory_hits() const override { return kv_memory_hits_.load(); }
+  int64_t kv_store_disk_hits() const override { return kv_disk_hits_.load(); }
   int64_t kv_bytes() const override { return kv_bytes_.load(); }  // fetched from the store
 
  private:
   friend class DecodeCall;
+
+  // A request's block lookups: its hits, those of them the store served from each tier, misses.
+  struct Lookups {
+    int hits = 0, memory = 0, disk = 0, misses = 0;
+    // `fetched`: indices of the hits that came from the store, each found in tiers[i].
+    static Lookups Of(int hits, int misses, const std::vector<store::StoreTier>& tiers,
+                      const std::vector<size_t>& fetched);
+    void Fill(tandem::v1::DecodeResponse& first_message) const;
+  };
+  void Record(const Lookups& lookups);
   engine::EngineLoop& loop_;
   store::StorePool& store_;
   WorkQueue fetches_;
@@ -73,6 +86,9 @@ class DecodeService final : public tandem::v1::DecodeWorker::CallbackService,
   const security::Authorizer& authorizer_;
   std::atomic<int64_t> kv_hits_{0};
   std::atomic<int64_t> kv_misses_{0};
+  std::atomic<int64_t> kv_worker_hits_{0};
+  std::atomic<int64_t> kv_memory_hits_{0};
+  std::atomic<int64_t> kv_disk_hits_{0};
   std::atomic<int64_t> kv_bytes_{0};
   std::atomic<int64_t> next_id_{1};
 };

@@ -347,7 +347,13 @@ bool CallState::OnDecodeMessage(const tandem::v1::DecodeResponse& message) {
   if (phase_ == Phase::kDone) return false;
   if (first_decode_message_) {
     first_decode_message_ = false;
+    // A hit from the store's disk tier is slower but still a hit: the balancer counts it so.
     env_.balancer.RecordLookups(message.kv_hits(), message.kv_misses(), env_.clock.Now());
+    const int store_hits = message.kv_store_memory_hits() + message.kv_store_disk_hits();
+    Add(metrics_.kv_lookup_hits, std::max(0, message.kv_hits() - store_hits));
+    Add(metrics_.kv_lookup_memory_hits, message.kv_store_memory_hits());
+    Add(metrics_.kv_lookup_disk_hits, message.kv_store_disk_hits());
+    Add(metrics_.kv_lookup_misses, message.kv_misses());
     transfer_seconds_ += message.kv_transfer_seconds();
     // Colocated, no prefill worker reported it: the decode engine's own prefix-cache hits.
     if (cached_prompt_tokens_ < 0) cached_prompt_tokens_ = message.cached_prompt_tokens();

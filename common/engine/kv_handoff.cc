@@ -63,6 +63,7 @@ ImportStats ImportPromptBlocks(Engine& engine, std::span<const kv::BlockHash> ha
     // The block must be the one the handle names: a blob carrying another hash is refused.
     if (!r.ok() || kv.FindCachedPrefix(std::span(&hashes[i], 1)).empty()) break;
     ++stats.hits;
+    stats.imported.push_back(i);
   }
   stats.misses = static_cast<int>(hashes.size()) - stats.hits;
   return stats;

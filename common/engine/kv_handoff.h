@@ -62,6 +62,7 @@ absl::StatusOr<std::vector<ExportedBlock>> ExportPromptBlocks(Engine& engine,
 struct ImportStats {
   int hits = 0;    // blocks now usable: already resident, or imported
   int misses = 0;  // blocks absent (nullopt) or refused; the first one ends the usable prefix
+  std::vector<size_t> imported;  // indices of the hits that were imported (not resident)
 };
 
 // Imports `blocks[i]` for hashes[i] in order, stopping at the first missing or refused block

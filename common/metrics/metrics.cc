@@ -77,7 +77,8 @@ Metrics::Metrics(std::string process_role)
                           .Register(*registry_)),
       kv_lookups_(BuildCounter()
                       .Name("tandem_kv_lookups_total")
-                      .Help("KV block lookups by result (hit: found locally or in the store)")
+                      .Help("KV block lookups by result; hits by tier (worker: the worker's own "
+                            "cache; memory, disk: the cache store's tiers)")
                       .Register(*registry_)),
       running_(BuildGauge()
                    .Name("tandem_requests_running")
@@ -362,7 +363,12 @@ RoleMetrics Metrics::ForRole(const std::string& role, const std::string& api) {
   m.kv_transfer_bytes = &kv_transfer_bytes_.Add(l);
   m.kv_cache_usage = &kv_usage_.Add(l);
   m.kv_requantized_blocks = &kv_requantized_.Add(l);
-  m.kv_lookup_hits = &kv_lookups_.Add(with(l, "result", "hit"));
+  auto hit_in = [&](const char* tier) {
+    return &kv_lookups_.Add(with(with(l, "result", "hit"), "tier", tier));
+  };
+  m.kv_lookup_hits = hit_in("worker");
+  m.kv_lookup_memory_hits = hit_in("memory");
+  m.kv_lookup_disk_hits = hit_in("disk");
   m.kv_lookup_misses = &kv_lookups_.Add(with(l, "result", "miss"));
   m.requests_running = &running_.Add(l);
   m.requests_waiting = &waiting_.Add(l);

@@ -32,7 +32,11 @@ struct RoleMetrics {
   prometheus::Gauge* kv_cache_usage = nullptr;  // 0-1
   // kv_cache.dtype mixed: fp16 blocks requantized to int8 as they fell behind the window.
   prometheus::Counter* kv_requantized_blocks = nullptr;
-  prometheus::Counter* kv_lookup_hits = nullptr;
+  // tandem_kv_lookups_total: hits by the tier the block was in (the worker's own cache, the
+  // store's memory, the store's disk tier), and misses.
+  prometheus::Counter* kv_lookup_hits = nullptr;  // tier="worker"
+  prometheus::Counter* kv_lookup_memory_hits = nullptr;
+  prometheus::Counter* kv_lookup_disk_hits = nullptr;
   prometheus::Counter* kv_lookup_misses = nullptr;
   prometheus::Gauge* requests_running = nullptr;
   prometheus::Gauge* requests_waiting = nullptr;

@@ -26,7 +26,7 @@ WorkerAgent::~WorkerAgent() {
 }
 
 void WorkerAgent::PublishMetrics() {
-  int64_t hits = 0, misses = 0, bytes = 0, requantized = 0;
+  int64_t worker_hits = 0, memory_hits = 0, disk_hits = 0, misses = 0, bytes = 0, requantized = 0;
   engine::EngineLoop::LoopTime was;
   auto advance = [](prometheus::Counter* c, double now, double before) {
     c->Increment(now - before);
@@ -53,11 +53,14 @@ void WorkerAgent::PublishMetrics() {
     advance(metrics_.engine_step_cpu_seconds, t.step_cpu_seconds, was.step_cpu_seconds);
     was = t;
     if (counters_.counts_lookups()) {
-      const int64_t now_hits = counters_.kv_hits(), now_misses = counters_.kv_misses();
-      metrics_.kv_lookup_hits->Increment(static_cast<double>(now_hits - hits));
-      metrics_.kv_lookup_misses->Increment(static_cast<double>(now_misses - misses));
-      hits = now_hits;
-      misses = now_misses;
+      auto advance_to = [](prometheus::Counter* c, int64_t now, int64_t& before) {
+        c->Increment(static_cast<double>(now - before));
+        before = now;
+      };
+      advance_to(metrics_.kv_lookup_hits, counters_.kv_worker_hits(), worker_hits);
+      advance_to(metrics_.kv_lookup_memory_hits, counters_.kv_store_memory_hits(), memory_hits);
+      advance_to(metrics_.kv_lookup_disk_hits, counters_.kv_store_disk_hits(), disk_hits);
+      advance_to(metrics_.kv_lookup_misses, counters_.kv_misses(), misses);
     }
   } while (!stop_.WaitForNotificationWithTimeout(absl::Milliseconds(500)));
 }

@@ -34,6 +34,11 @@ class WorkerCounters {
   virtual bool counts_lookups() const { return false; }
   virtual int64_t kv_hits() const { return 0; }
   virtual int64_t kv_misses() const { return 0; }
+  // kv_hits by where the block was: the worker's own cache, the cache store's memory, its disk
+  // tier. Each is counted on its own, so each only grows.
+  virtual int64_t kv_worker_hits() const { return 0; }
+  virtual int64_t kv_store_memory_hits() const { return 0; }
+  virtual int64_t kv_store_disk_hits() const { return 0; }
 };
 
 struct WorkerAgentOptions {

@@ -17,6 +17,9 @@ struct BlockSize {
   int64_t bytes = 0;
 };
 
+// Which tier of its shard a block a read found was in: kNone for a block not found.
+enum class StoreTier : uint8_t { kNone, kMemory, kDisk };
+
 struct PutResult {
   int stored = 0;
   int skipped = 0;     // already held by the shard

@@ -89,15 +89,16 @@ absl::StatusOr<PutResult> CacheStoreClient::StreamPut(std::span<const BlockData>
 }
 
 absl::StatusOr<std::vector<std::optional<std::string>>> CacheStoreClient::Get(
-    std::span<const uint64_t> hashes) {
+    std::span<const uint64_t> hashes, std::vector<StoreTier>* tiers) {
+  if (tiers != nullptr) tiers->assign(hashes.size(), StoreTier::kNone);
   if (shm_ != nullptr) {
-    if (auto result = shm_->Get(hashes)) return *std::move(result);
+    if (auto result = shm_->Get(hashes, tiers)) return *std::move(result);
   }
-  return StreamGet(hashes);
+  return StreamGet(hashes, tiers);
 }
 
 absl::StatusOr<std::vector<std::optional<std::string>>> CacheStoreClient::StreamGet(
-    std::span<const uint64_t> hashes) {
+    std::span<const uint64_t> hashes, std::vector<StoreTier>* tiers) {
   grpc::ClientContext context;
   SetDeadline(context);
   tandem::v1::GetRequest request;
@@ -124,6 +125,7 @@ absl::StatusOr<std::vector<std::optional<std::string>>> CacheStoreClient::Stream
       expected = msg.block_bytes();
       checksum = msg.checksum();
       out[index].emplace().reserve(expected);
+      if (tiers != nullptr) (*tiers)[index] = FromProto(msg.tier());
     }
     std::string& bytes = *out[index];
     bytes.append(msg.data());

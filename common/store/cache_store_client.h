@@ -44,8 +44,10 @@ class CacheStoreClient {
   // path is available.
   std::unique_ptr<ShmClient::Reservation> Reserve(std::span<const BlockSize> blocks);
   // One entry per hash, in order; nullopt for a block the shard does not hold. A block whose
-  // bytes do not match its checksum is DataLoss.
-  absl::StatusOr<std::vector<std::optional<std::string>>> Get(std::span<const uint64_t> hashes);
+  // bytes do not match its checksum is DataLoss. With `tiers`, also the tier each block was
+  // found in (one entry per hash).
+  absl::StatusOr<std::vector<std::optional<std::string>>> Get(
+      std::span<const uint64_t> hashes, std::vector<StoreTier>* tiers = nullptr);
   absl::StatusOr<std::vector<bool>> Exists(std::span<const uint64_t> hashes);
   absl::StatusOr<tandem::v1::StoreStats> Stats();
 
@@ -56,7 +58,7 @@ class CacheStoreClient {
   void SetDeadline(grpc::ClientContext& context) const;
   absl::StatusOr<PutResult> StreamPut(std::span<const BlockData> blocks);
   absl::StatusOr<std::vector<std::optional<std::string>>> StreamGet(
-      std::span<const uint64_t> hashes);
+      std::span<const uint64_t> hashes, std::vector<StoreTier>* tiers);
 
   std::unique_ptr<tandem::v1::CacheStore::Stub> stub_;
   const std::string model_id_;

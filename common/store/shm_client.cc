@@ -280,23 +280,31 @@ void ShmClient::Reservation::Release() {
   client_.Release(*mapping_, reserved_.lease_id);
 }
 
+StoreTier FromProto(tandem::v1::StoreTier tier) {
+  return tier == tandem::v1::STORE_TIER_DISK ? StoreTier::kDisk : StoreTier::kMemory;
+}
+
 std::optional<absl::StatusOr<std::vector<std::optional<std::string>>>> ShmClient::Get(
-    std::span<const uint64_t> hashes) {
+    std::span<const uint64_t> hashes, std::vector<StoreTier>* tiers) {
   using Blocks = std::vector<std::optional<std::string>>;
   Mapping mapping = Attach();
   if (mapping == nullptr) return std::nullopt;
   Blocks out(hashes.size());
+  std::vector<StoreTier> found_in(hashes.size(), StoreTier::kNone);
   for (size_t begin = 0; begin < hashes.size(); begin += kMaxBatchBlocks) {
     const size_t n = std::min(kMaxBatchBlocks, hashes.size() - begin);
     absl::Status s = GetBatch(*mapping, hashes.subspan(begin, n),
-                              std::span<std::optional<std::string>>(out).subspan(begin, n));
+                              std::span<std::optional<std::string>>(out).subspan(begin, n),
+                              std::span<StoreTier>(found_in).subspan(begin, n));
     if (!s.ok()) return Failed<Blocks>(mapping, s);
   }
+  if (tiers != nullptr) *tiers = std::move(found_in);
   return out;
 }
 
 absl::Status ShmClient::GetBatch(const ShmMapping& mapping, std::span<const uint64_t> hashes,
-                                 std::span<std::optional<std::string>> out) {
+                                 std::span<std::optional<std::string>> out,
+                                 std::span<StoreTier> tiers) {
   tandem::v1::AcquireShmRequest request;
   request.set_instance_id(mapping.instance_id());
   request.set_model_id(model_id_);
@@ -335,6 +343,7 @@ absl::Status ShmClient::GetBatch(const ShmMapping& mapping, std::span<const uint
   int corrupt = 0;
   for (size_t i = 0; i < hashes.size(); ++i) {
     if (regions[i].empty()) continue;
+    tiers[i] = FromProto(acquired.blocks(static_cast<int>(i)).tier());
     const uint64_t checksum = AppendWithChecksum64(out[i].emplace(), regions[i]);
     if (checksum != acquired.blocks(static_cast<int>(i)).checksum()) ++corrupt;
   }

@@ -25,6 +25,9 @@
 
 namespace tandem::store {
 
+// The tier a shard reports for a block it found; a shard that does not say held it in memory.
+StoreTier FromProto(tandem::v1::StoreTier tier);
+
 class ShmClient {
  public:
   // The stub must outlive the client.
@@ -37,7 +40,7 @@ class ShmClient {
   // CacheStoreClient::Put and Get define it.
   std::optional<absl::StatusOr<PutResult>> Put(std::span<const BlockData> blocks);
   std::optional<absl::StatusOr<std::vector<std::optional<std::string>>>> Get(
-      std::span<const uint64_t> hashes);
+      std::span<const uint64_t> hashes, std::vector<StoreTier>* tiers = nullptr);
 
   // Space for blocks reserved before their bytes exist, so that a put costs one round trip
   // (Commit) when they do. Destroying it unused releases the space. Must not outlive the client.
@@ -91,7 +94,7 @@ class ShmClient {
                                         std::span<const BlockData> blocks,
                                         std::span<const size_t> only = {});
   absl::Status GetBatch(const ShmMapping& mapping, std::span<const uint64_t> hashes,
-                        std::span<std::optional<std::string>> out);
+                        std::span<std::optional<std::string>> out, std::span<StoreTier> tiers);
   // Ends a lease without waiting for the answer; if the call fails, the shard expires it.
   void Release(const ShmMapping& mapping, uint64_t lease_id);
   // Ends a lease and waits for the answer.

@@ -92,17 +92,23 @@ StorePool::PutReport StorePool::Put(std::span<const BlockData> blocks, Reservati
   return report;
 }
 
-std::vector<std::optional<std::string>> StorePool::Get(std::span<const uint64_t> hashes) {
+std::vector<std::optional<std::string>> StorePool::Get(std::span<const uint64_t> hashes,
+                                                       std::vector<StoreTier>* tiers) {
   std::vector<std::optional<std::string>> out(hashes.size());
+  if (tiers != nullptr) tiers->assign(hashes.size(), StoreTier::kNone);
   if (ring_.empty()) return out;
   const auto by_shard = ByShard(hashes.size(), [&](size_t i) { return hashes[i]; });
   for (size_t s = 0; s < by_shard.size(); ++s) {
     if (by_shard[s].empty()) continue;
     std::vector<uint64_t> keys;
     for (size_t i : by_shard[s]) keys.push_back(hashes[i]);
-    auto got = clients_[s]->Get(keys);
+    std::vector<StoreTier> found_in;
+    auto got = clients_[s]->Get(keys, tiers != nullptr ? &found_in : nullptr);
     if (!got.ok()) continue;  // shard down: absent
-    for (size_t j = 0; j < keys.size(); ++j) out[by_shard[s][j]] = std::move((*got)[j]);
+    for (size_t j = 0; j < keys.size(); ++j) {
+      out[by_shard[s][j]] = std::move((*got)[j]);
+      if (tiers != nullptr) (*tiers)[by_shard[s][j]] = found_in[j];
+    }
   }
   return out;
 }

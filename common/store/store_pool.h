@@ -57,8 +57,10 @@ class StorePool {
   // Sends each block to its shard unless the shard already holds it; through `reservation`
   // where it fits the blocks.
   PutReport Put(std::span<const BlockData> blocks, Reservation* reservation = nullptr);
-  // One entry per hash; nullopt when the block is absent or its shard failed.
-  std::vector<std::optional<std::string>> Get(std::span<const uint64_t> hashes);
+  // One entry per hash; nullopt when the block is absent or its shard failed. With `tiers`, also
+  // the tier of its shard each block was found in (kNone where absent).
+  std::vector<std::optional<std::string>> Get(std::span<const uint64_t> hashes,
+                                              std::vector<StoreTier>* tiers = nullptr);
 
  private:
   // The indices [0, n) by the shard of hash(i), per ring_.shards() index.

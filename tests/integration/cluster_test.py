@@ -451,6 +451,11 @@ def case_disk(c, stub):
     hits = lambda: shard.metric("tandem_cache_store_tier_lookups_total",
                                 {"tier": "disk", "result": "hit"})
     before = hits()
+    # Decode says which tier each hit came from, and the router adds them up.
+    by_tier = lambda: {tier: c.router.metric("tandem_kv_lookups_total",
+                                             {"role": "router", "result": "hit", "tier": tier}) or 0
+                       for tier in ("worker", "memory", "disk")}
+    tiers_before = by_tier()
     # One at a time again: each prompt's 16 blocks are promoted into memory and pinned while
     # prefill and decode copy them. Six at once pinned more than the shard's 2 MiB on a loaded
     # machine, and a prompt whose blocks found no room was (correctly) recomputed instead.
@@ -464,6 +469,11 @@ def case_disk(c, stub):
     hit_ratio = c.router.metric("tandem_decode_kv_hit_ratio")
     print(f"  disk hits {hits() - before}, decode hit ratio {hit_ratio}")
     assert hit_ratio is not None and hit_ratio >= 0.9, hit_ratio
+    # Prefill read these prompts' blocks back from disk (load_prefixes), so decode found them in
+    # the shard's memory: every one of its hits on them came from there.
+    tiers = {t: n - tiers_before[t] for t, n in by_tier().items()}
+    print(f"  decode hits by tier, as the router counts them: {tiers}")
+    assert tiers["memory"] >= 6 * 15, tiers
     # kill -9 under load: every request completes (blocks recomputed where the shard is gone).
     load = random_requests(12, seed=41, max_prompt=200, max_out=60)
     on_chunk, t, killed = after_streams(2, shard.kill9)

@@ -95,13 +95,15 @@ TEST_P(BlockStoreDiskTest, PromoteReadsABatchBackAtOnce) {
   PutSpilled(*store, 1, 12);  // 1..4 are on disk only
   const std::vector<uint64_t> hashes = {1, 2, 3, 4, 9, 77};
   const int64_t reads_before = store->Stats().disk.hits;
-  store->Promote(hashes);
+  // What this call read back, per hash: the tier a reader of each block reports.
+  EXPECT_EQ(store->Promote(hashes), (std::vector<bool>{true, true, true, true, false, false}));
   BlockStoreStats s = store->Stats();
   EXPECT_EQ(s.disk.hits - reads_before, 4);  // 9 is in memory, 77 nowhere
   EXPECT_EQ(s.promoted, 4);
   const int64_t disk_hits = s.disk.hits;
   for (uint64_t h : {1, 2, 3, 4}) EXPECT_TRUE(GetAndCheck(*store, h).ok()) << h;
   EXPECT_EQ(store->Stats().disk.hits, disk_hits);  // all from memory now
+  EXPECT_EQ(store->Promote(hashes), std::vector<bool>(hashes.size(), false));
 }
 
 TEST_P(BlockStoreDiskTest, AWriterOfABlockOnDiskSkipsIt) {

@@ -7,6 +7,8 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
 #include "absl/synchronization/notification.h"
 #include "cache_store/cache_store_service.h"
 #include "prefill_worker/prefill_service.h"
@@ -21,6 +23,7 @@ struct Stream {
   std::vector<int32_t> tokens;
   std::vector<int> chunk_sizes;  // tokens per message
   int hits = -1, misses = -1;
+  int memory_hits = -1, disk_hits = -1;  // of hits, from the store's tiers
   tandem::v1::FinishReason finish = tandem::v1::FINISH_REASON_UNSPECIFIED;
   grpc::Status status;
 };
@@ -96,6 +99,8 @@ class DecodeServiceTest : public testing::TinyModelTest {
       if (messages++ == 0) {
         s.hits = msg.kv_hits();
         s.misses = msg.kv_misses();
+        s.memory_hits = msg.kv_store_memory_hits();
+        s.disk_hits = msg.kv_store_disk_hits();
       }
       s.tokens.insert(s.tokens.end(), msg.token_ids().begin(), msg.token_ids().end());
       s.chunk_sizes.push_back(msg.token_ids_size());
@@ -109,10 +114,10 @@ class DecodeServiceTest : public testing::TinyModelTest {
 
   int64_t DecodeUsedBlocks() { return testing::UsedBlocks(*decode_loop_); }
 
-  // Serves a decode service made with `options` in place of the default one.
-  void ReplaceDecodeService(const DecodeServiceOptions& options) {
+  // Serves a decode service made with `options` (and `pool`, if given) in place of the default.
+  void ReplaceDecodeService(const DecodeServiceOptions& options, store::StorePool* pool = nullptr) {
     decode_server_->Shutdown();
-    decode_ = std::make_unique<DecodeService>(*decode_loop_, *store_pool_, options);
+    decode_ = std::make_unique<DecodeService>(*decode_loop_, pool ? *pool : *store_pool_, options);
     std::string address;
     decode_server_ = testing::ServeOnLoopback(decode_.get(), &address);
     decode_stub_ = tandem::v1::DecodeWorker::NewStub(
@@ -142,6 +147,8 @@ TEST_F(DecodeServiceTest, DisaggregatedStreamEqualsOneEngine) {
   EXPECT_EQ(s.finish, tandem::v1::FINISH_REASON_LENGTH);
   EXPECT_EQ(s.hits, 4);
   EXPECT_EQ(s.misses, 0);
+  EXPECT_EQ(s.memory_hits, 4);  // from the store's memory
+  EXPECT_EQ(s.disk_hits, 0);
   const int64_t store_hits = block_store_->Stats().hits;
   EXPECT_EQ(store_hits, 4);
 
@@ -149,9 +156,79 @@ TEST_F(DecodeServiceTest, DisaggregatedStreamEqualsOneEngine) {
   const Stream again = Decode(DecodeRequest(p, 10));
   EXPECT_EQ(again.tokens, s.tokens);
   EXPECT_EQ(again.hits, 4);
+  EXPECT_EQ(again.memory_hits, 0);
+  EXPECT_EQ(again.disk_hits, 0);
   EXPECT_EQ(block_store_->Stats().hits, store_hits);
   EXPECT_EQ(decode_->kv_hits(), 8);
+  EXPECT_EQ(decode_->kv_worker_hits(), 4);
+  EXPECT_EQ(decode_->kv_store_memory_hits(), 4);
+  EXPECT_EQ(decode_->kv_store_disk_hits(), 0);
   EXPECT_EQ(DecodeUsedBlocks(), 0);
+}
+
+// A shard restarted on its disk tier's directory serves the prompt's blocks from disk: decode
+// counts them as hits, and says which tier they came from.
+TEST_F(DecodeServiceTest, BlocksReadBackFromTheStoresDiskAreHitsFromDisk) {
+  for (bool shared_memory : {true, false}) {  // blocks copied through the arena, or streamed
+    SCOPED_TRACE(shared_memory ? "shared memory" : "stream");
+    prompt_[0] = shared_memory ? 5 : 6;  // a prompt of its own: none of its blocks resident
+    const std::string disk_dir = testing::MakeTempDir("decode_disk");
+    cache_store::BlockStoreOptions options;
+    options.capacity_bytes = 64 << 20;
+    options.shared_memory = shared_memory;
+    options.disk.directory = disk_dir;
+    options.disk.capacity_bytes = 4 << 20;
+    options.disk.segment_bytes = 1 << 20;
+    auto shard = [&] {
+      auto store = cache_store::BlockStore::Create(options);
+      EXPECT_TRUE(store.ok()) << store.status();
+      return store.ok() ? *std::move(store) : nullptr;
+    };
+    std::unique_ptr<cache_store::BlockStore> disk_store = shard();
+    ASSERT_NE(disk_store, nullptr);
+    auto service = std::make_unique<cache_store::CacheStoreService>(*disk_store, 4096);
+    std::string address;
+    std::unique_ptr<grpc::Server> server = testing::ServeOnLoopback(service.get(), &address);
+    // The prompt's blocks, as prefill exported them, put into the shard and spilled to disk.
+    const auto p = Prefill();
+    std::vector<uint64_t> hashes(p.kv().block_hashes().begin(), p.kv().block_hashes().end());
+    const std::vector<std::optional<std::string>> got = store_pool_->Get(hashes);
+    std::vector<store::BlockData> blocks;
+    for (size_t i = 0; i < hashes.size(); ++i) {
+      ASSERT_TRUE(got[i].has_value());
+      blocks.push_back({hashes[i], *got[i]});
+    }
+    {
+      store::StorePool pool({address}, "tiny");
+      ASSERT_EQ(pool.Put(blocks).uploaded, 4);
+    }
+    ASSERT_TRUE(testing::Eventually([&] { return disk_store->Stats().spilled == 4; }));
+    // The shard restarts on the same directory: the blocks are on its disk only.
+    server->Shutdown();
+    service.reset();
+    disk_store.reset();
+    disk_store = shard();
+    ASSERT_NE(disk_store, nullptr);
+    ASSERT_EQ(disk_store->Stats().blocks, 0);
+    service = std::make_unique<cache_store::CacheStoreService>(*disk_store, 4096);
+    server = testing::ServeOnLoopback(service.get(), &address);
+    {
+      store::StorePool restarted({address}, "tiny");
+      ReplaceDecodeService({}, &restarted);
+      const std::vector<int32_t> expected = Expected(8);
+      const Stream s = Decode(DecodeRequest(p, 8));
+      ReplaceDecodeService({});  // before `restarted` goes
+      ASSERT_TRUE(s.status.ok()) << s.status.error_message();
+      EXPECT_EQ(s.tokens, std::vector<int32_t>(expected.begin() + 1, expected.end()));
+      EXPECT_EQ(s.hits, 4);
+      EXPECT_EQ(s.misses, 0);
+      EXPECT_EQ(s.disk_hits, 4);
+      EXPECT_EQ(s.memory_hits, 0);
+      EXPECT_EQ(disk_store->Stats().promoted, 4);
+    }
+    server->Shutdown();
+    std::filesystem::remove_all(disk_dir);
+  }
 }
 
 // scheduler.stream_interval 4: the first token goes alone, then messages of 4, and the last

@@ -45,6 +45,8 @@ TEST(MetricsTest, EveryDesignMetricIsExportedWithItsLabels) {
   Metrics m;
   RoleMetrics decode = m.ForRole("decode");
   decode.kv_lookup_hits->Increment(9);
+  decode.kv_lookup_memory_hits->Increment(3);
+  decode.kv_lookup_disk_hits->Increment(2);
   decode.kv_lookup_misses->Increment();
   decode.time_to_first_token->Observe(0.25);
   decode.finished_length->Increment();
@@ -60,7 +62,12 @@ TEST(MetricsTest, EveryDesignMetricIsExportedWithItsLabels) {
         "tandem_generation_tokens_total", "tandem_requests_total", "tandem_pruned_layers"}) {
     EXPECT_THAT(text, HasSubstr(std::string("# TYPE ") + name)) << name;
   }
-  EXPECT_THAT(text, HasSubstr("tandem_kv_lookups_total{result=\"hit\",role=\"decode\"} 9"));
+  EXPECT_THAT(
+      text, HasSubstr("tandem_kv_lookups_total{result=\"hit\",role=\"decode\",tier=\"worker\"} 9"));
+  EXPECT_THAT(
+      text, HasSubstr("tandem_kv_lookups_total{result=\"hit\",role=\"decode\",tier=\"memory\"} 3"));
+  EXPECT_THAT(text,
+              HasSubstr("tandem_kv_lookups_total{result=\"hit\",role=\"decode\",tier=\"disk\"} 2"));
   EXPECT_THAT(text, HasSubstr("tandem_kv_lookups_total{result=\"miss\",role=\"decode\"} 1"));
   EXPECT_THAT(text, HasSubstr("tandem_requests_total{finish_reason=\"length\",role=\"decode\"} 1"));
   EXPECT_THAT(text, HasSubstr("tandem_time_to_first_token_seconds_count{role=\"decode\"} 1"));
