@@ -18,6 +18,7 @@
 
 #include "benchmark/benchmark.h"
 #include "common/kernels/cpu/attention.h"
+#include "common/kernels/cpu/attention_tile.h"
 #include "common/kernels/cpu/elementwise.h"
 #include "common/kernels/cpu/gemm.h"
 #include "common/kernels/cpu/gemm_internal.h"
@@ -212,11 +213,20 @@ BENCHMARK(BM_GemmPaths)
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 
-// A batch of `num_seqs` sequences, each `context` tokens long in the cache (bf16, one layer,
-// Llama-3.2-1B heads), attending `new_tokens` queries at the end of the context.
-void RunAttention(benchmark::State& state, int num_seqs, int64_t context, int new_tokens) {
-  constexpr int kHeads = 32;
-  kv::KvLayout layout{1, 8, 64, 16, DType::kBF16};
+struct AttentionShape {
+  int heads, kv_heads, head_dim;
+};
+constexpr AttentionShape k1bHeads{32, 8, 64};      // Llama-3.2-1B
+constexpr AttentionShape kBundledHeads{4, 2, 32};  // models/tandem-py-8l
+
+// A batch of `num_seqs` sequences, each `context` tokens long in the cache (bf16, one layer),
+// attending `new_tokens` queries at the end of the context. state.range(0), where given, says
+// whether the cache's rows are read in place (1, the default) or gathered to f32 first (0).
+void RunAttention(benchmark::State& state, int num_seqs, int64_t context, int new_tokens,
+                  AttentionShape shape = k1bHeads) {
+  const bool in_place = state.range(0) != 0;
+  const bool was_in_place = internal::ReadKvInPlace(in_place);
+  kv::KvLayout layout{1, shape.kv_heads, shape.head_dim, 16, DType::kBF16};
   const int64_t blocks_per_seq = (context + layout.block_size - 1) / layout.block_size;
   std::vector<uint8_t> kv_pool(num_seqs * blocks_per_seq * layout.BlockBytes());
   std::vector<float> kv_f32 = RandomFloats(kv_pool.size() / 2, 2);
@@ -224,7 +234,7 @@ void RunAttention(benchmark::State& state, int num_seqs, int64_t context, int ne
   std::vector<int32_t> tables(num_seqs * blocks_per_seq);
   std::iota(tables.begin(), tables.end(), 0);
   std::shuffle(tables.begin(), tables.end(), std::mt19937(3));
-  const int64_t q_size = static_cast<int64_t>(new_tokens) * kHeads * layout.head_dim;
+  const int64_t q_size = static_cast<int64_t>(new_tokens) * shape.heads * layout.head_dim;
   std::vector<float> q = RandomFloats(num_seqs * q_size, 4);
   std::vector<float> out(q.size());
   std::vector<AttentionSequence> seqs;
@@ -233,26 +243,55 @@ void RunAttention(benchmark::State& state, int num_seqs, int64_t context, int ne
                     context - new_tokens, tables.data() + s * blocks_per_seq});
   }
   ThreadPool& pool = DefaultThreadPool();
+  const float scale = 1.0f / std::sqrt(static_cast<float>(shape.head_dim));
   for (auto _ : state) {
-    PagedAttention(seqs.data(), num_seqs, kHeads, kv_pool.data(), layout, 0, 0.125f, pool);
+    PagedAttention(seqs.data(), num_seqs, shape.heads, kv_pool.data(), layout, 0, scale, pool);
     benchmark::DoNotOptimize(out.data());
   }
+  internal::ReadKvInPlace(was_in_place);
   // Causal prefill touches about half the key/query pairs.
   const double pairs = new_tokens == 1 ? static_cast<double>(context)
                                        : 0.5 * new_tokens * static_cast<double>(context);
-  state.counters["FLOPS"] = benchmark::Counter(num_seqs * pairs * kHeads * layout.head_dim * 4,
+  state.counters["FLOPS"] = benchmark::Counter(num_seqs * pairs * shape.heads * layout.head_dim * 4,
                                                benchmark::Counter::kIsIterationInvariantRate);
   state.SetBytesProcessed(state.iterations() * num_seqs * context * layout.BytesPerToken());
 }
 
 void BM_AttentionDecode(benchmark::State& state) { RunAttention(state, 32, 1024, 1); }
-BENCHMARK(BM_AttentionDecode)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_AttentionDecode)
+    ->ArgName("in_place")
+    ->Arg(1)
+    ->Arg(0)
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+
+// The bundled model's heads at the decode-heavy serving workload's contexts (prompts ~512,
+// outputs ~128) and batch.
+void BM_AttentionDecodeBundled(benchmark::State& state) {
+  RunAttention(state, 24, 640, 1, kBundledHeads);
+}
+BENCHMARK(BM_AttentionDecodeBundled)
+    ->ArgName("in_place")
+    ->Arg(1)
+    ->Arg(0)
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
 
 void BM_AttentionPrefill(benchmark::State& state) { RunAttention(state, 1, 512, 512); }
-BENCHMARK(BM_AttentionPrefill)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_AttentionPrefill)
+    ->ArgName("in_place")
+    ->Arg(1)
+    ->Arg(0)
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
 
 void BM_AttentionPrefill2048(benchmark::State& state) { RunAttention(state, 1, 2048, 2048); }
-BENCHMARK(BM_AttentionPrefill2048)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_AttentionPrefill2048)
+    ->ArgName("in_place")
+    ->Arg(1)
+    ->Arg(0)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 void BM_RmsNorm(benchmark::State& state) {
   const int64_t rows = state.range(0), dim = 2048;

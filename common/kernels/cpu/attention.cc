@@ -1,10 +1,12 @@
 // Paged attention on the CPU.
 //
 // A work item is (sequence, KV head, tile of up to kTileTokens new tokens). Its query rows are
-// every (token, query head) pair that shares the KV head, so each K/V chunk is converted to f32
-// once and reused by all of them (GQA groups in decode, token x group tiles in prefill). Keys
-// are consumed in chunks of kKeyChunk positions gathered across blocks, so the block size only
-// affects the gather, with a streaming ("online") softmax over chunks. Items are handed out
+// every (token, query head) pair that shares the KV head, so each K/V chunk is read once for
+// all of them (GQA groups in decode, token x group tiles in prefill). Keys are consumed in
+// chunks of kKeyChunk positions across blocks, with a streaming ("online") softmax over chunks.
+// A chunk's bf16, fp16 or f32 rows are read where they lie in the cache and widened in
+// registers; int8 rows (and rows whose head_dim needs padding) are first gathered into f32
+// rows. Either way the block size only decides where the rows are. Items are handed out
 // dynamically, largest first, since causal items differ in cost by up to the context length.
 
 #include "common/kernels/cpu/attention.h"
@@ -16,6 +18,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <vector>
 
 #include "common/kernels/cpu/attention_tile.h"
@@ -26,8 +29,15 @@ namespace tandem::kernels {
 namespace {
 
 using internal::AttentionScratch;
+using internal::KvRows;
+
+std::atomic<bool> kv_in_place{true};
 
 constexpr int kTargetRows = 32;  // query rows per item: enough K/V reuse, small enough tiles
+// Items of up to this many query rows (decode: one token's GQA group) read a chunk's rows in
+// place: each key is widened once for the scores and at most twice for the values. Bigger
+// tiles (prefill) pass over the chunk once per 4-8 rows, so they widen it once into f32 rows.
+constexpr int kInPlaceMaxRows = 8;
 
 struct WorkItem {
   int seq;
@@ -113,6 +123,52 @@ void GatherChunk(const kv::KvArena& arena, const int32_t* table, int layer, int 
       });
 }
 
+// Where every block of positions [c0, c0 + n) of `head` holds rows of the pool's own float type,
+// the rows need no padding (dp == head_dim) and the item is small enough, points the chunk's key
+// and value rows at the cache itself and returns their type; otherwise (int8 blocks, padded rows)
+// nothing.
+std::optional<KvRows> PointAtCacheRows(const kv::KvArena& arena, const int32_t* table, int layer,
+                                       int head, int64_t c0, int n, int rows, int dp,
+                                       AttentionScratch& s) {
+  const DType dtype = arena.layout.dtype;
+  if (rows > kInPlaceMaxRows || dp != arena.layout.head_dim ||
+      !kv_in_place.load(std::memory_order_relaxed)) {
+    return {};
+  }
+  KvRows type;
+  switch (dtype) {
+    case DType::kF32:
+      type = KvRows::kF32;
+      break;
+    case DType::kBF16:
+      type = KvRows::kBf16;
+      break;
+    case DType::kF16:
+      type = KvRows::kF16;
+      break;
+    default:
+      return {};
+  }
+  bool same = true;
+  for (bool v : {false, true}) {
+    const void** at = (v ? s.v_rows : s.k_rows).data();
+    ForEachRun(arena.layout, table, layer, head, v, c0, n,
+               [&](int i, int run, size_t block, const kv::KvRowRef& row) {
+                 const kv::KvLayout& layout = arena.LayoutOf(static_cast<int64_t>(block));
+                 if (layout.dtype != dtype) {  // an int8 block of a mixed-precision pool
+                   same = false;
+                   return;
+                 }
+                 const uint8_t* src =
+                     arena.Block(static_cast<int64_t>(block)) + kv::KvRowOffset(layout, row);
+                 for (int r = 0; r < run; ++r) at[i + r] = src + r * layout.RowBytes();
+               });
+  }
+  if (!same) return {};
+  for (int j = n; j < internal::kKeyChunk; ++j) s.k_rows[j] = s.v_rows[j] = s.zero_row.data();
+  return type;
+}
+
 // Blocks are scattered, so each is a short stream the hardware prefetcher would only catch
 // halfway through; requesting the next chunk into L2 while this one is computed hides that.
 void PrefetchChunk(const kv::KvArena& arena, const int32_t* table, int layer, int head, int64_t p0,
@@ -174,9 +230,15 @@ void RunItem(const WorkItem& item, const AttentionSequence& seq, int num_heads,
         PrefetchChunk(arena, table, layer, item.kv_head, next,
                       static_cast<int>(std::min<int64_t>(internal::kKeyChunk, run1 - next)));
       }
-      GatherChunk(arena, table, layer, item.kv_head, false, c0, n, dp, scratch.k.data());
-      GatherChunk(arena, table, layer, item.kv_head, true, c0, n, dp, scratch.v.data());
-      internal::AttendChunk(scratch, rows, dp, c0, n);
+      std::optional<KvRows> type =
+          PointAtCacheRows(arena, table, layer, item.kv_head, c0, n, rows, dp, scratch);
+      if (!type) {
+        GatherChunk(arena, table, layer, item.kv_head, false, c0, n, dp, scratch.k.data());
+        GatherChunk(arena, table, layer, item.kv_head, true, c0, n, dp, scratch.v.data());
+        internal::PointAtGatheredRows(scratch, dp);
+        type = KvRows::kF32;
+      }
+      internal::AttendChunk(scratch, *type, rows, dp, c0, n);
     }
     run0 = run1;
   }
@@ -257,5 +319,12 @@ void WriteKv(const float* k, const float* v, int num_tokens, int64_t start_pos,
     }
   }
 }
+
+namespace internal {
+
+bool ReadKvInPlace(bool use) { return kv_in_place.exchange(use); }
+bool KvInPlace() { return kv_in_place.load(); }
+
+}  // namespace internal
 
 }  // namespace tandem::kernels

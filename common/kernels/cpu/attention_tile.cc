@@ -15,20 +15,47 @@ namespace {
 constexpr int kLd = kKeyChunk;  // row stride of the score/probability tile
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
+// Loads of a chunk's rows as f32 vectors: 8 or 16 elements from p. The bf16 and fp16 loads
+// widen exactly, so every row type gives the f32 kernels the same values.
+struct LoadF32 {
+  using T = float;
+  static __m256 Load8(const T* p) { return _mm256_loadu_ps(p); }
+};
+struct LoadBf16 {
+  using T = uint16_t;
+  static __m256 Load8(const T* p) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
+};
+struct LoadF16 {
+  using T = uint16_t;
+  static __m256 Load8(const T* p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+};
+
+template <typename L>
+const typename L::T* RowAt(const void* const* rows, int j) {
+  return static_cast<const typename L::T*>(rows[j]);
+}
+
 // p[r][j] = q_r . k_j for RR rows and keys [0, nkeys rounded up to 4). Four keys at a time
 // share each q load and reduce together with HorizontalSum4.
-template <int RR>
-void Scores(const float* q, int dp, const float* k, int nkeys, float* p) {
+template <typename L, int RR>
+void Scores(const float* q, int dp, const void* const* k, int nkeys, float* p) {
   for (int j = 0; j < nkeys; j += 4) {
     __m256 acc[RR][4];
     TANDEM_UNROLL
     for (int r = 0; r < RR; ++r) TANDEM_UNROLL
     for (int c = 0; c < 4; ++c) acc[r][c] = _mm256_setzero_ps();
-    const float* kj = k + static_cast<int64_t>(j) * dp;
+    const typename L::T* kj[4];
+    TANDEM_UNROLL
+    for (int c = 0; c < 4; ++c) kj[c] = RowAt<L>(k, j + c);
     for (int d = 0; d < dp; d += 8) {
       __m256 kv[4];
       TANDEM_UNROLL
-      for (int c = 0; c < 4; ++c) kv[c] = _mm256_loadu_ps(kj + c * dp + d);
+      for (int c = 0; c < 4; ++c) kv[c] = L::Load8(kj[c] + d);
       TANDEM_UNROLL
       for (int r = 0; r < RR; ++r) {
         __m256 qv = _mm256_loadu_ps(q + r * dp + d);
@@ -45,9 +72,9 @@ void Scores(const float* q, int dp, const float* k, int nkeys, float* p) {
 }
 
 // o_r = o_r * alpha_r + sum_j p[r][j] * v_j over dims [d0, d0 + 8 * NV), for RR rows.
-template <int RR, int NV>
-void AccumulatePv(const float* p, const float* v, int dp, int d0, int nkeys, const float* alpha,
-                  float* o) {
+template <typename L, int RR, int NV>
+void AccumulatePv(const float* p, const void* const* v, int dp, int d0, int nkeys,
+                  const float* alpha, float* o) {
   __m256 acc[RR][NV];
   TANDEM_UNROLL
   for (int r = 0; r < RR; ++r) {
@@ -57,10 +84,10 @@ void AccumulatePv(const float* p, const float* v, int dp, int d0, int nkeys, con
       acc[r][c] = _mm256_mul_ps(_mm256_loadu_ps(o + r * dp + d0 + 8 * c), a);
   }
   for (int j = 0; j < nkeys; ++j) {
+    const typename L::T* vj = RowAt<L>(v, j) + d0;
     __m256 vv[NV];
     TANDEM_UNROLL
-    for (int c = 0; c < NV; ++c)
-      vv[c] = _mm256_loadu_ps(v + static_cast<int64_t>(j) * dp + d0 + 8 * c);
+    for (int c = 0; c < NV; ++c) vv[c] = L::Load8(vj + 8 * c);
     TANDEM_UNROLL
     for (int r = 0; r < RR; ++r) {
       const __m256 pj = _mm256_broadcast_ss(p + r * kLd + j);
@@ -73,18 +100,18 @@ void AccumulatePv(const float* p, const float* v, int dp, int d0, int nkeys, con
   for (int c = 0; c < NV; ++c) _mm256_storeu_ps(o + r * dp + d0 + 8 * c, acc[r][c]);
 }
 
-template <int RR>
-void AccumulatePvRows(const float* p, const float* v, int dp, int nkeys, const float* alpha,
+template <typename L, int RR>
+void AccumulatePvRows(const float* p, const void* const* v, int dp, int nkeys, const float* alpha,
                       float* o) {
   int d0 = 0;
-  for (; d0 + 32 <= dp; d0 += 32) AccumulatePv<RR, 4>(p, v, dp, d0, nkeys, alpha, o);
+  for (; d0 + 32 <= dp; d0 += 32) AccumulatePv<L, RR, 4>(p, v, dp, d0, nkeys, alpha, o);
   switch ((dp - d0) / 8) {
     case 3:
-      return AccumulatePv<RR, 3>(p, v, dp, d0, nkeys, alpha, o);
+      return AccumulatePv<L, RR, 3>(p, v, dp, d0, nkeys, alpha, o);
     case 2:
-      return AccumulatePv<RR, 2>(p, v, dp, d0, nkeys, alpha, o);
+      return AccumulatePv<L, RR, 2>(p, v, dp, d0, nkeys, alpha, o);
     case 1:
-      return AccumulatePv<RR, 1>(p, v, dp, d0, nkeys, alpha, o);
+      return AccumulatePv<L, RR, 1>(p, v, dp, d0, nkeys, alpha, o);
   }
 }
 
@@ -101,19 +128,31 @@ void AccumulatePvRows(const float* p, const float* v, int dp, int nkeys, const f
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 
-template <int RR>
-TANDEM_AVX512 void Scores512(const float* q, int dp, const float* k, int nkeys, float* p) {
+// Load8's 16-lane forms, picked by the loader's type.
+TANDEM_AVX512 inline __m512 Load16(LoadF32, const float* p) { return _mm512_loadu_ps(p); }
+TANDEM_AVX512 inline __m512 Load16(LoadBf16, const uint16_t* p) {
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+TANDEM_AVX512 inline __m512 Load16(LoadF16, const uint16_t* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+
+template <typename L, int RR>
+TANDEM_AVX512 void Scores512(const float* q, int dp, const void* const* k, int nkeys, float* p) {
   for (int j = 0; j < nkeys; j += 4) {
     __m512 acc[RR][2];  // [row][key pair]: keys j, j+1 and j+2, j+3
     TANDEM_UNROLL
     for (int r = 0; r < RR; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
-    const float* kj = k + static_cast<int64_t>(j) * dp;
+    const typename L::T* kj[4];
+    TANDEM_UNROLL
+    for (int c = 0; c < 4; ++c) kj[c] = RowAt<L>(k, j + c);
     for (int d = 0; d < dp; d += 8) {
       __m512 kv[2];
       TANDEM_UNROLL
       for (int c = 0; c < 2; ++c) {
-        kv[c] = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(kj + 2 * c * dp + d)),
-                                   _mm256_loadu_ps(kj + (2 * c + 1) * dp + d), 1);
+        kv[c] = _mm512_insertf32x8(_mm512_castps256_ps512(L::Load8(kj[2 * c] + d)),
+                                   L::Load8(kj[2 * c + 1] + d), 1);
       }
       TANDEM_UNROLL
       for (int r = 0; r < RR; ++r) {
@@ -133,8 +172,8 @@ TANDEM_AVX512 void Scores512(const float* q, int dp, const float* k, int nkeys, 
 }
 
 // AccumulatePv over dims [d0, d0 + 16 * NV).
-template <int RR, int NV>
-TANDEM_AVX512 void AccumulatePv512(const float* p, const float* v, int dp, int d0, int nkeys,
+template <typename L, int RR, int NV>
+TANDEM_AVX512 void AccumulatePv512(const float* p, const void* const* v, int dp, int d0, int nkeys,
                                    const float* alpha, float* o) {
   __m512 acc[RR][NV];
   TANDEM_UNROLL
@@ -145,10 +184,10 @@ TANDEM_AVX512 void AccumulatePv512(const float* p, const float* v, int dp, int d
       acc[r][c] = _mm512_mul_ps(_mm512_loadu_ps(o + r * dp + d0 + 16 * c), a);
   }
   for (int j = 0; j < nkeys; ++j) {
+    const typename L::T* vj = RowAt<L>(v, j) + d0;
     __m512 vv[NV];
     TANDEM_UNROLL
-    for (int c = 0; c < NV; ++c)
-      vv[c] = _mm512_loadu_ps(v + static_cast<int64_t>(j) * dp + d0 + 16 * c);
+    for (int c = 0; c < NV; ++c) vv[c] = Load16(L{}, vj + 16 * c);
     TANDEM_UNROLL
     for (int r = 0; r < RR; ++r) {
       const __m512 pj = _mm512_set1_ps(p[r * kLd + j]);
@@ -161,13 +200,13 @@ TANDEM_AVX512 void AccumulatePv512(const float* p, const float* v, int dp, int d
   for (int c = 0; c < NV; ++c) _mm512_storeu_ps(o + r * dp + d0 + 16 * c, acc[r][c]);
 }
 
-template <int RR>
-TANDEM_AVX512 void AccumulatePvRows512(const float* p, const float* v, int dp, int nkeys,
+template <typename L, int RR>
+TANDEM_AVX512 void AccumulatePvRows512(const float* p, const void* const* v, int dp, int nkeys,
                                        const float* alpha, float* o) {
   int d0 = 0;
-  for (; d0 + 64 <= dp; d0 += 64) AccumulatePv512<RR, 4>(p, v, dp, d0, nkeys, alpha, o);
-  for (; d0 + 16 <= dp; d0 += 16) AccumulatePv512<RR, 1>(p, v, dp, d0, nkeys, alpha, o);
-  if (d0 < dp) AccumulatePv<RR, 1>(p, v, dp, d0, nkeys, alpha, o);  // dp % 16 == 8
+  for (; d0 + 64 <= dp; d0 += 64) AccumulatePv512<L, RR, 4>(p, v, dp, d0, nkeys, alpha, o);
+  for (; d0 + 16 <= dp; d0 += 16) AccumulatePv512<L, RR, 1>(p, v, dp, d0, nkeys, alpha, o);
+  if (d0 < dp) AccumulatePv<L, RR, 1>(p, v, dp, d0, nkeys, alpha, o);  // dp % 16 == 8
 }
 
 // simd::Exp on 16 lanes: the same operations per lane, so the same bits.
@@ -278,6 +317,9 @@ void AttentionScratch::Reset(int rows, int dp) {
     k.assign(static_cast<size_t>(kKeyChunk) * dp, 0.0f);
     v.assign(static_cast<size_t>(kKeyChunk) * dp, 0.0f);
   }
+  k_rows.resize(kKeyChunk);
+  v_rows.resize(kKeyChunk);
+  if (zero_row.size() < static_cast<size_t>(dp)) zero_row.assign(dp, 0.0f);
   if (p.size() < static_cast<size_t>(rows) * kLd) p.resize(static_cast<size_t>(rows) * kLd);
   max.assign(rows, kNegInf);
   sum.assign(rows, 0.0f);
@@ -285,7 +327,17 @@ void AttentionScratch::Reset(int rows, int dp) {
   row_pos.resize(rows);
 }
 
-void AttendChunk(AttentionScratch& s, int rows, int dp, int64_t c0, int n) {
+void PointAtGatheredRows(AttentionScratch& s, int dp) {
+  for (int j = 0; j < kKeyChunk; ++j) {
+    s.k_rows[j] = s.k.data() + static_cast<int64_t>(j) * dp;
+    s.v_rows[j] = s.v.data() + static_cast<int64_t>(j) * dp;
+  }
+}
+
+namespace {
+
+template <typename L>
+void AttendChunkOf(AttentionScratch& s, int rows, int dp, int64_t c0, int n) {
   // Rows are ordered by position, so those that see none of this chunk form a prefix.
   int r0 = 0;
   while (r0 < rows && s.row_pos[r0] < c0) ++r0;
@@ -294,18 +346,16 @@ void AttendChunk(AttentionScratch& s, int rows, int dp, int64_t c0, int n) {
     return buf.data() + static_cast<int64_t>(r) * dp;
   };
   float* p = s.p.data();
+  const void* const* k = s.k_rows.data();
+  const void* const* v = s.v_rows.data();
   const bool wide = use_avx512.load(std::memory_order_relaxed);
   int r = r0;
   if (wide) {
-    for (; r + 8 <= rows; r += 8) {
-      Scores512<8>(row(s.q, r), dp, s.k.data(), valid(r + 7), p + r * kLd);
-    }
-    for (; r + 4 <= rows; r += 4) {
-      Scores512<4>(row(s.q, r), dp, s.k.data(), valid(r + 3), p + r * kLd);
-    }
+    for (; r + 8 <= rows; r += 8) Scores512<L, 8>(row(s.q, r), dp, k, valid(r + 7), p + r * kLd);
+    for (; r + 4 <= rows; r += 4) Scores512<L, 4>(row(s.q, r), dp, k, valid(r + 3), p + r * kLd);
   }
-  for (; r + 2 <= rows; r += 2) Scores<2>(row(s.q, r), dp, s.k.data(), valid(r + 1), p + r * kLd);
-  if (r < rows) Scores<1>(row(s.q, r), dp, s.k.data(), valid(r), p + r * kLd);
+  for (; r + 2 <= rows; r += 2) Scores<L, 2>(row(s.q, r), dp, k, valid(r + 1), p + r * kLd);
+  if (r < rows) Scores<L, 1>(row(s.q, r), dp, k, valid(r), p + r * kLd);
   for (r = r0; r < rows; ++r) {
     s.alpha[r] = wide ? SoftmaxStep512(p + r * kLd, valid(r), n, s.max[r], s.sum[r])
                       : SoftmaxStep(p + r * kLd, valid(r), n, s.max[r], s.sum[r]);
@@ -313,15 +363,27 @@ void AttendChunk(AttentionScratch& s, int rows, int dp, int64_t c0, int n) {
   r = r0;
   if (wide) {
     for (; r + 4 <= rows; r += 4) {
-      AccumulatePvRows512<4>(p + r * kLd, s.v.data(), dp, valid(r + 3), s.alpha.data() + r,
-                             row(s.o, r));
+      AccumulatePvRows512<L, 4>(p + r * kLd, v, dp, valid(r + 3), s.alpha.data() + r, row(s.o, r));
     }
   }
   for (; r + 2 <= rows; r += 2) {
-    AccumulatePvRows<2>(p + r * kLd, s.v.data(), dp, valid(r + 1), s.alpha.data() + r, row(s.o, r));
+    AccumulatePvRows<L, 2>(p + r * kLd, v, dp, valid(r + 1), s.alpha.data() + r, row(s.o, r));
   }
   if (r < rows)
-    AccumulatePvRows<1>(p + r * kLd, s.v.data(), dp, valid(r), s.alpha.data() + r, row(s.o, r));
+    AccumulatePvRows<L, 1>(p + r * kLd, v, dp, valid(r), s.alpha.data() + r, row(s.o, r));
+}
+
+}  // namespace
+
+void AttendChunk(AttentionScratch& s, KvRows type, int rows, int dp, int64_t c0, int n) {
+  switch (type) {
+    case KvRows::kF32:
+      return AttendChunkOf<LoadF32>(s, rows, dp, c0, n);
+    case KvRows::kBf16:
+      return AttendChunkOf<LoadBf16>(s, rows, dp, c0, n);
+    case KvRows::kF16:
+      return AttendChunkOf<LoadF16>(s, rows, dp, c0, n);
+  }
 }
 
 bool UseAvx512Attention(bool use) {

@@ -12,13 +12,23 @@ namespace tandem::kernels::internal {
 // Keys per chunk: 64 x 128 dims x 4 B = 32 KiB each for K and V, about L1 + L2 friendly.
 constexpr int kKeyChunk = 64;
 
+// What the current chunk's key and value rows hold: f32 (rows gathered into scratch.k/v, or an
+// f32 cache), or the cache's own bf16 or fp16 rows, read in place and widened in registers.
+enum class KvRows { kF32, kBf16, kF16 };
+
 // Thread-local working set of one work item. Rows are `dp` floats (head_dim rounded up to 8,
 // zero-padded) so every dot product and update is whole AVX2 vectors.
 struct AttentionScratch {
   std::vector<float> q;          // [rows][dp] queries, pre-multiplied by the softmax scale
   std::vector<float> o;          // [rows][dp] unnormalized output accumulators
-  std::vector<float> k;          // [kKeyChunk][dp] keys of the current chunk, f32
-  std::vector<float> v;          // [kKeyChunk][dp] values of the current chunk, f32
+  std::vector<float> k;          // [kKeyChunk][dp] keys of the current chunk, gathered to f32
+  std::vector<float> v;          // [kKeyChunk][dp] values of the current chunk, gathered to f32
+  // [kKeyChunk] where key (value) j of the current chunk starts: a row of scratch.k (v) or of
+  // the cache, `dp` elements of the chunk's KvRows type. Rows past the chunk's keys point at
+  // `zero_row` (or at stale scratch rows): their scores are computed and masked.
+  std::vector<const void*> k_rows;
+  std::vector<const void*> v_rows;
+  std::vector<float> zero_row;   // [dp] zeros, wide enough for any KvRows type
   std::vector<float> p;          // [rows][kKeyChunk] scores, then probabilities
   std::vector<float> max;        // [rows] running max of the scores
   std::vector<float> sum;        // [rows] running sum of exp(score - max)
@@ -29,12 +39,22 @@ struct AttentionScratch {
   void Reset(int rows, int dp);
 };
 
-// Folds keys/values at positions [c0, c0 + n) (already in scratch.k/v) into every row whose
-// position is >= c0, each row seeing only positions <= its own.
-void AttendChunk(AttentionScratch& s, int rows, int dp, int64_t c0, int n);
+// Points k_rows/v_rows at scratch.k/v's rows, for a gathered chunk.
+void PointAtGatheredRows(AttentionScratch& s, int dp);
+
+// Folds keys/values at positions [c0, c0 + n) (rows of `type` at scratch.k_rows/v_rows) into
+// every row whose position is >= c0, each row seeing only positions <= its own. Every type
+// gives the bits the same values gathered to f32 give (the widening is exact).
+void AttendChunk(AttentionScratch& s, KvRows type, int rows, int dp, int64_t c0, int n);
 
 // AttendChunk runs AVX-512 loops where the CPU has AVX-512 (F, VL, DQ), else AVX2; both give the
 // same bits. Asks for one or the other (tests, benchmarks); returns whether AVX-512 is now used.
 bool UseAvx512Attention(bool use);
+
+// PagedAttention reads bf16 and fp16 caches in place where head_dim is a multiple of 8 (the
+// rows need no padding), else gathers to f32. Asks for one or the other (tests, benchmarks);
+// returns the previous setting.
+bool ReadKvInPlace(bool use);
+bool KvInPlace();
 
 }  // namespace tandem::kernels::internal

@@ -291,6 +291,110 @@ TEST(PagedAttentionIsaTest, Avx512AndAvx2GiveTheSameBits) {
   }
 }
 
+// Rows read in place from the cache (widened in registers) give the bits of the same rows
+// gathered to f32 first, on both ISAs: every float dtype, blocks shorter and longer than a key
+// chunk, GQA/MQA/MHA, a mixed-precision pool (chunks holding int8 blocks are gathered), tables
+// with evicted blocks.
+TEST(PagedAttentionInPlaceTest, RowsReadInPlaceGiveTheGatheredBits) {
+  ThreadPool pool(2);
+  const bool had_avx512 = internal::UseAvx512Attention(true);
+  struct Case {
+    DType dtype;
+    int block_size, head_dim, heads, kv_heads;
+    bool mixed, evict;
+  };
+  const std::vector<Case> cases = {
+      {DType::kBF16, 16, 64, 8, 2, false, false}, {DType::kF16, 16, 64, 8, 2, false, false},
+      {DType::kF32, 16, 64, 8, 2, false, false},  {DType::kBF16, 5, 32, 4, 2, false, false},
+      {DType::kBF16, 1, 40, 4, 1, false, false},  {DType::kF16, 128, 128, 3, 3, false, false},
+      {DType::kBF16, 16, 64, 8, 2, true, false},  {DType::kF16, 16, 64, 8, 2, false, true},
+      {DType::kBF16, 16, 64, 8, 1, false, false}, {DType::kBF16, 16, 48, 2, 2, false, false},
+  };
+  // Decode rows (one token's group) and a 7-token tile (7 rows of MHA) are read in place; the
+  // bigger prefill tiles are gathered, in the same call.
+  const std::vector<SeqSpec> specs = {{150, 160}, {0, 37}, {45, 13}, {300, 1}, {63, 1}, {45, 7}};
+  for (bool avx512 : {true, false}) {
+    if (avx512 && !had_avx512) continue;
+    internal::UseAvx512Attention(avx512);
+    for (const Case& c : cases) {
+      SCOPED_TRACE(::testing::Message()
+                   << DTypeName(c.dtype) << " block " << c.block_size << " head_dim " << c.head_dim
+                   << " heads " << c.heads << "/" << c.kv_heads << (c.mixed ? " mixed" : "")
+                   << (c.evict ? " evicted" : "") << (avx512 ? " avx512" : " avx2"));
+      kv::KvLayout layout{kLayers, c.kv_heads, c.head_dim, c.block_size, c.dtype};
+      ASSERT_TRUE(internal::KvInPlace());
+      const auto in_place = RunAndCheck(layout, c.heads, specs, pool, 31, c.mixed, c.evict);
+      internal::ReadKvInPlace(false);
+      const auto gathered = RunAndCheck(layout, c.heads, specs, pool, 31, c.mixed, c.evict);
+      internal::ReadKvInPlace(true);
+      ASSERT_FALSE(in_place.empty());
+      EXPECT_TRUE(in_place == gathered);
+    }
+  }
+  internal::UseAvx512Attention(had_avx512);
+}
+
+// AttendChunk on a chunk's bf16 or fp16 rows, wherever they lie, gives the bits of the same rows
+// widened to f32 first: every row count (all of the 8/4/2/1-row loops), head dims that are and
+// are not whole zmm registers, chunks shorter than a multiple of 4 keys, both ISAs.
+TEST(AttendChunkTest, SixteenBitRowsGiveTheWidenedRowsBits) {
+  const bool had_avx512 = internal::UseAvx512Attention(true);
+  std::mt19937 rng(41);
+  for (bool avx512 : {true, false}) {
+    if (avx512 && !had_avx512) continue;
+    internal::UseAvx512Attention(avx512);
+    for (DType dtype : {DType::kBF16, DType::kF16}) {
+      for (int dp : {32, 40, 64, 128}) {
+        for (int rows : {1, 2, 3, 5, 8, 9}) {
+          for (int n : {64, 37, 1}) {
+            SCOPED_TRACE(::testing::Message()
+                         << DTypeName(dtype) << " dp " << dp << " rows " << rows << " keys " << n);
+            // Keys and values in 16 bits, each row somewhere of its own in a larger buffer.
+            const std::vector<float> kf = RandomVector(2 * internal::kKeyChunk * dp, rng);
+            const std::vector<float> vf = RandomVector(2 * internal::kKeyChunk * dp, rng);
+            std::vector<uint16_t> k16(kf.size()), v16(vf.size());
+            FromFloat(dtype, kf.data(), k16.data(), kf.size());
+            FromFloat(dtype, vf.data(), v16.data(), vf.size());
+            const std::vector<float> q = RandomVector(static_cast<size_t>(rows) * dp, rng);
+            auto run = [&](bool widened) {
+              internal::AttentionScratch s;
+              s.Reset(rows, dp);
+              std::copy(q.begin(), q.end(), s.q.begin());
+              for (int r = 0; r < rows; ++r) s.row_pos[r] = 1000 + r;  // every key visible
+              for (int j = 0; j < n; ++j) {
+                const int64_t at = static_cast<int64_t>(2 * j + (j % 3 == 0)) * dp;
+                if (widened) {
+                  ToFloat(dtype, k16.data() + at, s.k.data() + static_cast<int64_t>(j) * dp, dp);
+                  ToFloat(dtype, v16.data() + at, s.v.data() + static_cast<int64_t>(j) * dp, dp);
+                }
+                s.k_rows[j] = k16.data() + at;
+                s.v_rows[j] = v16.data() + at;
+              }
+              for (int j = n; j < internal::kKeyChunk; ++j) {
+                s.k_rows[j] = s.v_rows[j] = s.zero_row.data();
+              }
+              if (widened) internal::PointAtGatheredRows(s, dp);
+              const internal::KvRows type =
+                  !widened
+                      ? (dtype == DType::kBF16 ? internal::KvRows::kBf16 : internal::KvRows::kF16)
+                      : internal::KvRows::kF32;
+              internal::AttendChunk(s, type, rows, dp, /*c0=*/0, n);
+              std::vector<float> out = s.o;
+              out.insert(out.end(), s.sum.begin(), s.sum.begin() + rows);
+              return out;
+            };
+            const std::vector<float> widened = run(true);
+            const std::vector<float> in_place = run(false);
+            EXPECT_TRUE(widened == in_place);
+            EXPECT_GT(*std::max_element(widened.begin(), widened.end()), 0.0f);
+          }
+        }
+      }
+    }
+  }
+  internal::UseAvx512Attention(had_avx512);
+}
+
 TEST(PagedAttentionLongTest, LongChunkedPrefill) {
   // Many key chunks and query tiles, history longer than one chunk.
   ThreadPool pool(2);
