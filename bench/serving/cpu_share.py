@@ -20,7 +20,6 @@ streamed message (the decode worker's outside its steps and tasks, and the route
 profile's token_overhead_seconds, which --token-overhead-us sets for the simulation.
 """
 import argparse
-import glob
 import json
 import os
 import resource
@@ -30,8 +29,8 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from local_cluster import (LocalCluster, counter, histogram, histogram_delta,  # noqa: E402
-                           histogram_quantile, scrape)
+from local_cluster import (ITL, LocalCluster, delta, engine_loop, histogram,  # noqa: E402
+                           histogram_delta, histogram_quantile, scrape_roles, threads)
 
 WORKLOADS = {
     "decode-heavy": ("models/tandem-py-8l", {"input_len": 512, "input_len_range": 0.5,
@@ -43,54 +42,10 @@ WORKLOADS = {
 }
 
 
-def threads(pid):
-    """tid -> (cpu seconds, run delay seconds, last cpu) of every thread of `pid`."""
-    out = {}
-    for task in glob.glob(f"/proc/{pid}/task/*"):
-        try:
-            with open(task + "/schedstat") as f:
-                run_ns, wait_ns, _ = (int(v) for v in f.read().split())
-            with open(task + "/stat") as f:
-                cpu = int(f.read().rsplit(")", 1)[1].split()[36])
-        except (FileNotFoundError, ProcessLookupError):
-            continue
-        out[int(os.path.basename(task))] = (run_ns * 1e-9, wait_ns * 1e-9, cpu)
-    return out
-
-
-def delta(before, after):
-    return {tid: (a[0] - before.get(tid, (0, 0, 0))[0], a[1] - before.get(tid, (0, 0, 0))[1])
-            for tid, a in after.items()}
-
-
-ITL = "tandem_inter_token_latency_seconds"
-
-
-def scrape_roles(cluster):
-    """role -> its /metrics samples (for the last process started of each role)."""
-    return {role: scrape(url) for role, url in cluster.metrics.items()}
-
-
 def itl_by_role(samples):
     """The inter-token histograms where tokens are made (the decode engine) and relayed (the
     router)."""
     return {role: histogram(samples[role], ITL, {"role": role}) for role in ("decode", "router")}
-
-
-def engine_loop(before, after, role, wall):
-    """What the worker's engine loop did over a run: steps, mean batch, mean step wall and CPU
-    ms, and each part's share of the wall time."""
-    def gained(name, **labels):
-        labels["role"] = role
-        return counter(after[role], name, labels) - counter(before[role], name, labels)
-    steps = gained("tandem_engine_steps_total")
-    out = {"steps": steps,
-           "mean_batch": gained("tandem_engine_step_sequences_total") / max(steps, 1),
-           "step_ms": 1e3 * gained("tandem_engine_loop_seconds_total", part="step") / max(steps, 1),
-           "step_cpu_ms": 1e3 * gained("tandem_engine_step_cpu_seconds_total") / max(steps, 1)}
-    for part in ("step", "tasks", "outputs"):
-        out[part + "_share"] = gained("tandem_engine_loop_seconds_total", part=part) / wall
-    return out
 
 
 def flags_of(workload):

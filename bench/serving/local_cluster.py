@@ -6,10 +6,13 @@
 
 Used by disagg_vs_colocated.py and validate_planner.py.
 """
+import glob
 import json
 import os
+import resource
 import re
 import subprocess
+import time
 import urllib.request
 
 
@@ -119,3 +122,69 @@ def bench(tandem, addr, rate, workload, out_json):
                    check=True, stdout=subprocess.DEVNULL)
     with open(out_json) as f:
         return json.load(f)
+
+
+def threads(pid):
+    """tid -> (cpu seconds, run delay seconds, last cpu) of every thread of `pid`."""
+    out = {}
+    for task in glob.glob(f"/proc/{pid}/task/*"):
+        try:
+            with open(task + "/schedstat") as f:
+                run_ns, wait_ns, _ = (int(v) for v in f.read().split())
+            with open(task + "/stat") as f:
+                cpu = int(f.read().rsplit(")", 1)[1].split()[36])
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        out[int(os.path.basename(task))] = (run_ns * 1e-9, wait_ns * 1e-9, cpu)
+    return out
+
+
+def delta(before, after):
+    return {tid: (a[0] - before.get(tid, (0, 0, 0))[0], a[1] - before.get(tid, (0, 0, 0))[1])
+            for tid, a in after.items()}
+
+
+ITL = "tandem_inter_token_latency_seconds"
+
+
+def scrape_roles(cluster):
+    """role -> its /metrics samples (for the last process started of each role)."""
+    return {role: scrape(url) for role, url in cluster.metrics.items()}
+
+
+def engine_loop(before, after, role, wall):
+    """What the worker's engine loop did over a run: steps, mean batch, mean step wall and CPU
+    ms, and each part's share of the wall time."""
+    def gained(name, **labels):
+        labels["role"] = role
+        return counter(after[role], name, labels) - counter(before[role], name, labels)
+    steps = gained("tandem_engine_steps_total")
+    out = {"steps": steps,
+           "mean_batch": gained("tandem_engine_step_sequences_total") / max(steps, 1),
+           "step_ms": 1e3 * gained("tandem_engine_loop_seconds_total", part="step") / max(steps, 1),
+           "step_cpu_ms": 1e3 * gained("tandem_engine_step_cpu_seconds_total") / max(steps, 1)}
+    for part in ("step", "tasks", "outputs"):
+        out[part + "_share"] = gained("tandem_engine_loop_seconds_total", part=part) / wall
+    return out
+
+
+def cpu_of_run(cluster, run):
+    """Calls `run` (a `tandem bench` run in a child process) and returns (what it returned,
+    wall seconds, CPU seconds per role summed over its processes with the bench client's as
+    "bench", and each worker role's engine_loop over the run)."""
+    pids = {proc.pid: proc.args[proc.args.index(cluster.tandem) + 1] for proc in cluster.procs}
+    before = {pid: threads(pid) for pid in pids}
+    scraped = scrape_roles(cluster)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.monotonic()
+    out = run()
+    wall = time.monotonic() - start
+    after_children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    scraped_after = scrape_roles(cluster)
+    cpu = {"bench": after_children.ru_utime + after_children.ru_stime
+           - children.ru_utime - children.ru_stime}
+    for pid, role in pids.items():
+        cpu[role] = cpu.get(role, 0) + sum(v[0] for v in delta(before[pid], threads(pid)).values())
+    loops = {role: engine_loop(scraped, scraped_after, role, wall)
+             for role in ("prefill", "decode") if role in scraped_after}
+    return out, wall, cpu, loops

@@ -21,7 +21,7 @@ import tempfile
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
                                 "scripts", "train"))
 import png  # noqa: E402  (the project's dependency-free PNG plotter)
-from local_cluster import LocalCluster, bench  # noqa: E402
+from local_cluster import LocalCluster, bench, cpu_of_run  # noqa: E402
 
 # name: (model, profile, rates, tandem bench flags). Lengths are uniform in len * (1 ± range).
 WORKLOADS = {
@@ -53,9 +53,9 @@ p.add_argument("--num-requests", type=int, default=100)
 p.add_argument("--rates", default="", help="override every workload's rates")
 p.add_argument("--out", default="docs/figures/planner_validation")
 p.add_argument("--calibrate", action="store_true",
-               help="first measure the serving stack's time per streamed token and per prompt "
-               "handed off and imported (the decode-heavy workload at its lowest rate, colocated and "
-               "disaggregated) and write them into the bundled model's profile")
+               help="first measure the serving stack's CPU per streamed message and per prompt "
+               "handed off and imported (the decode-heavy workload at its lowest and highest "
+               "rate, disaggregated) and write them into the bundled model's profile")
 args = p.parse_args()
 tandem = os.path.join(args.build, "tools", "tandem", "tandem")
 logs = tempfile.mkdtemp(prefix="tandem_planner_")
@@ -72,58 +72,68 @@ def predict(profile, deployment, rates, workload, extra=()):
 
 
 def calibrate():
-    """The serving stack's costs the engine profile cannot see, fitted to real runs of the
-    decode-heavy workload at its lowest rate and written into its profile (the engine's steps are short there, so the
-    stack's share is largest), each by bisection (the prediction grows with it):
-    token_overhead_seconds, at which the simulator's TPOT p50 matches a colocated run's, then
-    handoff_overhead_seconds and import_overhead_seconds, at which its TTFT and TPOT p50 match
-    a disaggregated run's."""
+    """The serving stack's costs the engine profile cannot see, measured from CPU time over two
+    disaggregated runs of the decode-heavy workload, at its lowest and highest rate (seeds of
+    their own), one token per message, and written into its profile:
+      token_overhead_seconds   the decode worker's CPU outside its steps and tasks, per message
+      import_overhead_seconds  its engine loop's tasks (admitting and importing), per request
+      handoff_overhead_seconds the prefill worker's CPU outside its steps, per request, less
+                               its one message's token_overhead_seconds
+      shared_overhead_seconds, shared_step_overhead_seconds
+                               the router's, store shard's and bench client's CPU, fitted as a
+                               cost per message plus one per step that streams (each decode
+                               step, and the prefill step that finishes each prompt)
+    (messages: each request's first token from prefill, then one per token from decode)."""
     model, profile, rates, flags = WORKLOADS["decode-heavy"]
-    rate = rates.split(",")[0]
-    workload = dict(flags, num_requests=args.num_requests, seed=500)
+    runs = []
+    cluster = LocalCluster(tandem, model, logs)
+    addr = cluster.up("disaggregated")
+    try:
+        bench(tandem, addr, 4, dict(flags, num_requests=10, seed=1000),
+              os.path.join(logs, "warmup.json"))
+        for i, rate in enumerate((rates.split(",")[0], rates.split(",")[-1])):
+            workload = dict(flags, num_requests=args.num_requests, seed=500 + i)
+            runs.append(cpu_of_run(cluster, lambda: bench(
+                tandem, addr, float(rate), workload, os.path.join(logs, "calibrate.json"))))
+    finally:
+        cluster.down()
 
-    def measure(mode):
-        cluster = LocalCluster(tandem, model, logs)
-        addr = cluster.up(mode)
-        try:
-            bench(tandem, addr, float(rate), dict(flags, num_requests=10, seed=1000),
-                  os.path.join(logs, "warmup.json"))
-            return bench(tandem, addr, float(rate), workload,
-                         os.path.join(logs, f"calibrate-{mode}.json"))
-        finally:
-            cluster.down()
+    def total(f):
+        return sum(f(*run) for run in runs)
 
-    def bisect(mode, metric, flag, extra, measured):
-        lo, hi = 0.0, 50000.0
-        for _ in range(20):
-            mid = (lo + hi) / 2
-            predicted = predict(profile, DEPLOYMENTS[mode], rate, workload,
-                                extra + [flag, str(mid)])[0][metric]["p50"] * 1e3
-            lo, hi = (mid, hi) if predicted < measured else (lo, mid)
-        return lo
+    def steps_cpu(loops, role):
+        return loops[role]["step_cpu_ms"] * loops[role]["steps"] / 1e3
 
-    tpot = measure("colocated")["tpot_ms"]["p50"]
-    token_us = bisect("colocated", "tpot_seconds", "--token-overhead-us", [], tpot)
-    print(f"calibrated: {token_us:.1f} us per streamed token (colocated TPOT p50 {tpot:.3f} ms)")
-    disaggregated = measure("disaggregated")
-    ttft = disaggregated["ttft_ms"]["p50"]
-    handoff_us = bisect("disaggregated", "ttft_seconds", "--handoff-overhead-us",
-                        ["--token-overhead-us", str(token_us)], ttft)
-    print(f"calibrated: {handoff_us:.0f} us per prompt handed off (disaggregated TTFT p50 "
-          f"{ttft:.1f} ms)")
-    tpot = disaggregated["tpot_ms"]["p50"]
-    import_us = bisect("disaggregated", "tpot_seconds", "--import-overhead-us",
-                       ["--token-overhead-us", str(token_us), "--handoff-overhead-us",
-                        str(handoff_us)], tpot)
-    print(f"calibrated: {import_us:.0f} us per prompt imported (disaggregated TPOT p50 "
-          f"{tpot:.3f} ms)")
+    n = total(lambda m, wall, cpu, loops: m["completed"])
+    messages = total(lambda m, wall, cpu, loops: m["total_output_tokens"])
+    tasks = total(lambda m, wall, cpu, loops: loops["decode"]["tasks_share"] * wall)
+    token = (total(lambda m, wall, cpu, loops: cpu["decode"] - steps_cpu(loops, "decode"))
+             - tasks) / (messages - n)
+    handoff = total(lambda m, wall, cpu, loops: cpu["prefill"] - steps_cpu(loops, "prefill")) / n
+    # shared CPU = per_step * steps + per_message * messages, solved over the two runs.
+    (s1, m1, c1), (s2, m2, c2) = (
+        (loops["decode"]["steps"] + m["completed"], m["total_output_tokens"],
+         cpu["router"] + cpu["cache-store"] + cpu["bench"]) for m, wall, cpu, loops in runs)
+    det = s1 * m2 - s2 * m1
+    per_step = (c1 * m2 - c2 * m1) / det if det else 0.0
+    per_message = (s1 * c2 - s2 * c1) / det if det else 0.0
+    if per_step < 0 or per_message < 0:  # noise beyond the model: one cost per message
+        per_step, per_message = 0.0, (c1 + c2) / (m1 + m2)
+    values = {"token_overhead_seconds": token,
+              "import_overhead_seconds": tasks / n,
+              "handoff_overhead_seconds": handoff - token,
+              "shared_overhead_seconds": per_message,
+              "shared_step_overhead_seconds": per_step}
+    for (m, wall, cpu, loops), (steps, msgs, shared) in zip(runs, ((s1, m1, c1), (s2, m2, c2))):
+        print(f"calibration run: {m['completed']} requests in {wall:.1f} s, {msgs} messages in "
+              f"{steps:.0f} streaming steps, shared processes {1e6 * shared / msgs:.0f} us per "
+              f"message")
+    print("calibrated: " + ", ".join(f"{k} {v * 1e6:.0f} us" for k, v in values.items()))
     # Into the profile it was measured against only: a profile measured at another time (another
     # model, or the host busier) has step times of its own, and the stack's share with them.
     with open(profile) as f:
         prof = json.load(f)
-    prof["token_overhead_seconds"] = token_us * 1e-6
-    prof["handoff_overhead_seconds"] = handoff_us * 1e-6
-    prof["import_overhead_seconds"] = import_us * 1e-6
+    prof.update({k: max(0.0, v) for k, v in values.items()})
     with open(profile, "w") as f:
         json.dump(prof, f, indent=2)
         f.write("\n")

@@ -109,6 +109,8 @@ std::string EngineProfile::ToJson() const {
   }
   j["kv_transfer"] = list;
   j["token_overhead_seconds"] = token_overhead_seconds;
+  j["shared_overhead_seconds"] = shared_overhead_seconds;
+  j["shared_step_overhead_seconds"] = shared_step_overhead_seconds;
   j["handoff_overhead_seconds"] = handoff_overhead_seconds;
   j["import_overhead_seconds"] = import_overhead_seconds;
   return j.dump(1);
@@ -171,6 +173,10 @@ absl::StatusOr<EngineProfile> EngineProfile::FromJson(std::string_view text,
   }
   TANDEM_ASSIGN_OR_RETURN(p.token_overhead_seconds,
                           top.NumberOr("token_overhead_seconds", 0, 0, 1));
+  TANDEM_ASSIGN_OR_RETURN(p.shared_overhead_seconds,
+                          top.NumberOr("shared_overhead_seconds", 0, 0, 1));
+  TANDEM_ASSIGN_OR_RETURN(p.shared_step_overhead_seconds,
+                          top.NumberOr("shared_step_overhead_seconds", 0, 0, 1));
   TANDEM_ASSIGN_OR_RETURN(p.handoff_overhead_seconds,
                           top.NumberOr("handoff_overhead_seconds", 0, 0, 1));
   TANDEM_ASSIGN_OR_RETURN(p.import_overhead_seconds,

@@ -52,12 +52,20 @@ struct EngineProfile {
   std::vector<StepSample> prefill;
   std::vector<StepSample> decode;
   std::vector<TransferSample> transfer;
-  // The serving stack's time on a worker's core beyond the engine's step, per message a step
-  // streams (per token at scheduler.stream_interval 1: the worker's output callback and gRPC
-  // writes, and the router and client sharing the machine), which engine-bench cannot see:
-  // calibrated against a real run (bench/serving/validate_planner.py --calibrate) or measured
-  // (bench/serving/cpu_share.py); 0 when neither.
+  // A worker's own time on its core beyond the engine's step, per message a step streams (per
+  // token at scheduler.stream_interval 1: the output callback and the gRPC write), which
+  // engine-bench cannot see: measured from a real run's CPU time
+  // (bench/serving/validate_planner.py --calibrate); 0 when not.
   double token_overhead_seconds = 0;
+  // The CPU time per streamed message of the processes pinned to no replica's core but sharing
+  // the replicas' machine (the router relaying it, the client reading it, the store shard): the
+  // simulator runs it on an idle replica's core, or takes it from the busy ones. Measured like
+  // token_overhead_seconds; 0 where they run on machines of their own.
+  double shared_overhead_seconds = 0;
+  // Theirs per replica step that streams at least one message, beside the per-message part: a
+  // step's messages reach them together (one wake-up, one read), so their cost per message
+  // falls as batches grow.
+  double shared_step_overhead_seconds = 0;
   // A prefill worker's time on its core per prompt it hands off, beyond the engine's step and
   // the store's put as kv-handoff-bench measures it on an idle machine: the export, the upload
   // thread's copies and RPCs, and the answer to the router, all on the worker's one core.

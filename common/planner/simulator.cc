@@ -55,6 +55,13 @@ class SimEngine {
   bool busy() const { return busy_; }
   void set_busy(bool busy) { busy_ = busy; }
 
+  // The shared processes' work on this replica's core (EngineProfile::shared_overhead_seconds):
+  // while it is idle, the core runs it until core_free_at; while it steps, what is taken
+  // (stolen) extends the step.
+  double core_free_at = 0;
+  double stolen = 0;
+  int64_t messages = 0;  // the current step's streamed tokens
+
   void Add(const Seq& s) {
     queued_tokens_ += s.total - s.computed;
     waiting_.push_back(s);
@@ -109,12 +116,12 @@ class SimEngine {
   // Seconds the scheduled batch takes: prefill tokens (chunks, and a decode replica's first
   // step of an imported prompt) and decode tokens in one forward pass.
   // Each sequence that completes its pending tokens emits a token; those that stream it (see
-  // Streams) cost the profile's token_overhead_seconds of the serving stack on the same core, and
-  // on a prefill replica
-  // hands its prompt off, costing handoff_overhead_seconds more; a decode replica's first step
-  // of an imported sequence costs import_overhead_seconds for bringing its blocks in.
+  // Streams; their count goes to `messages`) cost the profile's token_overhead_seconds on the
+  // same core, and on a prefill replica hand their prompt off, costing
+  // handoff_overhead_seconds more; a decode replica's first step of an imported sequence costs
+  // import_overhead_seconds for bringing its blocks in.
   double StepSeconds(const StepModel& prefill, const StepModel& decode,
-                     const EngineProfile& profile) const {
+                     const EngineProfile& profile, int64_t& messages) const {
     int64_t prefill_tokens = 0, decodes = 0, streamed = 0, handed_off = 0, imports = 0;
     double prefill_work = 0, decode_context = 0;
     for (const Scheduled& b : batch_) {
@@ -131,6 +138,7 @@ class SimEngine {
         prefill_work += StepModel::PrefillWork(b.tokens, s.computed);
       }
     }
+    messages = streamed;
     const double overhead = profile.token_overhead_seconds * static_cast<double>(streamed) +
                             profile.handoff_overhead_seconds * static_cast<double>(handed_off) +
                             profile.import_overhead_seconds * static_cast<double>(imports);
@@ -352,9 +360,27 @@ absl::StatusOr<SimulationResult> SimulateRequests(const EngineProfile& profile, 
     SimEngine& engine = engines[static_cast<size_t>(e)];
     if (engine.busy() || engine.Schedule(result.preemptions).empty()) return;
     engine.set_busy(true);
-    const double step = engine.StepSeconds(prefill, decode, profile);
+    const double step = engine.StepSeconds(prefill, decode, profile, engine.messages);
     (e < first_decode ? result.prefill_busy_s : result.engine_busy_s) += step;
-    events.push({now + step, order++, EventKind::kStepEnd, e});
+    events.push({std::max(now, engine.core_free_at) + step, order++, EventKind::kStepEnd, e});
+  };
+  // The shared processes' work for a step's `n` streamed messages, from `now`: on the idle
+  // core that frees up first (the kernel wakes an unpinned thread on an idle core), else
+  // time-shared with every stepping replica alike.
+  auto share = [&](int64_t n, double now) {
+    if (n == 0) return;
+    const double work = profile.shared_step_overhead_seconds +
+                        profile.shared_overhead_seconds * static_cast<double>(n);
+    if (work <= 0) return;
+    SimEngine* idle = nullptr;
+    for (SimEngine& e : engines) {
+      if (!e.busy() && (idle == nullptr || e.core_free_at < idle->core_free_at)) idle = &e;
+    }
+    if (idle != nullptr) {
+      idle->core_free_at = std::max(idle->core_free_at, now) + work;
+      return;
+    }
+    for (SimEngine& e : engines) e.stolen += work / static_cast<double>(engines.size());
   };
   // The router's picks: prefill (and colocated) by fewest queued tokens, decode by fewest
   // sequences (docs/architecture.md, "One request through the router").
@@ -399,6 +425,12 @@ absl::StatusOr<SimulationResult> SimulateRequests(const EngineProfile& profile, 
       start(e, now);
     } else {
       SimEngine& engine = engines[static_cast<size_t>(ev.index)];
+      if (engine.stolen > 0) {  // the shared processes held the core during the step
+        events.push({now + engine.stolen, order++, EventKind::kStepEnd, ev.index});
+        engine.stolen = 0;
+        continue;
+      }
+      const int64_t streamed = engine.messages;
       engine.Finish([&](Seq& s) {
         Request& r = requests[static_cast<size_t>(s.request)];
         ++r.generated;
@@ -421,6 +453,7 @@ absl::StatusOr<SimulationResult> SimulateRequests(const EngineProfile& profile, 
       });
       engine.set_busy(false);
       start(ev.index, now);
+      share(streamed, now);
     }
   }
 

@@ -338,6 +338,8 @@ absl::Status RunPlan(const CliArgs& args) {
                                           "deployment",
                                           "rates",
                                           "token-overhead-us",
+                                          "shared-overhead-us",
+                                          "shared-step-overhead-us",
                                           "handoff-overhead-us",
                                           "import-overhead-us",
                                           "rate",
@@ -350,9 +352,12 @@ absl::Status RunPlan(const CliArgs& args) {
   TANDEM_ASSIGN_OR_RETURN(planner::EngineProfile profile,
                           planner::EngineProfile::FromJson(text, profile_path));
   TANDEM_ASSIGN_OR_RETURN(planner::Workload w, LoadWorkload(args));
-  for (auto [flag, field] : {std::pair{"token-overhead-us", &profile.token_overhead_seconds},
-                             std::pair{"handoff-overhead-us", &profile.handoff_overhead_seconds},
-                             std::pair{"import-overhead-us", &profile.import_overhead_seconds}}) {
+  for (auto [flag, field] :
+       {std::pair{"token-overhead-us", &profile.token_overhead_seconds},
+        std::pair{"shared-overhead-us", &profile.shared_overhead_seconds},
+        std::pair{"shared-step-overhead-us", &profile.shared_step_overhead_seconds},
+        std::pair{"handoff-overhead-us", &profile.handoff_overhead_seconds},
+        std::pair{"import-overhead-us", &profile.import_overhead_seconds}}) {
     if (!args.Has(flag)) continue;
     TANDEM_ASSIGN_OR_RETURN(double us, args.DoubleOr(flag, 0));
     if (!(us >= 0 && us <= 1e6)) {

@@ -25,6 +25,8 @@ EngineProfile KnownProfile() {
   p.num_layers = 4;
   p.pop_start_layer = 4;
   p.token_overhead_seconds = 1.25e-4;
+  p.shared_overhead_seconds = 1.5e-4;
+  p.shared_step_overhead_seconds = 8e-5;
   p.handoff_overhead_seconds = 0.009;
   p.import_overhead_seconds = 0.004;
   p.kv_bytes_per_token = 1024;
@@ -57,6 +59,8 @@ TEST(EngineProfileTest, RoundTripsThroughJson) {
   ASSERT_EQ(back->transfer.size(), 3u);
   EXPECT_EQ(back->transfer[2].transport, "grpc");
   EXPECT_DOUBLE_EQ(back->token_overhead_seconds, 1.25e-4);
+  EXPECT_DOUBLE_EQ(back->shared_overhead_seconds, 1.5e-4);
+  EXPECT_DOUBLE_EQ(back->shared_step_overhead_seconds, 8e-5);
   EXPECT_DOUBLE_EQ(back->handoff_overhead_seconds, 0.009);
   EXPECT_DOUBLE_EQ(back->import_overhead_seconds, 0.004);
 }
@@ -120,6 +124,8 @@ TEST(EngineProfileTest, MalformedFilesAreClearErrors) {
       {with("\"pop_start_layer\": 4", "\"pop_start_layer\": 9"), "pop_start_layer"},
       {with("\"handoff_overhead_seconds\": 0.009", "\"handoff_overhead_seconds\": 2"),
        "handoff_overhead_seconds"},
+      {with("\"shared_overhead_seconds\": 0.00015", "\"shared_overhead_seconds\": -1"),
+       "shared_overhead_seconds"},
   };
   for (const Case& c : cases) {
     auto p = EngineProfile::FromJson(c.text, "p.json");

@@ -173,6 +173,60 @@ TEST(SimulatorTest, ImportOverheadLengthensTheDecodeReplicasFirstStep) {
   EXPECT_NEAR(r->engine_busy_s, second - put + third, 1e-9);
 }
 
+// The shared processes' time per message (the router, the client) runs on an idle replica's
+// core: free while one is idle, taken from the steps when none is.
+TEST(SimulatorTest, SharedOverheadRunsOnAnIdleCoreOrTakesFromTheBusyOnes) {
+  EngineProfile p = Synthetic();
+  p.shared_overhead_seconds = 3e-4;
+  const double ttft = (1e-3 + 512e-4) + (1e-3 + 488e-4), tpot = 5e-3 + 1e-4;
+  // Alone on two replicas' cores, or disaggregated: the other core is idle and takes it.
+  for (const Deployment& d : {Colocated(2), Disaggregated(1, 1)}) {
+    auto r = Simulate(p, d, Fixed(1000, 11, 1), 1.0);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_NEAR(r->tpot.p50, d.disaggregated ? (2e-3 + 1e-3 + 16e-4 + 9 * tpot) / 10 : tpot, 1e-9)
+        << d.Describe();
+  }
+  // One replica: each token's message is taken from the step that computes the next one; the
+  // first token's from the first decode step, so TTFT is unchanged.
+  auto one = Simulate(p, Colocated(1), Fixed(1000, 11, 1), 1.0);
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_NEAR(one->ttft.p50, ttft, 1e-9);
+  EXPECT_NEAR(one->tpot.p50, tpot + 3e-4, 1e-9);
+  EXPECT_NEAR(one->engine_busy_s, 2 * 1e-3 + 1000e-4 + 10 * tpot, 1e-9);  // the worker's own
+  // The last token's message occupies the idle core: a prompt arriving 0.1 ms after it waits
+  // the other 0.2 ms.
+  const double end = ttft + 10 * (tpot + 3e-4);
+  const std::vector<SimRequest> two = {{0, 1000, 11}, {end + 1e-4, 16, 1}};
+  auto queued = SimulateRequests(p, Colocated(1), two, Fixed(1, 1, 2), 1.0);
+  ASSERT_TRUE(queued.ok()) << queued.status();
+  EXPECT_NEAR(queued->ttft.p50, (ttft + 2e-4 + 1e-3 + 16e-4) / 2, 1e-9);
+  // Both replicas stepping: each streams a message per step, both messages are shared alike,
+  // so each step takes one message's time more, but at the end, when one replica is idle.
+  const std::vector<SimRequest> pair = {{0, 16, 11}, {0, 16, 11}};
+  auto both = SimulateRequests(p, Colocated(2), pair, Fixed(16, 11, 2), 1.0);
+  ASSERT_TRUE(both.ok()) << both.status();
+  EXPECT_GT(both->tpot.p50, tpot + 2.5e-4);
+  EXPECT_LE(both->tpot.p50, tpot + 3e-4 + 1e-12);
+
+  // A step's messages reach them together: the per-step part once per streaming step, however
+  // many it streams; the prefill chunk that streams nothing costs nothing.
+  p.shared_overhead_seconds = 0;
+  p.shared_step_overhead_seconds = 4e-4;
+  auto single = Simulate(p, Colocated(1), Fixed(1000, 11, 1), 1.0);
+  ASSERT_TRUE(single.ok()) << single.status();
+  EXPECT_NEAR(single->ttft.p50, ttft, 1e-9);
+  EXPECT_NEAR(single->tpot.p50, tpot + 4e-4, 1e-9);
+  // Two sequences on one replica stream two messages a step: 4e-4 once a step, where the same
+  // cost per message takes 8e-4 (but in the steps that stream one).
+  auto per_step = SimulateRequests(p, Colocated(1), pair, Fixed(16, 11, 2), 1.0);
+  p.shared_overhead_seconds = 4e-4;
+  p.shared_step_overhead_seconds = 0;
+  auto per_message = SimulateRequests(p, Colocated(1), pair, Fixed(16, 11, 2), 1.0);
+  ASSERT_TRUE(per_step.ok() && per_message.ok());
+  EXPECT_GT(per_message->tpot.p50 - per_step->tpot.p50, 3e-4);
+  EXPECT_LE(per_message->tpot.p50 - per_step->tpot.p50, 4e-4 + 1e-12);
+}
+
 // A trace's send times: scaled uniformly to a mean rate (bursts keep their shape), repeated end
 // to end when more requests are wanted.
 TEST(SimulatorTest, TracesAreReplayedScaledAndTiled) {
