@@ -6,14 +6,18 @@ decode workers, or disaggregated 1 prefill + 1 decode, one compute thread per wo
 measured with `tandem bench` at each rate, and `tandem plan --deployment ... --rates ...`
 predicts the same points from a one-thread engine profile of the model (engine-bench
 --threads 1 --profile-out, then kv-handoff-bench --profile). Prints measured against predicted
-TTFT p90, TPOT p90 and goodput with the relative error, writes JSON and PNG plots.
+TTFT p90, TPOT p90 and goodput with the relative error, writes JSON and PNG plots. With
+--repeat N every point runs N times (the deployments alternating) and the prediction is compared
+with the median, the range beside it: on a shared host the same point moves by up to 2x between
+runs minutes apart.
 
-  /usr/bin/python3 bench/serving/validate_planner.py --build build \\
+  /usr/bin/python3 bench/serving/validate_planner.py --build build --calibrate --repeat 3 \\
       --workloads decode-heavy,prefill-heavy,mixed,trace --out docs/figures/planner_validation
 """
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -34,6 +38,12 @@ WORKLOADS = {
     "prefill-heavy": ("/tmp/m125", "bench/profiles/125m-bf16-1t.json", "0.25,0.4,0.55,0.7",
                       {"input_len": 1536, "input_len_range": 0.33, "output_len": 80,
                        "output_len_range": 0.6, "slo_ttft_ms": 8000, "slo_tpot_ms": 25}),
+    # The same on a CPU without bf16 dot products (AVX2 only, e.g. Zen 3), where a 1,536-token
+    # prompt takes ~4 s on one core: the TTFT bound 3x that, the rates below one prefill core's.
+    "prefill-heavy-avx2": ("/tmp/m125", "bench/profiles/125m-bf16-1t-zen3.json",
+                           "0.06,0.09,0.12,0.15",
+                           {"input_len": 1536, "input_len_range": 0.33, "output_len": 80,
+                            "output_len_range": 0.6, "slo_ttft_ms": 12000, "slo_tpot_ms": 25}),
     # 125M shape, prompts and outputs of similar size.
     "mixed": ("/tmp/m125", "bench/profiles/125m-bf16-1t.json", "0.5,1,2,3",
               {"input_len": 384, "input_len_range": 0.5, "output_len": 128,
@@ -51,11 +61,14 @@ p.add_argument("--build", default="build")
 p.add_argument("--workloads", default="decode-heavy,prefill-heavy,mixed")
 p.add_argument("--num-requests", type=int, default=100)
 p.add_argument("--rates", default="", help="override every workload's rates")
+p.add_argument("--repeat", type=int, default=1,
+               help="runs of every point, the deployments alternating; the table compares the "
+               "prediction with the median and shows the range")
 p.add_argument("--out", default="docs/figures/planner_validation")
 p.add_argument("--calibrate", action="store_true",
                help="first measure the serving stack's CPU per streamed message and per prompt "
-               "handed off and imported (the decode-heavy workload at its lowest and highest "
-               "rate, disaggregated) and write them into the bundled model's profile")
+               "handed off and imported (disaggregated runs: calibrate()) and write them into "
+               "the workloads' profiles")
 args = p.parse_args()
 tandem = os.path.join(args.build, "tools", "tandem", "tandem")
 logs = tempfile.mkdtemp(prefix="tandem_planner_")
@@ -71,10 +84,52 @@ def predict(profile, deployment, rates, workload, extra=()):
     return json.loads(out)
 
 
-def calibrate():
-    """The serving stack's costs the engine profile cannot see, measured from CPU time over two
-    disaggregated runs of the decode-heavy workload, at its lowest and highest rate (seeds of
-    their own), one token per message, and written into its profile:
+def disaggregated_runs(name, rates, seed):
+    """cpu_of_run of a disaggregated run of workload `name` at each of `rates`."""
+    model, _, _, flags = WORKLOADS[name]
+    runs = []
+    cluster = LocalCluster(tandem, model, logs)
+    addr = cluster.up("disaggregated")
+    try:
+        bench(tandem, addr, float(rates[0]), dict(flags, num_requests=10, seed=1000),
+              os.path.join(logs, "warmup.json"))
+        for i, rate in enumerate(rates):
+            workload = dict(flags, num_requests=args.num_requests, seed=seed + i)
+            runs.append(cpu_of_run(cluster, lambda: bench(
+                tandem, addr, float(rate), workload, os.path.join(logs, "calibrate.json"))))
+    finally:
+        cluster.down()
+    return runs
+
+
+def steps_cpu(loops, role):
+    return loops[role]["step_cpu_ms"] * loops[role]["steps"] / 1e3
+
+
+def per_request_costs(runs, token):
+    """import_overhead_seconds and handoff_overhead_seconds over `runs`, given the per-message
+    cost `token` (the prefill worker streams one message per request)."""
+    n = sum(m["completed"] for m, _, _, _ in runs)
+    tasks = sum(loops["decode"]["tasks_share"] * wall for _, wall, _, loops in runs)
+    handoff = sum(cpu["prefill"] - steps_cpu(loops, "prefill") for _, _, cpu, loops in runs)
+    return {"import_overhead_seconds": tasks / n, "handoff_overhead_seconds": handoff / n - token}
+
+
+def write_profile(path, values):
+    # Into the profile it was measured against only: a profile measured at another time (another
+    # model, or the host busier) has step times of its own, and the stack's share with them.
+    with open(path) as f:
+        prof = json.load(f)
+    prof.update({k: max(0.0, v) for k, v in values.items()})
+    with open(path, "w") as f:
+        json.dump(prof, f, indent=2)
+        f.write("\n")
+    print(f"calibrated {path}: " + ", ".join(f"{k} {v * 1e6:.0f} us" for k, v in values.items()))
+
+
+def calibrate(names):
+    """The serving stack's costs the engine profile cannot see, measured from CPU time over
+    disaggregated runs, one token per message, and written into the profiles:
       token_overhead_seconds   the decode worker's CPU outside its steps and tasks, per message
       import_overhead_seconds  its engine loop's tasks (admitting and importing), per request
       handoff_overhead_seconds the prefill worker's CPU outside its steps, per request, less
@@ -83,60 +138,42 @@ def calibrate():
                                the router's, store shard's and bench client's CPU, fitted as a
                                cost per message plus one per step that streams (each decode
                                step, and the prefill step that finishes each prompt)
-    (messages: each request's first token from prefill, then one per token from decode)."""
-    model, profile, rates, flags = WORKLOADS["decode-heavy"]
-    runs = []
-    cluster = LocalCluster(tandem, model, logs)
-    addr = cluster.up("disaggregated")
-    try:
-        bench(tandem, addr, 4, dict(flags, num_requests=10, seed=1000),
-              os.path.join(logs, "warmup.json"))
-        for i, rate in enumerate((rates.split(",")[0], rates.split(",")[-1])):
-            workload = dict(flags, num_requests=args.num_requests, seed=500 + i)
-            runs.append(cpu_of_run(cluster, lambda: bench(
-                tandem, addr, float(rate), workload, os.path.join(logs, "calibrate.json"))))
-    finally:
-        cluster.down()
-
-    def total(f):
-        return sum(f(*run) for run in runs)
-
-    def steps_cpu(loops, role):
-        return loops[role]["step_cpu_ms"] * loops[role]["steps"] / 1e3
-
-    n = total(lambda m, wall, cpu, loops: m["completed"])
-    messages = total(lambda m, wall, cpu, loops: m["total_output_tokens"])
-    tasks = total(lambda m, wall, cpu, loops: loops["decode"]["tasks_share"] * wall)
-    token = (total(lambda m, wall, cpu, loops: cpu["decode"] - steps_cpu(loops, "decode"))
+    (messages: each request's first token from prefill, then one per token from decode). The
+    per-message costs come from two runs of the decode-heavy workload, at its lowest and
+    highest rate (seeds of their own); the per-request ones, which grow with the KV a prompt
+    hands over, from those for its profile and from one run at the highest rate of the first
+    workload in `names` of each other profile."""
+    _, profile, rates, _ = WORKLOADS["decode-heavy"]
+    runs = disaggregated_runs("decode-heavy", [rates.split(",")[0], rates.split(",")[-1]], 500)
+    n = sum(m["completed"] for m, _, _, _ in runs)
+    messages = sum(m["total_output_tokens"] for m, _, _, _ in runs)
+    tasks = sum(loops["decode"]["tasks_share"] * wall for _, wall, _, loops in runs)
+    token = (sum(cpu["decode"] - steps_cpu(loops, "decode") for _, _, cpu, loops in runs)
              - tasks) / (messages - n)
-    handoff = total(lambda m, wall, cpu, loops: cpu["prefill"] - steps_cpu(loops, "prefill")) / n
     # shared CPU = per_step * steps + per_message * messages, solved over the two runs.
     (s1, m1, c1), (s2, m2, c2) = (
         (loops["decode"]["steps"] + m["completed"], m["total_output_tokens"],
-         cpu["router"] + cpu["cache-store"] + cpu["bench"]) for m, wall, cpu, loops in runs)
+         cpu["router"] + cpu["cache-store"] + cpu["bench"]) for m, _, cpu, loops in runs)
     det = s1 * m2 - s2 * m1
     per_step = (c1 * m2 - c2 * m1) / det if det else 0.0
     per_message = (s1 * c2 - s2 * c1) / det if det else 0.0
     if per_step < 0 or per_message < 0:  # noise beyond the model: one cost per message
         per_step, per_message = 0.0, (c1 + c2) / (m1 + m2)
-    values = {"token_overhead_seconds": token,
-              "import_overhead_seconds": tasks / n,
-              "handoff_overhead_seconds": handoff - token,
-              "shared_overhead_seconds": per_message,
-              "shared_step_overhead_seconds": per_step}
-    for (m, wall, cpu, loops), (steps, msgs, shared) in zip(runs, ((s1, m1, c1), (s2, m2, c2))):
+    for (m, wall, _, _), (steps, msgs, shared) in zip(runs, ((s1, m1, c1), (s2, m2, c2))):
         print(f"calibration run: {m['completed']} requests in {wall:.1f} s, {msgs} messages in "
               f"{steps:.0f} streaming steps, shared processes {1e6 * shared / msgs:.0f} us per "
               f"message")
-    print("calibrated: " + ", ".join(f"{k} {v * 1e6:.0f} us" for k, v in values.items()))
-    # Into the profile it was measured against only: a profile measured at another time (another
-    # model, or the host busier) has step times of its own, and the stack's share with them.
-    with open(profile) as f:
-        prof = json.load(f)
-    prof.update({k: max(0.0, v) for k, v in values.items()})
-    with open(profile, "w") as f:
-        json.dump(prof, f, indent=2)
-        f.write("\n")
+    stack = {"token_overhead_seconds": token, "shared_overhead_seconds": per_message,
+             "shared_step_overhead_seconds": per_step}
+    write_profile(profile, dict(stack, **per_request_costs(runs, token)))
+    done = {profile}
+    for name in names:
+        _, other, rates, _ = WORKLOADS[name]
+        if other in done:
+            continue
+        done.add(other)
+        runs = disaggregated_runs(name, [rates.split(",")[-1]], 600)
+        write_profile(other, dict(stack, **per_request_costs(runs, token)))
 
 
 def error(predicted, measured):
@@ -144,65 +181,77 @@ def error(predicted, measured):
 
 
 if args.calibrate:
-    calibrate()
+    calibrate(args.workloads.split(","))
+# (name, plot label, measured, predicted) of each compared figure.
+METRICS = (("ttft", "P90 TTFT (MS)", lambda m: m["ttft_ms"]["p90"],
+            lambda s: s["ttft_seconds"]["p90"] * 1e3),
+           ("tpot", "P90 TPOT (MS)", lambda m: m["tpot_ms"]["p90"],
+            lambda s: s["tpot_seconds"]["p90"] * 1e3),
+           ("goodput", "GOODPUT (PER S)", lambda m: m.get("goodput", 0),
+            lambda s: s["goodput"]))
+
 results = {}
 for name in args.workloads.split(","):
     model, profile, rates, flags = WORKLOADS[name]
-    rates = args.rates or rates
-    # Each rate sends prompts of its own seed: the same prompts again would hit the prefix
-    # cache the previous rate filled. The prediction simulates the same requests.
-    workloads = [dict(flags, num_requests=args.num_requests, seed=i + 1)
-                 for i in range(len(rates.split(",")))]
-    results[name] = {}
+    rates = (args.rates or rates).split(",")
+    results[name] = {mode: {"runs": []} for mode in DEPLOYMENTS}
     cluster = LocalCluster(tandem, model, logs)
-    for mode, deployment in DEPLOYMENTS.items():
-        addr = cluster.up(mode)
-        try:
-            rate0 = float(rates.split(",")[0])
-            bench(tandem, addr, rate0, dict(flags, num_requests=10, seed=1000),
-                  os.path.join(logs, "warmup.json"))  # page in weights, warm caches
-            measured = [bench(tandem, addr, float(r), w,
-                              os.path.join(logs, f"{name}-{mode}-{r}.json"))
-                        for r, w in zip(rates.split(","), workloads)]
-        finally:
-            cluster.down()
-        predicted = [predict(profile, deployment, r, w)[0]
-                     for r, w in zip(rates.split(","), workloads)]
-        results[name][mode] = {"measured": measured, "predicted": predicted}
+    # Repetitions alternate the deployments, so a change in the host's speed reaches both.
+    for rep in range(args.repeat):
+        # Each rate and repetition sends prompts of its own seed: the same prompts again would
+        # hit the prefix cache an earlier run filled. The prediction simulates the same requests.
+        workloads = [dict(flags, num_requests=args.num_requests, seed=100 * rep + i + 1)
+                     for i in range(len(rates))]
+        for mode, deployment in DEPLOYMENTS.items():
+            addr = cluster.up(mode)
+            try:
+                bench(tandem, addr, float(rates[0]), dict(flags, num_requests=10, seed=1000),
+                      os.path.join(logs, "warmup.json"))  # page in weights, warm caches
+                measured = [bench(tandem, addr, float(r), w,
+                                  os.path.join(logs, f"{name}-{mode}-{r}.json"))
+                            for r, w in zip(rates, workloads)]
+            finally:
+                cluster.down()
+            predicted = [predict(profile, deployment, r, w)[0] for r, w in zip(rates, workloads)]
+            results[name][mode]["runs"].append({"measured": measured, "predicted": predicted})
+
+
+def point(runs, i, pick_m, pick_s):
+    """A point's measured values over the repetitions, and the median prediction."""
+    return (sorted(pick_m(run["measured"][i]) for run in runs),
+            statistics.median(pick_s(run["predicted"][i]) for run in runs))
+
 
 os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
 with open(args.out + ".json", "w") as f:
     json.dump({"args": vars(args), "workloads": {k: WORKLOADS[k] for k in results},
                "results": results}, f, indent=1)
 
-print("| workload | deployment | req/s | TTFT p90 ms: measured / predicted (error) | "
-      "TPOT p90 ms: measured / predicted (error) | goodput req/s: measured / predicted (error) |")
+print(f"measured: the median of {args.repeat} run(s) [lowest-highest]; predicted (error "
+      "against the median)")
+print("| workload | deployment | req/s | TTFT p90 ms | TPOT p90 ms | goodput req/s |")
 print("|---|---|---|---|---|---|")
 for name, modes in results.items():
     for mode, r in modes.items():
-        for m, s in zip(r["measured"], r["predicted"]):
+        for i, s in enumerate(r["runs"][0]["predicted"]):
             cells = []
-            for mv, sv in ((m["ttft_ms"]["p90"], s["ttft_seconds"]["p90"] * 1e3),
-                           (m["tpot_ms"]["p90"], s["tpot_seconds"]["p90"] * 1e3),
-                           (m.get("goodput", 0), s["goodput"])):
-                cells.append(f"{mv:.3g} / {sv:.3g} ({error(sv, mv):+.0%})")
+            for _, _, pick_m, pick_s in METRICS:
+                values, sv = point(r["runs"], i, pick_m, pick_s)
+                mv = statistics.median(values)
+                spread = f" [{values[0]:.3g}-{values[-1]:.3g}]" if len(values) > 1 else ""
+                cells.append(f"{mv:.3g}{spread} / {sv:.3g} ({error(sv, mv):+.0%})")
             print(f"| {name} | {mode} | {s['rate']:g} | " + " | ".join(cells) + " |")
 
 blue, red = (30, 70, 200), (200, 50, 40)
 for name, modes in results.items():
-    for metric, label, pick_m, pick_s in (
-            ("tpot", "P90 TPOT (MS)", lambda m: m["tpot_ms"]["p90"],
-             lambda s: s["tpot_seconds"]["p90"] * 1e3),
-            ("ttft", "P90 TTFT (MS)", lambda m: m["ttft_ms"]["p90"],
-             lambda s: s["ttft_seconds"]["p90"] * 1e3),
-            ("goodput", "GOODPUT (PER S)", lambda m: m.get("goodput", 0),
-             lambda s: s["goodput"])):
+    for metric, label, pick_m, pick_s in METRICS:
         series = []
         for mode, color in (("disaggregated", blue), ("colocated", red)):
-            r = modes[mode]
-            xs = [s["rate"] for s in r["predicted"]]
-            series.append((xs, [pick_m(m) for m in r["measured"]], color, 3))
-            series.append((xs, [pick_s(s) for s in r["predicted"]], tuple(c // 2 + 110 for c in color), 1))
+            runs = modes[mode]["runs"]
+            xs = [s["rate"] for s in runs[0]["predicted"]]
+            points = [point(runs, i, pick_m, pick_s) for i in range(len(xs))]
+            series.append((xs, [statistics.median(v) for v, _ in points], color, 3))
+            series.append((xs, [sv for _, sv in points], tuple(c // 2 + 110 for c in color), 1))
         ys = [y for s in series for y in s[1]]
         png.line_plot(f"{args.out}_{name}_{metric}.png", series,
                       f"{name.upper()} {label}: BLUE DISAGG, RED COLOC; THIN = PREDICTED",
