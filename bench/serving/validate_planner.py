@@ -61,6 +61,9 @@ p.add_argument("--build", default="build")
 p.add_argument("--workloads", default="decode-heavy,prefill-heavy,mixed")
 p.add_argument("--num-requests", type=int, default=100)
 p.add_argument("--rates", default="", help="override every workload's rates")
+p.add_argument("--replay", default="",
+               help="no runs: predict the measurements of an earlier --out JSON again from the "
+               "profiles as they are now")
 p.add_argument("--repeat", type=int, default=1,
                help="runs of every point, the deployments alternating; the table compares the "
                "prediction with the median and shows the range")
@@ -157,7 +160,9 @@ def calibrate(names):
     det = s1 * m2 - s2 * m1
     per_step = (c1 * m2 - c2 * m1) / det if det else 0.0
     per_message = (s1 * c2 - s2 * c1) / det if det else 0.0
-    if per_step < 0 or per_message < 0:  # noise beyond the model: one cost per message
+    # Solvable only when the runs' steps carry clearly different numbers of messages (runs too
+    # short to build batches do not), and only as costs: else one cost per message.
+    if per_step < 0 or per_message < 0 or max(s1 / m1, s2 / m2) < 2 * min(s1 / m1, s2 / m2):
         per_step, per_message = 0.0, (c1 + c2) / (m1 + m2)
     for (m, wall, _, _), (steps, msgs, shared) in zip(runs, ((s1, m1, c1), (s2, m2, c2))):
         print(f"calibration run: {m['completed']} requests in {wall:.1f} s, {msgs} messages in "
@@ -191,7 +196,17 @@ METRICS = (("ttft", "P90 TTFT (MS)", lambda m: m["ttft_ms"]["p90"],
             lambda s: s["goodput"]))
 
 results = {}
-for name in args.workloads.split(","):
+if args.replay:
+    # Measurements of an earlier run, predicted again from the profiles as they are now.
+    with open(args.replay) as f:
+        results = json.load(f)["results"]
+    for name, modes in results.items():
+        _, profile, _, _ = WORKLOADS[name]
+        for mode, r in modes.items():
+            for run in r["runs"]:
+                run["predicted"] = [predict(profile, DEPLOYMENTS[mode], rate, w)[0]
+                                    for rate, w in zip(run["rates"], run["workloads"])]
+for name in [] if args.replay else args.workloads.split(","):
     model, profile, rates, flags = WORKLOADS[name]
     rates = (args.rates or rates).split(",")
     results[name] = {mode: {"runs": []} for mode in DEPLOYMENTS}
@@ -213,7 +228,8 @@ for name in args.workloads.split(","):
             finally:
                 cluster.down()
             predicted = [predict(profile, deployment, r, w)[0] for r, w in zip(rates, workloads)]
-            results[name][mode]["runs"].append({"measured": measured, "predicted": predicted})
+            results[name][mode]["runs"].append({"measured": measured, "predicted": predicted,
+                                                 "rates": rates, "workloads": workloads})
 
 
 def point(runs, i, pick_m, pick_s):
