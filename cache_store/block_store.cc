@@ -1,5 +1,6 @@
 #include "cache_store/block_store.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -10,6 +11,13 @@
 #include "common/util/status_macros.h"
 
 namespace tandem::cache_store {
+namespace {
+
+// Threads reading prompts back from disk at once (each prompt's blocks are read in parallel on
+// the disk tier's own I/O threads).
+constexpr int kPromoteThreads = 2;
+
+}  // namespace
 
 BlockRef& BlockRef::operator=(BlockRef&& other) noexcept {
   if (this != &other) {
@@ -114,10 +122,14 @@ absl::StatusOr<std::unique_ptr<BlockStore>> BlockStore::Create(const BlockStoreO
 BlockStore::BlockStore(const BlockStoreOptions& options, std::unique_ptr<BlockMemory> memory,
                        std::unique_ptr<DiskTier> disk)
     : options_(options), memory_(std::move(memory)), disk_(std::move(disk)) {
-  if (disk_ != nullptr) spiller_ = std::thread([this] { SpillLoop(); });
+  if (disk_ != nullptr) {
+    spiller_ = std::thread([this] { SpillLoop(); });
+    promoter_ = std::make_unique<WorkQueue>(kPromoteThreads);
+  }
 }
 
 BlockStore::~BlockStore() {
+  promoter_.reset();  // runs the promotions queued, whose reads use everything below
   if (spiller_.joinable()) {
     {
       absl::MutexLock lock(&mu_);
@@ -360,6 +372,19 @@ std::vector<bool> BlockStore::Promote(std::span<const uint64_t> hashes) {
     }
   }
   return promoted;
+}
+
+void BlockStore::PromoteThen(std::vector<uint64_t> hashes,
+                             std::function<void(std::vector<bool>)> done) {
+  const bool reads = promoter_ != nullptr &&
+                     std::any_of(hashes.begin(), hashes.end(),
+                                 [&](uint64_t h) { return !InMemory(h) && disk_->Contains(h); });
+  if (!reads) {
+    done(std::vector<bool>(hashes.size(), false));
+    return;
+  }
+  promoter_->Submit(
+      [this, hashes = std::move(hashes), done = std::move(done)] { done(Promote(hashes)); });
 }
 
 std::optional<std::vector<BlockStore::Pinned>> BlockStore::NextSpillBatch() {

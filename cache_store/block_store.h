@@ -31,6 +31,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <list>
 #include <memory>
 #include <optional>
@@ -46,6 +47,7 @@
 #include "cache_store/block_memory.h"
 #include "cache_store/disk_tier.h"
 #include "common/store/block_checksum.h"
+#include "common/util/work_queue.h"
 
 namespace tandem::cache_store {
 
@@ -184,6 +186,11 @@ class BlockStore {
   // Gets that follow hit memory. Returns, per hash, whether this call read it back (the tier a
   // reader reports). Without a disk tier, nothing is read and every entry is false.
   std::vector<bool> Promote(std::span<const uint64_t> hashes);
+  // Promote on the store's promote threads, then `done` with its answer there, so a caller on
+  // an RPC thread does not wait for the disk. When there is nothing to read back (no disk tier,
+  // or none of the blocks is on disk only), `done` runs at once on the caller's thread.
+  // Queued promotions run before the store goes.
+  void PromoteThen(std::vector<uint64_t> hashes, std::function<void(std::vector<bool>)> done);
   // In memory or on disk.
   bool Exists(uint64_t hash) const;
   BlockStoreStats Stats() const;
@@ -266,7 +273,9 @@ class BlockStore {
   const std::unique_ptr<DiskTier> disk_;                   // nullptr: none
   std::deque<uint64_t> spill_queue_ ABSL_GUARDED_BY(mu_);  // committed, oldest first
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
-  std::thread spiller_;  // last: started once the rest exists
+  std::thread spiller_;  // started once the rest exists
+  // PromoteThen's threads (with a disk tier); emptied first when the store goes.
+  std::unique_ptr<WorkQueue> promoter_;
 };
 
 }  // namespace tandem::cache_store

@@ -111,16 +111,17 @@ class PutReactor final : public grpc::ServerReadReactor<PutRequest> {
 
 // Streams the requested blocks in order, `chunk_bytes` of data per message. Each block is
 // pinned from its first chunk until its last one has been written. Blocks on disk are read back
-// first, all at once.
+// first, all at once, on the store's promote threads (the first write starts there; gRPC holds
+// writes started before the reactor is bound).
 class GetReactor final : public grpc::ServerWriteReactor<GetResponse> {
  public:
   GetReactor(BlockStore& store, const tandem::v1::GetRequest& request, int64_t chunk_bytes)
-      : store_(store),
-        request_(request),
-        chunk_bytes_(chunk_bytes),
-        from_disk_(store_.Promote(
-            {request_.block_hashes().data(), static_cast<size_t>(request_.block_hashes_size())})) {
-    Next();
+      : store_(store), request_(request), chunk_bytes_(chunk_bytes) {
+    store_.PromoteThen({request_.block_hashes().begin(), request_.block_hashes().end()},
+                       [this](std::vector<bool> from_disk) {
+                         from_disk_ = std::move(from_disk);
+                         Next();
+                       });
   }
 
   void OnWriteDone(bool ok) override {
@@ -175,7 +176,7 @@ class GetReactor final : public grpc::ServerWriteReactor<GetResponse> {
   BlockStore& store_;
   const tandem::v1::GetRequest request_;
   const int64_t chunk_bytes_;
-  const std::vector<bool> from_disk_;  // per requested block: Promote read it back
+  std::vector<bool> from_disk_;  // per requested block: Promote read it back; set before Next
   int index_ = 0;
   BlockRef block_;
   int64_t offset_ = 0;
@@ -279,7 +280,11 @@ grpc::ServerUnaryReactor* CacheStoreService::AcquireShm(
   if (auto* denied = authorizer_.DenyUnary(context, "/tandem.v1.CacheStore/AcquireShm")) {
     return denied;
   }
-  return Answer(context, shm_.Acquire(*request, response, context->peer()));
+  auto* reactor = context->DefaultReactor();
+  shm_.Acquire(*request, response, context->peer(), [reactor](const absl::Status& status) {
+    reactor->Finish(rpc::ToGrpcStatus(status));
+  });
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* CacheStoreService::ReleaseShm(

@@ -106,9 +106,31 @@ absl::Status ShmHandoff::Acquire(const tandem::v1::AcquireShmRequest& request,
                                  const std::string& peer) {
   TANDEM_RETURN_IF_ERROR(CheckInstance(request.instance_id()));
   TANDEM_RETURN_IF_ERROR(CheckCount(request.block_hashes_size()));
+  return Pin(request,
+             store_.Promote(
+                 {request.block_hashes().data(), static_cast<size_t>(request.block_hashes_size())}),
+             response, peer);
+}
+
+void ShmHandoff::Acquire(const tandem::v1::AcquireShmRequest& request,
+                         tandem::v1::AcquireShmResponse* response, std::string peer,
+                         std::function<void(const absl::Status&)> done) {
+  absl::Status valid = CheckInstance(request.instance_id());
+  if (valid.ok()) valid = CheckCount(request.block_hashes_size());
+  if (!valid.ok()) {
+    done(valid);
+    return;
+  }
+  store_.PromoteThen(
+      {request.block_hashes().begin(), request.block_hashes().end()},
+      [this, &request, response, peer = std::move(peer), done = std::move(done)](
+          std::vector<bool> from_disk) { done(Pin(request, from_disk, response, peer)); });
+}
+
+absl::Status ShmHandoff::Pin(const tandem::v1::AcquireShmRequest& request,
+                             const std::vector<bool>& from_disk,
+                             tandem::v1::AcquireShmResponse* response, const std::string& peer) {
   ShmLeases::Lease lease;
-  const std::vector<bool> from_disk = store_.Promote(
-      {request.block_hashes().data(), static_cast<size_t>(request.block_hashes_size())});
   for (int i = 0; i < request.block_hashes_size(); ++i) {
     const uint64_t hash = request.block_hashes(i);
     tandem::v1::ShmBlockRegion* region = response->add_blocks();

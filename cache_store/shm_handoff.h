@@ -9,6 +9,9 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
 
 #include "cache_store/block_store.h"
 #include "cache_store/shm_leases.h"
@@ -50,6 +53,12 @@ class ShmHandoff {
                       tandem::v1::CommitShmResponse* response, const std::string& peer = "");
   absl::Status Acquire(const tandem::v1::AcquireShmRequest& request,
                        tandem::v1::AcquireShmResponse* response, const std::string& peer = "");
+  // Acquire, with the blocks on disk only read back on the store's promote threads
+  // (BlockStore::PromoteThen): `done` gets the answer there, or at once when nothing is read.
+  // `request` and `response` must live until then.
+  void Acquire(const tandem::v1::AcquireShmRequest& request,
+               tandem::v1::AcquireShmResponse* response, std::string peer,
+               std::function<void(const absl::Status&)> done);
   absl::Status Release(const tandem::v1::ReleaseShmRequest& request, const std::string& peer = "");
 
   ShmHandoffStats Stats() const;
@@ -58,6 +67,9 @@ class ShmHandoff {
   // FailedPrecondition without an arena or for another shard instance's id.
   absl::Status CheckInstance(uint64_t instance_id) const;
   absl::Status CheckCount(int n) const;
+  // Acquire's pins and lease, once the blocks `from_disk` says were read back are in memory.
+  absl::Status Pin(const tandem::v1::AcquireShmRequest& request, const std::vector<bool>& from_disk,
+                   tandem::v1::AcquireShmResponse* response, const std::string& peer);
 
   BlockStore& store_;
   const ShmArena* const arena_;

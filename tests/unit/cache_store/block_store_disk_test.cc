@@ -1,9 +1,13 @@
 // A BlockStore with a disk tier behind its memory: spilling, promotion, restarts.
+#include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <thread>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "cache_store/block_store.h"
 #include "common/store/block_checksum.h"
 #include "gtest/gtest.h"
@@ -104,6 +108,51 @@ TEST_P(BlockStoreDiskTest, PromoteReadsABatchBackAtOnce) {
   for (uint64_t h : {1, 2, 3, 4}) EXPECT_TRUE(GetAndCheck(*store, h).ok()) << h;
   EXPECT_EQ(store->Stats().disk.hits, disk_hits);  // all from memory now
   EXPECT_EQ(store->Promote(hashes), std::vector<bool>(hashes.size(), false));
+}
+
+// An RPC thread hands the disk reads to the store's promote threads and is answered there;
+// with nothing on disk only, it is answered at once, on its own thread.
+TEST_P(BlockStoreDiskTest, PromoteThenReadsOnThePromoteThreads) {
+  auto store = Make(/*memory_blocks=*/8);
+  PutSpilled(*store, 1, 12);  // 1..4 are on disk only
+  const std::thread::id caller = std::this_thread::get_id();
+  absl::Mutex mu;
+  std::optional<std::vector<bool>> answer;
+  std::thread::id answered_on;
+  auto done = [&](std::vector<bool> from_disk) {
+    absl::MutexLock lock(&mu);
+    answer = std::move(from_disk);
+    answered_on = std::this_thread::get_id();
+  };
+  store->PromoteThen({9, 1, 77, 2}, done);
+  {
+    absl::MutexLock lock(&mu);
+    ASSERT_TRUE(mu.AwaitWithTimeout(
+        absl::Condition(
+            +[](std::optional<std::vector<bool>>* a) { return a->has_value(); }, &answer),
+        absl::Seconds(30)));
+    EXPECT_EQ(*answer, (std::vector<bool>{false, true, false, true}));
+    EXPECT_NE(answered_on, caller);
+    answer.reset();
+  }
+  for (uint64_t h : {1, 2}) EXPECT_TRUE(GetAndCheck(*store, h).ok()) << h;
+  store->PromoteThen({9, 1, 77}, done);  // in memory, in memory, nowhere: nothing to read
+  absl::MutexLock lock(&mu);
+  ASSERT_TRUE(answer.has_value());
+  EXPECT_EQ(*answer, std::vector<bool>(3, false));
+  EXPECT_EQ(answered_on, caller);
+}
+
+// Promotions still queued when the store goes run first: their callers are answered.
+TEST_P(BlockStoreDiskTest, QueuedPromotionsRunBeforeTheStoreGoes) {
+  auto store = Make(/*memory_blocks=*/4);
+  PutSpilled(*store, 1, 12);  // 1..8 are on disk only
+  std::atomic<int> answered = 0;
+  for (uint64_t h = 1; h <= 8; ++h) {
+    store->PromoteThen({h}, [&](std::vector<bool>) { answered.fetch_add(1); });
+  }
+  store.reset();
+  EXPECT_EQ(answered.load(), 8);
 }
 
 TEST_P(BlockStoreDiskTest, AWriterOfABlockOnDiskSkipsIt) {
