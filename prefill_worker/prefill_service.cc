@@ -127,10 +127,19 @@ class PrefillCall final : public grpc::ServerUnaryReactor {
     if (!probe->done.WaitForNotificationWithTimeout(absl::Seconds(30))) return;
     const std::vector<kv::BlockHash>& hashes = probe->hashes;
     const size_t resident = probe->resident;
+    service.kv_worker_hits_ += static_cast<int64_t>(resident);
     if (resident >= hashes.size()) return;
+    std::vector<store::StoreTier> tiers;
     std::vector<std::optional<std::string>> fetched =
-        service.store_.Get(std::span(hashes).subspan(resident));
-    if (fetched.empty() || !fetched[0].has_value()) return;
+        service.store_.Get(std::span(hashes).subspan(resident), &tiers);
+    // Hits are the blocks found up to the first one missing: those after it cannot be used.
+    size_t found = 0;
+    while (found < fetched.size() && fetched[found].has_value()) {
+      ++(tiers[found] == store::StoreTier::kDisk ? service.kv_disk_hits_ : service.kv_memory_hits_);
+      ++found;
+    }
+    service.kv_misses_ += static_cast<int64_t>(hashes.size() - resident - found);
+    if (found == 0) return;
     std::vector<std::optional<std::string>> blobs(hashes.size());
     for (size_t i = 0; i < fetched.size(); ++i) blobs[resident + i] = std::move(fetched[i]);
     service.loop_.Post([&service, probe, blobs = std::move(blobs)](engine::Engine& e) {

@@ -76,6 +76,17 @@ class PrefillService final : public tandem::v1::PrefillWorker::CallbackService,
   int64_t uploads() const { return uploads_done_.load(); }
   // load_prefixes: prompt blocks found in the store and imported instead of computed.
   int64_t loaded_blocks() const { return loaded_blocks_.load(); }
+  // load_prefixes: each prompt's full blocks looked up before it is computed, hits by where
+  // they were (the worker's cache, the store's memory, its disk tier; a block after the first
+  // one missing counts as missed, as it cannot be used).
+  bool counts_lookups() const override { return load_prefixes_; }
+  int64_t kv_hits() const override {
+    return kv_worker_hits_.load() + kv_memory_hits_.load() + kv_disk_hits_.load();
+  }
+  int64_t kv_misses() const override { return kv_misses_.load(); }
+  int64_t kv_worker_hits() const override { return kv_worker_hits_.load(); }
+  int64_t kv_store_memory_hits() const override { return kv_memory_hits_.load(); }
+  int64_t kv_store_disk_hits() const override { return kv_disk_hits_.load(); }
 
  private:
   friend class PrefillCall;
@@ -95,6 +106,10 @@ class PrefillService final : public tandem::v1::PrefillWorker::CallbackService,
   std::atomic<int64_t> reserved_uploads_{0};
   std::atomic<int64_t> uploads_done_{0};
   std::atomic<int64_t> loaded_blocks_{0};
+  std::atomic<int64_t> kv_worker_hits_{0};
+  std::atomic<int64_t> kv_memory_hits_{0};
+  std::atomic<int64_t> kv_disk_hits_{0};
+  std::atomic<int64_t> kv_misses_{0};
 };
 
 }  // namespace tandem::prefill

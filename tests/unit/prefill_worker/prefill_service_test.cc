@@ -172,6 +172,14 @@ TEST_F(PrefillServiceTest, ImportsAStoredPrefixAndComputesOnlyTheRest) {
   EXPECT_EQ(response.cached_prompt_tokens(), 0);
   EXPECT_EQ(service_->loaded_blocks(), 4);
   EXPECT_EQ(UsedBlocks(), 0);
+  // Lookups: the first prompt's 4 blocks from the store's memory; the longer one's 4 resident
+  // and 2 missing; the other tenant's 4 missing.
+  EXPECT_TRUE(service_->counts_lookups());
+  EXPECT_EQ(service_->kv_store_memory_hits(), 4);
+  EXPECT_EQ(service_->kv_store_disk_hits(), 0);
+  EXPECT_EQ(service_->kv_worker_hits(), 4);
+  EXPECT_EQ(service_->kv_hits(), 8);
+  EXPECT_EQ(service_->kv_misses(), 6);
 }
 
 TEST_F(PrefillServiceTest, BadRequestsAreInvalidArgument) {
