@@ -106,6 +106,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(model::Model& model,
   kv_options.model_id =
       options.model_id.empty() ? model.config().architecture_name : options.model_id;
   kv_options.weight_quantization = model.weights().quantization;
+  kv_options.weights_fingerprint = model.weights().fingerprint;
   kv_options.enable_prefix_caching = options.enable_prefix_caching;
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<kv::KvCacheManager> kv,
                           kv::KvCacheManager::Create(kv_options));

@@ -12,6 +12,13 @@ uint64_t HashModelId(std::string_view model_id, std::string_view weight_quantiza
   return XXH3_64bits_withSeed(weight_quantization.data(), weight_quantization.size(), id);
 }
 
+uint64_t HashModelId(std::string_view model_id, std::string_view weight_quantization,
+                     uint64_t weights_fingerprint) {
+  const uint64_t id = HashModelId(model_id, weight_quantization);
+  if (weights_fingerprint == 0) return id;
+  return XXH3_64bits_withSeed(&weights_fingerprint, sizeof(weights_fingerprint), id);
+}
+
 BlockHash HashBlock(uint64_t model_id_hash, BlockHash prev, std::span<const int32_t> tokens) {
   // Two fixed-size hashes instead of concatenating into a buffer: no allocation on the hot path.
   uint64_t seed_input[2] = {model_id_hash, prev};

@@ -15,6 +15,9 @@ using BlockHash = uint64_t;
 // `weight_quantization` (empty for float weights) keeps the KV of a quantized model apart from
 // the float model's under the same name.
 uint64_t HashModelId(std::string_view model_id, std::string_view weight_quantization = "");
+// The same, chained with the weights' fingerprint (model::ModelWeights::fingerprint) unless 0.
+uint64_t HashModelId(std::string_view model_id, std::string_view weight_quantization,
+                     uint64_t weights_fingerprint);
 
 // h_i = XXH3_64(tokens of block i as little-endian int32, seed = XXH3_64(model_id_hash, prev)).
 // `prev` is 0 for the first block, or a salt (see HashPrefixBlocks). Stable across processes and

@@ -53,7 +53,8 @@ absl::StatusOr<std::unique_ptr<KvCacheManager>> KvCacheManager::Create(
 KvCacheManager::KvCacheManager(const KvCacheOptions& options, std::unique_ptr<BlockPool> pool)
     : layout_(options.layout),
       model_id_(options.model_id),
-      model_hash_(HashModelId(options.model_id, options.weight_quantization)),
+      model_hash_(
+          HashModelId(options.model_id, options.weight_quantization, options.weights_fingerprint)),
       prefix_caching_(options.enable_prefix_caching),
       mixed_(options.mixed),
       arena_(pool->arena()),

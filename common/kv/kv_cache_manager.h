@@ -44,6 +44,7 @@ struct KvCacheOptions {
   MixedKvOptions mixed;
   std::string model_id;  // part of every block hash
   std::string weight_quantization;  // also part of it (HashModelId); empty for float weights
+  uint64_t weights_fingerprint = 0;  // also part of it; 0: none (model::ModelWeights::fingerprint)
   bool enable_prefix_caching = true;
   // Where the blocks live (BlockMemory); null: host memory. Must outlive the manager.
   BlockMemory* memory = nullptr;

@@ -737,6 +737,7 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(const std::stri
   TANDEM_ASSIGN_OR_RETURN(std::vector<std::string> paths, ListWeightFiles(dir));
   for (const auto& path : paths) {
     TANDEM_ASSIGN_OR_RETURN(auto file, SafetensorsFile::Open(path));
+    w->fingerprint = file->Fingerprint(w->fingerprint);
     w->files_.push_back(std::move(file));
   }
   ThreadPool serial(1);

@@ -111,6 +111,9 @@ class ModelWeights {
   // weights on the CPU the kernels that multiply them (kernels::QuantKernelName); else empty.
   std::string cpu_gemm;
   std::string cpu_gemm_implementation;
+  // Of the weight files (SafetensorsFile::Fingerprint, in order): part of every KV block's hash,
+  // so KV computed with other weights under the same model id is never found.
+  uint64_t fingerprint = 0;
   int64_t total_bytes = 0;       // bytes of all tensors used, as stored in the files
   int64_t memory_bytes = 0;      // bytes the loaded weights take in memory (mapped or copied)
 

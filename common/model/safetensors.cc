@@ -1,5 +1,7 @@
 #include "common/model/safetensors.h"
 
+#include <xxhash.h>
+
 #include <algorithm>
 #include <cstring>
 
@@ -135,6 +137,22 @@ absl::StatusOr<std::vector<TensorEntry>> ParseSafetensorsHeader(const uint8_t* f
   }
   *data_start = 8 + header_len;
   return out;
+}
+
+uint64_t SafetensorsFile::Fingerprint(uint64_t seed) const {
+  constexpr size_t kSamples = 64, kSampleBytes = 4096;
+  const uint8_t* bytes = file_->data();
+  const size_t size = file_->size();
+  const size_t start = std::min<size_t>(data_start_, size);
+  uint64_t h = XXH3_64bits_withSeed(bytes, start, seed ^ size);
+  const size_t data = size - start;
+  if (data == 0) return h;
+  const size_t span = data > kSampleBytes ? data - kSampleBytes : 0;
+  for (size_t i = 0; i < kSamples; ++i) {
+    const size_t at = start + span * i / (kSamples - 1);
+    h = XXH3_64bits_withSeed(bytes + at, std::min(kSampleBytes, size - at), h);
+  }
+  return h;
 }
 
 absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std::string& path) {

@@ -116,6 +116,22 @@ TEST_F(EngineTest, PanelWeightsGiveTheSameResults) {
   ExpectSameAsSolo(got, requests);
 }
 
+// KV block hashes cover the weights, not only the model id: a model replaced under the same id
+// (or the same directory) keys its blocks apart, so no store or cache serves the old KV; the
+// same weights loaded another way key them alike.
+TEST_F(EngineTest, BlockHashesFollowTheWeights) {
+  EngineOptions o = Options();
+  o.model_id = "served-name";
+  auto spec = testing::TinySpec();
+  spec.seed += 1;
+  auto retrained = model::Model::Load(testing::WriteTempModel(spec), pool_);
+  auto packed = model::Model::Load(dir_, pool_, {.memory = model::WeightMemory::kHugePages});
+  ASSERT_TRUE(retrained.ok() && packed.ok());
+  const uint64_t hash = MakeEngine(o)->kv_cache().model_hash();
+  EXPECT_NE(MakeEngine(o, retrained->get())->kv_cache().model_hash(), hash);
+  EXPECT_EQ(MakeEngine(o, packed->get())->kv_cache().model_hash(), hash);
+}
+
 // With panel weights every matrix product sums each output in one fixed order, so a sequence's
 // logits do not depend on which others share its batch: bit for bit.
 TEST_F(EngineTest, PanelWeightsMakeBatchingBitExact) {

@@ -49,6 +49,14 @@ TEST(BlockHashTest, DependsOnModelId) {
   EXPECT_NE(HashBlock(HashModelId("a"), 0, a), HashBlock(HashModelId("b"), 0, a));
 }
 
+// Weights replaced under the same model id: another fingerprint, other hashes; none (0) leaves
+// the id's hash as it was.
+TEST(BlockHashTest, DependsOnTheWeightsFingerprint) {
+  EXPECT_EQ(HashModelId("a", "int8", 0), HashModelId("a", "int8"));
+  EXPECT_NE(HashModelId("a", "", 7), HashModelId("a", "", 8));
+  EXPECT_NE(HashModelId("a", "", 7), HashModelId("a"));
+}
+
 TEST(BlockHashTest, HashPrefixBlocksIsTheChain) {
   const uint64_t m = HashModelId("m");
   const std::vector<int32_t> t = {5, 6, 7, 8, 9, 10, 11};

@@ -74,6 +74,37 @@ TEST(ModelWeightsTest, ShardedModelGivesSameLogitsAsSingleFile) {
   EXPECT_EQ(std::memcmp(ea.data, eb.data, ea.rows * ea.cols * DTypeSize(ea.dtype)), 0);
 }
 
+// The weights' fingerprint (part of every KV block hash) is the same for the same files however
+// they are loaded, and differs for weights replaced under the same directory: other values of
+// the same shapes, or one value changed where a sample reads.
+TEST(ModelWeightsTest, FingerprintFollowsTheWeightsNotThePath) {
+  auto spec = testing::TinySpec();
+  std::string dir = testing::WriteTempModel(spec);
+  auto c = ModelConfig::FromDirectory(dir);
+  ASSERT_TRUE(c.ok());
+  auto fingerprint = [&](const std::string& d, WeightLoadOptions o = {}) {
+    auto w = ModelWeights::Load(d, *c, o);
+    EXPECT_TRUE(w.ok()) << w.status();
+    return w.ok() ? (*w)->fingerprint : 0;
+  };
+  const uint64_t first = fingerprint(dir);
+  EXPECT_NE(first, 0u);
+  EXPECT_EQ(fingerprint(dir, {.memory = WeightMemory::kHugePages}), first);
+  EXPECT_EQ(fingerprint(testing::WriteTempModel(spec)), first);  // the same weights elsewhere
+
+  auto reseeded = spec;
+  reseeded.seed = spec.seed + 1;
+  const std::string other = testing::WriteTempModel(reseeded);
+  EXPECT_NE(fingerprint(other), first);
+
+  // One byte of the last tensor's data changed, at the file's end (the last sample).
+  const std::string path = dir + "/model.safetensors";
+  std::string bytes = *ReadFileToString(path);
+  bytes.back() = static_cast<char>(bytes.back() ^ 0x40);
+  ASSERT_TRUE(WriteStringToFile(path, bytes).ok());
+  EXPECT_NE(fingerprint(dir), first);
+}
+
 TEST(ModelWeightsTest, HugePageCopyHoldsTheSameValuesInPanels) {
   auto spec = testing::TinySpec(Arch::kQwen2);
   spec.dtype = DType::kBF16;
