@@ -1,6 +1,7 @@
 #include "router/registry_service.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/time/time.h"
 #include "common/util/log.h"
 
@@ -61,6 +62,13 @@ std::string RegistryService::KvMismatch(const tandem::v1::KvLayout& worker) cons
                         describe(worker.weight_quantization()),
                         "; give every role the same model.weight_quantization (prefill and "
                         "decode must compute the same model)");
+  }
+  if (worker.weights_fingerprint() != 0 && want.weights_fingerprint() != 0 &&
+      worker.weights_fingerprint() != want.weights_fingerprint()) {
+    return absl::StrFormat(
+        "weights mismatch: the worker's weight files (fingerprint %016x) are not this router's "
+        "(%016x) under the same model id; serve one set of weights under one model.name",
+        worker.weights_fingerprint(), want.weights_fingerprint());
   }
   if (worker.dtype() == want.dtype() && worker.block_size() == want.block_size() &&
       worker.num_layers() == want.num_layers() && worker.num_kv_heads() == want.num_kv_heads() &&

@@ -709,6 +709,16 @@ absl::StatusOr<kernels::CpuGemmChoice> ChooseGemm(const ModelConfig& c,
 
 }  // namespace
 
+absl::StatusOr<uint64_t> WeightsFingerprint(const std::string& dir) {
+  TANDEM_ASSIGN_OR_RETURN(std::vector<std::string> paths, ListWeightFiles(dir));
+  uint64_t fingerprint = 0;
+  for (const auto& path : paths) {
+    TANDEM_ASSIGN_OR_RETURN(auto file, SafetensorsFile::Open(path));
+    fingerprint = file->Fingerprint(fingerprint);
+  }
+  return fingerprint;
+}
+
 absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(const std::string& dir,
                                                                  const ModelConfig& c,
                                                                  const WeightLoadOptions& options) {

@@ -58,8 +58,10 @@ absl::StatusOr<DType> KvDType(const config::TandemConfig& c, const model::ModelC
 
 // The KV cache a worker of config `c` holds, as it registers with the router and as the router
 // expects it: dtype "mixed" for a mixed-precision cache, else the block dtype.
+// `weights_fingerprint`: ModelWeights::fingerprint of the model served.
 absl::StatusOr<tandem::v1::KvLayout> KvLayoutMessage(const config::TandemConfig& c,
-                                                     const model::ModelConfig& m) {
+                                                     const model::ModelConfig& m,
+                                                     uint64_t weights_fingerprint) {
   TANDEM_ASSIGN_OR_RETURN(DType dtype, KvDType(c, m));
   TANDEM_ASSIGN_OR_RETURN(kernels::QuantFormat quant,
                           model::ParseWeightQuantization(c.model.weight_quantization,
@@ -69,6 +71,7 @@ absl::StatusOr<tandem::v1::KvLayout> KvLayoutMessage(const config::TandemConfig&
       rpc::ToProto(m.KvLayoutFor(dtype, c.kv_cache.block_size), c.kv_cache.dtype == "mixed");
   // A quantized checkpoint names its own format (model.weight_quantization is then refused).
   layout.set_weight_quantization(model::LoadedQuantizationName(m.quantization, quant));
+  layout.set_weights_fingerprint(weights_fingerprint);
   return layout;
 }
 
@@ -349,7 +352,7 @@ class WorkerRole final : public ServedRole {
     agent.registration.set_address(rpc::AdvertisedAddress(wc.advertise, address()));
     agent.registration.set_model_id(ModelId(c));
     TANDEM_ASSIGN_OR_RETURN(*agent.registration.mutable_layout(),
-                            KvLayoutMessage(c, model_->config()));
+                            KvLayoutMessage(c, model_->config(), model_->weights().fingerprint));
     // A worker the router refuses (another model or KV layout) is not ready until it is
     // accepted, so the refusal shows in its readiness probe as well as its log.
     agent.on_accepted = [this](bool accepted) { SetReady(accepted); };
@@ -399,7 +402,15 @@ class RouterRole final : public ServedRole {
     o.model_name = ModelId(c);
     o.architecture = m.architecture_name;
     TANDEM_ASSIGN_OR_RETURN(DType kv_dtype, KvDType(c, m));
-    TANDEM_ASSIGN_OR_RETURN(o.kv_layout, KvLayoutMessage(c, m));
+    // The workers' block hashes cover their weights' fingerprint; the prefix index must hash
+    // alike to find what they hold.
+    absl::StatusOr<uint64_t> fingerprint = model::WeightsFingerprint(c.model.path);
+    if (!fingerprint.ok()) {
+      Log(LogLevel::kWarning, "router",
+          absl::StrCat("no weights to fingerprint (", fingerprint.status().message(),
+                       "): prefix-aware routing will not match the workers' KV blocks"));
+    }
+    TANDEM_ASSIGN_OR_RETURN(o.kv_layout, KvLayoutMessage(c, m, fingerprint.value_or(0)));
     o.kv_dtype = o.kv_layout.dtype();
     o.model_id = ModelId(c);
     o.limits = {.context_length = m.max_position_embeddings,

@@ -29,6 +29,7 @@ tandem::v1::KvLayout Layout(const std::string& dtype, int block_size) {
   l.set_head_dim(32);
   l.set_block_size(block_size);
   l.set_dtype(dtype);
+  l.set_weights_fingerprint(0xfeed);
   return l;
 }
 
@@ -107,6 +108,21 @@ TEST_F(RegistryServiceTest, AnotherWeightQuantizationIsRefusedNamingBoth) {
                         "worker with int4-g128; give every role the same "
                         "model.weight_quantization"));
   EXPECT_EQ(router_->decode_pool().size(), 0);
+}
+
+// Weights replaced under the same model id compute other KV (and key it apart): a worker whose
+// weight files are not the router's is refused; one that does not say (0) is not checked.
+TEST_F(RegistryServiceTest, OtherWeightsUnderTheSameModelIdAreRefused) {
+  RegisterRequest retrained = Request(tandem::v1::WORKER_ROLE_DECODE, "10.0.0.8:7200");
+  retrained.mutable_layout()->set_weights_fingerprint(0xbeef);
+  const grpc::Status s = Register(retrained);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(s.error_message(), HasSubstr("weights mismatch"));
+  EXPECT_THAT(s.error_message(), HasSubstr("000000000000beef"));
+  EXPECT_EQ(router_->decode_pool().size(), 0);
+  RegisterRequest unknown = Request(tandem::v1::WORKER_ROLE_DECODE, "10.0.0.8:7200");
+  unknown.mutable_layout()->set_weights_fingerprint(0);
+  EXPECT_TRUE(Register(unknown).ok());
 }
 
 TEST_F(RegistryServiceTest, AnotherModelARoleThatCannotJoinOrNoPortIsRefused) {

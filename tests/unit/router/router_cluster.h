@@ -14,6 +14,7 @@
 #include "absl/synchronization/notification.h"
 #include "cache_store/block_store.h"
 #include "cache_store/cache_store_service.h"
+#include "common/model/model_weights.h"
 #include "common/store/store_pool.h"
 #include "decode_worker/decode_service.h"
 #include "prefill_worker/prefill_service.h"
@@ -59,7 +60,9 @@ class RouterClusterTest : public TinyModelTest {
     options.model_name = "tiny";
     options.architecture = "LlamaForCausalLM";
     options.kv_dtype = "fp32";
-    options.model_id = dir_;  // the engines' default model id: block hashes agree
+    // The engines' default model id and their weights' fingerprint: block hashes agree.
+    options.model_id = dir_;
+    options.kv_layout.set_weights_fingerprint(model::WeightsFingerprint(dir_).value());
     options.limits = {.context_length = 512, .vocab_size = 128};
     options.kv_bytes_per_block = 8192;
     router_ = std::make_unique<router::RouterService>(options, nullptr, &metrics_);
