@@ -88,12 +88,12 @@ std::string WeightFormatName(DType dtype, const kernels::QuantFormat& quant);
 // DIR/model.safetensors.index.json lists.
 absl::StatusOr<std::vector<std::string>> ListWeightFiles(const std::string& dir);
 
-// All weights of a model directory, validated against its config: every expected tensor present
-// with the right shape and a float dtype, no unexpected tensors. Owns the mappings.
 // The fingerprint ModelWeights::Load gives the weight files of `dir`, without loading them
 // (256 KiB read per file).
 absl::StatusOr<uint64_t> WeightsFingerprint(const std::string& dir);
 
+// All weights of a model directory, validated against its config: every expected tensor present
+// with the right shape and a float dtype, no unexpected tensors. Owns the mappings.
 class ModelWeights {
  public:
   // Loads DIR/model.safetensors or the shards listed in DIR/model.safetensors.index.json.

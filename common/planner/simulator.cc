@@ -60,7 +60,7 @@ class SimEngine {
   // (stolen) extends the step.
   double core_free_at = 0;
   double stolen = 0;
-  int64_t messages = 0;  // the current step's streamed tokens
+  int64_t messages = 0;  // streamed by the current step (StepSeconds counts them)
 
   void Add(const Seq& s) {
     queued_tokens_ += s.total - s.computed;
@@ -121,7 +121,7 @@ class SimEngine {
   // handoff_overhead_seconds more; a decode replica's first step of an imported sequence costs
   // import_overhead_seconds for bringing its blocks in.
   double StepSeconds(const StepModel& prefill, const StepModel& decode,
-                     const EngineProfile& profile, int64_t& messages) const {
+                     const EngineProfile& profile) {
     int64_t prefill_tokens = 0, decodes = 0, streamed = 0, handed_off = 0, imports = 0;
     double prefill_work = 0, decode_context = 0;
     for (const Scheduled& b : batch_) {
@@ -360,7 +360,7 @@ absl::StatusOr<SimulationResult> SimulateRequests(const EngineProfile& profile, 
     SimEngine& engine = engines[static_cast<size_t>(e)];
     if (engine.busy() || engine.Schedule(result.preemptions).empty()) return;
     engine.set_busy(true);
-    const double step = engine.StepSeconds(prefill, decode, profile, engine.messages);
+    const double step = engine.StepSeconds(prefill, decode, profile);
     (e < first_decode ? result.prefill_busy_s : result.engine_busy_s) += step;
     events.push({std::max(now, engine.core_free_at) + step, order++, EventKind::kStepEnd, e});
   };
