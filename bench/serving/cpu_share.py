@@ -5,16 +5,17 @@ bench` run of a validate_planner.py workload on local_cluster.py's deployments.
 
 Columns: the share of the run's wall time each process was on a core (100% = one core),
 its CPU time per request of the run (all requests, not only those it served), and the share of
-the wall time its threads waited for a core. A pinned worker's busiest thread is its engine loop; its run delay is how long others held its
-core while it had work. The unpinned processes (router, store shard, the bench client) are what
+the wall time its threads waited for a core. A pinned worker's busiest thread is its engine
+loop; its run delay is how long others held its core while it had work. The unpinned processes (router, store shard, the bench client) are what
 the engine profile does not see.
 
   /usr/bin/python3 bench/serving/cpu_share.py --build build --workload decode-heavy \\
       --modes disaggregated,colocated --rates 4,16,24 --profile bench/profiles/tandem-py-8l-1t.json
 
-With --profile, each point is also simulated (`tandem plan --deployment ... --rates R`, the same
-requests, --stream-interval as --set gives it) and the simulated TTFT/TPOT and the replicas'
-busy seconds are printed beside the measured ones. --set overrides config for every role, e.g.
+With --profile (a file, or 'workload' for the workload's own), each point is also simulated
+(`tandem plan --deployment ... --rates R`, the same requests, --stream-interval as --set
+gives it) and the simulated TTFT/TPOT and the replicas' busy seconds are printed beside the
+measured ones. --set overrides config for every role, e.g.
 --set scheduler.stream_interval=4. Disaggregated points also print the serving stack's CPU per
 streamed message (the decode worker's outside its steps and tasks, and the router's): the
 profile's token_overhead_seconds, which --token-overhead-us sets for the simulation.
@@ -29,18 +30,9 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from local_cluster import (ITL, LocalCluster, delta, engine_loop, histogram,  # noqa: E402
-                           histogram_delta, histogram_quantile, scrape_roles, threads)
-
-WORKLOADS = {
-    "decode-heavy": ("models/tandem-py-8l", {"input_len": 512, "input_len_range": 0.5,
-                                             "output_len": 128, "output_len_range": 0.5,
-                                             "slo_ttft_ms": 250, "slo_tpot_ms": 10}),
-    "prefill-heavy": ("/tmp/m125", {"input_len": 1536, "input_len_range": 0.33,
-                                    "output_len": 80, "output_len_range": 0.6,
-                                    "slo_ttft_ms": 8000, "slo_tpot_ms": 25}),
-}
-
+from local_cluster import (DEPLOYMENTS, ITL, WORKLOADS, LocalCluster, delta,  # noqa: E402
+                           engine_loop, histogram, histogram_delta, histogram_quantile,
+                           scrape_roles, threads)
 
 def itl_by_role(samples):
     """The inter-token histograms where tokens are made (the decode engine) and relayed (the
@@ -62,7 +54,8 @@ p.add_argument("--modes", default="disaggregated,colocated")
 p.add_argument("--rates", default="4,16,24")
 p.add_argument("--num-requests", type=int, default=100)
 p.add_argument("--json-out", default="")
-p.add_argument("--profile", default="", help="also print the simulator's busy seconds per role")
+p.add_argument("--profile", default="",
+               help="also simulate each point; 'workload' takes the workload's own profile")
 p.add_argument("--token-overhead-us", type=float, default=None,
                help="with --profile: the serving stack's CPU per streamed message to simulate "
                     "with (default: the profile's token_overhead_seconds)")
@@ -71,9 +64,10 @@ p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
 args = p.parse_args()
 tandem = os.path.join(args.build, "tools", "tandem", "tandem")
 logs = tempfile.mkdtemp(prefix="tandem_cpu_share_")
-model, flags = WORKLOADS[args.workload]
+model, profile, _, flags = WORKLOADS[args.workload]
+if args.profile == "workload":
+    args.profile = profile
 results = []
-DEPLOYMENTS = {"colocated": "colocated:2", "disaggregated": "disaggregated:1:1"}
 STREAM_INTERVAL = int(next((kv.split("=", 1)[1] for kv in args.set
                             if kv.startswith("scheduler.stream_interval=")), 1))
 

@@ -25,40 +25,9 @@ import tempfile
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
                                 "scripts", "train"))
 import png  # noqa: E402  (the project's dependency-free PNG plotter)
-from local_cluster import LocalCluster, bench, cpu_of_run  # noqa: E402
+from local_cluster import (DEPLOYMENTS, WORKLOADS, LocalCluster, bench,  # noqa: E402
+                           cpu_of_run)
 
-# name: (model, profile, rates, tandem bench flags). Lengths are uniform in len * (1 ± range).
-WORKLOADS = {
-    # The serving benchmark's: the bundled model, short prompts, long outputs.
-    "decode-heavy": ("models/tandem-py-8l", "bench/profiles/tandem-py-8l-1t.json", "4,8,16,24",
-                     {"input_len": 512, "input_len_range": 0.5, "output_len": 128,
-                      "output_len_range": 0.5, "slo_ttft_ms": 250, "slo_tpot_ms": 10}),
-    # 125M shape, prompts 1,024-2,048 tokens, outputs 32-128: colocated chunked prefill stalls
-    # the decodes that share its steps.
-    "prefill-heavy": ("/tmp/m125", "bench/profiles/125m-bf16-1t.json", "0.25,0.4,0.55,0.7",
-                      {"input_len": 1536, "input_len_range": 0.33, "output_len": 80,
-                       "output_len_range": 0.6, "slo_ttft_ms": 8000, "slo_tpot_ms": 25}),
-    # The same on a CPU without bf16 dot products (AVX2 only, e.g. Zen 3), where a 1,536-token
-    # prompt takes ~4 s on one core: the TTFT bound 3x that, the rates below one prefill core's.
-    "prefill-heavy-avx2": ("/tmp/m125", "bench/profiles/125m-bf16-1t-zen3.json",
-                           "0.06,0.09,0.12,0.15",
-                           {"input_len": 1536, "input_len_range": 0.33, "output_len": 80,
-                            "output_len_range": 0.6, "slo_ttft_ms": 12000, "slo_tpot_ms": 25}),
-    # The mixed workload on such a CPU: the TTFT bound 3 s (a 384-token prefill takes ~0.8 s).
-    "mixed-avx2": ("/tmp/m125", "bench/profiles/125m-bf16-1t-zen3.json", "0.5,1,1.5,2",
-                   {"input_len": 384, "input_len_range": 0.5, "output_len": 128,
-                    "output_len_range": 0.5, "slo_ttft_ms": 3000, "slo_tpot_ms": 50}),
-    # 125M shape, prompts and outputs of similar size.
-    "mixed": ("/tmp/m125", "bench/profiles/125m-bf16-1t.json", "0.5,1,2,3",
-              {"input_len": 384, "input_len_range": 0.5, "output_len": 128,
-               "output_len_range": 0.5, "slo_ttft_ms": 1000, "slo_tpot_ms": 50}),
-    # A bursty trace (bench/serving/make_bursty_trace.py: Mooncake's format, non-Poisson send
-    # times, prompts 128-1,024 tokens, outputs 32-256), replayed scaled to each mean rate.
-    "trace": ("models/tandem-py-8l", "bench/profiles/tandem-py-8l-1t.json", "4,8,16",
-              {"dataset": "bench/traces/bursty-120.jsonl", "slo_ttft_ms": 250,
-               "slo_tpot_ms": 10}),
-}
-DEPLOYMENTS = {"colocated": "colocated:2", "disaggregated": "disaggregated:1:1"}
 
 p = argparse.ArgumentParser()
 p.add_argument("--build", default="build")
