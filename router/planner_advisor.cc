@@ -17,11 +17,21 @@ void Lengths(const WorkloadStats::Moments& m, int32_t& len, double& range) {
   range = std::clamp(std::sqrt(3.0) * m.stddev / mean, 0.0, 1.0);
 }
 
+// The options as planned with: the profile's shared-stack costs only where the stack shares
+// the replicas' cores (PlannerAdvisorOptions::shared_stack_cpu).
+PlannerAdvisorOptions WithStackCpu(PlannerAdvisorOptions o) {
+  if (!o.shared_stack_cpu) {
+    o.profile.shared_overhead_seconds = 0;
+    o.profile.shared_step_overhead_seconds = 0;
+  }
+  return o;
+}
+
 }  // namespace
 
 PlannerAdvisor::PlannerAdvisor(PlannerAdvisorOptions options, WorkloadStats& stats,
                                metrics::PlannerMetrics* metrics, const TimeSource& clock)
-    : options_(std::move(options)), stats_(stats), metrics_(metrics), clock_(clock) {}
+    : options_(WithStackCpu(std::move(options))), stats_(stats), metrics_(metrics), clock_(clock) {}
 
 PlannerAdvisor::~PlannerAdvisor() {
   stop_.Notify();

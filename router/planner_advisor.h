@@ -28,6 +28,12 @@ struct PlannerAdvisorOptions {
   // The SLOs (slo_ttft_s, slo_tpot_s) and attainment; lengths come from the measurement.
   planner::Workload slo;
   planner::RecommendOptions recommend;
+  // Whether the router, the store shards and the clients run on the replicas' cores, as in
+  // the profile's calibration (bench/serving/local_cluster.py) and on one machine: then the
+  // profile's shared_overhead_seconds and shared_step_overhead_seconds are charged to the
+  // replicas. False (planner.shared_stack_cpu's default) where they have machines or pods of
+  // their own, as on Kubernetes: the advisor plans with those costs at zero.
+  bool shared_stack_cpu = false;
   std::chrono::duration<double> interval = std::chrono::seconds(60);
   // Finished requests the window needs before its workload is planned for; with fewer, the
   // recommendation is the smallest deployment (one replica per role).

@@ -115,6 +115,9 @@ struct PlannerConfig {
   int max_replicas = 64;
   double headroom = 1.25;
   int min_requests = 50;
+  // The router, store shards and clients share the replicas' cores (one machine): plan with
+  // the profile's shared-stack CPU (router::PlannerAdvisorOptions::shared_stack_cpu).
+  bool shared_stack_cpu = false;
 };
 
 struct WorkerConfig {

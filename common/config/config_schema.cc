@@ -361,6 +361,10 @@ std::vector<Field> MakeSchema() {
            "size for the measured rate times this"),
       Int("planner.min_requests", TANDEM_CONFIG_REF(planner.min_requests), 1, kMaxInt,
           "finished requests the window needs before the planner recommends"),
+      Bool("planner.shared_stack_cpu", TANDEM_CONFIG_REF(planner.shared_stack_cpu),
+           "the router, store shards and clients run on the replicas' cores (one machine): "
+           "charge the profile's shared_overhead costs to them; false where they have "
+           "machines or pods of their own"),
       Str("prefill.listen", TANDEM_CONFIG_REF(prefill.listen), {}, listen_doc),
       Str("prefill.router", TANDEM_CONFIG_REF(prefill.router), {},
           "router address to register with; empty: static configuration only"),

@@ -506,6 +506,7 @@ class RouterRole final : public ServedRole {
     r.headroom = c.planner.headroom;
     o.interval = std::chrono::duration<double>(c.planner.interval_seconds);
     o.min_requests = c.planner.min_requests;
+    o.shared_stack_cpu = c.planner.shared_stack_cpu;
     Log(LogLevel::kInfo, "router",
         absl::StrCat("planner: sizing the ", colocated ? "colocated" : "disaggregated",
                      " deployment every ", c.planner.interval_seconds, " s with profile ",

@@ -134,6 +134,56 @@ TEST(PlannerAdvisorTest, AWorkloadShiftMovesTheExportedSplit) {
   EXPECT_THAT(text, HasSubstr("tandem_planner_mean_tokens{kind=\"prompt\"} 1536"));
 }
 
+// The bundled model's profile carries the CPU of the router, store shard and client measured
+// on the replicas' cores (bench/serving/validate_planner.py --calibrate). The advisor charges it
+// only where the stack shares those cores (planner.shared_stack_cpu); by default (its own
+// machines or pods) it plans as if the profile's shared costs were zero.
+TEST(PlannerAdvisorTest, SharedStackCpuIsChargedOnlyWhereTheStackSharesTheCores) {
+  const std::string path = std::string(TANDEM_SOURCE_DIR) + "/bench/profiles/tandem-py-8l-1t.json";
+  absl::StatusOr<std::string> text = ReadFileToString(path);
+  ASSERT_TRUE(text.ok()) << text.status();
+  absl::StatusOr<planner::EngineProfile> profile = planner::EngineProfile::FromJson(*text, path);
+  ASSERT_TRUE(profile.ok()) << profile.status();
+  ASSERT_GT(profile->shared_overhead_seconds, 0);
+  ASSERT_GT(profile->shared_step_overhead_seconds, 0);
+
+  PlannerAdvisorOptions o = Options125m();
+  o.profile = *profile;
+  o.slo.slo_ttft_s = 0.25;
+  o.slo.slo_tpot_s = 0.01;
+  o.recommend.engine.num_blocks =
+      (int64_t{1} << 30) / (profile->kv_bytes_per_token * profile->block_size);
+  o.recommend.prefill = o.recommend.engine;
+  // The advisor's round at 24 req/s of the decode-heavy workload, and Recommend run directly
+  // on what that round measured with `planned` as the profile: the two must agree exactly.
+  auto check = [&](bool shared_stack_cpu, const planner::EngineProfile& planned) {
+    o.shared_stack_cpu = shared_stack_cpu;
+    testing::ManualTimeSource clock;
+    WorkloadStats stats(std::chrono::seconds(60));
+    PlannerAdvisor advisor(o, stats, nullptr, clock);
+    Drive(stats, clock, 24, 60, 512, 128, 64);
+    absl::StatusOr<PlannerAdvisor::Round> r = advisor.Update();
+    EXPECT_TRUE(r.ok()) << r.status();
+    EXPECT_TRUE(r->recommendation.has_value());
+    absl::StatusOr<planner::Recommendation> want =
+        planner::Recommend(planned, PlannerAdvisor::WorkloadOf(r->measured, o.slo),
+                           r->measured.arrival_rate, o.recommend);
+    EXPECT_TRUE(want.ok()) << want.status();
+    EXPECT_EQ(r->recommendation->prefill_replicas, want->prefill_replicas);
+    EXPECT_EQ(r->recommendation->decode_replicas, want->decode_replicas);
+    EXPECT_EQ(r->recommendation->at_target.tpot.p90, want->at_target.tpot.p90);
+    return *r->recommendation;
+  };
+  planner::EngineProfile zeroed = *profile;
+  zeroed.shared_overhead_seconds = zeroed.shared_step_overhead_seconds = 0;
+  const planner::Recommendation separate = check(false, zeroed);
+  const planner::Recommendation shared = check(true, *profile);
+  // And the shared stack's CPU makes the plan more expensive, not the same.
+  EXPECT_TRUE(shared.prefill_replicas + shared.decode_replicas >
+                  separate.prefill_replicas + separate.decode_replicas ||
+              shared.at_target.tpot.p90 > separate.at_target.tpot.p90);
+}
+
 // A workload the profile cannot serve (a prompt beyond every replica's KV budget) is an error
 // for the round, not a crash (the thread logs it and goes on).
 TEST(PlannerAdvisorTest, AnUnservableWorkloadIsAnError) {
