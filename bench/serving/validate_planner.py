@@ -169,10 +169,14 @@ METRICS = (("ttft", "P90 TTFT (MS)", lambda m: m["ttft_ms"]["p90"],
             lambda s: s["goodput"]))
 
 results = {}
+measured_with = vars(args)  # the arguments of the runs (a replay's: those of its --out JSON)
 if args.replay:
     # Measurements of an earlier run, predicted again from the profiles as they are now.
     with open(args.replay) as f:
-        results = json.load(f)["results"]
+        earlier = json.load(f)
+    results = earlier["results"]
+    measured_with = earlier["args"]
+    args.repeat = measured_with["repeat"]
     for name, modes in results.items():
         _, profile, _, _ = WORKLOADS[name]
         for mode, r in modes.items():
@@ -213,8 +217,9 @@ def point(runs, i, pick_m, pick_s):
 
 os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
 with open(args.out + ".json", "w") as f:
-    json.dump({"args": vars(args), "workloads": {k: WORKLOADS[k] for k in results},
-               "results": results}, f, indent=1)
+    json.dump({"args": measured_with, "workloads": {k: WORKLOADS[k] for k in results},
+               "results": results} | ({"replayed_with": vars(args)} if args.replay else {}),
+              f, indent=1)
 
 print(f"measured: the median of {args.repeat} run(s) [lowest-highest]; predicted (error "
       "against the median)")

@@ -382,14 +382,17 @@ absl::StatusOr<SimulationResult> SimulateRequests(const EngineProfile& profile, 
     }
     for (SimEngine& e : engines) e.stolen += work / static_cast<double>(engines.size());
   };
-  // The router's picks: prefill (and colocated) by fewest queued tokens, decode by fewest
-  // sequences (docs/architecture.md, "One request through the router").
+  // The router's picks (router/worker_pool.cc; docs/architecture.md, "One request through the
+  // router"): prefill by fewest queued tokens, then sequences; decode by fewest sequences, then
+  // queued tokens. A colocated replica is a decode worker to the router: picked as decode is.
   auto pick = [&](int begin, int end, bool by_tokens) {
+    auto key = [&](int e) {
+      const SimEngine& x = engines[static_cast<size_t>(e)];
+      return by_tokens ? std::pair{x.Load(), x.Sequences()} : std::pair{x.Sequences(), x.Load()};
+    };
     int best = begin;
     for (int e = begin + 1; e < end; ++e) {
-      const SimEngine& a = engines[static_cast<size_t>(e)];
-      const SimEngine& b = engines[static_cast<size_t>(best)];
-      if (by_tokens ? a.Load() < b.Load() : a.Sequences() < b.Sequences()) best = e;
+      if (key(e) < key(best)) best = e;
     }
     return best;
   };
@@ -406,7 +409,7 @@ absl::StatusOr<SimulationResult> SimulateRequests(const EngineProfile& profile, 
             .output = r.output,
             .prefill_only = d.disaggregated};
       const int e = d.disaggregated ? pick(0, first_decode, true)
-                                    : pick(0, static_cast<int>(engines.size()), true);
+                                    : pick(0, static_cast<int>(engines.size()), false);
       engines[static_cast<size_t>(e)].Add(s);
       start(e, now);
     } else if (ev.kind == EventKind::kHandoff) {

@@ -113,6 +113,21 @@ TEST(SimulatorTest, ExplicitSchedulesRunAsGiven) {
   EXPECT_FALSE(SimulateRequests(Synthetic(), Colocated(1), {{0, 0, 5}}, slo, 1).ok());
 }
 
+// The router sends a colocated request to the replica with the fewest sequences, then the
+// fewest queued tokens (router/worker_pool.cc, PickDecode): a long prompt A on replica 0, two
+// short ones B and C on replica 1 (C by tokens, the sequences being even), and then D on
+// replica 0, behind A's first 512-token chunk, though replica 1 has less work queued. With a
+// 50 ms TTFT bound, A and D miss it.
+TEST(SimulatorTest, ColocatedRequestsGoToTheFewestSequencesAsTheRouterSendsThem) {
+  Workload slo = Fixed(1, 1, 1);
+  slo.slo_ttft_s = 0.05;
+  const std::vector<SimRequest> schedule = {
+      {0, 1000, 20}, {0.001, 10, 20}, {0.002, 10, 20}, {0.003, 10, 20}};
+  auto r = SimulateRequests(Synthetic(), Colocated(2), schedule, slo, 1.0);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_DOUBLE_EQ(r->attainment, 0.5);
+}
+
 // Disaggregated: the first token reaches the client after the prefill and the put of the
 // prompt's full blocks (62 of 16 tokens: 992 KiB, below the smallest transfer sample, so at
 // its 2 ms); the decode replica's first step after the get computes the partial block's 8
