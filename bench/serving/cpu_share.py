@@ -6,8 +6,8 @@ bench` run of a validate_planner.py workload on local_cluster.py's deployments.
 Columns: the share of the run's wall time each process was on a core (100% = one core),
 its CPU time per request of the run (all requests, not only those it served), and the share of
 the wall time its threads waited for a core. A pinned worker's busiest thread is its engine
-loop; its run delay is how long others held its core while it had work. The unpinned processes (router, store shard, the bench client) are what
-the engine profile does not see.
+loop; its run delay is how long others held its core while it had work. The unpinned
+processes (router, store shard, the bench client) are what the engine profile does not see.
 
   /usr/bin/python3 bench/serving/cpu_share.py --build build --workload decode-heavy \\
       --modes disaggregated,colocated --rates 4,16,24 --profile bench/profiles/tandem-py-8l-1t.json
@@ -15,10 +15,10 @@ the engine profile does not see.
 With --profile (a file, or 'workload' for the workload's own), each point is also simulated
 (`tandem plan --deployment ... --rates R`, the same requests, --stream-interval as --set
 gives it) and the simulated TTFT/TPOT and the replicas' busy seconds are printed beside the
-measured ones. --set overrides config for every role, e.g.
---set scheduler.stream_interval=4. Disaggregated points also print the serving stack's CPU per
-streamed message (the decode worker's outside its steps and tasks, and the router's): the
-profile's token_overhead_seconds, which --token-overhead-us sets for the simulation.
+measured ones. --set overrides config for every role, e.g. --set scheduler.stream_interval=4.
+Disaggregated points also print the serving stack's CPU per streamed message (the decode
+worker's outside its steps and tasks, and the router's): the profile's
+token_overhead_seconds, which --token-overhead-us sets for the simulation.
 """
 import argparse
 import json
@@ -33,6 +33,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from local_cluster import (DEPLOYMENTS, ITL, WORKLOADS, LocalCluster, delta,  # noqa: E402
                            engine_loop, histogram, histogram_delta, histogram_quantile,
                            scrape_roles, threads)
+
 
 def itl_by_role(samples):
     """The inter-token histograms where tokens are made (the decode engine) and relayed (the
