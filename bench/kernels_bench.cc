@@ -95,7 +95,9 @@ void SelectA8Kernels() {
 // panels, as `model.weight_memory: hugepages` loads them; 4: quantized to int8 per row, 5: to
 // int4 in groups of 128, 6: int4 groups of 32, as `model.weight_quantization` loads them; 7-9:
 // 4-6 with x rounded to int8 in blocks of 32, as `model.activation_quantization: int8`; 10:
-// oneDNN's matmul on weights prepacked at load, as `model.cpu_gemm: onednn`). bf16 weights.
+// oneDNN's matmul on weights prepacked at load, as `model.cpu_gemm: onednn`, which on an AMX CPU
+// runs Tandem's own AMX tile kernel; 11: 10 with every call on oneDNN's 16-row primitive, as
+// oneDNN alone would run it there). bf16 weights.
 // Iterations
 // rotate over copies of W that together exceed the last-level cache, so every call reads its
 // weights from memory as a model's forward pass does (a single small W would stay in L3).
@@ -104,7 +106,7 @@ void RunGemm(benchmark::State& state) {
   const int64_t m = state.range(0), n = state.range(1), k = state.range(2);
   const int64_t path = state.range(3);
   constexpr int64_t kColdBytes = int64_t{96} << 20;
-  const bool onednn = path == 10;
+  const bool onednn = path == 10 || path == 11;
   const int64_t weights = onednn ? 3 : path >= 7 ? path - 3 : path;
   QuantFormat quant = weights == 4   ? QuantFormat{8, -1, false}
                       : weights == 5 ? QuantFormat{4, 128, false}
@@ -149,6 +151,7 @@ void RunGemm(benchmark::State& state) {
                                                 ~uintptr_t{31});
     matrices.back() = PackPanels(matrices.back(), aligned + c * panel_elems, pool);
   }
+  internal::PadOnednnCalls(path == 11);
   int64_t iteration = 0;
   for (auto _ : state) {
     const WeightMatrix& wm = matrices[iteration++ % copies];
@@ -161,6 +164,7 @@ void RunGemm(benchmark::State& state) {
     }
     benchmark::DoNotOptimize(y.data());
   }
+  internal::PadOnednnCalls(false);
   state.SetBytesProcessed(state.iterations() * MatrixBytes(matrices.front()));
   state.counters["FLOPS"] = benchmark::Counter(static_cast<double>(2 * m * n * k),
                                                benchmark::Counter::kIsIterationInvariantRate);
@@ -179,8 +183,8 @@ BENCHMARK(BM_GemmDecode)
     ->ArgsProduct({{1, 8, 32}, {8192}, {2048}, {4, 5, 6, 7, 8, 9}})
     ->ArgsProduct({{1, 8}, {2048}, {8192}, {4, 5, 6, 7, 8, 9}})
     ->ArgsProduct({{1}, {512, 2048}, {2048}, {3, 4, 5, 6, 7, 8, 9}})
-    ->ArgsProduct({{1, 8, 32}, {2048, 8192}, {2048}, {10}})
-    ->ArgsProduct({{1, 8, 32}, {2048}, {8192}, {10}})
+    ->ArgsProduct({{1, 8, 32}, {2048, 8192}, {2048}, {10, 11}})
+    ->ArgsProduct({{1, 8, 32}, {2048}, {8192}, {10, 11}})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 
@@ -200,6 +204,9 @@ BENCHMARK(BM_GemmPrefill)
     ->Args({512, 2048, 2048, 10})
     ->Args({512, 8192, 2048, 10})
     ->Args({512, 2048, 8192, 10})
+    ->Args({512, 2048, 2048, 11})
+    ->Args({512, 8192, 2048, 11})
+    ->Args({512, 2048, 8192, 11})
     ->Args({512, 2048, 8192, 3})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();

@@ -4,7 +4,7 @@
 Used to benchmark Tandem against llama.cpp on the same (usually random) weights at the same
 number of bits:
 
-  /usr/bin/python3 bench/llama_cpp/write_gguf.py --model DIR --out FILE.gguf --type q8_0|q4_0|f16
+  /usr/bin/python3 bench/llama_cpp/write_gguf.py --model DIR --out FILE.gguf --type q8_0|q4_0|f16|bf16
 
 DIR holds config.json and model.safetensors (or model.safetensors.index.json with shards), in
 f32, f16 or bf16. Only the 7 linear matrices of each decoder layer take --type; the token
@@ -39,10 +39,11 @@ GGUF_UINT32, GGUF_INT32, GGUF_FLOAT32, GGUF_BOOL = 4, 5, 6, 7
 GGUF_STRING, GGUF_ARRAY, GGUF_UINT64, GGUF_INT64, GGUF_FLOAT64 = 8, 9, 10, 11, 12
 
 # ggml tensor types.
-GGML_F32, GGML_F16, GGML_Q4_0, GGML_Q8_0 = 0, 1, 2, 8
-# llama_ftype ("general.file_type"): mostly F16 = 1, mostly Q4_0 = 2, mostly Q8_0 = 7.
-FILE_TYPE = {"f16": 1, "q4_0": 2, "q8_0": 7}
-LINEAR_TYPE = {"f16": GGML_F16, "q4_0": GGML_Q4_0, "q8_0": GGML_Q8_0}
+GGML_F32, GGML_F16, GGML_Q4_0, GGML_Q8_0, GGML_BF16 = 0, 1, 2, 8, 30
+# llama_ftype ("general.file_type"): mostly F16 = 1, mostly Q4_0 = 2, mostly Q8_0 = 7,
+# mostly BF16 = 32.
+FILE_TYPE = {"f16": 1, "q4_0": 2, "q8_0": 7, "bf16": 32}
+LINEAR_TYPE = {"f16": GGML_F16, "q4_0": GGML_Q4_0, "q8_0": GGML_Q8_0, "bf16": GGML_BF16}
 
 ALIGNMENT = 32
 QK = 32  # elements per Q4_0 / Q8_0 block
@@ -155,6 +156,9 @@ def encode(w, ggml_type):
         return np.ascontiguousarray(w, dtype=np.float32).tobytes()
     if ggml_type == GGML_F16:
         return np.ascontiguousarray(w, dtype=np.float16).tobytes()
+    if ggml_type == GGML_BF16:  # round to nearest even (exact for weights stored as bf16)
+        u = np.ascontiguousarray(w, dtype=np.float32).view(np.uint32)
+        return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16).tobytes()
     if w.shape[-1] % QK != 0:
         raise SystemExit(f"row length {w.shape[-1]} is not a multiple of {QK}")
     if ggml_type == GGML_Q8_0:
@@ -259,7 +263,7 @@ class GgufWriter:
         n = int(np.prod(hf_shape))
         if ggml_type == GGML_F32:
             nbytes = 4 * n
-        elif ggml_type == GGML_F16:
+        elif ggml_type in (GGML_F16, GGML_BF16):
             nbytes = 2 * n
         elif ggml_type == GGML_Q8_0:
             nbytes = n // QK * 34

@@ -199,7 +199,9 @@ std::vector<Field> MakeSchema() {
           "oneDNN's matmul (f32 and bf16 weights; bf16 weights multiply inputs rounded to bf16) "
           "prepacked at load, one oneDNN thread per compute thread; auto, oneDNN for bf16 weights "
           "where the CPU has bf16 dot products (AVX512-BF16 or AMX), else the own kernels "
-          "(measured 2.3-3.4x the prefill and 1.7-2.6x the batched decode on AVX512-BF16, "
+          "(measured 2.3-3.4x the prefill and 1.7-2.6x the batched decode on AVX512-BF16, and "
+          "3.6-5.1x the prefill and 2.1-3.9x the batched decode on AMX, where bf16 slices run on "
+          "Tandem's own AMX tile kernel with oneDNN's bits; batch 1 alike on both; "
           "docs/benchmarks.md). Quantized matrices and an untied embedding stay on the own "
           "kernels. "
           "The load log line says which was chosen and why"),

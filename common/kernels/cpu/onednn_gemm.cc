@@ -1,5 +1,9 @@
 #include "common/kernels/cpu/onednn_gemm.h"
 
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -58,8 +62,101 @@ struct Plan {
   std::array<int64_t, kChunk + 1> run_rows{};    // the primitive r rows run on (r or kChunk)
   std::array<memory::desc, kChunk + 1> scratchpads;
   dnnl::reorder unpack;  // a slice back to f32 rows [kSlice][k] (ReadOnednnRow)
-  std::string impl;
+  std::string impl;      // the 16-row primitive's implementation
+  std::string padding;   // which row counts run padded to kChunk, and why (empty if none)
+  // [r]: r rows run on TileRows (the own AMX kernel), checked to give the 16-row primitive's
+  // bits; the primitives are not used then.
+  std::array<bool, kChunk + 1> tiles{};
 };
+
+// The own AMX kernel (TileRows) reads bf16 slices in the layout oneDNN's AMX brgemm chose:
+// blocks of 32 input columns (16 pairs) x 64 output rows x 2, one after another along K.
+constexpr int64_t kTileK = 32;
+constexpr int64_t kTileBlockBytes = kTileK * kSlice * 2;
+// Blocks prefetched ahead into L1: AMX tile loads do not wake the hardware prefetchers, and a
+// step of a few rows streams its weights from memory (measured: 5 GB/s without, 22 with, the
+// rate of plain vector loads, on one Xeon core).
+constexpr int64_t kTilePrefetchBlocks = 3;
+
+// The AMX tile state: asked of the kernel once per process (Linux keeps it off until a
+// process asks), as oneDNN does for its own AMX kernels.
+bool AmxTilesAllowed() {
+  static const bool allowed = [] {
+    constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+    return OnednnCpuInfo().amx &&
+           syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+  }();
+  return allowed;
+}
+
+// Whether `p`'s slices are in the layout TileRows reads.
+bool TileLayout(const Plan& p) {
+  if (p.dtype != DType::kBF16 || p.k % kTileK != 0 || !AmxTilesAllowed()) return false;
+  const dnnl_memory_desc_t& d = p.weights.data;
+  if (d.format_kind != dnnl_blocked || d.padded_dims[0] != p.k || d.padded_dims[1] != kSlice) {
+    return false;
+  }
+  const dnnl_blocking_desc_t& b = d.format_desc.blocking;
+  return b.inner_nblks == 3 && b.inner_blks[0] == 16 && b.inner_idxs[0] == 0 &&
+         b.inner_blks[1] == kSlice && b.inner_idxs[1] == 1 && b.inner_blks[2] == 2 &&
+         b.inner_idxs[2] == 0 && b.strides[0] == kTileK * kSlice &&
+         p.slice_bytes == p.k * kSlice * 2;
+}
+
+#define TANDEM_AMX __attribute__((target("amx-tile,amx-bf16")))
+
+// ldtilecfg's operand.
+struct alignas(64) TileConfig {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+// y[rows][kSlice] = x's `rows` rows (bf16, k apart) times one slice in TileLayout, as oneDNN's
+// AMX brgemm computes it: per 16 output columns one accumulator tile, tdpbf16ps over the K
+// blocks in order. The tile configuration is loaded on every call (oneDNN's kernels load
+// their own on the same thread).
+TANDEM_AMX void TileRows(const uint16_t* x, int64_t rows, int64_t k, const char* slice, float* y) {
+  TileConfig config;
+  for (int t = 0; t < 5; ++t) {  // tiles 0-3 accumulate y's four 16-column parts; 4 holds x
+    config.rows[t] = static_cast<uint8_t>(rows);
+    config.colsb[t] = 64;
+  }
+  for (int t = 5; t < 8; ++t) {  // a block's 16 pairs x 16 columns
+    config.rows[t] = 16;
+    config.colsb[t] = 64;
+  }
+  asm volatile("" : : "r"(&config) : "memory");  // GCC 12 does not see ldtilecfg read it
+  _tile_loadconfig(&config);
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  constexpr int64_t kPairRowBytes = kSlice * 2 * 2;  // a block's row: 64 columns x 2 bf16
+  for (int64_t kb = 0; kb < k / kTileK; ++kb) {
+    const char* block = slice + kb * kTileBlockBytes;
+    // Past the slice's end this reads ahead into the next slice, which the same thread usually
+    // takes next; a prefetch never faults.
+    const char* ahead = block + kTilePrefetchBlocks * kTileBlockBytes;
+    for (int64_t b = 0; b < kTileBlockBytes; b += 64) _mm_prefetch(ahead + b, _MM_HINT_T0);
+    _tile_loadd(4, x + kb * kTileK, k * 2);
+    _tile_loadd(5, block, kPairRowBytes);
+    _tile_dpbf16ps(0, 4, 5);
+    _tile_loadd(6, block + 64, kPairRowBytes);
+    _tile_dpbf16ps(1, 4, 6);
+    _tile_loadd(7, block + 128, kPairRowBytes);
+    _tile_dpbf16ps(2, 4, 7);
+    _tile_loadd(5, block + 192, kPairRowBytes);
+    _tile_dpbf16ps(3, 4, 5);
+  }
+  constexpr int64_t kYRowBytes = kSlice * 4;
+  _tile_stored(0, y, kYRowBytes);
+  _tile_stored(1, y + 16, kYRowBytes);
+  _tile_stored(2, y + 32, kYRowBytes);
+  _tile_stored(3, y + 48, kYRowBytes);
+}
 
 memory::desc RowsDesc(int64_t k) {
   return memory::desc({k, kSlice}, memory::data_type::f32, memory::format_tag::ba);
@@ -158,6 +255,15 @@ absl::Status CheckInvariance(Plan& p) {
     same = same && same_rows(kChunk - r, r, 0);
     if (!same) p.run_rows[r] = kChunk;
   }
+  if (TileLayout(p)) {
+    const auto* xs = reinterpret_cast<const uint16_t*>(x.data());
+    for (int64_t r = 1; r <= kChunk; ++r) {
+      TileRows(xs, r, p.k, packed, y.data());
+      bool same = same_rows(0, r, 0);
+      TileRows(xs + (kChunk - r) * p.k, r, p.k, packed, y.data());
+      p.tiles[r] = same && same_rows(kChunk - r, r, 0);
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -182,6 +288,8 @@ absl::StatusOr<std::unique_ptr<Plan>> MakePlan(DType dtype, int64_t k) {
     p->unpack =
         dnnl::reorder(dnnl::reorder::primitive_desc(Engine(), p->weights, Engine(), RowsDesc(k)));
     p->run_rows[kChunk] = kChunk;
+    std::array<std::string, kChunk + 1> impls;
+    impls[kChunk] = p->impl;
     for (int64_t r = 1; r < kChunk; ++r) {
       p->run_rows[r] = kChunk;
       try {
@@ -189,11 +297,26 @@ absl::StatusOr<std::unique_ptr<Plan>> MakePlan(DType dtype, int64_t k) {
         p->by_rows[r] = dnnl::matmul(pd);
         p->scratchpads[r] = pd.scratchpad_desc();
         p->run_rows[r] = r;
+        impls[r] = pd.impl_info_str();
       } catch (const dnnl::error&) {
         // No implementation reads the 16-row layout at r rows: r rows are padded to 16.
+        impls[r] = "none";
       }
     }
     if (absl::Status s = CheckInvariance(*p); !s.ok()) return s;
+    for (int64_t r = 1; r <= kChunk; ++r) {
+      if (!p->tiles[r]) continue;
+      p->run_rows[r] = r;
+      impls[r] = "own AMX tiles";
+    }
+    p->padding = internal::DescribeRowPadding(p->run_rows, impls);
+    const int64_t tiled = std::count(p->tiles.begin(), p->tiles.end(), true);
+    if (tiled > 0) {
+      const std::string rows =
+          tiled == kChunk ? absl::StrCat("1-", kChunk) : absl::StrCat(tiled, " row counts");
+      p->padding = absl::StrCat(rows, " rows on Tandem's AMX tiles, the same bits",
+                                p->padding.empty() ? "" : "; ", p->padding);
+    }
   } catch (const dnnl::error& e) {
     return absl::InvalidArgumentError(absl::StrCat("model.cpu_gemm: onednn has no ",
                                                    std::string(DTypeName(dtype)), " matmul with ",
@@ -280,13 +403,30 @@ ThreadCalls& Calls() {
   return calls;
 }
 
+// y[0, rows) x [n0, n1) = a call's result [rows][kSlice] (+ bias).
+void CopyOut(const float* result, int64_t rows, const float* bias, float* y, int64_t y_stride,
+             int64_t n0, int64_t n1) {
+  for (int64_t i = 0; i < rows; ++i) {
+    float* out = y + i * y_stride;
+    const float* in = result + i * kSlice;
+    for (int64_t n = n0; n < n1; ++n) out[n] = in[n - n0] + (bias ? bias[n] : 0.0f);
+  }
+}
+
 // y[0, rows) x [n0, n1) (+ bias) = x's `rows` rows (contiguous, the plan's dtype) times slice
 // `s` of `w`, whose first output row is n0.
 void RunChunk(const Packed& w, int64_t s, const char* x, int64_t rows, const float* bias, float* y,
               int64_t y_stride, int64_t n0, int64_t n1) {
   const Plan& p = *w.plan;
   ThreadCalls& t = Calls();
-  const int64_t run = pad_all.load(std::memory_order_relaxed) ? kChunk : p.run_rows[rows];
+  const bool pad = pad_all.load(std::memory_order_relaxed);
+  if (p.tiles[rows] && !pad) {
+    TileRows(reinterpret_cast<const uint16_t*>(x), rows, p.k,
+             static_cast<const char*>(w.slices[s].get_data_handle()), t.y);
+    CopyOut(t.y, rows, bias, y, y_stride, n0, n1);
+    return;
+  }
+  const int64_t run = pad ? kChunk : p.run_rows[rows];
   if (run != rows) {
     const int64_t row_bytes = p.k * (p.dtype == DType::kBF16 ? 2 : 4);
     t.padded.resize(kChunk * row_bytes);
@@ -303,11 +443,7 @@ void RunChunk(const Packed& w, int64_t s, const char* x, int64_t rows, const flo
   const dnnl_status_t status =
       dnnl_primitive_execute(p.by_rows[run].get(), t.stream.get(), 4, args);
   TANDEM_CHECK(status == dnnl_success, "oneDNN matmul failed on a shape its plan checked");
-  for (int64_t i = 0; i < rows; ++i) {
-    float* out = y + i * y_stride;
-    const float* in = t.y + i * kSlice;
-    for (int64_t n = n0; n < n1; ++n) out[n] = in[n - n0] + (bias ? bias[n] : 0.0f);
-  }
+  CopyOut(t.y, rows, bias, y, y_stride, n0, n1);
 }
 
 }  // namespace
@@ -446,7 +582,10 @@ absl::StatusOr<OnednnMatrix> PackOnednn(const WeightMatrix& w, void* out, Thread
   return OnednnMatrix{view, std::move(packed)};
 }
 
-std::string OnednnImplementation(const WeightMatrix& w) { return PackedOf(w).plan->impl; }
+std::string OnednnImplementation(const WeightMatrix& w) {
+  const Plan& p = *PackedOf(w).plan;
+  return p.padding.empty() ? p.impl : absl::StrCat(p.impl, " (", p.padding, ")");
+}
 
 namespace internal {
 
@@ -510,6 +649,28 @@ void GemmOnednn(const float* x, int64_t m, int64_t x_stride, std::span<const Gem
 }
 
 void PadOnednnCalls(bool pad) { pad_all.store(pad); }
+
+std::string DescribeRowPadding(std::span<const int64_t, kOnednnChunkRows + 1> run_rows,
+                               std::span<const std::string, kOnednnChunkRows + 1> impls) {
+  std::string ranges, others;
+  for (int64_t r = 1; r < kChunk; ++r) {
+    if (run_rows[r] == r) continue;
+    int64_t last = r;
+    while (last + 1 < kChunk && run_rows[last + 1] != last + 1) ++last;
+    absl::StrAppend(&ranges, ranges.empty() ? "" : ", ", r);
+    if (last > r) absl::StrAppend(&ranges, "-", last);
+    for (int64_t q = r; q <= last; ++q) {
+      if (impls[q] != impls[kChunk] && impls[q] != "none" &&
+          others.find(impls[q]) == std::string::npos) {
+        absl::StrAppend(&others, others.empty() ? "" : ", ", impls[q]);
+      }
+    }
+    r = last;
+  }
+  if (ranges.empty()) return "";
+  return absl::StrCat(ranges, " rows run padded to ", kChunk,
+                      others.empty() ? "" : absl::StrCat(": ", others, " gives other bits"));
+}
 
 void ReadOnednnRow(const WeightMatrix& w, int64_t row, float* out) {
   const Packed& packed = PackedOf(w);

@@ -11,6 +11,12 @@
 // primitive, at any position within the call; a row count that does not is padded to 16, and a
 // shape whose 16-row primitive itself depends on the row's position is refused.
 //
+// On an AMX CPU, bf16 slices in oneDNN's AMX layout are multiplied by Tandem's own AMX tile
+// kernel instead (oneDNN picks a non-AMX kernel with other bits for 1-4 rows, which would have
+// to be padded; tile loads need a software prefetch to stream weights at the memory's rate). It
+// accumulates in the order oneDNN's AMX brgemm does, and the plan checks per row count that it
+// gives the 16-row primitive's bits; a count that does not stays on the primitives.
+//
 // bf16 weights multiply x rounded to bf16 (oneDNN's bf16 matmul, AVX512-BF16 or AMX); f32
 // weights multiply f32 x; results accumulate in f32 either way. f16 and quantized weights stay
 // on the own kernels.
@@ -82,6 +88,13 @@ void GemmOnednn(const float* x, int64_t m, int64_t x_stride, std::span<const Gem
 // Tests: pads every call's rows to kOnednnChunkRows, the path a row count takes when its plan's
 // check fails, whether or not it did.
 void PadOnednnCalls(bool pad);
+
+// "1-4 rows run padded to 16: brg:avx512_core_bf16 gives other bits" for a plan whose row
+// counts 1-4 (run_rows[r] != r) run on the 16-row primitive because their own primitive
+// (impls[r]) failed the check; "" when every count runs as itself. impls[kOnednnChunkRows] is
+// the 16-row primitive's implementation.
+std::string DescribeRowPadding(std::span<const int64_t, kOnednnChunkRows + 1> run_rows,
+                               std::span<const std::string, kOnednnChunkRows + 1> impls);
 
 // Row `row` of a kOnednn matrix as f32 (ReadRow's contract).
 void ReadOnednnRow(const WeightMatrix& w, int64_t row, float* out);

@@ -1,9 +1,11 @@
 #include "common/kernels/cpu/onednn_gemm.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "common/kernels/cpu/gemm.h"
@@ -16,6 +18,7 @@ namespace tandem::kernels {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::StartsWith;
 
 std::vector<float> RandomVector(size_t n, std::mt19937& rng) {
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
@@ -113,13 +116,16 @@ TEST(OnednnGemmTest, MatchesReference) {
 
 // A row's bits do not depend on how many rows share the call, where it sits among them, or the
 // thread count: the property that keeps a sequence's logits independent of its batch.
+// k = 512 puts bf16 slices in the layout of the own AMX kernel on an AMX CPU (k = 515 does not).
 TEST(OnednnGemmTest, RowResultsDoNotDependOnTheBatch) {
   std::mt19937 rng(5);
-  const int64_t n = 200, k = 515, rows = 70;
-  const std::vector<float> x = RandomVector(rows * k, rng);
+  const int64_t n = 200, rows = 70;
   ThreadPool two(2), three(3);
-  for (DType dtype : {DType::kF32, DType::kBF16}) {
-    SCOPED_TRACE(DTypeName(dtype));
+  for (auto [dtype, k] :
+       {std::pair{DType::kF32, int64_t{515}}, std::pair{DType::kBF16, int64_t{515}},
+        std::pair{DType::kBF16, int64_t{512}}}) {
+    SCOPED_TRACE(::testing::Message() << DTypeName(dtype) << " k=" << k);
+    const std::vector<float> x = RandomVector(rows * k, rng);
     const OnednnWeights w(RandomVector(n * k, rng), dtype, n, k, two);
     if (SkipUnsupported(w)) continue;
     std::vector<float> expected(rows * n);
@@ -138,22 +144,25 @@ TEST(OnednnGemmTest, RowResultsDoNotDependOnTheBatch) {
 }
 
 // Padding a call's rows to 16 (what a row count whose bits differed would run) gives the same
-// bits, including the padded rows' neighbours.
+// bits, including the padded rows' neighbours. Padded calls always run oneDNN's 16-row
+// primitive, so at k = 256 on an AMX CPU this compares the own AMX kernel with oneDNN's.
 TEST(OnednnGemmTest, PaddedCallsGiveTheSameBits) {
   std::mt19937 rng(6);
-  const int64_t n = 130, k = 200, rows = 37;
-  const std::vector<float> x = RandomVector(rows * k, rng);
+  const int64_t n = 130, rows = 37;
   ThreadPool pool(2);
-  for (DType dtype : {DType::kF32, DType::kBF16}) {
+  for (auto [dtype, k] :
+       {std::pair{DType::kF32, int64_t{200}}, std::pair{DType::kBF16, int64_t{200}},
+        std::pair{DType::kBF16, int64_t{256}}}) {
+    const std::vector<float> x = RandomVector(rows * k, rng);
     const OnednnWeights w(RandomVector(n * k, rng), dtype, n, k, pool);
     if (SkipUnsupported(w)) continue;
-    for (int64_t m : {1, 5, 16, 37}) {
+    for (int64_t m : {1, 2, 4, 5, 16, 37}) {
       std::vector<float> plain(m * n), padded(m * n);
       Gemm(x.data(), m, k, w.matrix(), nullptr, plain.data(), n, pool);
       internal::PadOnednnCalls(true);
       Gemm(x.data(), m, k, w.matrix(), nullptr, padded.data(), n, pool);
       internal::PadOnednnCalls(false);
-      EXPECT_EQ(plain, padded) << DTypeName(dtype) << " m=" << m;
+      EXPECT_EQ(plain, padded) << DTypeName(dtype) << " k=" << k << " m=" << m;
     }
   }
 }
@@ -202,6 +211,43 @@ TEST(OnednnGemmTest, RefusesWhatItDoesNotRun) {
   EXPECT_FALSE(ChooseCpuGemm(CpuGemm::kOnednn, DType::kF16).ok());
   EXPECT_THAT(ParseCpuGemm("mkl").status().message(),
               HasSubstr("model.cpu_gemm must be auto, tandem or onednn, got \"mkl\""));
+}
+
+TEST(OnednnGemmTest, DescribesTheRowCountsThatRunPadded) {
+  std::array<int64_t, kOnednnChunkRows + 1> run_rows;
+  std::array<std::string, kOnednnChunkRows + 1> impls;
+  for (int64_t r = 0; r <= kOnednnChunkRows; ++r) {
+    run_rows[r] = r;
+    impls[r] = "brg:avx512_core_amx_bf16";
+  }
+  EXPECT_EQ(internal::DescribeRowPadding(run_rows, impls), "");
+  // As oneDNN 2.6.3 plans a bf16 slice on an AMX CPU: 1-4 rows take the AVX512-BF16 brgemm.
+  for (int64_t r = 1; r <= 4; ++r) {
+    run_rows[r] = kOnednnChunkRows;
+    impls[r] = "brg:avx512_core_bf16";
+  }
+  EXPECT_EQ(internal::DescribeRowPadding(run_rows, impls),
+            "1-4 rows run padded to 16: brg:avx512_core_bf16 gives other bits");
+  run_rows[7] = run_rows[9] = run_rows[10] = kOnednnChunkRows;
+  impls[9] = "none";  // no primitive reads the layout at 9 rows
+  EXPECT_EQ(internal::DescribeRowPadding(run_rows, impls),
+            "1-4, 7, 9-10 rows run padded to 16: brg:avx512_core_bf16 gives other bits");
+}
+
+TEST(OnednnGemmTest, TheImplementationNamesItsPadding) {
+  ThreadPool pool(2);
+  std::mt19937 rng(8);
+  const int64_t n = 64, k = 256;
+  const OnednnWeights w(RandomVector(n * k, rng), DType::kBF16, n, k, pool);
+  if (!w.status().ok()) GTEST_SKIP() << "oneDNN has no bf16 matmul here: " << w.status();
+  const std::string impl = OnednnImplementation(w.matrix());
+  EXPECT_THAT(impl, StartsWith("brg:"));
+  // On AMX every row count runs on the own tile kernel, checked to give the bits of oneDNN's
+  // AMX brgemm (whose 1-4-row primitives, on oneDNN 2.6.3, are the AVX512-BF16 brgemm, which
+  // accumulates in another order and would have to be padded).
+  if (OnednnCpuInfo().amx && impl.find("amx") != std::string::npos) {
+    EXPECT_THAT(impl, HasSubstr("(1-16 rows on Tandem's AMX tiles, the same bits)"));
+  }
 }
 
 TEST(OnednnGemmTest, AutoTakesOnednnForBf16WeightsWithBf16Hardware) {
