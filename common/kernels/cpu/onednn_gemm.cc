@@ -304,12 +304,12 @@ absl::StatusOr<std::unique_ptr<Plan>> MakePlan(DType dtype, int64_t k) {
       }
     }
     if (absl::Status s = CheckInvariance(*p); !s.ok()) return s;
+    // Counts on the tiles run as themselves, whatever their primitive's check said.
+    std::array<int64_t, kChunk + 1> runs_as = p->run_rows;
     for (int64_t r = 1; r <= kChunk; ++r) {
-      if (!p->tiles[r]) continue;
-      p->run_rows[r] = r;
-      impls[r] = "own AMX tiles";
+      if (p->tiles[r]) runs_as[r] = r;
     }
-    p->padding = internal::DescribeRowPadding(p->run_rows, impls);
+    p->padding = internal::DescribeRowPadding(runs_as, impls);
     const int64_t tiled = std::count(p->tiles.begin(), p->tiles.end(), true);
     if (tiled > 0) {
       const std::string rows =
