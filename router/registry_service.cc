@@ -46,6 +46,8 @@ grpc::ServerUnaryReactor* RegistryService::Register(grpc::CallbackServerContext*
     response->set_heartbeat_interval_seconds(interval_.count());
     Log(LogLevel::kInfo, "router",
         absl::StrCat(response->worker_id(), " registered at ", request->address()));
+    response->set_warning(KernelsWarning(request->address(), request->layout().kernels()));
+    if (!response->warning().empty()) Log(LogLevel::kWarning, "router", response->warning());
     PublishPoolSizes();
     reactor->Finish(grpc::Status::OK);
   }
@@ -84,6 +86,30 @@ std::string RegistryService::KvMismatch(const tandem::v1::KvLayout& worker) cons
                       "; give every role the same kv_cache.dtype and kv_cache.block_size");
 }
 
+std::string RegistryService::KernelsWarning(const std::string& address,
+                                            const std::string& kernels) {
+  std::string other_address, other;
+  {
+    absl::MutexLock lock(&kernels_mu_);
+    kernels_[address] = kernels;
+    if (kernels.empty()) return "";
+    for (const auto& [a, k] : kernels_) {
+      if (!k.empty() && k != kernels) {
+        other_address = a;
+        other = k;
+        break;
+      }
+    }
+  }
+  if (other.empty()) return "";
+  return absl::StrCat(address, " computes with the kernels ", kernels, ", ", other_address,
+                      " with ", other,
+                      ": they compute the same model to other last bits, so a stream handed "
+                      "between them can differ from one engine's greedy in a rare token; set "
+                      "model.cpu_gemm to the same provider on every role to make them agree "
+                      "(tandem gives the same bits on every CPU)");
+}
+
 grpc::ServerUnaryReactor* RegistryService::Heartbeat(grpc::CallbackServerContext* context,
                                                      const tandem::v1::HeartbeatRequest* request,
                                                      tandem::v1::HeartbeatResponse* response) {
@@ -109,6 +135,8 @@ void RegistryService::ExpireLoop() {
       }
       for (const std::string& address : pool->ForgetGone()) {
         Log(LogLevel::kInfo, "router", absl::StrCat(address, " has been gone long: forgotten"));
+        absl::MutexLock lock(&kernels_mu_);
+        kernels_.erase(address);
       }
     }
     PublishPoolSizes();

@@ -3,7 +3,9 @@
 // A worker of another model, or whose KV cache differs from the router's configured one (dtype,
 // block size, geometry), is refused with FAILED_PRECONDITION, so prefill and decode can never
 // disagree about the blocks they hand over. A worker silent for three heartbeat intervals leaves
-// rotation until it registers again.
+// rotation until it registers again. Workers whose kernels differ (KvLayout.kernels: the own
+// kernels, or oneDNN on one ISA or another) are accepted with a warning: they compute the same
+// model, but a stream handed between them is not bit-equal to one engine's greedy.
 //
 // Threads: gRPC callbacks, plus one thread that expires silent workers.
 #pragma once
@@ -12,6 +14,9 @@
 #include <string>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "common/security/authorizer.h"
 #include "router/router_service.h"
@@ -37,6 +42,9 @@ class RegistryService final : public tandem::v1::Registry::CallbackService {
  private:
   // Why a worker with KV layout `worker` cannot join ("" if it can).
   std::string KvMismatch(const tandem::v1::KvLayout& worker) const;
+  // Records that `address` computes with `kernels` and returns a warning when another known
+  // worker computes with other kernels ("" if none does).
+  std::string KernelsWarning(const std::string& address, const std::string& kernels);
   void ExpireLoop();
   void PublishPoolSizes();
 
@@ -45,6 +53,9 @@ class RegistryService final : public tandem::v1::Registry::CallbackService {
   const std::chrono::duration<double> interval_;
   const security::Authorizer& authorizer_;
   absl::Notification stop_;
+  absl::Mutex kernels_mu_;
+  // Each known worker's KvLayout.kernels, by address; forgotten with the worker.
+  absl::flat_hash_map<std::string, std::string> kernels_ ABSL_GUARDED_BY(kernels_mu_);
   std::thread expirer_;
 };
 

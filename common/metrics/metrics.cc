@@ -123,6 +123,12 @@ Metrics::Metrics(std::string process_role)
                          .Help("Accelerator memory a worker on a device holds, by use "
                                "(weights, kv_cache)")
                          .Register(*registry_)),
+      cpu_gemm_info_(BuildGauge()
+                         .Name("tandem_cpu_gemm_info")
+                         .Help("1, labelled with the GEMMs a worker on the CPU runs "
+                               "(model.cpu_gemm as chosen: provider tandem or onednn) and the "
+                               "ISA oneDNN reports for its CPU")
+                         .Register(*registry_)),
       auth_denied_(BuildCounter()
                        .Name("tandem_auth_denied_total")
                        .Help("Calls refused by authorization, by method and reason "
@@ -398,6 +404,11 @@ prometheus::Gauge* Metrics::PruningCosine(const std::string& role, int layer) {
 
 prometheus::Gauge* Metrics::DeviceMemory(const std::string& role, const std::string& use) {
   return &device_memory_.Add({{"role", role}, {"use", use}});
+}
+
+void Metrics::CpuGemmInfo(const std::string& role, const std::string& provider,
+                          const std::string& isa) {
+  cpu_gemm_info_.Add({{"role", role}, {"provider", provider}, {"isa", isa}}).Set(1);
 }
 
 prometheus::Counter* Metrics::AuthDenied(const std::string& method, const std::string& reason) {

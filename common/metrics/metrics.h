@@ -161,6 +161,11 @@ class Metrics {
   // tandem_device_memory_bytes{role, use}: accelerator memory a worker on a device holds, by
   // use ("weights", "kv_cache"). Workers that compute on the CPU never call it.
   prometheus::Gauge* DeviceMemory(const std::string& role, const std::string& use);
+  // tandem_cpu_gemm_info{role, provider, isa} = 1: the GEMMs a worker on the CPU runs
+  // (model.cpu_gemm as chosen, "tandem" or "onednn") and the ISA oneDNN reports for its CPU
+  // ("avx2", "avx512_core_amx", ...), so a dashboard shows which workers run which and which
+  // could run AMX. Workers on a device never call it.
+  void CpuGemmInfo(const std::string& role, const std::string& provider, const std::string& isa);
   // The turns of `tandem serve`'s shared compute pool on `device`, by phase ("prefill",
   // "decode"): tandem_compute_turns_total and tandem_compute_turn_wait_seconds_total (time a
   // step waited for another engine's step). Processes without a shared pool never call it.
@@ -208,6 +213,7 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>& pruned_layers_;
   prometheus::Family<prometheus::Gauge>& pruning_cosine_;
   prometheus::Family<prometheus::Gauge>& device_memory_;
+  prometheus::Family<prometheus::Gauge>& cpu_gemm_info_;
   prometheus::Family<prometheus::Counter>& auth_denied_;
   prometheus::Family<prometheus::Counter>& api_key_requests_;
   prometheus::Family<prometheus::Counter>& api_key_tokens_;

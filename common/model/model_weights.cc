@@ -739,6 +739,10 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(const std::stri
   TANDEM_ASSIGN_OR_RETURN(const kernels::CpuGemmChoice gemm, ChooseGemm(c, options));
   const bool onednn = gemm.gemm == kernels::CpuGemm::kOnednn;
   w->cpu_gemm = gemm.reason;
+  w->gemm = gemm.gemm;
+  w->kernels = options.device.kind != kernels::DeviceSpec::Kind::kCpu ? "cuda"
+               : onednn ? absl::StrCat("onednn/", kernels::OnednnCpuInfo().isa)
+                        : "tandem";
   if (packs || onednn || options.quantize.bits != 0 || q.quantized()) {
     w->arena_ = std::make_unique<HugePageArena>();
   }

@@ -115,6 +115,10 @@ class ModelWeights {
   // weights on the CPU the kernels that multiply them (kernels::QuantKernelName); else empty.
   std::string cpu_gemm;
   std::string cpu_gemm_implementation;
+  kernels::CpuGemm gemm = kernels::CpuGemm::kTandem;  // the provider chosen (never kAuto)
+  // The arithmetic the products run, as workers compare it (tandem.v1.KvLayout.kernels):
+  // "tandem", "onednn/<oneDNN's ISA>" or the device's kind ("cuda").
+  std::string kernels;
   // Of the weight files (SafetensorsFile::Fingerprint, in order): part of every KV block's hash,
   // so KV computed with other weights under the same model id is never found.
   uint64_t fingerprint = 0;

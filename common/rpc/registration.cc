@@ -48,6 +48,9 @@ std::string WorkerRegistration::Register(double* interval_seconds) {
       *interval_seconds = std::max(0.01, response.heartbeat_interval_seconds());
       Log(LogLevel::kInfo, "registration",
           absl::StrCat(request_.address(), " registered as ", response.worker_id()));
+      if (!response.warning().empty()) {
+        Log(LogLevel::kWarning, "registration", absl::StrCat("the router: ", response.warning()));
+      }
       if (accepted_) accepted_(true);
       return response.worker_id();
     }

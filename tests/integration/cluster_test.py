@@ -39,8 +39,10 @@ through the public API by Python's grpcio.
 import argparse
 import concurrent.futures
 import random
+import re
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -176,6 +178,14 @@ def case_greedy(c, stub):
         n = w.metric("tandem_kv_transfer_seconds_count", {"role": w.role})
         print(f"  {w.role} {w.address}: {n:.0f} KV transfers timed")
         assert n > 0, (w.role, n)
+    # Each worker says which GEMMs it runs: what `model-inspect info` says model.cpu_gemm: auto
+    # picks on this CPU, and the ISA oneDNN reports.
+    info = subprocess.run([args.model_inspect, "info", "--model", args.model],
+                          capture_output=True, text=True, check=True).stdout
+    provider = re.search(r"^cpu gemm: (\w+)", info, re.M).group(1)
+    for w in c.prefills + c.decodes:
+        assert w.metric("tandem_cpu_gemm_info", {"role": w.role, "provider": provider}) == 1, \
+            (w.role, provider)
     # A decode worker whose KV cache differs from the cluster's (int8) is refused when it
     # registers, with both layouts named in its log, and never enters rotation.
     odd = c._start(args.tandem, "decode", c.worker_args + ["--set", "kv_cache.dtype=int8"])
@@ -594,8 +604,6 @@ def case_api(c, stub):
 
 def case_serve():
     """`tandem serve` (every role in one process) and `tandem generate` against it."""
-    import re
-    import subprocess
     # A device that is no device is refused at startup, by name.
     bad = subprocess.run([args.tandem, "serve", "--model", args.model, "--listen", "127.0.0.1:0",
                           "--metrics-listen", "", "--set", "serve.decode_device=gpu"],
@@ -638,6 +646,9 @@ def case_serve():
             roles = ("router", "decode") + (("prefill",) if mode == "disaggregated" else ())
             for role in roles:
                 assert f'tandem_requests_running{{role="{role}"}}' in text, role
+                if role != "router":  # the workers' GEMMs, labelled with their role
+                    assert cluster.metric_value(m.group(2), "tandem_cpu_gemm_info",
+                                                {"role": role}) == 1, (mode, role)
             assert 'tandem_requests_total{api="grpc",finish_reason="length",role="router"} 13' in text
             for phase in ("decode",) + (("prefill",) if mode == "disaggregated" else ()):
                 turns = cluster.metric_value(m.group(2), "tandem_compute_turns_total",
@@ -695,8 +706,6 @@ def case_paced():
     a 150 ms deadline, many of them cancelled while paced. Afterwards nothing waits at the router
     and new requests are served. Before the fix the router wedged in 4 of 5 runs here (requests
     left waiting for good, and tandem serve no longer stopping on SIGTERM)."""
-    import re
-    import subprocess
     proc = subprocess.Popen([args.tandem, "serve", "--model", args.model, "--listen",
                              "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
                              "--set", "serve.mode=disaggregated",
@@ -757,9 +766,7 @@ def case_paced():
 def case_loading():
     """Readiness while the model loads: a health-only server holds the role's port."""
     import os
-    import re
     import socket
-    import subprocess
     import tempfile
     work = tempfile.mkdtemp(prefix="tandem_loading_")
     for name in os.listdir(args.model):
@@ -831,9 +838,7 @@ def case_loading():
 
 def case_shard_label():
     """A store shard on a wildcard address labels its metrics with the host name and port."""
-    import re
     import socket
-    import subprocess
     import urllib.request
     # Plaintext beyond loopback needs the explicit opt-out (security_test covers the refusal).
     proc = subprocess.Popen([args.tandem, "cache-store", "--listen", "0.0.0.0:0",

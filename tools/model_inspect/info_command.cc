@@ -50,6 +50,8 @@ absl::Status RunInfo(const CliArgs& args) {
               weights->cpu_gemm_implementation.empty()
                   ? ""
                   : (", " + weights->cpu_gemm_implementation).c_str());
+  std::printf("kernels: %s (workers registering with a router compare them)\n",
+              weights->kernels.c_str());
   std::printf("context length: %lld\n", static_cast<long long>(c.ContextLength()));
   std::printf("layers: %d\nhidden size: %lld\nintermediate size: %lld\n", c.num_layers,
               static_cast<long long>(c.hidden_size), static_cast<long long>(c.intermediate_size));

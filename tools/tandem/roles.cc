@@ -18,6 +18,7 @@
 #include "common/engine/engine_loop.h"
 #include "common/engine/kv_handoff.h"
 #include "common/kernels/backend_factory.h"
+#include "common/kernels/cpu/onednn_gemm.h"
 #include "common/model/model.h"
 #include "common/model/pruning.h"
 #include "common/rpc/engine_proto.h"
@@ -314,10 +315,15 @@ class WorkerRole final : public ServedRole {
                             EngineOptionsFor(c, model_->config(), prefill));
     TANDEM_ASSIGN_OR_RETURN(auto engine, engine::Engine::Create(*model_, options));
     const engine::ExportPlan export_plan = engine::ExportPlan::Of(*engine);
+    const std::string role = prefill ? "prefill" : "decode";  // the metrics' role label
+    if (load.device.kind == kernels::DeviceSpec::Kind::kCpu) {
+      metrics.CpuGemmInfo(role, std::string(kernels::CpuGemmName(model_->weights().gemm)),
+                          kernels::OnednnCpuInfo().isa);
+    }
     if (model_->kv_memory() != nullptr) {  // on a device: what its memory holds
-      metrics.DeviceMemory(name, "weights")
+      metrics.DeviceMemory(role, "weights")
           ->Set(static_cast<double>(model_->backend().resident_bytes()));
-      metrics.DeviceMemory(name, "kv_cache")
+      metrics.DeviceMemory(role, "kv_cache")
           ->Set(static_cast<double>(engine->kv_cache().pool_bytes()));
     }
     loop_ = std::make_unique<engine::EngineLoop>(
@@ -353,6 +359,7 @@ class WorkerRole final : public ServedRole {
     agent.registration.set_model_id(ModelId(c));
     TANDEM_ASSIGN_OR_RETURN(*agent.registration.mutable_layout(),
                             KvLayoutMessage(c, model_->config(), model_->weights().fingerprint));
+    agent.registration.mutable_layout()->set_kernels(model_->weights().kernels);
     // A worker the router refuses (another model or KV layout) is not ready until it is
     // accepted, so the refusal shows in its readiness probe as well as its log.
     agent.on_accepted = [this](bool accepted) { SetReady(accepted); };

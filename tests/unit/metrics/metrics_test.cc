@@ -184,6 +184,15 @@ TEST(MetricsTest, DeviceMemoryOnlyForWorkersThatAskForIt) {
       text, HasSubstr("tandem_device_memory_bytes{role=\"prefill\",use=\"kv_cache\"} 1073741824"));
 }
 
+TEST(MetricsTest, CpuGemmInfoLabelsTheProviderAndIsa) {
+  Metrics m;
+  EXPECT_THAT(m.Serialize(), Not(HasSubstr("tandem_cpu_gemm_info{")));
+  m.CpuGemmInfo("decode", "onednn", "avx512_core_amx");
+  EXPECT_THAT(m.Serialize(),
+              HasSubstr("tandem_cpu_gemm_info{isa=\"avx512_core_amx\",provider=\"onednn\","
+                        "role=\"decode\"} 1"));
+}
+
 TEST(MetricsTest, ServedOverHttp) {
   Metrics m;
   m.ForRole("router").prompt_tokens->Increment(42);

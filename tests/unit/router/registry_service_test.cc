@@ -56,11 +56,23 @@ class RegistryServiceTest : public ::testing::Test {
     return r;
   }
 
-  grpc::Status Register(const RegisterRequest& request) {
+  grpc::Status Register(const RegisterRequest& request,
+                        tandem::v1::RegisterResponse* response = nullptr) {
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    tandem::v1::RegisterResponse ignored;
+    return stub_->Register(&context, request, response != nullptr ? response : &ignored);
+  }
+
+  // The warning the router answers `address` registering with `kernels` (KvLayout.kernels).
+  std::string KernelsWarning(tandem::v1::WorkerRole role, const std::string& address,
+                             const std::string& kernels) {
+    RegisterRequest r = Request(role, address);
+    r.mutable_layout()->set_kernels(kernels);
     tandem::v1::RegisterResponse response;
-    return stub_->Register(&context, request, &response);
+    const grpc::Status s = Register(r, &response);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return response.warning();
   }
 
   std::unique_ptr<RouterService> router_;
@@ -123,6 +135,25 @@ TEST_F(RegistryServiceTest, OtherWeightsUnderTheSameModelIdAreRefused) {
   RegisterRequest unknown = Request(tandem::v1::WORKER_ROLE_DECODE, "10.0.0.8:7200");
   unknown.mutable_layout()->set_weights_fingerprint(0);
   EXPECT_TRUE(Register(unknown).ok());
+}
+
+// Workers on other kernels (the own, oneDNN on AVX2, oneDNN on AMX) compute the same model to
+// other last bits: they join, and the router tells the one that differs, naming both sides.
+TEST_F(RegistryServiceTest, WorkersOnOtherKernelsJoinWithAWarningNamingBoth) {
+  using tandem::v1::WORKER_ROLE_DECODE;
+  using tandem::v1::WORKER_ROLE_PREFILL;
+  EXPECT_EQ(KernelsWarning(WORKER_ROLE_PREFILL, "10.0.0.7:7100", "tandem"), "");
+  EXPECT_EQ(KernelsWarning(WORKER_ROLE_DECODE, "10.0.0.8:7200", "tandem"), "");
+  EXPECT_EQ(KernelsWarning(WORKER_ROLE_DECODE, "10.0.0.9:7200", ""), "");  // does not say
+  const std::string warning =
+      KernelsWarning(WORKER_ROLE_PREFILL, "10.0.0.6:7100", "onednn/avx512_core_amx");
+  EXPECT_THAT(warning, HasSubstr("10.0.0.6:7100 computes with the kernels onednn/avx512_core_amx"));
+  EXPECT_THAT(warning, HasSubstr("with tandem: they compute the same model to other last bits"));
+  EXPECT_THAT(warning, HasSubstr("set model.cpu_gemm to the same provider on every role"));
+  EXPECT_EQ(router_->prefill_pool().size(), 2);
+  EXPECT_EQ(router_->decode_pool().size(), 2);
+  // Re-registered on the own kernels, the worker agrees with everyone again.
+  EXPECT_EQ(KernelsWarning(WORKER_ROLE_PREFILL, "10.0.0.6:7100", "tandem"), "");
 }
 
 TEST_F(RegistryServiceTest, AnotherModelARoleThatCannotJoinOrNoPortIsRefused) {
