@@ -196,14 +196,15 @@ std::vector<Field> MakeSchema() {
           "role needs the same setting"),
       Str("model.cpu_gemm", TANDEM_CONFIG_REF(model.cpu_gemm), {"auto", "tandem", "onednn"},
           "which GEMMs multiply the float matrices on the CPU: tandem, the own kernels; onednn, "
-          "oneDNN's matmul (f32 and bf16 weights; bf16 weights multiply inputs rounded to bf16) "
-          "prepacked at load, one oneDNN thread per compute thread; auto, oneDNN for bf16 weights "
-          "where the CPU has bf16 dot products (AVX512-BF16 or AMX), else the own kernels "
-          "(measured 2.3-3.4x the prefill and 1.7-2.6x the batched decode on AVX512-BF16, and "
-          "3.6-5.1x the prefill and 2.1-3.9x the batched decode on AMX, where bf16 slices run on "
-          "Tandem's own AMX tile kernel with oneDNN's bits; batch 1 alike on both; "
-          "docs/benchmarks.md). Quantized matrices and an untied embedding stay on the own "
-          "kernels. "
+          "oneDNN's matmul (f32, bf16 and f16 weights; bf16 weights multiply inputs rounded to "
+          "bf16; f16 weights are rounded to bf16 where the CPU has bf16 dot products, else "
+          "widened to f32) prepacked at load, one oneDNN thread per compute thread; auto, oneDNN "
+          "for bf16 and f16 weights where the CPU has bf16 dot products (AVX512-BF16 or AMX), "
+          "else the own kernels (measured 2.3-3.4x the prefill and 1.7-2.6x the batched decode "
+          "on AVX512-BF16, and 3.6-5.1x the prefill and 2.1-3.9x the batched decode on AMX, "
+          "where bf16 slices run on Tandem's own AMX tile kernel with oneDNN's bits; batch 1 "
+          "alike on both; on AVX2 oneDNN's f32 GEMMs were no faster; docs/benchmarks.md). "
+          "Quantized matrices and an untied embedding stay on the own kernels. "
           "The load log line says which was chosen and why"),
       Int("model.threads", TANDEM_CONFIG_REF(model.threads), 0, 1024,
           "compute threads of a role; `tandem serve` shares them between its engines; 0: every "

@@ -64,6 +64,8 @@ class WeightBinder {
 
   void set_quantize(const kernels::QuantFormat& f) { quantize_ = f; }
   void set_onednn(bool onednn) { onednn_ = onednn; }
+  // The dtype the last float matrix bound had in its file (oneDNN may multiply it in another).
+  DType stored_dtype() const { return stored_dtype_; }
   void set_checkpoint(const QuantizationConfig* q) { checkpoint_ = q; }
   bool packs() const { return packs_; }
   void set_packs(bool packs) { packs_ = packs; }
@@ -105,6 +107,7 @@ class WeightBinder {
                                              bool multiplied) {
     TANDEM_ASSIGN_OR_RETURN(auto slot, Find(name, {rows, cols}));
     TANDEM_ASSIGN_OR_RETURN(DType dtype, FloatType(slot));
+    stored_dtype_ = dtype;
     TANDEM_ASSIGN_OR_RETURN(const void* data, Aligned(slot, dtype));
     const kernels::WeightMatrix stored{data, dtype, rows, cols};
     const bool realigned = !w_.realigned_.empty() && w_.realigned_.back().get() == data;
@@ -557,6 +560,7 @@ class WeightBinder {
   const QuantizationConfig* checkpoint_ = nullptr;  // a quantized checkpoint's settings
   bool packs_ = false;                              // float matrices go into the arena as panels
   bool onednn_ = false;  // multiplied-only float matrices go into the arena packed for oneDNN
+  DType stored_dtype_ = DType::kBF16;
   absl::flat_hash_map<std::string, Slot> entries_;
   std::map<std::vector<int32_t>, const int32_t*> orders_;  // act-order permutations, shared
   std::set<std::string> used_;
@@ -767,7 +771,7 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(const std::stri
                           embedding_is_head
                               ? b.Product("model.embed_tokens.weight", c.vocab_size, c.hidden_size)
                               : b.Matrix("model.embed_tokens.weight", c.vocab_size, c.hidden_size));
-  w->dtype = w->embed_tokens.dtype;
+  w->dtype = b.stored_dtype();  // the embedding's, as its file holds it
   w->layers.resize(c.num_layers);
   for (int i = 0; i < c.num_layers; ++i) {
     TANDEM_RETURN_IF_ERROR(BindLayer(b, c, i, w->layers[i]));

@@ -305,10 +305,12 @@ class Reference:
     activation_block: round the decoder matrices' inputs to int8 in blocks of that many columns
     (model.activation_quantization: int8); a W8A8 checkpoint rounds per token regardless.
     bf16_inputs: round the inputs of the decoder matrices and lm_head to bf16 (as
-    model.cpu_gemm: onednn multiplies bf16 weights); everything else stays float64."""
+    model.cpu_gemm: onednn multiplies bf16 weights); everything else stays float64.
+    bf16_weights: round those matrices themselves to bf16 (as oneDNN multiplies f16 weights on
+    a CPU with bf16 dot products), the embedding too when lm_head is tied to it."""
 
     def __init__(self, config, weights, native=None, kv_dtype=None, weight_quantization=None,
-                 activation_block=None, bf16_inputs=False):
+                 activation_block=None, bf16_inputs=False, bf16_weights=False):
         self.config = config
         archs = config.get("architectures") or []
         self.model_type = config["model_type"]
@@ -342,20 +344,32 @@ class Reference:
             if not config.get("tie_word_embeddings", True):
                 raise ValueError("lm_head.weight missing and embeddings are not tied")
             self.w["lm_head.weight"] = self.w["model.embed_tokens.weight"]
+        if bf16_weights:
+            def bf16(t):
+                return t.to(torch.bfloat16).to(torch.float64)
+            for i in range(self.layers):
+                for name in LINEAR_NAMES:
+                    key = "model.layers.%d.%s.weight" % (i, name)
+                    self.w[key] = bf16(self.w[key])
+            if self.w["lm_head.weight"] is self.w["model.embed_tokens.weight"]:
+                self.w["model.embed_tokens.weight"] = bf16(self.w["model.embed_tokens.weight"])
+                self.w["lm_head.weight"] = self.w["model.embed_tokens.weight"]
+            else:
+                self.w["lm_head.weight"] = bf16(self.w["lm_head.weight"])
         self.inv_freq = rope_inv_freq(config, self.head_dim)
         self.int8_inputs = int8_activations(config)
         self.activation_block = activation_block
 
     @classmethod
     def from_dir(cls, model_dir, native=None, kv_dtype=None, weight_quantization=None,
-                 activation_block=None, bf16_inputs=False):
+                 activation_block=None, bf16_inputs=False, bf16_weights=False):
         with open(os.path.join(model_dir, "config.json")) as f:
             config = json.load(f)
         weights, _ = load_weights(model_dir)
         weights = dequantize_checkpoint(config, weights)
         return cls(config, weights, native=native, kv_dtype=kv_dtype,
                    weight_quantization=weight_quantization, activation_block=activation_block,
-                   bf16_inputs=bf16_inputs)
+                   bf16_inputs=bf16_inputs, bf16_weights=bf16_weights)
 
     # Rounds to the native dtype (no-op in reference mode).
     def _r(self, x):

@@ -170,6 +170,11 @@ CASES = {
     "llama3_bf16_onednn": dict(arch="llama", heads=4, kv_heads=2, tie=True, rope_theta=500000,
                                rope_scaling="llama3", rope_original_max_pos=64, dtype="bf16",
                                cpu_gemm="onednn"),
+    # f16 weights: oneDNN rounds them to bf16 on a CPU with bf16 dot products (the reference
+    # then rounds them too), else widens them to f32, where the fp32 bound holds. Tied: the
+    # embedding's rows come from the packed lm_head.
+    "qwen2_fp16_onednn": dict(arch="qwen2", heads=4, kv_heads=2, tie=True, dtype="fp16",
+                              cpu_gemm="onednn"),
     "qwen3_bf16_onednn": dict(arch="qwen3", heads=4, kv_heads=2, head_dim=32, tie=False,
                               dtype="bf16", cpu_gemm="onednn"),
     # A trained model directory given with --model-dir (the bundled model), bf16 weights.
@@ -398,15 +403,22 @@ def run_case(case, args):
     kv_dtype = spec.get("kv_dtype")
     quant = spec.get("weight_quantization")
     a8 = spec.get("activations") == "int8"
-    onednn_bf16 = spec.get("cpu_gemm") == "onednn" and spec.get("dtype") == "bf16"
+    onednn = spec.get("cpu_gemm") == "onednn"
+    # f16 weights on oneDNN: rounded to bf16 where the CPU has bf16 dot products (as the load
+    # line says), else widened to f32, exactly.
+    f16_rounded = onednn and spec.get("dtype") == "fp16" and "f16 weights rounded to bf16" in run(
+        [args.model_inspect, "info", "--model", model, "--cpu-gemm", "onednn"])[0]
+    onednn_bf16 = onednn and (spec.get("dtype") == "bf16" or f16_rounded)
+    onednn_half = onednn and spec.get("dtype") in ("bf16", "fp16")
     ref = hf_reference.Reference.from_dir(model, kv_dtype=kv_dtype, weight_quantization=quant,
                                           activation_block=32 if a8 else None,
-                                          bf16_inputs=onednn_bf16)
+                                          bf16_inputs=onednn_bf16, bf16_weights=f16_rounded)
     kv_flags = ["--kv-dtype", kv_dtype] if kv_dtype else []
     own_flags = list(kv_flags) + ["--cpu-gemm", "tandem"]
-    if spec.get("cpu_gemm"):
-        kv_flags += ["--cpu-gemm", spec["cpu_gemm"]]
-    if onednn_bf16:
+    # Cases without cpu_gemm test the own kernels on every CPU (auto would take oneDNN for bf16
+    # and f16 weights where the CPU has bf16 dot products; the _onednn cases test that).
+    kv_flags += ["--cpu-gemm", spec.get("cpu_gemm", "tandem")]
+    if onednn_half:
         kv_flags += ["--kv-dtype", "fp32"]  # else K/V would round to bf16, which the reference
         own_flags += ["--kv-dtype", "fp32"]  # leaves at float64 like every other activation
     if a8:
@@ -418,7 +430,7 @@ def run_case(case, args):
             kv_flags += ["--kv-dtype", "fp32"]  # else K/V would round to the model's dtype
     # Quantized weights: the reference computes on the same dequantized matrices in float64, and
     # the engine in float32 whatever the checkpoint's dtype (no half-precision activations).
-    dtype = "fp32" if quant or onednn_bf16 else spec.get("dtype", "fp32")
+    dtype = "fp32" if quant or onednn_half else spec.get("dtype", "fp32")
     rng = np.random.RandomState(sum(map(ord, case)) + 1)
     prompt = rng.randint(0, ref.vocab, size=PROMPT_LEN).tolist()
 
@@ -450,7 +462,8 @@ def run_case(case, args):
     if spec.get("cpu_gemm"):
         own = engine_logits(args.model_inspect, model, prompt, os.path.join(work, "own.f32"),
                             ref.vocab, own_flags)
-        vs_own, bound = np.abs(got - own).max() / std, ONEDNN_VS_OWN[spec.get("dtype", "fp32")]
+        vs_own = np.abs(got - own).max() / std
+        bound = ONEDNN_VS_OWN["bf16" if onednn_bf16 else "fp32"]
         ok_logits = ok_logits and bool(vs_own <= bound)
         onednn_summary = "  vs own kernels %.1e (tol %.0e)" % (vs_own, bound)
 

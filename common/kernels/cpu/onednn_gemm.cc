@@ -270,7 +270,7 @@ absl::Status CheckInvariance(Plan& p) {
 absl::StatusOr<std::unique_ptr<Plan>> MakePlan(DType dtype, int64_t k) {
   if (dtype != DType::kF32 && dtype != DType::kBF16) {
     return absl::InvalidArgumentError(
-        absl::StrCat("model.cpu_gemm: onednn multiplies f32 and bf16 weights, not ",
+        absl::StrCat("model.cpu_gemm: onednn multiplies f32, bf16 and f16 weights, not ",
                      std::string(DTypeName(dtype))));
   }
   SingleThreaded();
@@ -507,30 +507,49 @@ const OnednnCpu& OnednnCpuInfo() {
   return *info;
 }
 
+DType OnednnPackDType(DType weights) {
+  if (weights != DType::kF16) return weights;
+  return OnednnCpuInfo().bf16 ? DType::kBF16 : DType::kF32;
+}
+
+namespace {
+
+// What f16 weights become for oneDNN, for the choice's reason ("" for other dtypes).
+std::string F16Conversion(DType dtype) {
+  if (dtype != DType::kF16) return "";
+  return OnednnPackDType(dtype) == DType::kBF16 ? "f16 weights rounded to bf16, "
+                                                : "f16 weights widened to f32, ";
+}
+
+}  // namespace
+
 absl::StatusOr<CpuGemmChoice> ChooseCpuGemm(CpuGemm requested, DType dtype) {
   const OnednnCpu& cpu = OnednnCpuInfo();
-  const bool supported = dtype == DType::kF32 || dtype == DType::kBF16;
+  const bool supported = dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kF16;
   switch (requested) {
     case CpuGemm::kTandem:
       return CpuGemmChoice{CpuGemm::kTandem, "tandem (requested)"};
     case CpuGemm::kOnednn:
       if (!supported) {
         return absl::InvalidArgumentError(
-            absl::StrCat("model.cpu_gemm: onednn multiplies f32 and bf16 weights, not ",
+            absl::StrCat("model.cpu_gemm: onednn multiplies f32, bf16 and f16 weights, not ",
                          std::string(DTypeName(dtype))));
       }
-      return CpuGemmChoice{CpuGemm::kOnednn,
-                           absl::StrCat("onednn (requested; oneDNN ISA ", cpu.isa, ")")};
+      return CpuGemmChoice{
+          CpuGemm::kOnednn,
+          absl::StrCat("onednn (requested; ", F16Conversion(dtype), "oneDNN ISA ", cpu.isa, ")")};
     case CpuGemm::kAuto:
       break;
   }
   // Measured (docs/benchmarks.md): with bf16 dot products in hardware oneDNN's bf16 matmul
   // prefills 2.3-3.4x and decodes batches 1.7-2.6x as fast as the own kernels, batch 1 alike.
-  if (cpu.bf16 && dtype == DType::kBF16) {
+  // f16 weights go the same way rounded to bf16, as vLLM's CPU backend casts them.
+  if (cpu.bf16 && (dtype == DType::kBF16 || dtype == DType::kF16)) {
     return CpuGemmChoice{
         CpuGemm::kOnednn,
-        absl::StrCat("onednn (auto: bf16 weights, bf16 dot products in hardware; oneDNN ISA ",
-                     cpu.isa, ")")};
+        absl::StrCat(
+            "onednn (auto: ", dtype == DType::kF16 ? F16Conversion(dtype) : "bf16 weights, ",
+            "bf16 dot products in hardware; oneDNN ISA ", cpu.isa, ")")};
   }
   return CpuGemmChoice{
       CpuGemm::kTandem,
@@ -541,7 +560,7 @@ absl::StatusOr<CpuGemmChoice> ChooseCpuGemm(CpuGemm requested, DType dtype) {
 }
 
 absl::StatusOr<int64_t> OnednnBytes(DType dtype, int64_t rows, int64_t cols) {
-  auto plan = AllPlans().Get(dtype, cols);
+  auto plan = AllPlans().Get(OnednnPackDType(dtype), cols);
   if (!plan.ok()) return plan.status();
   return (rows + kSlice - 1) / kSlice * (*plan)->slice_bytes;
 }
@@ -550,23 +569,32 @@ absl::StatusOr<OnednnMatrix> PackOnednn(const WeightMatrix& w, void* out, Thread
   if (w.layout != WeightLayout::kRowMajor) {
     return absl::InvalidArgumentError("model.cpu_gemm: onednn packs row-major weights");
   }
-  auto plan = AllPlans().Get(w.dtype, w.cols);
+  auto plan = AllPlans().Get(OnednnPackDType(w.dtype), w.cols);
   if (!plan.ok()) return plan.status();
   const Plan& p = **plan;
   auto packed = std::make_shared<Packed>();
   packed->plan = &p;
   const int64_t slices = (w.rows + kSlice - 1) / kSlice;
   const int64_t row_bytes = w.cols * static_cast<int64_t>(DTypeSize(w.dtype));
+  const int64_t plan_row_bytes = w.cols * static_cast<int64_t>(DTypeSize(p.dtype));
   char* base = static_cast<char*>(out);
   for (int64_t s = 0; s < slices; ++s) {
     packed->slices.push_back(Wrap(p.weights, base + s * p.slice_bytes));
   }
   pool.ParallelFor(slices, 1, [&](int64_t s0, int64_t s1) {
     std::vector<char> tail;
+    std::vector<float> widened(w.dtype != p.dtype ? w.cols : 0);
     for (int64_t s = s0; s < s1; ++s) {
       const int64_t n0 = s * kSlice, n = std::min(kSlice, w.rows - n0);
       const char* rows = static_cast<const char*>(w.data) + n0 * row_bytes;
-      if (n < kSlice) {  // the last slice's missing rows are zeros
+      if (w.dtype != p.dtype) {  // f16: each row to f32 (exact), then to the plan's dtype
+        tail.assign(kSlice * plan_row_bytes, 0);
+        for (int64_t r = 0; r < n; ++r) {
+          ToFloat(w.dtype, rows + r * row_bytes, widened.data(), w.cols);
+          FromFloat(p.dtype, widened.data(), tail.data() + r * plan_row_bytes, w.cols);
+        }
+        rows = tail.data();
+      } else if (n < kSlice) {  // the last slice's missing rows are zeros
         tail.assign(kSlice * row_bytes, 0);
         std::memcpy(tail.data(), rows, n * row_bytes);
         rows = tail.data();
@@ -576,6 +604,7 @@ absl::StatusOr<OnednnMatrix> PackOnednn(const WeightMatrix& w, void* out, Thread
     }
   });
   WeightMatrix view = w;
+  view.dtype = p.dtype;
   view.data = out;
   view.layout = WeightLayout::kOnednn;
   view.onednn = packed.get();

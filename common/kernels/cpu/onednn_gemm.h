@@ -50,13 +50,19 @@ struct OnednnCpu {
 const OnednnCpu& OnednnCpuInfo();
 
 // The provider that `requested` means for matrices of `dtype` on this CPU, and why, in words
-// for the load log line and `model-inspect info`. kAuto takes oneDNN for bf16 weights where the
-// CPU has bf16 dot products (AVX512-BF16 or AMX), the own kernels otherwise.
+// for the load log line and `model-inspect info`. kAuto takes oneDNN for bf16 and f16 weights
+// where the CPU has bf16 dot products (AVX512-BF16 or AMX), the own kernels otherwise (measured
+// faster on AVX2 for f32 weights too: docs/benchmarks.md).
 struct CpuGemmChoice {
   CpuGemm gemm = CpuGemm::kTandem;
   std::string reason;
 };
 absl::StatusOr<CpuGemmChoice> ChooseCpuGemm(CpuGemm requested, DType dtype);
+
+// The dtype oneDNN multiplies weights of `weights` in: f32 and bf16 as they are; f16 (oneDNN 2.6
+// has no f16 matmul short of AVX512-FP16) rounded to bf16 where the CPU has bf16 dot products,
+// else widened to f32, which is exact. PackOnednn converts; the packed view has this dtype.
+DType OnednnPackDType(DType weights);
 
 inline constexpr int64_t kOnednnSliceRows = 64;
 inline constexpr int64_t kOnednnChunkRows = 16;
@@ -68,12 +74,12 @@ struct OnednnMatrix {
   std::shared_ptr<const void> owner;
 };
 
-// Bytes PackOnednn needs for a `rows` x `cols` matrix of `dtype` (f32 or bf16), creating the
-// shape's plan if it is new; InvalidArgument for another dtype or a shape oneDNN refuses.
+// Bytes PackOnednn needs for a `rows` x `cols` matrix of `dtype` (f32, bf16 or f16), creating
+// the shape's plan if it is new; InvalidArgument for another dtype or a shape oneDNN refuses.
 absl::StatusOr<int64_t> OnednnBytes(DType dtype, int64_t rows, int64_t cols);
 
-// Packs row-major `w` (f32 or bf16) into `out` (OnednnBytes bytes, 64-byte aligned); slices
-// are split over `pool`.
+// Packs row-major `w` (f32, bf16, or f16 converted to OnednnPackDType) into `out` (OnednnBytes
+// bytes, 64-byte aligned); slices are split over `pool`.
 absl::StatusOr<OnednnMatrix> PackOnednn(const WeightMatrix& w, void* out, ThreadPool& pool);
 
 // The oneDNN implementation a plan of this shape runs ("brg:avx512_core_amx_bf16").

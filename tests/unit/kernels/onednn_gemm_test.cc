@@ -204,11 +204,12 @@ TEST(OnednnGemmTest, ReadRowGivesTheStoredRow) {
 
 TEST(OnednnGemmTest, RefusesWhatItDoesNotRun) {
   ThreadPool pool(1);
-  std::vector<uint16_t> f16(64 * 8);
-  auto packed = PackOnednn({f16.data(), DType::kF16, 64, 8}, f16.data(), pool);
+  std::vector<uint8_t> i8(64 * 8);
+  auto packed = PackOnednn({i8.data(), DType::kI8, 64, 8}, i8.data(), pool);
   ASSERT_FALSE(packed.ok());
-  EXPECT_THAT(packed.status().message(), HasSubstr("onednn multiplies f32 and bf16 weights"));
-  EXPECT_FALSE(ChooseCpuGemm(CpuGemm::kOnednn, DType::kF16).ok());
+  EXPECT_THAT(packed.status().message(),
+              HasSubstr("onednn multiplies f32, bf16 and f16 weights, not int8"));
+  EXPECT_FALSE(ChooseCpuGemm(CpuGemm::kOnednn, DType::kI8).ok());
   EXPECT_THAT(ParseCpuGemm("mkl").status().message(),
               HasSubstr("model.cpu_gemm must be auto, tandem or onednn, got \"mkl\""));
 }
@@ -250,16 +251,57 @@ TEST(OnednnGemmTest, TheImplementationNamesItsPadding) {
   }
 }
 
-TEST(OnednnGemmTest, AutoTakesOnednnForBf16WeightsWithBf16Hardware) {
+TEST(OnednnGemmTest, AutoTakesOnednnForBf16AndF16WeightsWithBf16Hardware) {
+  const bool bf16 = OnednnCpuInfo().bf16;
   for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
     auto choice = ChooseCpuGemm(CpuGemm::kAuto, dtype);
     ASSERT_TRUE(choice.ok());
-    const bool onednn = OnednnCpuInfo().bf16 && dtype == DType::kBF16;
+    const bool onednn = bf16 && dtype != DType::kF32;
     EXPECT_EQ(choice->gemm, onednn ? CpuGemm::kOnednn : CpuGemm::kTandem) << choice->reason;
     EXPECT_THAT(choice->reason, HasSubstr(OnednnCpuInfo().isa));
   }
   EXPECT_EQ(ChooseCpuGemm(CpuGemm::kTandem, DType::kBF16)->gemm, CpuGemm::kTandem);
   EXPECT_EQ(ChooseCpuGemm(CpuGemm::kOnednn, DType::kF32)->gemm, CpuGemm::kOnednn);
+  // f16 weights: the reason says what oneDNN multiplies them as.
+  auto f16 = ChooseCpuGemm(CpuGemm::kOnednn, DType::kF16);
+  ASSERT_TRUE(f16.ok());
+  EXPECT_THAT(f16->reason,
+              HasSubstr(bf16 ? "f16 weights rounded to bf16" : "f16 weights widened to f32"));
+}
+
+// oneDNN 2.6 has no f16 matmul short of AVX512-FP16: f16 weights are packed in OnednnPackDType
+// (bf16 with bf16 dot products in hardware, else f32). Values that dtype holds exactly give the
+// bits of the same weights stored in it, at every row count, and read back as stored.
+TEST(OnednnGemmTest, F16WeightsRunAsTheirPackDType) {
+  ThreadPool pool(2);
+  std::mt19937 rng(9);
+  const DType pack = OnednnPackDType(DType::kF16);
+  EXPECT_EQ(pack, OnednnCpuInfo().bf16 ? DType::kBF16 : DType::kF32);
+  const int64_t n = 130, k = 512;
+  std::vector<float> v = RandomVector(n * k, rng);
+  for (float& f : v) {
+    // Exact in bf16, and normal in f16, hence exact in f16 and f32 too.
+    f = Bf16ToF32(F32ToBf16(std::abs(f) < 0x1p-10f ? 0x1p-10f : f));
+  }
+  const OnednnWeights as_pack(v, pack, n, k, pool);
+  if (SkipUnsupported(as_pack)) {
+    GTEST_SKIP() << "oneDNN has no " << DTypeName(pack) << " matmul here: " << as_pack.status();
+  }
+  const OnednnWeights f16(v, DType::kF16, n, k, pool);
+  ASSERT_TRUE(f16.status().ok()) << f16.status();
+  ASSERT_EQ(f16.rounded(), v);
+  EXPECT_EQ(f16.matrix().dtype, pack);
+  EXPECT_EQ(OnednnBytes(DType::kF16, n, k).value(), OnednnBytes(pack, n, k).value());
+  std::vector<float> row(k);
+  ReadRow(f16.matrix(), 77, row.data());
+  EXPECT_TRUE(std::equal(row.begin(), row.end(), v.begin() + 77 * k));
+  for (int64_t m : {1, 5, 16, 37}) {
+    const std::vector<float> x = RandomVector(m * k, rng);
+    std::vector<float> want(m * n), got(m * n);
+    Gemm(x.data(), m, k, as_pack.matrix(), nullptr, want.data(), n, pool);
+    Gemm(x.data(), m, k, f16.matrix(), nullptr, got.data(), n, pool);
+    EXPECT_EQ(got, want) << "m=" << m;
+  }
 }
 
 }  // namespace
