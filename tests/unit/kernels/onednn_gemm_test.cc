@@ -4,6 +4,7 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <random>
 #include <string>
 #include <vector>
@@ -82,8 +83,12 @@ TEST(OnednnGemmTest, MatchesReference) {
     for (auto [n, k] : shapes) {
       const std::vector<float> w_f32 = RandomVector(n * k, rng);
       const OnednnWeights w(w_f32, dtype, n, k, pool);
-      if (SkipUnsupported(w))
-        GTEST_SKIP() << "oneDNN has no " << DTypeName(dtype) << " matmul here: " << w.status();
+      if (SkipUnsupported(w)) {  // f32 runs everywhere; bf16 needs AVX-512
+        ASSERT_NE(dtype, DType::kF32) << w.status();
+        std::printf("oneDNN has no %s matmul here: %s\n", std::string(DTypeName(dtype)).c_str(),
+                    w.status().ToString().c_str());
+        break;
+      }
       for (int64_t m : {1, 2, 5, 16, 17, 40}) {
         SCOPED_TRACE(::testing::Message()
                      << DTypeName(dtype) << " m=" << m << " n=" << n << " k=" << k);
