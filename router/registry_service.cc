@@ -7,6 +7,11 @@
 
 namespace tandem::router {
 
+namespace {
+// KvLayout.kernels names a provider and an ISA ("onednn/avx512_core_amx"): well under this.
+constexpr size_t kMaxKernelsBytes = 64;
+}  // namespace
+
 RegistryService::RegistryService(RouterService& router,
                                  std::chrono::duration<double> heartbeat_interval,
                                  metrics::Metrics* metrics, const security::Authorizer& authorizer)
@@ -35,6 +40,11 @@ grpc::ServerUnaryReactor* RegistryService::Register(grpc::CallbackServerContext*
   } else if (request->address().empty() || request->address().find(':') == std::string::npos) {
     reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                                  "address must be host:port, got \"" + request->address() + "\""));
+  } else if (request->layout().kernels().size() > kMaxKernelsBytes) {
+    reactor->Finish(grpc::Status(
+        grpc::StatusCode::INVALID_ARGUMENT,
+        absl::StrCat("layout.kernels is ", request->layout().kernels().size(), " bytes; at most ",
+                     kMaxKernelsBytes, " (\"tandem\", \"onednn/<isa>\")")));
   } else if (request->model_id() != model_id) {
     reactor->Finish(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                                  absl::StrCat("this router serves model \"", model_id,

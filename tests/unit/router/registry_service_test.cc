@@ -154,6 +154,13 @@ TEST_F(RegistryServiceTest, WorkersOnOtherKernelsJoinWithAWarningNamingBoth) {
   EXPECT_EQ(router_->decode_pool().size(), 2);
   // Re-registered on the own kernels, the worker agrees with everyone again.
   EXPECT_EQ(KernelsWarning(WORKER_ROLE_PREFILL, "10.0.0.6:7100", "tandem"), "");
+  // The field has a limit, like every request field.
+  RegisterRequest huge = Request(WORKER_ROLE_DECODE, "10.0.0.5:7200");
+  huge.mutable_layout()->set_kernels(std::string(65, 'x'));
+  const grpc::Status s = Register(huge);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("layout.kernels is 65 bytes; at most 64"));
+  EXPECT_EQ(router_->decode_pool().size(), 2);
 }
 
 TEST_F(RegistryServiceTest, AnotherModelARoleThatCannotJoinOrNoPortIsRefused) {
