@@ -6,6 +6,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
 #include "common/util/log.h"
+#include "common/util/status_macros.h"
 
 namespace tandem::router {
 namespace {
@@ -27,11 +28,33 @@ PlannerAdvisorOptions WithStackCpu(PlannerAdvisorOptions o) {
   return o;
 }
 
+// The factor within the correction bounds at which `mean(factor)`, taken to grow with it, is
+// `target`: bisection on a log scale (to 0.3%), or the bound nearest a target out of reach.
+absl::StatusOr<double> Solve(const std::function<absl::StatusOr<double>(double)>& mean,
+                             double target) {
+  double lo = PlannerAdvisor::kMinCorrection, hi = PlannerAdvisor::kMaxCorrection;
+  TANDEM_ASSIGN_OR_RETURN(const double at_lo, mean(lo));
+  if (target <= at_lo) return lo;
+  TANDEM_ASSIGN_OR_RETURN(const double at_hi, mean(hi));
+  if (target >= at_hi) return hi;
+  for (int i = 0; i < 10; ++i) {
+    const double mid = std::sqrt(lo * hi);
+    TANDEM_ASSIGN_OR_RETURN(const double at_mid, mean(mid));
+    (at_mid < target ? lo : hi) = mid;
+  }
+  return std::sqrt(lo * hi);
+}
+
 }  // namespace
 
 PlannerAdvisor::PlannerAdvisor(PlannerAdvisorOptions options, WorkloadStats& stats,
                                metrics::PlannerMetrics* metrics, const TimeSource& clock)
-    : options_(WithStackCpu(std::move(options))), stats_(stats), metrics_(metrics), clock_(clock) {}
+    : options_(WithStackCpu(std::move(options))), stats_(stats), metrics_(metrics), clock_(clock) {
+  if (metrics_ != nullptr && metrics_->correction_prefill != nullptr) {
+    metrics_->correction_prefill->Set(1);  // as profiled, until a round fits them
+    metrics_->correction_decode->Set(1);
+  }
+}
 
 PlannerAdvisor::~PlannerAdvisor() {
   stop_.Notify();
@@ -48,6 +71,74 @@ planner::Workload PlannerAdvisor::WorkloadOf(const WorkloadStats::Snapshot& s,
   Lengths(s.prompt_tokens, w.input_len, w.input_len_range);
   Lengths(s.output_tokens, w.output_len, w.output_len_range);
   return w;
+}
+
+planner::EngineProfile PlannerAdvisor::Corrected(const planner::EngineProfile& profile,
+                                                 const Corrections& c) {
+  planner::EngineProfile p = profile;
+  for (planner::StepSample& s : p.prefill) s.seconds *= c.prefill;
+  p.handoff_overhead_seconds *= c.prefill;
+  for (planner::StepSample& s : p.decode) s.seconds *= c.decode;
+  p.token_overhead_seconds *= c.decode;
+  p.import_overhead_seconds *= c.decode;
+  return p;
+}
+
+absl::StatusOr<Corrections> PlannerAdvisor::Fit(const planner::EngineProfile& profile,
+                                                const planner::Deployment& live,
+                                                const planner::Workload& w, double rate,
+                                                double ttft_s, double tpot_s) {
+  Corrections c;
+  // The simulated mean TTFT (or TPOT) with the factors `at`.
+  auto mean = [&](const Corrections& at, bool ttft) -> absl::StatusOr<double> {
+    TANDEM_ASSIGN_OR_RETURN(const planner::SimulationResult r,
+                            planner::Simulate(Corrected(profile, at), live, w, rate));
+    return ttft ? r.ttft.mean : r.tpot.mean;
+  };
+  for (int pass = 0; pass < 2; ++pass) {
+    if (tpot_s > 0) {
+      TANDEM_ASSIGN_OR_RETURN(c.decode, Solve(
+                                            [&](double f) {
+                                              Corrections at = c;
+                                              at.decode = f;
+                                              return mean(at, false);
+                                            },
+                                            tpot_s));
+    }
+    if (ttft_s > 0) {
+      TANDEM_ASSIGN_OR_RETURN(c.prefill, Solve(
+                                             [&](double f) {
+                                               Corrections at = c;
+                                               at.prefill = f;
+                                               return mean(at, true);
+                                             },
+                                             ttft_s));
+    }
+  }
+  return c;
+}
+
+absl::StatusOr<std::optional<Corrections>> PlannerAdvisor::FitLive(const WorkloadStats::Snapshot& s,
+                                                                   const planner::Workload& w) {
+  if (!options_.correction || !options_.live) return std::optional<Corrections>();
+  const LiveReplicas live = options_.live();
+  const planner::RecommendOptions& r = options_.recommend;
+  planner::Deployment d;
+  d.disaggregated = r.disaggregated;
+  d.prefill_replicas = r.disaggregated ? live.prefill : 0;
+  d.replicas = live.decode;
+  d.prefill = r.prefill;
+  d.engine = r.engine;
+  d.transport = r.transport;
+  // Nothing to fit while a role has no replica in rotation: the measurements are of a
+  // deployment that is not there (or of failures).
+  if (live.decode < 1 || (r.disaggregated && live.prefill < 1)) {
+    return std::optional<Corrections>();
+  }
+  TANDEM_ASSIGN_OR_RETURN(const Corrections fit, Fit(options_.profile, d, w, s.arrival_rate,
+                                                     s.ttft_s.count > 0 ? s.ttft_s.mean : 0,
+                                                     s.tpot_s.count > 0 ? s.tpot_s.mean : 0));
+  return std::optional<Corrections>(fit);
 }
 
 void PlannerAdvisor::Publish(int prefill, int decode, bool feasible) {
@@ -73,8 +164,25 @@ absl::StatusOr<PlannerAdvisor::Round> PlannerAdvisor::Update() {
     return round;
   }
   const planner::Workload w = WorkloadOf(s, options_.slo);
-  absl::StatusOr<planner::Recommendation> r =
-      planner::Recommend(options_.profile, w, s.arrival_rate, options_.recommend);
+  TANDEM_ASSIGN_OR_RETURN(round.fitted, FitLive(s, w));
+  {
+    absl::MutexLock lock(&mu_);
+    if (round.fitted.has_value()) {
+      // A geometric moving average: factors multiply, so 0.5 and 2 are equally far from 1.
+      const double a = corrections_.has_value() ? options_.correction_smoothing : 1;
+      const Corrections old = corrections_.value_or(*round.fitted);
+      corrections_ =
+          Corrections{.prefill = std::pow(round.fitted->prefill, a) * std::pow(old.prefill, 1 - a),
+                      .decode = std::pow(round.fitted->decode, a) * std::pow(old.decode, 1 - a)};
+    }
+    if (options_.correction) round.applied = corrections_.value_or(Corrections{});
+  }
+  if (metrics_ != nullptr && metrics_->correction_prefill != nullptr) {
+    metrics_->correction_prefill->Set(round.applied.prefill);
+    metrics_->correction_decode->Set(round.applied.decode);
+  }
+  absl::StatusOr<planner::Recommendation> r = planner::Recommend(
+      Corrected(options_.profile, round.applied), w, s.arrival_rate, options_.recommend);
   if (!r.ok()) return r.status();
   Publish(r->prefill_replicas, r->decode_replicas, r->feasible);
   if (metrics_ != nullptr) {
@@ -98,10 +206,12 @@ void PlannerAdvisor::Loop() {
       Log(LogLevel::kInfo, "planner",
           absl::StrFormat(
               "%.3g req/s (prompts %.0f, outputs %.0f tokens; measured TTFT %.0f ms, "
-              "TPOT %.1f ms mean): recommend %d prefill + %d decode replicas%s "
+              "TPOT %.1f ms mean; phases at %.2fx/%.2fx the profile's prefill/decode time): "
+              "recommend %d prefill + %d decode replicas%s "
               "(predicted TTFT p90 %.0f ms, TPOT p90 %.1f ms at %.3g req/s)",
               s.arrival_rate, s.prompt_tokens.mean, s.output_tokens.mean, s.ttft_s.mean * 1e3,
-              s.tpot_s.mean * 1e3, rec.prefill_replicas, rec.decode_replicas,
+              s.tpot_s.mean * 1e3, r->applied.prefill, r->applied.decode, rec.prefill_replicas,
+              rec.decode_replicas,
               rec.feasible ? "" : ", the most allowed, and still short of the SLOs",
               rec.at_target.ttft.p90 * 1e3, rec.at_target.tpot.p90 * 1e3, rec.target_rate));
     }

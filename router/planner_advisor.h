@@ -3,7 +3,11 @@
 // configured SLOs, planner::Recommend sizes the router's own deployment shape (colocated, or
 // prefill:decode) for the measured rate with headroom by simulating it on the engine profile,
 // and the replicas per role are exported (tandem_planner_recommended_replicas{role}) for the
-// autoscalers. The balancer's 90% rule stays the fast, local reaction to a falling hit rate;
+// autoscalers. Before it plans, a round fits correction factors: how much slower or faster than
+// the profile each phase runs here (other hardware, a noisy host, costs the profile left out),
+// found by simulating the live deployment at the measured workload until its mean TTFT and TPOT
+// are the measured ones, as NVIDIA Dynamo's SLA planner corrects its interpolated TTFT and ITL.
+// The balancer's 90% rule stays the fast, local reaction to a falling hit rate;
 // this is the slow, global one (docs/architecture.md, "The placement planner").
 //
 // Threads: Start runs Update on a thread of its own; no lock is held while it simulates.
@@ -11,10 +15,13 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "common/metrics/metrics.h"
 #include "common/planner/recommend.h"
@@ -22,6 +29,19 @@
 #include "router/workload_stats.h"
 
 namespace tandem::router {
+
+// The replicas the router sends to now, per role (colocated: all of them in `decode`).
+struct LiveReplicas {
+  int prefill = 0;
+  int decode = 0;
+};
+
+// How much slower (> 1) or faster than the profile each phase runs: the profile's prefill
+// steps (and handoff overhead) and its decode steps (and per-message overheads) times these.
+struct Corrections {
+  double prefill = 1;
+  double decode = 1;
+};
 
 struct PlannerAdvisorOptions {
   planner::EngineProfile profile;
@@ -38,6 +58,14 @@ struct PlannerAdvisorOptions {
   // Finished requests the window needs before its workload is planned for; with fewer, the
   // recommendation is the smallest deployment (one replica per role).
   int64_t min_requests = 50;
+  // Correction factors (planner.correction): each round with enough requests fits them to the
+  // measured mean TTFT and TPOT of the deployment `live` reports, and plans on the profile
+  // scaled by them. Off, or without `live`, the profile is planned with as measured.
+  bool correction = true;
+  // The newest fit's weight in the factors the round plans with (a geometric moving average,
+  // so one noisy window moves them only part of the way).
+  double correction_smoothing = 0.5;
+  std::function<LiveReplicas()> live;
 };
 
 class PlannerAdvisor {
@@ -52,6 +80,8 @@ class PlannerAdvisor {
   // the workload (a prompt beyond its KV budget, say), which the thread logs.
   struct Round {
     WorkloadStats::Snapshot measured;
+    std::optional<Corrections> fitted;  // this round's own fit, when it made one
+    Corrections applied;                // what it planned with
     std::optional<planner::Recommendation> recommendation;
   };
   absl::StatusOr<Round> Update();
@@ -64,15 +94,34 @@ class PlannerAdvisor {
   static planner::Workload WorkloadOf(const WorkloadStats::Snapshot& s,
                                       const planner::Workload& slo);
 
+  // The profile with each phase's times scaled by `c`.
+  static planner::EngineProfile Corrected(const planner::EngineProfile& profile,
+                                          const Corrections& c);
+  // The factors, each within [kMinCorrection, kMaxCorrection], at which the simulator's mean
+  // TTFT and TPOT of `live` running `w` at `rate` are `ttft_s` and `tpot_s` (a factor stays 1
+  // when its measurement is not positive). Alternating bisections: TPOT for the decode factor,
+  // then TTFT for the prefill factor, twice, since each phase also delays the other.
+  static absl::StatusOr<Corrections> Fit(const planner::EngineProfile& profile,
+                                         const planner::Deployment& live,
+                                         const planner::Workload& w, double rate, double ttft_s,
+                                         double tpot_s);
+  static constexpr double kMinCorrection = 0.25;
+  static constexpr double kMaxCorrection = 4;
+
  private:
   void Loop();
   // The recommended replicas per role (prefill ignored when colocated) and feasibility.
   void Publish(int prefill, int decode, bool feasible);
+  // This round's fit (none when it cannot make one), and the factors to plan with.
+  absl::StatusOr<std::optional<Corrections>> FitLive(const WorkloadStats::Snapshot& s,
+                                                     const planner::Workload& w);
 
   const PlannerAdvisorOptions options_;
   WorkloadStats& stats_;
   metrics::PlannerMetrics* const metrics_;
   const TimeSource& clock_;
+  absl::Mutex mu_;
+  std::optional<Corrections> corrections_ ABSL_GUARDED_BY(mu_);  // the smoothed fits so far
   absl::Notification stop_;
   std::thread thread_;
 };

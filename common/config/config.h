@@ -118,6 +118,10 @@ struct PlannerConfig {
   // The router, store shards and clients share the replicas' cores (one machine): plan with
   // the profile's shared-stack CPU (router::PlannerAdvisorOptions::shared_stack_cpu).
   bool shared_stack_cpu = false;
+  // Correction factors fitted to the live deployment's measured TTFT and TPOT
+  // (router::PlannerAdvisorOptions::correction).
+  bool correction = true;
+  double correction_smoothing = 0.5;
 };
 
 struct WorkerConfig {

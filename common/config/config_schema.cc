@@ -368,6 +368,11 @@ std::vector<Field> MakeSchema() {
            "the router, store shards and clients run on the replicas' cores (one machine): "
            "charge the profile's shared_overhead costs to them; false where they have "
            "machines or pods of their own"),
+      Bool("planner.correction", TANDEM_CONFIG_REF(planner.correction),
+           "fit how much slower or faster than the profile each phase runs here, from the "
+           "measured TTFT and TPOT of the live deployment, and plan on the corrected profile"),
+      Real("planner.correction_smoothing", TANDEM_CONFIG_REF(planner.correction_smoothing), 0.01, 1,
+           "weight of the newest round's fit in the correction factors (1: no smoothing)"),
       Str("prefill.listen", TANDEM_CONFIG_REF(prefill.listen), {}, listen_doc),
       Str("prefill.router", TANDEM_CONFIG_REF(prefill.router), {},
           "router address to register with; empty: static configuration only"),

@@ -299,6 +299,11 @@ PlannerMetrics& Metrics::planner(bool colocated) {
                             "at the measured rate");
     planner_.predicted_ttft_p90 = &predicted.Add({{"phase", "ttft"}, {"quantile", "0.9"}});
     planner_.predicted_tpot_p90 = &predicted.Add({{"phase", "tpot"}, {"quantile", "0.9"}});
+    auto& correction = gauge("tandem_planner_correction_factor",
+                             "How many times the profile's step time each phase takes on the "
+                             "live deployment, as the planner fitted it (1: as profiled)");
+    planner_.correction_prefill = &correction.Add({{"phase", "prefill"}});
+    planner_.correction_decode = &correction.Add({{"phase", "decode"}});
   });
   return planner_;
 }

@@ -94,6 +94,10 @@ struct PlannerMetrics {
   // for the recommended deployment at the measured rate (compare the measured histograms).
   prometheus::Gauge* predicted_ttft_p90 = nullptr;
   prometheus::Gauge* predicted_tpot_p90 = nullptr;
+  // tandem_planner_correction_factor{phase}: the factors the planner plans with
+  // (router::Corrections), prefill and decode.
+  prometheus::Gauge* correction_prefill = nullptr;
+  prometheus::Gauge* correction_decode = nullptr;
 };
 
 // One cache-store shard, labelled `shard` with its address (`tandem serve` may run several).

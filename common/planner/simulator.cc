@@ -5,6 +5,7 @@
 #include <deque>
 #include <functional>
 #include <limits>
+#include <numeric>
 #include <queue>
 #include <random>
 #include <tuple>
@@ -204,6 +205,7 @@ Percentiles Summarize(std::vector<double> v) {
   Percentiles p;
   if (v.empty()) return p;
   std::sort(v.begin(), v.end());
+  p.mean = std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
   auto at = [&](double q) {
     const double pos = q * static_cast<double>(v.size() - 1);
     const auto lo = static_cast<size_t>(pos);

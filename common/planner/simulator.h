@@ -84,6 +84,7 @@ struct Deployment {
 
 struct Percentiles {
   double p50 = 0, p90 = 0, p99 = 0;
+  double mean = 0;  // what the router's WorkloadStats measures, for the advisor's fit
 };
 
 struct SimulationResult {

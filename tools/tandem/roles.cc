@@ -514,6 +514,15 @@ class RouterRole final : public ServedRole {
     o.interval = std::chrono::duration<double>(c.planner.interval_seconds);
     o.min_requests = c.planner.min_requests;
     o.shared_stack_cpu = c.planner.shared_stack_cpu;
+    o.correction = c.planner.correction;
+    o.correction_smoothing = c.planner.correction_smoothing;
+    // The replicas in rotation, which the measured TTFT and TPOT are of (colocated workers
+    // register in the decode pool).
+    router::RouterService* service = service_.get();
+    o.live = [service] {
+      return router::LiveReplicas{.prefill = service->prefill_pool().available(),
+                                  .decode = service->decode_pool().available()};
+    };
     Log(LogLevel::kInfo, "router",
         absl::StrCat("planner: sizing the ", colocated ? "colocated" : "disaggregated",
                      " deployment every ", c.planner.interval_seconds, " s with profile ",

@@ -15,14 +15,14 @@ using ::testing::HasSubstr;
 using Clock = WorkloadStats::Clock;
 
 // Arrivals at `rate` over `seconds`, alternating prompts of prompt ± spread and outputs of
-// output ± spread tokens, each finishing as it arrives.
+// output ± spread tokens, each finishing as it arrives with the given TTFT and TPOT.
 void Drive(WorkloadStats& stats, testing::ManualTimeSource& clock, double rate, double seconds,
-           int prompt, int output, int spread) {
+           int prompt, int output, int spread, double ttft_s = 0.2, double tpot_s = 0.02) {
   const int n = static_cast<int>(std::lround(rate * seconds));
   for (int i = 0; i < n; ++i) {
     const int sign = i % 2 == 0 ? 1 : -1;
     stats.RecordArrival(prompt + sign * spread, clock.Now());
-    stats.RecordFinish(output + sign * spread, 0.2, 0.02, clock.Now());
+    stats.RecordFinish(output + sign * spread, ttft_s, tpot_s, clock.Now());
     clock.Advance(std::chrono::duration<double>(1.0 / rate));
   }
 }
@@ -182,6 +182,138 @@ TEST(PlannerAdvisorTest, SharedStackCpuIsChargedOnlyWhereTheStackSharesTheCores)
   EXPECT_TRUE(shared.prefill_replicas + shared.decode_replicas >
                   separate.prefill_replicas + separate.decode_replicas ||
               shared.at_target.tpot.p90 > separate.at_target.tpot.p90);
+}
+
+// The live deployment of the correction tests: one prefill and two decode replicas.
+planner::Deployment Live(const PlannerAdvisorOptions& o) {
+  planner::Deployment d;
+  d.disaggregated = true;
+  d.prefill_replicas = 1;
+  d.replicas = 2;
+  d.prefill = o.recommend.prefill;
+  d.engine = o.recommend.engine;
+  d.transport = o.recommend.transport;
+  return d;
+}
+
+// What the live deployment would measure if its phases ran `truth` times the profile's time:
+// the simulator's mean TTFT and TPOT on the corrected profile.
+planner::SimulationResult Measure(const PlannerAdvisorOptions& o, const planner::Workload& w,
+                                  double rate, const Corrections& truth) {
+  absl::StatusOr<planner::SimulationResult> r =
+      planner::Simulate(PlannerAdvisor::Corrected(o.profile, truth), Live(o), w, rate);
+  EXPECT_TRUE(r.ok()) << r.status();
+  return *r;
+}
+
+// The fit recovers how much slower or faster each phase runs than profiled, from nothing but
+// the mean TTFT and TPOT a deployment measured, under enough load that queueing (which grows
+// faster than the step times) is part of both: a plain measured/predicted ratio would not.
+TEST(PlannerAdvisorTest, CorrectionFactorsRecoverHowMuchSlowerEachPhaseRuns) {
+  const PlannerAdvisorOptions o = Options125m();
+  planner::Workload w = o.slo;
+  w.input_len = 768;
+  w.input_len_range = 0.5;
+  w.output_len = 96;
+  w.output_len_range = 0.5;
+  const double rate = 0.6;
+  for (const Corrections truth :
+       {Corrections{.prefill = 1.6, .decode = 0.7}, Corrections{.prefill = 0.5, .decode = 2.2},
+        Corrections{.prefill = 1, .decode = 1}}) {
+    const planner::SimulationResult measured = Measure(o, w, rate, truth);
+    absl::StatusOr<Corrections> fit =
+        PlannerAdvisor::Fit(o.profile, Live(o), w, rate, measured.ttft.mean, measured.tpot.mean);
+    ASSERT_TRUE(fit.ok()) << fit.status();
+    EXPECT_NEAR(fit->prefill / truth.prefill, 1, 0.03) << truth.prefill;
+    EXPECT_NEAR(fit->decode / truth.decode, 1, 0.03) << truth.decode;
+  }
+  // The proportional correction is wrong at this load: predicted TTFT is not linear in the
+  // prefill time once requests queue behind each other.
+  const Corrections slow{.prefill = 1.6, .decode = 1};
+  const double naive = Measure(o, w, rate, slow).ttft.mean / Measure(o, w, rate, {}).ttft.mean;
+  EXPECT_GT(std::abs(naive / slow.prefill - 1), 0.1) << naive;
+  // Measurements beyond what any factor explains end at the bounds.
+  absl::StatusOr<Corrections> beyond = PlannerAdvisor::Fit(o.profile, Live(o), w, rate, 1e-6, 1e3);
+  ASSERT_TRUE(beyond.ok()) << beyond.status();
+  EXPECT_EQ(beyond->prefill, PlannerAdvisor::kMinCorrection);
+  EXPECT_EQ(beyond->decode, PlannerAdvisor::kMaxCorrection);
+}
+
+// A round fits the factors to what the window measured on the replicas in rotation, smooths
+// them with the earlier rounds', exports them, and plans on the profile scaled by them; with
+// planner.correction off it plans on the profile as measured.
+TEST(PlannerAdvisorTest, ARoundPlansOnTheProfileCorrectedToWhatTheDeploymentMeasured) {
+  PlannerAdvisorOptions o = Options125m();
+  o.live = [] { return LiveReplicas{.prefill = 1, .decode = 2}; };
+  const Corrections truth{.prefill = 2.5, .decode = 1.5};
+  testing::ManualTimeSource clock;
+
+  // The window the router would measure on that deployment: the lengths, and the mean TTFT and
+  // TPOT that the slower phases give at that rate.
+  const double rate = 0.5;
+  WorkloadStats lengths(std::chrono::seconds(120));
+  Drive(lengths, clock, rate, 120, 768, 96, 32);
+  const WorkloadStats::Snapshot s = lengths.Take(clock.Now());
+  const planner::Workload w = PlannerAdvisor::WorkloadOf(s, o.slo);
+  const planner::SimulationResult measured = Measure(o, w, s.arrival_rate, truth);
+
+  WorkloadStats stats(std::chrono::seconds(120));
+  metrics::Metrics registry;
+  PlannerAdvisor corrected(o, stats, &registry.planner(), clock);
+  Drive(stats, clock, rate, 120, 768, 96, 32, measured.ttft.mean, measured.tpot.mean);
+
+  absl::StatusOr<PlannerAdvisor::Round> r = corrected.Update();
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(r->fitted.has_value());
+  EXPECT_NEAR(r->fitted->prefill / truth.prefill, 1, 0.05);
+  EXPECT_NEAR(r->fitted->decode / truth.decode, 1, 0.05);
+  EXPECT_EQ(r->applied.prefill, r->fitted->prefill);  // the first fit is taken whole
+  ASSERT_TRUE(r->recommendation.has_value());
+  absl::StatusOr<planner::Recommendation> want = planner::Recommend(
+      PlannerAdvisor::Corrected(o.profile, r->applied),
+      PlannerAdvisor::WorkloadOf(r->measured, o.slo), r->measured.arrival_rate, o.recommend);
+  ASSERT_TRUE(want.ok()) << want.status();
+  EXPECT_EQ(r->recommendation->prefill_replicas, want->prefill_replicas);
+  EXPECT_EQ(r->recommendation->decode_replicas, want->decode_replicas);
+  EXPECT_EQ(r->recommendation->at_target.ttft.p90, want->at_target.ttft.p90);
+  EXPECT_THAT(registry.Serialize(),
+              HasSubstr("tandem_planner_correction_factor{phase=\"decode\"}"));
+  EXPECT_EQ(registry.planner().correction_prefill->Value(), r->applied.prefill);
+  EXPECT_EQ(registry.planner().correction_decode->Value(), r->applied.decode);
+
+  // The slower machine needs more replicas than the profile alone says.
+  absl::StatusOr<planner::Recommendation> uncorrected =
+      planner::Recommend(o.profile, PlannerAdvisor::WorkloadOf(r->measured, o.slo),
+                         r->measured.arrival_rate, o.recommend);
+  ASSERT_TRUE(uncorrected.ok()) << uncorrected.status();
+  EXPECT_GT(r->recommendation->prefill_replicas + r->recommendation->decode_replicas,
+            uncorrected->prefill_replicas + uncorrected->decode_replicas);
+
+  // The next window runs as profiled: its own fit is 1, and the factors move halfway there
+  // (planner.correction_smoothing 0.5, geometrically).
+  const planner::SimulationResult as_profiled = Measure(o, w, s.arrival_rate, {});
+  clock.Advance(std::chrono::seconds(5));  // the first window's samples all leave it
+  Drive(stats, clock, rate, 120, 768, 96, 32, as_profiled.ttft.mean, as_profiled.tpot.mean);
+  absl::StatusOr<PlannerAdvisor::Round> next = corrected.Update();
+  ASSERT_TRUE(next.ok()) << next.status();
+  ASSERT_TRUE(next->fitted.has_value());
+  EXPECT_NEAR(next->fitted->prefill, 1, 0.05);
+  EXPECT_NEAR(next->applied.prefill, std::sqrt(r->applied.prefill * next->fitted->prefill), 1e-9);
+  EXPECT_NEAR(next->applied.decode, std::sqrt(r->applied.decode * next->fitted->decode), 1e-9);
+
+  // Off: no fit, the profile as measured.
+  o.correction = false;
+  WorkloadStats off_stats(std::chrono::seconds(120));
+  PlannerAdvisor off(o, off_stats, nullptr, clock);
+  Drive(off_stats, clock, rate, 120, 768, 96, 32, measured.ttft.mean, measured.tpot.mean);
+  absl::StatusOr<PlannerAdvisor::Round> plain = off.Update();
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_FALSE(plain->fitted.has_value());
+  EXPECT_EQ(plain->applied.prefill, 1);
+  EXPECT_EQ(plain->applied.decode, 1);
+  ASSERT_TRUE(plain->recommendation.has_value());
+  EXPECT_EQ(plain->recommendation->prefill_replicas, uncorrected->prefill_replicas);
+  EXPECT_EQ(plain->recommendation->decode_replicas, uncorrected->decode_replicas);
 }
 
 // A workload the profile cannot serve (a prompt beyond every replica's KV budget) is an error
