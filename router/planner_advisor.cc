@@ -28,23 +28,6 @@ PlannerAdvisorOptions WithStackCpu(PlannerAdvisorOptions o) {
   return o;
 }
 
-// The factor within the correction bounds at which `mean(factor)`, taken to grow with it, is
-// `target`: bisection on a log scale (to 0.3%), or the bound nearest a target out of reach.
-absl::StatusOr<double> Solve(const std::function<absl::StatusOr<double>(double)>& mean,
-                             double target) {
-  double lo = PlannerAdvisor::kMinCorrection, hi = PlannerAdvisor::kMaxCorrection;
-  TANDEM_ASSIGN_OR_RETURN(const double at_lo, mean(lo));
-  if (target <= at_lo) return lo;
-  TANDEM_ASSIGN_OR_RETURN(const double at_hi, mean(hi));
-  if (target >= at_hi) return hi;
-  for (int i = 0; i < 10; ++i) {
-    const double mid = std::sqrt(lo * hi);
-    TANDEM_ASSIGN_OR_RETURN(const double at_mid, mean(mid));
-    (at_mid < target ? lo : hi) = mid;
-  }
-  return std::sqrt(lo * hi);
-}
-
 }  // namespace
 
 PlannerAdvisor::PlannerAdvisor(PlannerAdvisorOptions options, WorkloadStats& stats,
@@ -73,54 +56,9 @@ planner::Workload PlannerAdvisor::WorkloadOf(const WorkloadStats::Snapshot& s,
   return w;
 }
 
-planner::EngineProfile PlannerAdvisor::Corrected(const planner::EngineProfile& profile,
-                                                 const Corrections& c) {
-  planner::EngineProfile p = profile;
-  for (planner::StepSample& s : p.prefill) s.seconds *= c.prefill;
-  p.handoff_overhead_seconds *= c.prefill;
-  for (planner::StepSample& s : p.decode) s.seconds *= c.decode;
-  p.token_overhead_seconds *= c.decode;
-  p.import_overhead_seconds *= c.decode;
-  return p;
-}
-
-absl::StatusOr<Corrections> PlannerAdvisor::Fit(const planner::EngineProfile& profile,
-                                                const planner::Deployment& live,
-                                                const planner::Workload& w, double rate,
-                                                double ttft_s, double tpot_s) {
-  Corrections c;
-  // The simulated mean TTFT (or TPOT) with the factors `at`.
-  auto mean = [&](const Corrections& at, bool ttft) -> absl::StatusOr<double> {
-    TANDEM_ASSIGN_OR_RETURN(const planner::SimulationResult r,
-                            planner::Simulate(Corrected(profile, at), live, w, rate));
-    return ttft ? r.ttft.mean : r.tpot.mean;
-  };
-  for (int pass = 0; pass < 2; ++pass) {
-    if (tpot_s > 0) {
-      TANDEM_ASSIGN_OR_RETURN(c.decode, Solve(
-                                            [&](double f) {
-                                              Corrections at = c;
-                                              at.decode = f;
-                                              return mean(at, false);
-                                            },
-                                            tpot_s));
-    }
-    if (ttft_s > 0) {
-      TANDEM_ASSIGN_OR_RETURN(c.prefill, Solve(
-                                             [&](double f) {
-                                               Corrections at = c;
-                                               at.prefill = f;
-                                               return mean(at, true);
-                                             },
-                                             ttft_s));
-    }
-  }
-  return c;
-}
-
-absl::StatusOr<std::optional<Corrections>> PlannerAdvisor::FitLive(const WorkloadStats::Snapshot& s,
-                                                                   const planner::Workload& w) {
-  if (!options_.correction || !options_.live) return std::optional<Corrections>();
+absl::StatusOr<std::optional<planner::Corrections>> PlannerAdvisor::FitLive(
+    const WorkloadStats::Snapshot& s, const planner::Workload& w) {
+  if (!options_.correction || !options_.live) return std::optional<planner::Corrections>();
   const LiveReplicas live = options_.live();
   const planner::RecommendOptions& r = options_.recommend;
   planner::Deployment d;
@@ -133,12 +71,13 @@ absl::StatusOr<std::optional<Corrections>> PlannerAdvisor::FitLive(const Workloa
   // Nothing to fit while a role has no replica in rotation: the measurements are of a
   // deployment that is not there (or of failures).
   if (live.decode < 1 || (r.disaggregated && live.prefill < 1)) {
-    return std::optional<Corrections>();
+    return std::optional<planner::Corrections>();
   }
-  TANDEM_ASSIGN_OR_RETURN(const Corrections fit, Fit(options_.profile, d, w, s.arrival_rate,
-                                                     s.ttft_s.count > 0 ? s.ttft_s.mean : 0,
-                                                     s.tpot_s.count > 0 ? s.tpot_s.mean : 0));
-  return std::optional<Corrections>(fit);
+  TANDEM_ASSIGN_OR_RETURN(const planner::Corrections fit,
+                          planner::FitCorrections(options_.profile, d, w, s.arrival_rate,
+                                                  s.ttft_s.count > 0 ? s.ttft_s.mean : 0,
+                                                  s.tpot_s.count > 0 ? s.tpot_s.mean : 0));
+  return std::optional<planner::Corrections>(fit);
 }
 
 void PlannerAdvisor::Publish(int prefill, int decode, bool feasible) {
@@ -170,19 +109,19 @@ absl::StatusOr<PlannerAdvisor::Round> PlannerAdvisor::Update() {
     if (round.fitted.has_value()) {
       // A geometric moving average: factors multiply, so 0.5 and 2 are equally far from 1.
       const double a = corrections_.has_value() ? options_.correction_smoothing : 1;
-      const Corrections old = corrections_.value_or(*round.fitted);
-      corrections_ =
-          Corrections{.prefill = std::pow(round.fitted->prefill, a) * std::pow(old.prefill, 1 - a),
-                      .decode = std::pow(round.fitted->decode, a) * std::pow(old.decode, 1 - a)};
+      const planner::Corrections old = corrections_.value_or(*round.fitted);
+      corrections_ = planner::Corrections{
+          .prefill = std::pow(round.fitted->prefill, a) * std::pow(old.prefill, 1 - a),
+          .decode = std::pow(round.fitted->decode, a) * std::pow(old.decode, 1 - a)};
     }
-    if (options_.correction) round.applied = corrections_.value_or(Corrections{});
+    if (options_.correction) round.applied = corrections_.value_or(planner::Corrections{});
   }
   if (metrics_ != nullptr && metrics_->correction_prefill != nullptr) {
     metrics_->correction_prefill->Set(round.applied.prefill);
     metrics_->correction_decode->Set(round.applied.decode);
   }
   absl::StatusOr<planner::Recommendation> r = planner::Recommend(
-      Corrected(options_.profile, round.applied), w, s.arrival_rate, options_.recommend);
+      planner::Corrected(options_.profile, round.applied), w, s.arrival_rate, options_.recommend);
   if (!r.ok()) return r.status();
   Publish(r->prefill_replicas, r->decode_replicas, r->feasible);
   if (metrics_ != nullptr) {

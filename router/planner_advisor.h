@@ -36,13 +36,6 @@ struct LiveReplicas {
   int decode = 0;
 };
 
-// How much slower (> 1) or faster than the profile each phase runs: the profile's prefill
-// steps (and handoff overhead) and its decode steps (and per-message overheads) times these.
-struct Corrections {
-  double prefill = 1;
-  double decode = 1;
-};
-
 struct PlannerAdvisorOptions {
   planner::EngineProfile profile;
   // The SLOs (slo_ttft_s, slo_tpot_s) and attainment; lengths come from the measurement.
@@ -80,8 +73,8 @@ class PlannerAdvisor {
   // the workload (a prompt beyond its KV budget, say), which the thread logs.
   struct Round {
     WorkloadStats::Snapshot measured;
-    std::optional<Corrections> fitted;  // this round's own fit, when it made one
-    Corrections applied;                // what it planned with
+    std::optional<planner::Corrections> fitted;  // this round's own fit, when it made one
+    planner::Corrections applied;                // what it planned with
     std::optional<planner::Recommendation> recommendation;
   };
   absl::StatusOr<Round> Update();
@@ -94,34 +87,21 @@ class PlannerAdvisor {
   static planner::Workload WorkloadOf(const WorkloadStats::Snapshot& s,
                                       const planner::Workload& slo);
 
-  // The profile with each phase's times scaled by `c`.
-  static planner::EngineProfile Corrected(const planner::EngineProfile& profile,
-                                          const Corrections& c);
-  // The factors, each within [kMinCorrection, kMaxCorrection], at which the simulator's mean
-  // TTFT and TPOT of `live` running `w` at `rate` are `ttft_s` and `tpot_s` (a factor stays 1
-  // when its measurement is not positive). Alternating bisections: TPOT for the decode factor,
-  // then TTFT for the prefill factor, twice, since each phase also delays the other.
-  static absl::StatusOr<Corrections> Fit(const planner::EngineProfile& profile,
-                                         const planner::Deployment& live,
-                                         const planner::Workload& w, double rate, double ttft_s,
-                                         double tpot_s);
-  static constexpr double kMinCorrection = 0.25;
-  static constexpr double kMaxCorrection = 4;
-
  private:
   void Loop();
   // The recommended replicas per role (prefill ignored when colocated) and feasibility.
   void Publish(int prefill, int decode, bool feasible);
   // This round's fit (none when it cannot make one), and the factors to plan with.
-  absl::StatusOr<std::optional<Corrections>> FitLive(const WorkloadStats::Snapshot& s,
-                                                     const planner::Workload& w);
+  absl::StatusOr<std::optional<planner::Corrections>> FitLive(const WorkloadStats::Snapshot& s,
+                                                              const planner::Workload& w);
 
   const PlannerAdvisorOptions options_;
   WorkloadStats& stats_;
   metrics::PlannerMetrics* const metrics_;
   const TimeSource& clock_;
   absl::Mutex mu_;
-  std::optional<Corrections> corrections_ ABSL_GUARDED_BY(mu_);  // the smoothed fits so far
+  std::optional<planner::Corrections> corrections_
+      ABSL_GUARDED_BY(mu_);  // the smoothed fits so far
   absl::Notification stop_;
   std::thread thread_;
 };

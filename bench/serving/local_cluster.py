@@ -73,18 +73,22 @@ class LocalCluster:
             self.metrics[role] = metrics.group(1)
         return m.group(1)
 
-    def up(self, mode):
-        """Starts the roles of `mode`; returns the router's address."""
+    def up(self, mode, router_extra=()):
+        """Starts the roles of `mode` (`router_extra`: more flags for the router alone);
+        returns the router's address."""
+        router_extra = list(router_extra)
         if mode == "disaggregated":
             shard = self.start("cache-store", None, [])
             store = ["--set", f"cache_store.shards=[{shard}]"]
             prefill = self.start("prefill", "0", store)
             decode = self.start("decode", "1", store)
             return self.start("router", None, ["--set", f"router.prefill_workers=[{prefill}]",
-                                               "--set", f"router.decode_workers=[{decode}]"])
+                                               "--set", f"router.decode_workers=[{decode}]"]
+                              + router_extra)
         decodes = [self.start("decode", str(core), []) for core in (0, 1)]
         return self.start("router", None, ["--set", "router.mode=colocated",
-                                           "--set", f"router.decode_workers=[{','.join(decodes)}]"])
+                                           "--set", f"router.decode_workers=[{','.join(decodes)}]"]
+                          + router_extra)
 
     def down(self):
         for proc in reversed(self.procs):

@@ -89,7 +89,7 @@ std::string WeightFormatName(DType dtype, const kernels::QuantFormat& quant);
 absl::StatusOr<std::vector<std::string>> ListWeightFiles(const std::string& dir);
 
 // The fingerprint ModelWeights::Load gives the weight files of `dir`, without loading them
-// (256 KiB read per file).
+// (at most 64 KiB read per tensor: SafetensorsFile::Fingerprint).
 absl::StatusOr<uint64_t> WeightsFingerprint(const std::string& dir);
 
 // All weights of a model directory, validated against its config: every expected tensor present

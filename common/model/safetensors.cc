@@ -140,17 +140,25 @@ absl::StatusOr<std::vector<TensorEntry>> ParseSafetensorsHeader(const uint8_t* f
 }
 
 uint64_t SafetensorsFile::Fingerprint(uint64_t seed) const {
-  constexpr size_t kSamples = 64, kSampleBytes = 4096;
+  constexpr size_t kSamples = 16, kSampleBytes = 4096;
   const uint8_t* bytes = file_->data();
   const size_t size = file_->size();
   const size_t start = std::min<size_t>(data_start_, size);
   uint64_t h = XXH3_64bits_withSeed(bytes, start, seed ^ size);
-  const size_t data = size - start;
-  if (data == 0) return h;
-  const size_t span = data > kSampleBytes ? data - kSampleBytes : 0;
-  for (size_t i = 0; i < kSamples; ++i) {
-    const size_t at = start + span * i / (kSamples - 1);
-    h = XXH3_64bits_withSeed(bytes + at, std::min(kSampleBytes, size - at), h);
+  // Every tensor sampled on its own, so an edit confined to one tensor (one layer fine-tuned, a
+  // merged adapter) changes the fingerprint however large the file: all of a tensor up to
+  // kSamples windows, else kSamples windows spread evenly from its first byte to its last.
+  for (const TensorEntry& t : tensors_) {
+    const uint8_t* data = bytes + start + t.begin;
+    const size_t n = t.end - t.begin;
+    if (n <= kSamples * kSampleBytes) {
+      h = XXH3_64bits_withSeed(data, n, h);
+      continue;
+    }
+    const size_t span = n - kSampleBytes;
+    for (size_t i = 0; i < kSamples; ++i) {
+      h = XXH3_64bits_withSeed(data + span * i / (kSamples - 1), kSampleBytes, h);
+    }
   }
   return h;
 }

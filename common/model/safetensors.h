@@ -54,9 +54,10 @@ class SafetensorsFile {
   const std::string& path() const { return file_->path(); }
   // Start of the tensor's bytes inside the mapping.
   const uint8_t* Data(const TensorEntry& t) const { return file_->data() + data_start_ + t.begin; }
-  // XXH3 of the file's size, its header (every tensor's name, dtype, shape and offsets) and 64
-  // samples of 4 KiB spread over its data, chained from `seed`: weights trained further or
-  // replaced have another, at the cost of 256 KiB read instead of the whole file.
+  // XXH3 of the file's size, its header (every tensor's name, dtype, shape and offsets) and
+  // each tensor's bytes (up to 64 KiB, else 16 samples of 4 KiB spread over it), chained from
+  // `seed`: weights trained further or replaced, even in one tensor, have another, at the cost
+  // of at most 64 KiB read per tensor instead of the whole file.
   uint64_t Fingerprint(uint64_t seed) const;
 
  private:

@@ -64,7 +64,59 @@ absl::StatusOr<std::pair<int, Sized>> Smallest(int lo, int hi, Sized at_hi, cons
   return std::make_pair(hi, at_hi);
 }
 
+// The factor within the correction bounds at which `mean(factor)`, taken to grow with it, is
+// `target`: bisection on a log scale (to 0.1%), or the bound nearest a target out of reach.
+absl::StatusOr<double> Solve(const std::function<absl::StatusOr<double>(double)>& mean,
+                             double target) {
+  double lo = Corrections::kMin, hi = Corrections::kMax;
+  TANDEM_ASSIGN_OR_RETURN(const double at_lo, mean(lo));
+  if (target <= at_lo) return lo;
+  TANDEM_ASSIGN_OR_RETURN(const double at_hi, mean(hi));
+  if (target >= at_hi) return hi;
+  for (int i = 0; i < 12; ++i) {
+    const double mid = std::sqrt(lo * hi);
+    TANDEM_ASSIGN_OR_RETURN(const double at_mid, mean(mid));
+    (at_mid < target ? lo : hi) = mid;
+  }
+  return std::sqrt(lo * hi);
+}
+
 }  // namespace
+
+EngineProfile Corrected(const EngineProfile& profile, const Corrections& c) {
+  EngineProfile p = profile;
+  for (StepSample& s : p.prefill) s.seconds *= c.prefill;
+  p.handoff_overhead_seconds *= c.prefill;
+  for (StepSample& s : p.decode) s.seconds *= c.decode;
+  p.token_overhead_seconds *= c.decode;
+  p.import_overhead_seconds *= c.decode;
+  return p;
+}
+
+absl::StatusOr<Corrections> FitCorrections(const EngineProfile& profile, const Deployment& live,
+                                           const Workload& w, double rate, double ttft_s,
+                                           double tpot_s) {
+  Corrections c;
+  // The simulated mean TTFT (or TPOT) with the decode (or prefill) factor at `f`.
+  auto mean = [&](bool ttft) {
+    return [&, ttft](double f) -> absl::StatusOr<double> {
+      Corrections at = c;
+      (ttft ? at.prefill : at.decode) = f;
+      TANDEM_ASSIGN_OR_RETURN(const SimulationResult r,
+                              Simulate(Corrected(profile, at), live, w, rate));
+      return ttft ? r.ttft.mean : r.tpot.mean;
+    };
+  };
+  for (int pass = 0; pass < 2; ++pass) {
+    if (tpot_s > 0) {
+      TANDEM_ASSIGN_OR_RETURN(c.decode, Solve(mean(false), tpot_s));
+    }
+    if (ttft_s > 0) {
+      TANDEM_ASSIGN_OR_RETURN(c.prefill, Solve(mean(true), ttft_s));
+    }
+  }
+  return c;
+}
 
 absl::StatusOr<Recommendation> Recommend(const EngineProfile& profile, const Workload& w,
                                          double rate, const RecommendOptions& o) {

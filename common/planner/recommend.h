@@ -6,6 +6,8 @@
 // (router/planner_advisor.h) runs it on the workload it measures and exports the counts for
 // the autoscalers; `tandem plan --rate` prints it.
 
+#include <functional>
+
 #include "absl/status/statusor.h"
 #include "common/planner/planner.h"
 
@@ -39,5 +41,29 @@ struct Recommendation {
 // minimum (1 colocated, 2 disaggregated).
 absl::StatusOr<Recommendation> Recommend(const EngineProfile& profile, const Workload& w,
                                          double rate, const RecommendOptions& options);
+
+// How much slower (> 1) or faster than the profile each phase runs on a live deployment: the
+// profile's prefill steps (and handoff overhead) and its decode steps (and per-message
+// overheads) times these. NVIDIA Dynamo's SLA planner corrects its predictions the same way.
+struct Corrections {
+  double prefill = 1;
+  double decode = 1;
+  static constexpr double kMin = 0.1;
+  static constexpr double kMax = 10;
+};
+
+// The profile with each phase's times scaled by `c`.
+EngineProfile Corrected(const EngineProfile& profile, const Corrections& c);
+
+// The factors, each within [Corrections::kMin, kMax], at which the simulator's mean TTFT and
+// TPOT of deployment `live` running `w` at `rate` are the measured `ttft_s` and `tpot_s` (a
+// factor stays 1 when its measurement is not positive). Alternating bisections on a log scale:
+// TPOT for the decode factor, then TTFT for the prefill factor, twice, since each phase also
+// delays the other. A measurement beyond what the bounds explain ends at the bound. Fitting
+// through the simulator keeps queueing out of the factors, which a plain measured/predicted
+// ratio takes for a slower engine.
+absl::StatusOr<Corrections> FitCorrections(const EngineProfile& profile, const Deployment& live,
+                                           const Workload& w, double rate, double ttft_s,
+                                           double tpot_s);
 
 }  // namespace tandem::planner

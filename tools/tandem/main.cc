@@ -42,7 +42,9 @@ constexpr char kUsage[] = R"(usage: tandem COMMAND [flags]
       and prints each one's goodput: the highest request rate meeting the SLOs for 90% of
       requests (--attainment). With --rate R: the smallest deployment of each shape meeting
       the SLOs at R (--headroom, --max-replicas), as the router's planner advisor recommends
-      it. docs/planner.md has every flag.
+      it; with --live D --measured-ttft-ms T --measured-tpot-ms P, on the profile corrected
+      to what deployment D measured, as the advisor corrects it. docs/planner.md has every
+      flag.
   config [--config FILE] [--set key=value ...]   the effective configuration as YAML
   config --reference                             Markdown reference of every key
   health --addr HOST:PORT [--service NAME] [--config FILE] [--timeout SECONDS]

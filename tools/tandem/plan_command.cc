@@ -150,9 +150,10 @@ absl::StatusOr<planner::Workload> LoadWorkload(const CliArgs& args) {
   return w;
 }
 
-// --deployment colocated:N | disaggregated:P:D
+// --deployment (or another flag) colocated:N | disaggregated:P:D
 absl::StatusOr<planner::Deployment> ParseDeployment(const std::string& text,
-                                                    const planner::PlanOptions& o) {
+                                                    const planner::PlanOptions& o,
+                                                    const char* flag = "deployment") {
   planner::Deployment d;
   d.engine = o.engine;
   d.engine.max_num_seqs = o.max_num_seqs.front();
@@ -167,7 +168,7 @@ absl::StatusOr<planner::Deployment> ParseDeployment(const std::string& text,
                              p >= 1 && n >= 1 && p <= 4096 && n <= 4096;
   if (!colocated && !disaggregated) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--deployment: \"", text, "\" is not colocated:N or disaggregated:PREFILL:DECODE"));
+        "--", flag, ": \"", text, "\" is not colocated:N or disaggregated:PREFILL:DECODE"));
   }
   d.disaggregated = disaggregated;
   d.prefill_replicas = p;
@@ -272,6 +273,37 @@ absl::Status RunRecommend(const CliArgs& args, const planner::EngineProfile& pro
   if (max_replicas < 1 || max_replicas > 1'000'000) {
     return absl::InvalidArgumentError("--max-replicas: in [1, 1e6]");
   }
+  // With what a live deployment measured, first the correction factors the router would fit
+  // (planner.correction), and the recommendation on the corrected profile.
+  std::optional<planner::Corrections> corrections;
+  if (args.Has("measured-ttft-ms") || args.Has("measured-tpot-ms")) {
+    if (!args.Has("live")) {
+      return absl::InvalidArgumentError(
+          "--measured-ttft-ms and --measured-tpot-ms need --live, the deployment that measured "
+          "them (colocated:N or disaggregated:PREFILL:DECODE)");
+    }
+    TANDEM_ASSIGN_OR_RETURN(std::string text, args.String("live"));
+    TANDEM_ASSIGN_OR_RETURN(planner::Deployment live, ParseDeployment(text, o, "live"));
+    TANDEM_ASSIGN_OR_RETURN(double ttft_ms, args.DoubleOr("measured-ttft-ms", 0));
+    TANDEM_ASSIGN_OR_RETURN(double tpot_ms, args.DoubleOr("measured-tpot-ms", 0));
+    if (!(ttft_ms >= 0 && ttft_ms <= 1e9 && tpot_ms >= 0 && tpot_ms <= 1e9)) {
+      return absl::InvalidArgumentError("--measured-ttft-ms, --measured-tpot-ms: in [0, 1e9]");
+    }
+    TANDEM_ASSIGN_OR_RETURN(
+        corrections, planner::FitCorrections(profile, live, w, rate, ttft_ms / 1e3, tpot_ms / 1e3));
+    if (!args.Has("json")) {
+      std::printf(
+          "correction factors fitted on %s at %.3g req/s (mean TTFT %.0f ms, TPOT %.1f ms): "
+          "prefill %.3fx, decode %.3fx the profile's time\n",
+          live.Describe().c_str(), rate, ttft_ms, tpot_ms, corrections->prefill,
+          corrections->decode);
+    }
+  } else if (args.Has("live")) {
+    return absl::InvalidArgumentError(
+        "--live needs --measured-ttft-ms and/or --measured-tpot-ms, what it measured");
+  }
+  const planner::EngineProfile planned =
+      corrections.has_value() ? planner::Corrected(profile, *corrections) : profile;
   planner::RecommendOptions r;
   r.prefill = o.prefill;
   r.engine = o.engine;
@@ -284,7 +316,7 @@ absl::Status RunRecommend(const CliArgs& args, const planner::EngineProfile& pro
   for (const bool disaggregated : {false, true}) {
     if (only == (disaggregated ? "colocated" : "disaggregated")) continue;
     r.disaggregated = disaggregated;
-    TANDEM_ASSIGN_OR_RETURN(planner::Recommendation rec, planner::Recommend(profile, w, rate, r));
+    TANDEM_ASSIGN_OR_RETURN(planner::Recommendation rec, planner::Recommend(planned, w, rate, r));
     const planner::SimulationResult& s = rec.at_target;
     list.push_back({{"disaggregated", disaggregated},
                     {"feasible", rec.feasible},
@@ -296,6 +328,10 @@ absl::Status RunRecommend(const CliArgs& args, const planner::EngineProfile& pro
                     {"attainment", s.attainment},
                     {"ttft_p90_seconds", s.ttft.p90},
                     {"tpot_p90_seconds", s.tpot.p90}});
+    if (corrections.has_value()) {
+      list.back()["correction"] = {{"prefill", corrections->prefill},
+                                   {"decode", corrections->decode}};
+    }
     if (!args.Has("json")) {
       std::printf(
           "%-13s %s%d prefill + %d decode replicas (%s × %d): attainment %.0f%%, "
@@ -345,6 +381,9 @@ absl::Status RunPlan(const CliArgs& args) {
                                           "rate",
                                           "max-replicas",
                                           "headroom",
+                                          "live",
+                                          "measured-ttft-ms",
+                                          "measured-tpot-ms",
                                           "dataset",
                                           "model"}));
   TANDEM_ASSIGN_OR_RETURN(std::string profile_path, args.String("profile"));

@@ -1,9 +1,12 @@
 #include "common/model/safetensors.h"
 
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/unit/testing/temp_model.h"
 
 namespace tandem::model {
 namespace {
@@ -86,6 +89,43 @@ TEST(SafetensorsTest, OpenReportsMissingFile) {
   auto f = SafetensorsFile::Open("/nonexistent/model.safetensors");
   EXPECT_EQ(f.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(std::string(f.status().message()), HasSubstr("/nonexistent/model.safetensors"));
+}
+
+// The weights' fingerprint (part of every KV block's hash) changes when any one tensor of a
+// large file is edited, as a fine-tune of one layer or a merged adapter edits it, not only
+// where file-wide samples happen to fall: 256 tensors of 32 KiB (8 MiB), where 64 samples
+// spread over the file would miss three tensors in four (the second, at 32-64 KiB, among
+// them).
+TEST(SafetensorsTest, FingerprintChangesWithAnyOneTensor) {
+  constexpr int kTensors = 256;
+  constexpr size_t kBytes = 32 << 10;
+  std::vector<SafetensorsTensor> tensors(kTensors);
+  for (int i = 0; i < kTensors; ++i) {
+    tensors[i] = {.name = "layer." + std::to_string(i),
+                  .dtype = StDType::kF32,
+                  .shape = {static_cast<int64_t>(kBytes / 4)},
+                  .bytes = std::string(kBytes, static_cast<char>(i))};
+  }
+  const std::string dir = testing::MakeTempDir("fingerprint");
+  auto fingerprint = [&](const std::vector<SafetensorsTensor>& t, const std::string& name) {
+    const std::string path = dir + "/" + name + ".safetensors";
+    EXPECT_TRUE(WriteSafetensorsFile(path, t).ok());
+    auto f = SafetensorsFile::Open(path);
+    EXPECT_TRUE(f.ok()) << f.status();
+    return f.ok() ? (*f)->Fingerprint(7) : 0;
+  };
+  const uint64_t base = fingerprint(tensors, "base");
+  EXPECT_EQ(fingerprint(tensors, "copy"), base);  // the same bytes elsewhere
+  for (const int edited : {0, 1, 2, 77, 128, 254, 255}) {
+    std::vector<SafetensorsTensor> tuned = tensors;
+    // Every value of the tensor moved a little (the lowest mantissa bit of each float).
+    for (size_t b = 0; b < kBytes; b += 4) tuned[edited].bytes[b] ^= 1;
+    EXPECT_NE(fingerprint(tuned, "tuned" + std::to_string(edited)), base) << edited;
+    // And one float in the middle of it, where a sample of that tensor reads.
+    std::vector<SafetensorsTensor> one = tensors;
+    one[edited].bytes[(kBytes / 2) & ~size_t{3}] ^= 1;
+    EXPECT_NE(fingerprint(one, "one" + std::to_string(edited)), base) << edited;
+  }
 }
 
 }  // namespace

@@ -199,9 +199,9 @@ planner::Deployment Live(const PlannerAdvisorOptions& o) {
 // What the live deployment would measure if its phases ran `truth` times the profile's time:
 // the simulator's mean TTFT and TPOT on the corrected profile.
 planner::SimulationResult Measure(const PlannerAdvisorOptions& o, const planner::Workload& w,
-                                  double rate, const Corrections& truth) {
+                                  double rate, const planner::Corrections& truth) {
   absl::StatusOr<planner::SimulationResult> r =
-      planner::Simulate(PlannerAdvisor::Corrected(o.profile, truth), Live(o), w, rate);
+      planner::Simulate(planner::Corrected(o.profile, truth), Live(o), w, rate);
   EXPECT_TRUE(r.ok()) << r.status();
   return *r;
 }
@@ -217,26 +217,27 @@ TEST(PlannerAdvisorTest, CorrectionFactorsRecoverHowMuchSlowerEachPhaseRuns) {
   w.output_len = 96;
   w.output_len_range = 0.5;
   const double rate = 0.6;
-  for (const Corrections truth :
-       {Corrections{.prefill = 1.6, .decode = 0.7}, Corrections{.prefill = 0.5, .decode = 2.2},
-        Corrections{.prefill = 1, .decode = 1}}) {
+  for (const planner::Corrections truth : {planner::Corrections{.prefill = 1.6, .decode = 0.7},
+                                           planner::Corrections{.prefill = 0.5, .decode = 2.2},
+                                           planner::Corrections{.prefill = 1, .decode = 1}}) {
     const planner::SimulationResult measured = Measure(o, w, rate, truth);
-    absl::StatusOr<Corrections> fit =
-        PlannerAdvisor::Fit(o.profile, Live(o), w, rate, measured.ttft.mean, measured.tpot.mean);
+    absl::StatusOr<planner::Corrections> fit = planner::FitCorrections(
+        o.profile, Live(o), w, rate, measured.ttft.mean, measured.tpot.mean);
     ASSERT_TRUE(fit.ok()) << fit.status();
     EXPECT_NEAR(fit->prefill / truth.prefill, 1, 0.03) << truth.prefill;
     EXPECT_NEAR(fit->decode / truth.decode, 1, 0.03) << truth.decode;
   }
   // The proportional correction is wrong at this load: predicted TTFT is not linear in the
   // prefill time once requests queue behind each other.
-  const Corrections slow{.prefill = 1.6, .decode = 1};
+  const planner::Corrections slow{.prefill = 1.6, .decode = 1};
   const double naive = Measure(o, w, rate, slow).ttft.mean / Measure(o, w, rate, {}).ttft.mean;
   EXPECT_GT(std::abs(naive / slow.prefill - 1), 0.1) << naive;
   // Measurements beyond what any factor explains end at the bounds.
-  absl::StatusOr<Corrections> beyond = PlannerAdvisor::Fit(o.profile, Live(o), w, rate, 1e-6, 1e3);
+  absl::StatusOr<planner::Corrections> beyond =
+      planner::FitCorrections(o.profile, Live(o), w, rate, 1e-6, 1e3);
   ASSERT_TRUE(beyond.ok()) << beyond.status();
-  EXPECT_EQ(beyond->prefill, PlannerAdvisor::kMinCorrection);
-  EXPECT_EQ(beyond->decode, PlannerAdvisor::kMaxCorrection);
+  EXPECT_EQ(beyond->prefill, planner::Corrections::kMin);
+  EXPECT_EQ(beyond->decode, planner::Corrections::kMax);
 }
 
 // A round fits the factors to what the window measured on the replicas in rotation, smooths
@@ -245,7 +246,7 @@ TEST(PlannerAdvisorTest, CorrectionFactorsRecoverHowMuchSlowerEachPhaseRuns) {
 TEST(PlannerAdvisorTest, ARoundPlansOnTheProfileCorrectedToWhatTheDeploymentMeasured) {
   PlannerAdvisorOptions o = Options125m();
   o.live = [] { return LiveReplicas{.prefill = 1, .decode = 2}; };
-  const Corrections truth{.prefill = 2.5, .decode = 1.5};
+  const planner::Corrections truth{.prefill = 2.5, .decode = 1.5};
   testing::ManualTimeSource clock;
 
   // The window the router would measure on that deployment: the lengths, and the mean TTFT and
@@ -270,8 +271,8 @@ TEST(PlannerAdvisorTest, ARoundPlansOnTheProfileCorrectedToWhatTheDeploymentMeas
   EXPECT_EQ(r->applied.prefill, r->fitted->prefill);  // the first fit is taken whole
   ASSERT_TRUE(r->recommendation.has_value());
   absl::StatusOr<planner::Recommendation> want = planner::Recommend(
-      PlannerAdvisor::Corrected(o.profile, r->applied),
-      PlannerAdvisor::WorkloadOf(r->measured, o.slo), r->measured.arrival_rate, o.recommend);
+      planner::Corrected(o.profile, r->applied), PlannerAdvisor::WorkloadOf(r->measured, o.slo),
+      r->measured.arrival_rate, o.recommend);
   ASSERT_TRUE(want.ok()) << want.status();
   EXPECT_EQ(r->recommendation->prefill_replicas, want->prefill_replicas);
   EXPECT_EQ(r->recommendation->decode_replicas, want->decode_replicas);
