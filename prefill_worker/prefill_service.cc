@@ -98,10 +98,15 @@ class PrefillCall final : public grpc::ServerUnaryReactor {
     }
     // The callbacks must not touch `this`: gRPC deletes the call once it is finished (a
     // cancelled call finishes before the engine reports the abort).
+    const Clock::time_point queued = Clock::now();
     service_.fetches_->Submit([service = &service_, state = state_, r = std::move(r),
-                               prompt = std::move(prompt), start, tenant_salt, ahead]() mutable {
+                               prompt = std::move(prompt), start, queued, tenant_salt,
+                               ahead]() mutable {
       if (state->Done()) return;  // cancelled while queued
       LoadPrefix(*service, prompt, tenant_salt);
+      if (service->on_prefix_lookup_) {
+        service->on_prefix_lookup_(std::chrono::duration<double>(Clock::now() - queued).count());
+      }
       if (state->Done()) return;
       Compute(*service, state, std::move(r), std::move(prompt), start, tenant_salt, ahead);
     });
@@ -297,6 +302,7 @@ PrefillService::PrefillService(engine::EngineLoop& loop, store::StorePool& store
       on_stability_(options.on_stability),
       reserve_ahead_(options.reserve_ahead),
       load_prefixes_(options.load_prefixes),
+      on_prefix_lookup_(options.on_prefix_lookup),
       fetches_(options.load_prefixes ? std::make_unique<WorkQueue>(options.fetch_threads)
                                      : nullptr) {}
 

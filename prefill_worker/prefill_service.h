@@ -53,6 +53,9 @@ struct PrefillServiceOptions {
   // worker has since evicted.
   bool load_prefixes = false;
   int fetch_threads = 2;
+  // Called with the seconds each prompt spent on that before it was queued to compute (the
+  // fetch queue, the lookups and the import; tandem_prefix_lookup_seconds); may be empty.
+  std::function<void(double)> on_prefix_lookup;
 };
 
 // Longest prompt the stability monitor samples.
@@ -99,6 +102,7 @@ class PrefillService final : public tandem::v1::PrefillWorker::CallbackService,
   const std::function<void(const std::vector<model::LayerSimilarity>&)> on_stability_;
   const std::optional<engine::ExportPlan> reserve_ahead_;
   const bool load_prefixes_;
+  const std::function<void(double)> on_prefix_lookup_;
   std::unique_ptr<WorkQueue> fetches_;  // with load_prefixes
   std::atomic<int64_t> prefilled_{0};  // requests that reached their first token
   std::atomic<int64_t> next_id_{1};

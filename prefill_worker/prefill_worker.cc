@@ -51,6 +51,11 @@ PrefillWorker::PrefillWorker(engine::EngineLoop& loop, store::StorePool& store,
   service.authorizer = options.authorizer;
   service.reserve_ahead = options.reserve_ahead;
   service.load_prefixes = options.load_prefixes;
+  if (options.load_prefixes) {
+    service.on_prefix_lookup = [h = metrics.PrefixLookupTime("prefill")](double s) {
+      h->Observe(s);
+    };
+  }
   if (!pruned.empty()) {
     service.stability_sample_rate = options.stability_sample_rate;
     service.on_stability = StabilityReporter(metrics, pruned, options.stability_alert_below);

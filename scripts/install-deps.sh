@@ -13,6 +13,7 @@ packages=(
   libboost1.74-dev                    # the HTTP front door: Boost.Beast over Asio (headers)
   libssl-dev                          # TLS between roles: certificate checks at startup
   libdnnl-dev                         # oneDNN: model.cpu_gemm: onednn (AMX/AVX-512 GEMMs)
+  libucx-dev                          # UCX: the planned KV data plane (issue #26); a probe today
   curl                                # demo: the HTTP API and /metrics
   zlib1g-dev                          # model-inspect: PNG attention maps
   libgtest-dev libgmock-dev libbenchmark-dev

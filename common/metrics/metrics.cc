@@ -129,6 +129,13 @@ Metrics::Metrics(std::string process_role)
                                "(model.cpu_gemm as chosen: provider tandem or onednn) and the "
                                "ISA oneDNN reports for its CPU")
                          .Register(*registry_)),
+      prefix_lookup_(BuildHistogram()
+                         .Name("tandem_prefix_lookup_seconds")
+                         .Help("Prefill workers with cache_store.load_prefixes: per prompt, the "
+                               "time from its arrival to its computation queued, spent looking "
+                               "its blocks up in the engine's cache and the store and "
+                               "importing what was found")
+                         .Register(*registry_)),
       auth_denied_(BuildCounter()
                        .Name("tandem_auth_denied_total")
                        .Help("Calls refused by authorization, by method and reason "
@@ -409,6 +416,10 @@ prometheus::Gauge* Metrics::PruningCosine(const std::string& role, int layer) {
 
 prometheus::Gauge* Metrics::DeviceMemory(const std::string& role, const std::string& use) {
   return &device_memory_.Add({{"role", role}, {"use", use}});
+}
+
+prometheus::Histogram* Metrics::PrefixLookupTime(const std::string& role) {
+  return &prefix_lookup_.Add({{"role", role}}, ShortBuckets());
 }
 
 void Metrics::CpuGemmInfo(const std::string& role, const std::string& provider,

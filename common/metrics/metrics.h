@@ -170,6 +170,10 @@ class Metrics {
   // ("avx2", "avx512_core_amx", ...), so a dashboard shows which workers run which and which
   // could run AMX. Workers on a device never call it.
   void CpuGemmInfo(const std::string& role, const std::string& provider, const std::string& isa);
+  // tandem_prefix_lookup_seconds{role}: what cache_store.load_prefixes adds before a prompt is
+  // computed (its lookups in the engine's cache and the store, and the import). Only prefill
+  // workers that load prefixes call it.
+  prometheus::Histogram* PrefixLookupTime(const std::string& role);
   // The turns of `tandem serve`'s shared compute pool on `device`, by phase ("prefill",
   // "decode"): tandem_compute_turns_total and tandem_compute_turn_wait_seconds_total (time a
   // step waited for another engine's step). Processes without a shared pool never call it.
@@ -218,6 +222,7 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>& pruning_cosine_;
   prometheus::Family<prometheus::Gauge>& device_memory_;
   prometheus::Family<prometheus::Gauge>& cpu_gemm_info_;
+  prometheus::Family<prometheus::Histogram>& prefix_lookup_;
   prometheus::Family<prometheus::Counter>& auth_denied_;
   prometheus::Family<prometheus::Counter>& api_key_requests_;
   prometheus::Family<prometheus::Counter>& api_key_tokens_;

@@ -6,6 +6,9 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <memory>
+
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "cache_store/cache_store_service.h"
@@ -152,6 +155,13 @@ TEST_F(PrefillServiceTest, ImportsAStoredPrefixAndComputesOnlyTheRest) {
 
   PrefillServiceOptions options;
   options.load_prefixes = true;
+  // tandem_prefix_lookup_seconds: one observation per prompt looked up, before it computes.
+  auto lookups = std::make_shared<std::atomic<int>>(0);
+  options.on_prefix_lookup = [lookups](double seconds) {
+    EXPECT_GE(seconds, 0);
+    EXPECT_LT(seconds, 60);
+    ++*lookups;
+  };
   Restart(options);
   std::vector<int32_t> longer = prompt_;
   for (int i = 0; i < 30; ++i) longer.push_back((i * 13 + 3) % 128);  // 6 full blocks + 4
@@ -180,6 +190,7 @@ TEST_F(PrefillServiceTest, ImportsAStoredPrefixAndComputesOnlyTheRest) {
   EXPECT_EQ(service_->kv_worker_hits(), 4);
   EXPECT_EQ(service_->kv_hits(), 8);
   EXPECT_EQ(service_->kv_misses(), 6);
+  EXPECT_EQ(lookups->load(), 3);  // each prompt's, observed before its response
 }
 
 TEST_F(PrefillServiceTest, BadRequestsAreInvalidArgument) {
