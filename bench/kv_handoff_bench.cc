@@ -6,7 +6,14 @@
 //
 //   kv-handoff-bench [--block-sizes 64Ki,1Mi] [--total 64Mi] [--request 8Mi] [--reps 7]
 //                    [--chunk 1Mi] [--no-stream] [--default-malloc] [--certs DIR]
+//                    [--shard HOST:PORT]
 //   kv-handoff-bench --profile P.json [--profile-requests 256Ki,2Mi,16Mi] [--reps 7]
+//                    [--shard HOST:PORT]
+//
+// --shard measures against a `tandem cache-store` process of its own on this node (as workers
+// reach a shard) instead of one in this process: the shard's copies and RPC threads then run
+// in another process, scheduled as in a deployment. Its cache_store.capacity_bytes must hold
+// --total plus two requests, and its block limit the block size.
 //
 // --profile fills an engine profile's kv_transfer samples (common/planner/profile.h): blocks of
 // the profiled model's size, one sample per request size and path, the file rewritten in place.
@@ -68,6 +75,7 @@ struct Options {
   bool stream = true;  // run the gRPC-stream variant (--no-stream: profile the others alone)
   bool tuned = true;  // TuneServingProcess
   std::string certs;  // scripts/dev-certs.sh output; empty: no TLS rows
+  std::string shard;  // a `tandem cache-store` to measure against; empty: one in this process
   // --profile: where each run adds a sample per path (plaintext gRPC stream, shared memory).
   std::vector<planner::TransferSample>* samples = nullptr;
 };
@@ -147,10 +155,15 @@ struct Row {
 };
 
 absl::Status RunBlockSize(const Options& o, int64_t block, std::vector<std::string>& table) {
-  auto store = cache_store::BlockStore::Create(
-      {.capacity_bytes = o.total + 2 * o.request, .max_block_bytes = block});
-  TANDEM_RETURN_IF_ERROR(store.status());
-  if ((*store)->arena() == nullptr) return absl::UnavailableError("no shared-memory arena");
+  // The shard: in this process (a BlockStore behind CacheStoreService on loopback), or with
+  // --shard a `tandem cache-store` process of its own on this node, as workers reach one.
+  std::unique_ptr<cache_store::BlockStore> store;
+  if (o.shard.empty()) {
+    TANDEM_ASSIGN_OR_RETURN(
+        store, cache_store::BlockStore::Create(
+                   {.capacity_bytes = o.total + 2 * o.request, .max_block_bytes = block}));
+    if (store->arena() == nullptr) return absl::UnavailableError("no shared-memory arena");
+  }
   // With --certs: the shard's and the prefill worker's certificates, as roles use them.
   std::shared_ptr<const security::Transport> shard_tls, worker_tls;
   if (!o.certs.empty()) {
@@ -164,20 +177,27 @@ absl::Status RunBlockSize(const Options& o, int64_t block, std::vector<std::stri
   }
   // The shard's store behind two servers: plaintext, and (with --certs) mutual TLS with the
   // role check a TLS shard makes.
-  cache_store::CacheStoreService service(**store, o.chunk);
-  grpc::ServerBuilder builder;
-  int port = 0, tls_port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (server == nullptr) return absl::UnavailableError("cannot start the shard");
+  std::unique_ptr<cache_store::CacheStoreService> service;
+  std::unique_ptr<grpc::Server> server;
+  std::string address = o.shard;
+  int tls_port = 0;
+  if (store != nullptr) {
+    service = std::make_unique<cache_store::CacheStoreService>(*store, o.chunk);
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(service.get());
+    server = builder.BuildAndStart();
+    if (server == nullptr) return absl::UnavailableError("cannot start the shard");
+    address = absl::StrCat("127.0.0.1:", port);
+  }
   std::unique_ptr<security::Authorizer> authorizer;
   std::unique_ptr<cache_store::CacheStoreService> tls_service;
   std::unique_ptr<grpc::Server> tls_server;
   if (shard_tls) {
     authorizer = std::make_unique<security::Authorizer>(shard_tls, nullptr);
     tls_service = std::make_unique<cache_store::CacheStoreService>(
-        **store, o.chunk, cache_store::ShmHandoffOptions{}, *authorizer);
+        *store, o.chunk, cache_store::ShmHandoffOptions{}, *authorizer);
     grpc::ServerBuilder tls_builder;
     tls_builder.AddListeningPort(
         "127.0.0.1:0", shard_tls->ServerCredentials(security::ClientCertificates::kRequire),
@@ -186,8 +206,7 @@ absl::Status RunBlockSize(const Options& o, int64_t block, std::vector<std::stri
     tls_server = tls_builder.BuildAndStart();
     if (tls_server == nullptr) return absl::UnavailableError("cannot start the TLS shard");
   }
-  auto channel =
-      grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials());
+  auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
   store::CacheStoreClient grpc_client(channel, "bench", {.chunk_bytes = o.chunk});
   store::CacheStoreClient shm_client(channel, "bench",
                                      {.chunk_bytes = o.chunk, .shared_memory = true});
@@ -268,7 +287,7 @@ absl::Status RunBlockSize(const Options& o, int64_t block, std::vector<std::stri
     table.push_back(absl::StrFormat("| %7s | %-13s | %12s | %12s | %12s |", name, row->variant,
                                     cell(row->put), cell(row->get), cell(row->both)));
   }
-  server->Shutdown();
+  if (server != nullptr) server->Shutdown();
   if (tls_server != nullptr) tls_server->Shutdown();
   return absl::OkStatus();
 }
@@ -278,9 +297,15 @@ absl::Status Main(int argc, char** argv) {
                           CliArgs::Parse(argc, argv, {"no-stream", "default-malloc"}));
   TANDEM_RETURN_IF_ERROR(
       args.CheckKnown({"block-sizes", "total", "request", "reps", "chunk", "no-stream",
-                       "default-malloc", "certs", "profile", "profile-requests"}));
+                       "default-malloc", "certs", "profile", "profile-requests", "shard"}));
   Options o;
   o.certs = args.StringOr("certs", "");
+  o.shard = args.StringOr("shard", "");
+  if (!o.shard.empty() && !o.certs.empty()) {
+    return absl::InvalidArgumentError(
+        "--certs serves TLS from a shard in this process; with --shard, give the shard TLS in "
+        "its own configuration");
+  }
   o.stream = !args.Has("no-stream");
   o.tuned = !args.Has("default-malloc");
   if (o.tuned) TuneServingProcess();

@@ -3,6 +3,7 @@
   disaggregated  1 prefill worker on core 0 and 1 decode worker on core 1 (one compute thread
                  each), one cache-store shard, the router (shard and router unpinned);
   colocated      2 decode workers in router.mode=colocated, one per core (one thread each).
+  colocated-2t   1 decode worker in router.mode=colocated on both cores (two threads).
 
 Used by disagg_vs_colocated.py, validate_planner.py and cpu_share.py, which share the
 workloads below.
@@ -48,7 +49,16 @@ WORKLOADS = {
               {"dataset": "bench/traces/bursty-120.jsonl", "slo_ttft_ms": 250,
                "slo_tpot_ms": 10}),
 }
-DEPLOYMENTS = {"colocated": "colocated:2", "disaggregated": "disaggregated:1:1"}
+DEPLOYMENTS = {"colocated": "colocated:2", "disaggregated": "disaggregated:1:1",
+               # One colocated worker computing on both cores (model.threads=2), simulated on
+               # the workload's two-thread profile (profile_for).
+               "colocated-2t": "colocated:1"}
+
+
+def profile_for(mode, profile):
+    """The engine profile a deployment is simulated with: the two-thread one of the workload's
+    model for a deployment whose workers compute on two threads."""
+    return profile.replace("-1t", "-2t") if mode.endswith("-2t") else profile
 
 
 class LocalCluster:
@@ -85,7 +95,10 @@ class LocalCluster:
             return self.start("router", None, ["--set", f"router.prefill_workers=[{prefill}]",
                                                "--set", f"router.decode_workers=[{decode}]"]
                               + router_extra)
-        decodes = [self.start("decode", str(core), []) for core in (0, 1)]
+        if mode == "colocated-2t":
+            decodes = [self.start("decode", "0,1", ["--set", "model.threads=2"])]
+        else:
+            decodes = [self.start("decode", str(core), []) for core in (0, 1)]
         return self.start("router", None, ["--set", "router.mode=colocated",
                                            "--set", f"router.decode_workers=[{','.join(decodes)}]"]
                           + router_extra)

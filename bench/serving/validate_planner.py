@@ -25,7 +25,7 @@ import tempfile
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
                                 "scripts", "train"))
 import png  # noqa: E402  (the project's dependency-free PNG plotter)
-from local_cluster import (DEPLOYMENTS, WORKLOADS, LocalCluster, bench,  # noqa: E402
+from local_cluster import (DEPLOYMENTS, WORKLOADS, LocalCluster, bench, profile_for,  # noqa: E402
                            cpu_of_run)
 
 
@@ -37,6 +37,9 @@ p.add_argument("--rates", default="", help="override every workload's rates")
 p.add_argument("--replay", default="",
                help="no runs: predict the measurements of an earlier --out JSON again from the "
                "profiles as they are now")
+p.add_argument("--deployments", default="colocated,disaggregated",
+               help="of local_cluster.py's DEPLOYMENTS; colocated-2t is one worker on both "
+               "cores, simulated on the workload's two-thread profile")
 p.add_argument("--repeat", type=int, default=1,
                help="runs of every point, the deployments alternating; the table compares the "
                "prediction with the median and shows the range")
@@ -181,12 +184,14 @@ if args.replay:
         _, profile, _, _ = WORKLOADS[name]
         for mode, r in modes.items():
             for run in r["runs"]:
-                run["predicted"] = [predict(profile, DEPLOYMENTS[mode], rate, w)[0]
+                run["predicted"] = [predict(profile_for(mode, profile), DEPLOYMENTS[mode], rate,
+                                            w)[0]
                                     for rate, w in zip(run["rates"], run["workloads"])]
 for name in [] if args.replay else args.workloads.split(","):
     model, profile, rates, flags = WORKLOADS[name]
     rates = (args.rates or rates).split(",")
-    results[name] = {mode: {"runs": []} for mode in DEPLOYMENTS}
+    modes = args.deployments.split(",")
+    results[name] = {mode: {"runs": []} for mode in modes}
     cluster = LocalCluster(tandem, model, logs)
     # Repetitions alternate the deployments, so a change in the host's speed reaches both.
     for rep in range(args.repeat):
@@ -194,7 +199,8 @@ for name in [] if args.replay else args.workloads.split(","):
         # hit the prefix cache an earlier run filled. The prediction simulates the same requests.
         workloads = [dict(flags, num_requests=args.num_requests, seed=100 * rep + i + 1)
                      for i in range(len(rates))]
-        for mode, deployment in DEPLOYMENTS.items():
+        for mode in modes:
+            deployment = DEPLOYMENTS[mode]
             addr = cluster.up(mode)
             try:
                 bench(tandem, addr, float(rates[0]), dict(flags, num_requests=10, seed=1000),
@@ -204,7 +210,8 @@ for name in [] if args.replay else args.workloads.split(","):
                             for r, w in zip(rates, workloads)]
             finally:
                 cluster.down()
-            predicted = [predict(profile, deployment, r, w)[0] for r, w in zip(rates, workloads)]
+            predicted = [predict(profile_for(mode, profile), deployment, r, w)[0]
+                         for r, w in zip(rates, workloads)]
             results[name][mode]["runs"].append({"measured": measured, "predicted": predicted,
                                                  "rates": rates, "workloads": workloads})
 
@@ -236,11 +243,14 @@ for name, modes in results.items():
                 cells.append(f"{mv:.3g}{spread} / {sv:.3g} ({error(sv, mv):+.0%})")
             print(f"| {name} | {mode} | {s['rate']:g} | " + " | ".join(cells) + " |")
 
-blue, red = (30, 70, 200), (200, 50, 40)
+blue, red, green = (30, 70, 200), (200, 50, 40), (40, 150, 60)
 for name, modes in results.items():
     for metric, label, pick_m, pick_s in METRICS:
         series = []
-        for mode, color in (("disaggregated", blue), ("colocated", red)):
+        for mode, color in (("disaggregated", blue), ("colocated", red),
+                            ("colocated-2t", green)):
+            if mode not in modes:
+                continue
             runs = modes[mode]["runs"]
             xs = [s["rate"] for s in runs[0]["predicted"]]
             points = [point(runs, i, pick_m, pick_s) for i in range(len(xs))]
@@ -248,6 +258,7 @@ for name, modes in results.items():
             series.append((xs, [sv for _, sv in points], tuple(c // 2 + 110 for c in color), 1))
         ys = [y for s in series for y in s[1]]
         png.line_plot(f"{args.out}_{name}_{metric}.png", series,
-                      f"{name.upper()} {label}: BLUE DISAGG, RED COLOC; THIN = PREDICTED",
+                      f"{name.upper()} {label}: BLUE DISAGG, RED COLOC, GREEN 1 WORKER 2 THREADS; "
+                      "THIN = PREDICTED",
                       "ARRIVAL RATE (PER S)", label, ylim=(0, max(ys) * 1.1 or 1))
 print(f"wrote {args.out}.json and {args.out}_<workload>_{{tpot,ttft,goodput}}.png")
