@@ -61,6 +61,11 @@ absl::StatusOr<std::optional<planner::Corrections>> PlannerAdvisor::FitLive(
   if (!options_.correction || !options_.live) return std::optional<planner::Corrections>();
   const LiveReplicas live = options_.live();
   const planner::RecommendOptions& r = options_.recommend;
+  // Nothing to fit while a role has no replica in rotation: the measurements are of a
+  // deployment that is not there (or of failures).
+  if (live.decode < 1 || (r.disaggregated && live.prefill < 1)) {
+    return std::optional<planner::Corrections>();
+  }
   planner::Deployment d;
   d.disaggregated = r.disaggregated;
   d.prefill_replicas = r.disaggregated ? live.prefill : 0;
@@ -68,11 +73,6 @@ absl::StatusOr<std::optional<planner::Corrections>> PlannerAdvisor::FitLive(
   d.prefill = r.prefill;
   d.engine = r.engine;
   d.transport = r.transport;
-  // Nothing to fit while a role has no replica in rotation: the measurements are of a
-  // deployment that is not there (or of failures).
-  if (live.decode < 1 || (r.disaggregated && live.prefill < 1)) {
-    return std::optional<planner::Corrections>();
-  }
   TANDEM_ASSIGN_OR_RETURN(const planner::Corrections fit,
                           planner::FitCorrections(options_.profile, d, w, s.arrival_rate,
                                                   s.ttft_s.count > 0 ? s.ttft_s.mean : 0,

@@ -91,7 +91,8 @@ class PlannerAdvisor {
   void Loop();
   // The recommended replicas per role (prefill ignored when colocated) and feasibility.
   void Publish(int prefill, int decode, bool feasible);
-  // This round's fit (none when it cannot make one), and the factors to plan with.
+  // This round's fit of the correction factors to the deployment `live` reports; none when
+  // correction is off or a role has no replica in rotation.
   absl::StatusOr<std::optional<planner::Corrections>> FitLive(const WorkloadStats::Snapshot& s,
                                                               const planner::Workload& w);
 
