@@ -125,7 +125,7 @@ absl::StatusOr<Timing> TimeHandoff(store::CacheStoreClient& client,
       hashes.push_back(b.hash = next_hash++);
       sizes.push_back({b.hash, static_cast<int64_t>(b.bytes.size())});
     }
-    std::unique_ptr<store::ShmClient::Reservation> reservation;
+    std::unique_ptr<store::ArenaClient::Reservation> reservation;
     if (reserve_ahead) {
       reservation = client.Reserve(sizes);
       if (reservation == nullptr) return absl::InternalError("no reservation made ahead");

@@ -296,4 +296,24 @@ grpc::ServerUnaryReactor* CacheStoreService::ReleaseShm(
   return Answer(context, shm_.Release(*request, context->peer()));
 }
 
+absl::Status CacheStoreService::EnableFabric() {
+  absl::StatusOr<std::unique_ptr<UcxDataPlane>> plane = UcxDataPlane::Create(shm_);
+  if (!plane.ok()) return plane.status();
+  fabric_ = *std::move(plane);
+  return absl::OkStatus();
+}
+
+grpc::ServerUnaryReactor* CacheStoreService::AttachFabric(
+    grpc::CallbackServerContext* context, const tandem::v1::AttachFabricRequest*,
+    tandem::v1::AttachFabricResponse* response) {
+  if (auto* denied = authorizer_.DenyUnary(context, "/tandem.v1.CacheStore/AttachFabric")) {
+    return denied;
+  }
+  if (fabric_ == nullptr) {
+    return Answer(context, absl::FailedPreconditionError("the KV fabric is off on this shard"));
+  }
+  fabric_->Attach(response);
+  return Answer(context, absl::OkStatus());
+}
+
 }  // namespace tandem::cache_store

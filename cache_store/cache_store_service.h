@@ -1,13 +1,16 @@
 // gRPC face of one cache-store shard (proto/tandem/v1/cache_store.proto) over a BlockStore,
 // with the callback API: Put reads a client stream of chunks, Get writes one, and a block being
 // sent stays pinned until its last chunk is written. The shared-memory calls go to a
-// ShmHandoff (shm_handoff.h).
+// ShmHandoff (shm_handoff.h); so do the fabric's leases, whose bytes a UcxDataPlane moves
+// (ucx_data_plane.h) when EnableFabric started one.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 
 #include "cache_store/block_store.h"
 #include "cache_store/shm_handoff.h"
+#include "cache_store/ucx_data_plane.h"
 #include "common/security/authorizer.h"
 #include "tandem/v1/cache_store.grpc.pb.h"
 
@@ -47,12 +50,22 @@ class CacheStoreService final : public tandem::v1::CacheStore::CallbackService {
                                        const tandem::v1::ReleaseShmRequest* request,
                                        tandem::v1::ReleaseShmResponse* response) override;
 
+  grpc::ServerUnaryReactor* AttachFabric(grpc::CallbackServerContext* context,
+                                         const tandem::v1::AttachFabricRequest* request,
+                                         tandem::v1::AttachFabricResponse* response) override;
+
+  // Starts the UCX data plane over the arena (UcxDataPlane::Create's errors). Before serving.
+  absl::Status EnableFabric();
+
   const ShmHandoff& shm() const { return shm_; }
+  // Null until EnableFabric.
+  const UcxDataPlane* fabric() const { return fabric_.get(); }
 
  private:
   BlockStore& store_;
   const int64_t chunk_bytes_;
   ShmHandoff shm_;
+  std::unique_ptr<UcxDataPlane> fabric_;  // after shm_: its transfers borrow shm_'s leases
   const security::Authorizer& authorizer_;
 };
 

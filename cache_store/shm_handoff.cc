@@ -7,6 +7,13 @@
 #include "common/util/status_macros.h"
 
 namespace tandem::cache_store {
+namespace {
+
+std::string KeyBytes(const ShmLeases::Key& key) {
+  return std::string(reinterpret_cast<const char*>(key.data()), sizeof key);
+}
+
+}  // namespace
 
 ShmHandoff::ShmHandoff(BlockStore& store, const ShmHandoffOptions& options)
     : store_(store), arena_(store.arena()), options_(options), leases_(options.leases) {}
@@ -66,8 +73,10 @@ absl::Status ShmHandoff::Reserve(const tandem::v1::ReserveShmRequest& request,
   }
   if (!lease.puts.empty()) {
     const int64_t n = static_cast<int64_t>(lease.puts.size());
-    TANDEM_ASSIGN_OR_RETURN(const uint64_t id, leases_.Add(std::move(lease), peer));
-    response->set_lease_id(id);
+    TANDEM_ASSIGN_OR_RETURN(const ShmLeases::Added added,
+                            leases_.Add(std::move(lease), peer, request.fabric()));
+    response->set_lease_id(added.id);
+    if (request.fabric()) response->set_fabric_key(KeyBytes(added.key));
     reserved_blocks_ += n;
   }
   return absl::OkStatus();
@@ -76,8 +85,9 @@ absl::Status ShmHandoff::Reserve(const tandem::v1::ReserveShmRequest& request,
 absl::Status ShmHandoff::Commit(const tandem::v1::CommitShmRequest& request,
                                 tandem::v1::CommitShmResponse* response, const std::string& peer) {
   TANDEM_RETURN_IF_ERROR(CheckInstance(request.instance_id()));
-  TANDEM_ASSIGN_OR_RETURN(ShmLeases::Lease lease,
+  TANDEM_ASSIGN_OR_RETURN(const std::shared_ptr<ShmLeases::Lease> taken,
                           leases_.Take(request.lease_id(), ShmLeases::Kind::kWrite, peer));
+  ShmLeases::Lease& lease = *taken;
   if (request.checksums_size() != static_cast<int>(lease.puts.size())) {
     return absl::InvalidArgumentError(absl::StrCat("shared memory: ", request.checksums_size(),
                                                    " checksums for ", lease.puts.size(),
@@ -146,8 +156,10 @@ absl::Status ShmHandoff::Pin(const tandem::v1::AcquireShmRequest& request,
   }
   if (!lease.pins.empty()) {
     const int64_t n = static_cast<int64_t>(lease.pins.size());
-    TANDEM_ASSIGN_OR_RETURN(const uint64_t id, leases_.Add(std::move(lease), peer));
-    response->set_lease_id(id);
+    TANDEM_ASSIGN_OR_RETURN(const ShmLeases::Added added,
+                            leases_.Add(std::move(lease), peer, request.fabric()));
+    response->set_lease_id(added.id);
+    if (request.fabric()) response->set_fabric_key(KeyBytes(added.key));
     acquired_blocks_ += n;
   }
   return absl::OkStatus();
@@ -165,6 +177,29 @@ absl::Status ShmHandoff::Release(const tandem::v1::ReleaseShmRequest& request,
                                  const std::string& peer) {
   TANDEM_RETURN_IF_ERROR(CheckInstance(request.instance_id()));
   return leases_.Take(request.lease_id(), ShmLeases::Kind::kAny, peer).status();
+}
+
+absl::StatusOr<ShmHandoff::Borrowed> ShmHandoff::BorrowBlock(uint64_t lease_id,
+                                                             const ShmLeases::Key& key, bool write,
+                                                             uint32_t index, int64_t offset,
+                                                             int64_t length) {
+  TANDEM_ASSIGN_OR_RETURN(
+      std::shared_ptr<const ShmLeases::Lease> lease,
+      leases_.Borrow(lease_id, key, write ? ShmLeases::Kind::kWrite : ShmLeases::Kind::kRead));
+  std::span<uint8_t> bytes;
+  if (write && index < lease->puts.size()) {
+    bytes = lease->puts[index].data();
+  } else if (!write && index < lease->pins.size()) {
+    // A reader only reads: the span is mutable because the fabric registers the arena as one.
+    const std::span<const uint8_t> pinned = lease->pins[index].data();
+    bytes = {const_cast<uint8_t*>(pinned.data()), pinned.size()};
+  }
+  if (bytes.empty() || arena_->FileOffset(bytes.data()) != offset ||
+      static_cast<int64_t>(bytes.size()) != length) {
+    return absl::InvalidArgumentError(absl::StrCat("fabric: block ", index, " of lease ", lease_id,
+                                                   " is not at ", offset, " (", length, " bytes)"));
+  }
+  return Borrowed{std::move(lease), bytes};
 }
 
 }  // namespace tandem::cache_store

@@ -10,6 +10,8 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -60,6 +62,20 @@ class ShmHandoff {
                tandem::v1::AcquireShmResponse* response, std::string peer,
                std::function<void(const absl::Status&)> done);
   absl::Status Release(const tandem::v1::ReleaseShmRequest& request, const std::string& peer = "");
+
+  // One fabric transfer's hold on a block of a keyed lease (ShmLeases::Borrow): the arena bytes
+  // of the lease's `index`-th block, if `offset` (in the arena file) and `length` name exactly
+  // them. Keep `lease` until the transfer ends. PermissionDenied for a wrong id, key or kind;
+  // InvalidArgument for a region that is not the block's.
+  struct Borrowed {
+    std::shared_ptr<const ShmLeases::Lease> lease;
+    std::span<uint8_t> bytes;
+  };
+  absl::StatusOr<Borrowed> BorrowBlock(uint64_t lease_id, const ShmLeases::Key& key, bool write,
+                                       uint32_t index, int64_t offset, int64_t length);
+  // The arena, for the fabric to register; nullptr without one.
+  const ShmArena* arena() const { return arena_; }
+  std::chrono::milliseconds lease_time() const { return leases_.ttl(); }
 
   ShmHandoffStats Stats() const;
 

@@ -96,6 +96,12 @@ absl::Status Validate(const TandemConfig& c, const std::string& source) {
     return KeyError(source, "security.tls",
                     "give ca_file, cert_file and key_file together (or none: plaintext)");
   }
+  if (c.cache_store.transport == "ucx" && tls_files == 3 &&
+      !c.security.allow_unencrypted_kv_fabric) {
+    return KeyError(source, "cache_store.transport",
+                    "ucx moves KV bytes unencrypted, and security.tls is set: use grpc or shm, "
+                    "or set security.allow_unencrypted_kv_fabric: true for a dedicated fabric");
+  }
   const auto& pop = c.kv_cache_optimization;
   if (pop.pruning_ratio > 0 && pop.pruning_start_layer > 0) {
     return KeyError(source, "kv_cache_optimization.pruning.ratio",

@@ -143,6 +143,7 @@ struct CacheStoreConfig {
   std::vector<std::string> shards;  // addresses of every shard, for consistent hashing
   int64_t capacity_bytes = int64_t{2} << 30;
   bool shared_memory = true;      // node-local fast path
+  std::string transport = "auto";  // auto | grpc | shm | ucx: how block bytes move
   bool reserve_ahead = true;      // prefill reserves shared-memory space while it computes
   bool load_prefixes = false;     // prefill imports a prompt's stored blocks, computes the rest
   int64_t chunk_bytes = 1 << 20;  // streaming chunk size
@@ -186,6 +187,9 @@ struct TlsConfig {
 struct SecurityConfig {
   TlsConfig tls;
   bool allow_insecure = false;  // listen beyond loopback without TLS (a trusted lab network)
+  // With tls: still move KV blocks over the UCX fabric, which has no encryption (a dedicated
+  // RDMA network).
+  bool allow_unencrypted_kv_fabric = false;
   std::string role_uri_prefix = "spiffe://tandem/";
   // The public API's keys (common/security/api_keys.h); empty: no key needed.
   std::string api_keys_file;

@@ -388,6 +388,14 @@ std::vector<Field> MakeSchema() {
             "block memory per shard (LRU beyond it)"),
       Bool("cache_store.shared_memory", TANDEM_CONFIG_REF(cache_store.shared_memory),
            "hand blocks to co-located processes through shared memory"),
+      Str("cache_store.transport", TANDEM_CONFIG_REF(cache_store.transport),
+          {"auto", "grpc", "shm", "ucx"},
+          "how block bytes move between workers and shards (gRPC carries the control either "
+          "way): shm through a co-located shard's shared memory, ucx over the UCX fabric "
+          "(RDMA where the NIC has it, else TCP or shared memory, as UCX_TLS allows), grpc in "
+          "the gRPC stream; auto takes shm for shards on this machine, ucx where both ends have "
+          "it, grpc otherwise. A shard serves the fabric unless this is grpc or shm. With "
+          "security.tls, ucx needs security.allow_unencrypted_kv_fabric"),
       Bool("cache_store.reserve_ahead", TANDEM_CONFIG_REF(cache_store.reserve_ahead),
            "prefill workers reserve a prompt's shared-memory space in the store while they "
            "compute it, so the upload after prefill is one round trip per shard (a prefix "
@@ -498,6 +506,11 @@ std::vector<Field> MakeSchema() {
            "salt every request's KV-cache blocks with its API key's name: tenants never reuse "
            "(so cannot time) each other's cached prompts, at the cost of shared prefixes such as "
            "a common system prompt; a request's own cache_salt field works either way"),
+      Bool("security.allow_unencrypted_kv_fabric",
+           TANDEM_CONFIG_REF(security.allow_unencrypted_kv_fabric),
+           "with security.tls: still move KV blocks over the UCX fabric (cache_store.transport), "
+           "which neither encrypts nor authenticates its bytes (docs/security.md); for a "
+           "dedicated RDMA network only. Without it, such deployments keep KV bytes on TLS"),
       Bool("security.allow_insecure", TANDEM_CONFIG_REF(security.allow_insecure),
            "let a role listen beyond loopback without TLS (a trusted lab network only: any "
            "process that reaches its ports is trusted); without it such a role refuses to "

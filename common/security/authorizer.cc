@@ -27,6 +27,7 @@ constexpr Rule kRules[] = {
     {"/tandem.v1.CacheStore/ReleaseShm", kWorkers},
     {"/tandem.v1.CacheStore/Exists", kWorkers},
     {"/tandem.v1.CacheStore/AttachSharedMemory", kWorkers},
+    {"/tandem.v1.CacheStore/AttachFabric", kWorkers},
     {"/tandem.v1.CacheStore/GetStats", Role::kRouter | kWorkers},
     {"/tandem.v1.PrefillWorker/Prefill", Role::kRouter},
     {"/tandem.v1.DecodeWorker/Decode", Role::kRouter},

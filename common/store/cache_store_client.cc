@@ -3,6 +3,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
+#include <chrono>
 
 #include "absl/strings/str_cat.h"
 #include "common/rpc/status.h"
@@ -23,41 +24,82 @@ CacheStoreClient::CacheStoreClient(std::shared_ptr<grpc::Channel> channel, std::
     : stub_(tandem::v1::CacheStore::NewStub(channel)),
       model_id_(std::move(model_id)),
       chunk_bytes_(std::max<int64_t>(options.chunk_bytes, 1)),
-      timeout_(options.timeout) {
-  if (options.shared_memory) shm_ = std::make_unique<ShmClient>(*stub_, model_id_, timeout_);
+      timeout_(options.timeout),
+      on_transfer_(options.on_transfer) {
+  if (options.shared_memory) {
+    arenas_.push_back(
+        std::make_unique<ArenaClient>(*stub_, model_id_, timeout_, ArenaTransport::kSharedMemory));
+  }
+  if (options.fabric) {
+    arenas_.push_back(
+        std::make_unique<ArenaClient>(*stub_, model_id_, timeout_, ArenaTransport::kFabric));
+  }
+}
+
+bool CacheStoreClient::Attached(ArenaTransport transport) const {
+  for (const auto& arena : arenas_) {
+    if (arena->transport() == transport) return arena->attached();
+  }
+  return false;
+}
+
+void CacheStoreClient::Report(const TransferSample& sample) const {
+  if (on_transfer_ && (sample.bytes > 0 || !sample.ok)) on_transfer_(sample);
 }
 
 CacheStoreClient::CacheStoreClient(std::shared_ptr<grpc::Channel> channel, std::string model_id,
                                    int64_t chunk_bytes, std::chrono::milliseconds timeout)
     : CacheStoreClient(std::move(channel), std::move(model_id),
-                       CacheStoreClientOptions{.chunk_bytes = chunk_bytes, .timeout = timeout}) {}
+                       CacheStoreClientOptions{.chunk_bytes = chunk_bytes,
+                                               .timeout = timeout,
+                                               .shared_memory = false,
+                                               .fabric = false,
+                                               .on_transfer = {}}) {}
 
 void CacheStoreClient::SetDeadline(grpc::ClientContext& context) const {
   context.set_deadline(std::chrono::system_clock::now() + timeout_);
 }
 
 absl::StatusOr<PutResult> CacheStoreClient::Put(std::span<const BlockData> blocks,
-                                                ShmClient::Reservation* reservation) {
+                                                ArenaClient::Reservation* reservation) {
   for (const BlockData& block : blocks) {
     if (block.bytes.empty()) {
       return absl::InvalidArgumentError(absl::StrCat("block ", block.hash, " is empty"));
     }
   }
-  if (shm_ != nullptr && reservation != nullptr) {
-    if (auto result = shm_->PutReserved(*reservation, blocks)) return *std::move(result);
+  const auto start = std::chrono::steady_clock::now();
+  const auto report = [&](const char* transport, const absl::StatusOr<PutResult>& result) {
+    Report({.transport = transport,
+            .put = true,
+            .ok = result.ok(),
+            .blocks = result.ok() ? result->stored : static_cast<int>(blocks.size()),
+            .bytes = result.ok() ? result->bytes : 0,
+            .seconds =
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()});
+  };
+  for (const auto& arena : arenas_) {
+    std::optional<absl::StatusOr<PutResult>> result =
+        reservation != nullptr ? arena->PutReserved(*reservation, blocks) : std::nullopt;
+    if (!result) result = arena->Put(blocks);
+    if (result) {
+      report(ArenaTransportName(arena->transport()), *result);
+      return *std::move(result);
+    }
   }
-  if (shm_ != nullptr) {
-    if (auto result = shm_->Put(blocks)) return *std::move(result);
-  }
-  return StreamPut(blocks);
+  absl::StatusOr<PutResult> result = StreamPut(blocks);
+  report("grpc", result);
+  return result;
 }
 
-std::unique_ptr<ShmClient::Reservation> CacheStoreClient::Reserve(
+std::unique_ptr<ArenaClient::Reservation> CacheStoreClient::Reserve(
     std::span<const BlockSize> blocks) {
   for (const BlockSize& block : blocks) {
     if (block.bytes <= 0) return nullptr;  // Put refuses it
   }
-  return shm_ != nullptr ? shm_->Reserve(blocks) : nullptr;
+  for (const auto& arena : arenas_) {
+    if (auto reserved = arena->Reserve(blocks)) return reserved;
+  }
+  return nullptr;
 }
 
 absl::StatusOr<PutResult> CacheStoreClient::StreamPut(std::span<const BlockData> blocks) {
@@ -91,10 +133,29 @@ absl::StatusOr<PutResult> CacheStoreClient::StreamPut(std::span<const BlockData>
 absl::StatusOr<std::vector<std::optional<std::string>>> CacheStoreClient::Get(
     std::span<const uint64_t> hashes, std::vector<StoreTier>* tiers) {
   if (tiers != nullptr) tiers->assign(hashes.size(), StoreTier::kNone);
-  if (shm_ != nullptr) {
-    if (auto result = shm_->Get(hashes, tiers)) return *std::move(result);
+  const auto start = std::chrono::steady_clock::now();
+  const auto report = [&](const char* transport, const GetResult& result) {
+    TransferSample sample{.transport = transport, .ok = result.ok()};
+    if (result.ok()) {
+      for (const std::optional<std::string>& block : *result) {
+        if (!block) continue;
+        ++sample.blocks;
+        sample.bytes += static_cast<int64_t>(block->size());
+      }
+    }
+    sample.seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    Report(sample);
+  };
+  for (const auto& arena : arenas_) {
+    if (std::optional<GetResult> result = arena->Get(hashes, tiers)) {
+      report(ArenaTransportName(arena->transport()), *result);
+      return *std::move(result);
+    }
   }
-  return StreamGet(hashes, tiers);
+  GetResult result = StreamGet(hashes, tiers);
+  report("grpc", result);
+  return result;
 }
 
 absl::StatusOr<std::vector<std::optional<std::string>>> CacheStoreClient::StreamGet(

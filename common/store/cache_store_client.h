@@ -1,11 +1,12 @@
-// Client of one cache-store shard over gRPC: puts and gets whole blocks, streaming them in
-// chunks, or, for a shard on this machine that offers it, copying them through the shard's
-// shared-memory arena (shm_client.h), falling back to the stream when that path is not
-// available. Every call carries a deadline. Thread-safe (gRPC stubs are).
+// Client of one cache-store shard: puts and gets whole blocks through the first transport that
+// is available, in this order: the shard's shared-memory arena (a shard on this machine), the
+// KV fabric (UCX), the gRPC stream, which always is (arena_client.h says when the others are
+// not). Every call carries a deadline. Thread-safe (gRPC stubs are).
 #pragma once
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -13,8 +14,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/store/arena_client.h"
 #include "common/store/block_data.h"
-#include "common/store/shm_client.h"
 #include "tandem/v1/cache_store.grpc.pb.h"
 
 namespace tandem::store {
@@ -25,10 +26,25 @@ struct CacheStoreClientOptions {
   // Try the shared-memory path first. Set it only for a shard on this machine
   // (IsLocalAddress); attaching proves it, and the stream is the fallback.
   bool shared_memory = false;
+  // Then the KV fabric (UCX), where the shard offers it.
+  bool fabric = false;
+  // Told of every Put and Get that moved bytes, after it ended (metrics); any thread.
+  std::function<void(const struct TransferSample&)> on_transfer = nullptr;
+};
+
+// One Put or Get as the transport that carried it saw it.
+struct TransferSample {
+  const char* transport = "grpc";  // "grpc", "shm", "ucx"
+  bool put = false;
+  bool ok = true;
+  int blocks = 0;
+  int64_t bytes = 0;
+  double seconds = 0;
 };
 
 class CacheStoreClient {
  public:
+  using GetResult = absl::StatusOr<std::vector<std::optional<std::string>>>;
   CacheStoreClient(std::shared_ptr<grpc::Channel> channel, std::string model_id,
                    const CacheStoreClientOptions& options);
   // Streams only.
@@ -39,10 +55,10 @@ class CacheStoreClient {
   // With a `reservation` (Reserve) that fits the blocks, one round trip through shared memory;
   // otherwise as without.
   absl::StatusOr<PutResult> Put(std::span<const BlockData> blocks,
-                                ShmClient::Reservation* reservation = nullptr);
-  // Space reserved now for blocks put later (ShmClient::Reserve); null unless the shared-memory
+                                ArenaClient::Reservation* reservation = nullptr);
+  // Space reserved now for blocks put later (ArenaClient::Reserve); null unless the shared-memory
   // path is available.
-  std::unique_ptr<ShmClient::Reservation> Reserve(std::span<const BlockSize> blocks);
+  std::unique_ptr<ArenaClient::Reservation> Reserve(std::span<const BlockSize> blocks);
   // One entry per hash, in order; nullopt for a block the shard does not hold. A block whose
   // bytes do not match its checksum is DataLoss. With `tiers`, also the tier each block was
   // found in (one entry per hash).
@@ -52,10 +68,14 @@ class CacheStoreClient {
   absl::StatusOr<tandem::v1::StoreStats> Stats();
 
   // Whether the shared-memory path is mapped now (it attaches on the first Put or Get).
-  bool shared_memory_attached() const { return shm_ != nullptr && shm_->attached(); }
+  bool shared_memory_attached() const { return Attached(ArenaTransport::kSharedMemory); }
+  // Whether the fabric path is attached now.
+  bool fabric_attached() const { return Attached(ArenaTransport::kFabric); }
 
  private:
   void SetDeadline(grpc::ClientContext& context) const;
+  bool Attached(ArenaTransport transport) const;
+  void Report(const TransferSample& sample) const;
   absl::StatusOr<PutResult> StreamPut(std::span<const BlockData> blocks);
   absl::StatusOr<std::vector<std::optional<std::string>>> StreamGet(
       std::span<const uint64_t> hashes, std::vector<StoreTier>* tiers);
@@ -64,7 +84,9 @@ class CacheStoreClient {
   const std::string model_id_;
   const int64_t chunk_bytes_;
   const std::chrono::milliseconds timeout_;
-  std::unique_ptr<ShmClient> shm_;  // null: streams only
+  // The arena paths to try before the stream, in order.
+  std::vector<std::unique_ptr<ArenaClient>> arenas_;
+  const std::function<void(const TransferSample&)> on_transfer_;
 };
 
 }  // namespace tandem::store

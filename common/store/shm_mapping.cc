@@ -13,6 +13,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "common/store/block_checksum.h"
 #include "common/store/shm_layout.h"
 
 namespace tandem::store {
@@ -141,6 +142,35 @@ ShmMapping::~ShmMapping() { munmap(base_, size_); }
 absl::StatusOr<std::span<uint8_t>> ShmMapping::Region(int64_t offset, int64_t size) const {
   if (absl::Status s = ValidateShmRegion(offset, size, size_); !s.ok()) return s;
   return std::span<uint8_t>(base_ + offset, static_cast<size_t>(size));
+}
+
+absl::StatusOr<std::vector<uint64_t>> ShmMapping::Write(const LeaseGrant&,
+                                                        std::span<const ArenaRegion> regions) {
+  std::vector<uint64_t> checksums;
+  checksums.reserve(regions.size());
+  for (const ArenaRegion& r : regions) {
+    absl::StatusOr<std::span<uint8_t>> region = Region(r.offset, r.length);
+    if (!region.ok()) return region.status();
+    if (r.bytes.size() != region->size()) {
+      return absl::InvalidArgumentError("shared memory: a block and its region differ in size");
+    }
+    checksums.push_back(CopyWithChecksum64(*region, r.bytes));
+  }
+  return checksums;
+}
+
+absl::StatusOr<std::vector<uint64_t>> ShmMapping::Read(const LeaseGrant&,
+                                                       std::span<const ArenaRegion> regions,
+                                                       std::span<std::string> out) {
+  std::vector<uint64_t> checksums;
+  checksums.reserve(regions.size());
+  for (size_t i = 0; i < regions.size(); ++i) {
+    absl::StatusOr<std::span<uint8_t>> region = Region(regions[i].offset, regions[i].length);
+    if (!region.ok()) return region.status();
+    out[i].clear();
+    checksums.push_back(AppendWithChecksum64(out[i], *region));
+  }
+  return checksums;
 }
 
 }  // namespace tandem::store

@@ -12,6 +12,7 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
+#include "common/store/arena_path.h"
 
 namespace tandem::store {
 
@@ -24,19 +25,31 @@ absl::Status ValidateShmRegion(int64_t offset, int64_t size, int64_t mapped_byte
 // path (and attaching proves it: the arena's header must name the shard).
 bool IsLocalAddress(std::string_view address);
 
-class ShmMapping {
+// The shared-memory ArenaPath: block bytes are copied straight between the caller's buffers and
+// the mapped arena, one pass each way with the XXH3-64 fused into the copy.
+class ShmMapping final : public ArenaPath {
  public:
   // Opens `path` (under /proc/ or /dev/shm/) read-write and maps its first `file_bytes` shared.
   // FailedPrecondition for another path, or if the file is not size-sealed, is smaller, or its
   // header does not name `instance_id`.
   static absl::StatusOr<std::unique_ptr<ShmMapping>> Open(const std::string& path,
                                                           int64_t file_bytes, uint64_t instance_id);
-  ~ShmMapping();
+  ~ShmMapping() override;
   ShmMapping(const ShmMapping&) = delete;
   ShmMapping& operator=(const ShmMapping&) = delete;
 
-  uint64_t instance_id() const { return instance_id_; }
-  int64_t size() const { return size_; }
+  uint64_t instance_id() const override { return instance_id_; }
+  int64_t size() const override { return size_; }
+  bool keyed() const override { return false; }
+  absl::Status CheckRegion(int64_t offset, int64_t length) const override {
+    return ValidateShmRegion(offset, length, size_);
+  }
+  // The lease is not needed: the mapping reaches the regions directly.
+  absl::StatusOr<std::vector<uint64_t>> Write(const LeaseGrant& lease,
+                                              std::span<const ArenaRegion> regions) override;
+  absl::StatusOr<std::vector<uint64_t>> Read(const LeaseGrant& lease,
+                                             std::span<const ArenaRegion> regions,
+                                             std::span<std::string> out) override;
   // The bytes at [offset, offset + size) of the file; ValidateShmRegion's errors.
   absl::StatusOr<std::span<uint8_t>> Region(int64_t offset, int64_t size) const;
 

@@ -18,6 +18,8 @@ StorePool::StorePool(std::vector<std::string> shard_addresses, std::string model
             .chunk_bytes = options.chunk_bytes,
             .timeout = options.timeout,
             .shared_memory = options.shared_memory && IsLocalAddress(address),
+            .fabric = options.fabric,
+            .on_transfer = options.on_transfer,
         }));
   }
 }
@@ -55,9 +57,9 @@ StorePool::PutReport StorePool::Put(std::span<const BlockData> blocks, Reservati
   const auto by_shard = ByShard(blocks.size(), [&](size_t i) { return blocks[i].hash; });
   for (size_t s = 0; s < by_shard.size(); ++s) {
     if (by_shard[s].empty()) continue;
-    ShmClient::Reservation* reserved = reservation != nullptr && s < reservation->by_shard_.size()
-                                           ? reservation->by_shard_[s].get()
-                                           : nullptr;
+    ArenaClient::Reservation* reserved = reservation != nullptr && s < reservation->by_shard_.size()
+                                             ? reservation->by_shard_[s].get()
+                                             : nullptr;
     std::vector<BlockData> send;
     std::vector<size_t> send_index;
     if (reserved != nullptr || clients_[s]->shared_memory_attached()) {

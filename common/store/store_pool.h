@@ -23,7 +23,11 @@ struct StorePoolOptions {
   // Move blocks through shared memory with shards on this machine that offer it
   // (cache_store.shared_memory); other shards, and any that refuse, are streamed to.
   bool shared_memory = true;
+  // Then the KV fabric (UCX) with shards that offer it (cache_store.transport).
+  bool fabric = false;
   std::shared_ptr<const security::Transport> transport = security::Transport::Insecure();
+  // Told of every transfer with a shard (CacheStoreClientOptions::on_transfer).
+  std::function<void(const TransferSample&)> on_transfer = nullptr;
 };
 
 class StorePool {
@@ -41,14 +45,14 @@ class StorePool {
     int ahead = 0;  // shards put through the reservation (one round trip each)
   };
   // Space in the shards for blocks whose bytes come later, where the shared-memory path is
-  // available (ShmClient::Reserve); released unused when destroyed. Must not outlive the pool.
+  // available (ArenaClient::Reserve); released unused when destroyed. Must not outlive the pool.
   class Reservation {
    public:
     int64_t reserved_bytes() const;  // bytes the shards made room for
 
    private:
     friend class StorePool;
-    std::vector<std::unique_ptr<ShmClient::Reservation>> by_shard_;  // per ring_.shards() index
+    std::vector<std::unique_ptr<ArenaClient::Reservation>> by_shard_;  // per ring_.shards() index
   };
   // Reserves space for `blocks` (their hashes and sizes, in the order Put will get them) on
   // each shard that takes shared memory: a later Put of exactly those blocks then costs one round

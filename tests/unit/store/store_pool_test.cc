@@ -235,7 +235,7 @@ TEST_F(StorePoolTest, APrefixReservedAheadByAnotherRequestIsStoredByWhoeverFinis
   EXPECT_EQ(s.blocks, 6);
   EXPECT_EQ(s.used_bytes, 6 * block_bytes);
   EXPECT_EQ(s.pending_puts, 0);
-  // The decode's get releases its lease with an RPC it does not wait for (ShmClient::Release).
+  // The decode's get releases its lease with an RPC it does not wait for (ArenaClient::Release).
   EXPECT_TRUE(testing::Eventually([&] { return ShmOpenLeases() == 0; }));
 
   // The other order, on a fresh shard: A finishes first, and B's put finds the prefix stored.

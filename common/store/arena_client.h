@@ -1,9 +1,10 @@
-// The client's half of the node-local fast path to one shard (cache_store/shm_handoff.h): block
-// bytes are copied straight between the worker's buffers and the shard's arena, mapped here,
-// one pass each way with the XXH3-64 check fused into the copy; the RPCs carry only offsets.
+// The client's half of the lease protocol with one shard (cache_store/shm_handoff.h): the RPCs
+// reserve, commit, pin and release regions of the shard's arena, and an ArenaPath
+// (arena_path.h) moves the block bytes, by shared memory on the shard's machine (the bytes are
+// copied through a path) or over the KV fabric (UCX) from anywhere.
 //
-// Attaches on first use. When the shard offers no arena, or the arena cannot be mapped, or the
-// shard restarted (FAILED_PRECONDITION), the calls answer nullopt and the caller streams
+// Attaches on first use. When the shard does not offer the path, or it cannot be reached, or
+// the shard restarted (FAILED_PRECONDITION), the calls answer nullopt and the caller streams
 // instead; a failed attach is retried after a pause. Thread-safe.
 #pragma once
 
@@ -19,8 +20,8 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "common/store/arena_path.h"
 #include "common/store/block_data.h"
-#include "common/store/shm_mapping.h"
 #include "tandem/v1/cache_store.grpc.pb.h"
 
 namespace tandem::store {
@@ -28,13 +29,17 @@ namespace tandem::store {
 // The tier a shard reports for a block it found; a shard that does not say held it in memory.
 StoreTier FromProto(tandem::v1::StoreTier tier);
 
-class ShmClient {
+enum class ArenaTransport { kSharedMemory, kFabric };
+const char* ArenaTransportName(ArenaTransport transport);  // "shm", "ucx"
+
+class ArenaClient {
  public:
   // The stub must outlive the client.
-  ShmClient(tandem::v1::CacheStore::StubInterface& stub, std::string model_id,
-            std::chrono::milliseconds timeout);
+  ArenaClient(tandem::v1::CacheStore::StubInterface& stub, std::string model_id,
+              std::chrono::milliseconds timeout,
+              ArenaTransport transport = ArenaTransport::kSharedMemory);
   // Waits for the lease releases still in flight.
-  ~ShmClient();
+  ~ArenaClient();
 
   // nullopt: the fast path is not available now; stream instead. Otherwise the outcome, as
   // CacheStoreClient::Put and Get define it.
@@ -59,46 +64,49 @@ class ShmClient {
                                                        std::span<const BlockData> blocks);
 
   bool attached() const;
+  ArenaTransport transport() const { return transport_; }
 
  private:
   using Clock = std::chrono::steady_clock;
-  using Mapping = std::shared_ptr<const ShmMapping>;
+  using Path = std::shared_ptr<ArenaPath>;
 
-  // A batch's answer to ReserveShm: each block's region in the arena (empty: the shard holds
-  // the block already, or another writer is writing it) under one lease (0: none needed).
+  // A batch's answer to ReserveShm: each block's region in the arena (length 0: the shard holds
+  // the block already, or another writer is writing it) under one lease (id 0: none needed).
   struct Reserved {
-    uint64_t lease_id = 0;
+    LeaseGrant lease;
     Clock::time_point sent;  // when the request left
-    std::vector<std::span<uint8_t>> regions;
+    std::vector<ArenaRegion> regions;
     std::vector<size_t> pending;  // blocks left to another writer (requests `ahead` only)
     int skipped = 0;              // blocks not reserved, `pending` included
     int64_t bytes = 0;            // of the reserved regions
   };
 
-  Mapping Attach();  // nullptr when the fast path is unavailable
-  void Detach(const Mapping& mapping);
+  Path Attach();  // nullptr when the path is unavailable
+  absl::StatusOr<Path> AttachSharedMemory();
+  absl::StatusOr<Path> AttachFabric();
+  void Detach(const Path& path);
   // A failed call: detaches when the status says the arena is gone or changed, and turns
   // FAILED_PRECONDITION into nullopt, so the caller streams.
   template <typename T>
-  std::optional<absl::StatusOr<T>> Failed(const Mapping& mapping, const absl::Status& status);
+  std::optional<absl::StatusOr<T>> Failed(const Path& path, const absl::Status& status);
 
   // Reserves and commits `blocks`, or with `only` the blocks it indexes.
-  absl::StatusOr<PutResult> PutBatch(const ShmMapping& mapping, std::span<const BlockData> blocks,
+  absl::StatusOr<PutResult> PutBatch(ArenaPath& path, std::span<const BlockData> blocks,
                                      std::span<const size_t> only = {});
   // `ahead`: before the bytes exist; blocks another writer is writing are left to it.
-  absl::StatusOr<Reserved> ReserveBatch(const ShmMapping& mapping,
-                                        std::span<const BlockSize> blocks, bool ahead = false);
+  absl::StatusOr<Reserved> ReserveBatch(ArenaPath& path, std::span<const BlockSize> blocks,
+                                        bool ahead = false);
   // Copies the blocks into `reserved`'s regions and commits them (one round trip). With `only`,
   // the reserved blocks are blocks[only[0]], blocks[only[1]], ...
-  absl::StatusOr<PutResult> CommitBatch(const ShmMapping& mapping, const Reserved& reserved,
+  absl::StatusOr<PutResult> CommitBatch(ArenaPath& path, const Reserved& reserved,
                                         std::span<const BlockData> blocks,
                                         std::span<const size_t> only = {});
-  absl::Status GetBatch(const ShmMapping& mapping, std::span<const uint64_t> hashes,
+  absl::Status GetBatch(ArenaPath& path, std::span<const uint64_t> hashes,
                         std::span<std::optional<std::string>> out, std::span<StoreTier> tiers);
   // Ends a lease without waiting for the answer; if the call fails, the shard expires it.
-  void Release(const ShmMapping& mapping, uint64_t lease_id);
+  void Release(ArenaPath& path, uint64_t lease_id);
   // Ends a lease and waits for the answer.
-  void ReleaseNow(const ShmMapping& mapping, uint64_t lease_id);
+  void ReleaseNow(ArenaPath& path, uint64_t lease_id);
   // A lease taken at `sent` is still certainly held: the shard ends none before its lease time,
   // counted from after `sent`, and half of it leaves room for clock and scheduling slack.
   bool LeaseHeld(Clock::time_point sent) const { return Clock::now() - sent <= lease_.load() / 2; }
@@ -107,8 +115,9 @@ class ShmClient {
   tandem::v1::CacheStore::StubInterface& stub_;
   const std::string model_id_;
   const std::chrono::milliseconds timeout_;
+  const ArenaTransport transport_;
   mutable absl::Mutex mu_;
-  Mapping mapping_ ABSL_GUARDED_BY(mu_);
+  Path path_ ABSL_GUARDED_BY(mu_);
   Clock::time_point retry_after_ ABSL_GUARDED_BY(mu_);  // after a failed attach
   bool warned_ ABSL_GUARDED_BY(mu_) = false;
   std::atomic<std::chrono::milliseconds> lease_{};  // the shard's lease time, from Attach
@@ -117,7 +126,7 @@ class ShmClient {
   int releases_in_flight_ ABSL_GUARDED_BY(releases_mu_) = 0;
 };
 
-class ShmClient::Reservation {
+class ArenaClient::Reservation {
  public:
   ~Reservation();
   Reservation(const Reservation&) = delete;
@@ -127,18 +136,17 @@ class ShmClient::Reservation {
   int64_t reserved_bytes() const { return reserved_.bytes; }
 
  private:
-  friend class ShmClient;
-  Reservation(ShmClient& client, Mapping mapping, std::span<const BlockSize> blocks,
-              Reserved reserved)
+  friend class ArenaClient;
+  Reservation(ArenaClient& client, Path path, std::span<const BlockSize> blocks, Reserved reserved)
       : client_(client),
-        mapping_(std::move(mapping)),
+        path_(std::move(path)),
         blocks_(blocks.begin(), blocks.end()),
         reserved_(std::move(reserved)) {}
   // Ends the lease unless it was committed or released already.
   void Release();
 
-  ShmClient& client_;
-  const Mapping mapping_;
+  ArenaClient& client_;
+  const Path path_;
   const std::vector<BlockSize> blocks_;
   Reserved reserved_;
   bool used_ = false;

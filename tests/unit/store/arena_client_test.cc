@@ -1,7 +1,7 @@
 // The client's shared-memory path against a shard that lies: it offers a real arena, then hands
 // out regions outside it, out of order or with wrong checksums. The client must refuse them
 // before touching a byte, end the lease, and never crash.
-#include "common/store/shm_client.h"
+#include "common/store/arena_client.h"
 
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>

@@ -1,0 +1,226 @@
+#include "cache_store/ucx_data_plane.h"
+
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/fabric/kv_protocol.h"
+
+namespace tandem::cache_store {
+namespace {
+
+using fabric::KvReplyHeader;
+using fabric::KvRequestHeader;
+
+// One block moving under a borrowed lease; lives until UCX completes the transfer (owned by
+// the UCX request's user data, as UCX's C callbacks require).
+struct Transfer {
+  UcxDataPlane* plane = nullptr;
+  ShmHandoff::Borrowed borrowed;
+  ucp_ep_h ep = nullptr;
+  KvReplyHeader reply;  // a get's reply header, which must live while it is sent
+};
+
+// The request header, if `header` is one of this protocol's and its length is `length`.
+bool ReadHeader(const void* header, size_t header_length, KvRequestHeader* out) {
+  if (header_length != sizeof(KvRequestHeader)) return false;
+  std::memcpy(out, header, sizeof *out);
+  return out->version == fabric::kKvProtocolVersion && out->length > 0;
+}
+
+ShmLeases::Key KeyOf(const KvRequestHeader& h) { return {h.key[0], h.key[1]}; }
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<UcxDataPlane>> UcxDataPlane::Create(ShmHandoff& handoff) {
+  const ShmArena* arena = handoff.arena();
+  if (arena == nullptr) {
+    return absl::FailedPreconditionError(
+        "the UCX data plane moves bytes in and out of the shard's arena, and this shard keeps "
+        "its blocks in private memory (cache_store.shared_memory: false)");
+  }
+  std::unique_ptr<UcxDataPlane> plane(new UcxDataPlane(handoff));
+  UcxDataPlane* self = plane.get();
+  fabric::UcxWorkerOptions options;
+  options.name = "tandem-cache-store";
+  options.handlers.emplace_back(
+      fabric::kPutBlock, [self](const void* header, size_t header_length, void* data, size_t length,
+                                const ucp_am_recv_param_t* param) {
+        return self->OnPut(header, header_length, data, length, param);
+      });
+  options.handlers.emplace_back(fabric::kGetBlock,
+                                [self](const void* header, size_t header_length, void*, size_t,
+                                       const ucp_am_recv_param_t* param) {
+                                  return self->OnGet(header, header_length, param);
+                                });
+  absl::StatusOr<std::unique_ptr<fabric::UcxWorker>> worker =
+      fabric::UcxWorker::Create(std::move(options));
+  if (!worker.ok()) return worker.status();
+  plane->worker_ = *std::move(worker);
+  absl::StatusOr<ucp_mem_h> memh =
+      plane->worker_->Register(arena->data(), static_cast<size_t>(arena->data_bytes()));
+  if (!memh.ok()) return memh.status();
+  plane->arena_memh_ = *memh;
+  plane->worker_->Start();
+  return plane;
+}
+
+UcxDataPlane::~UcxDataPlane() = default;
+
+void UcxDataPlane::Attach(tandem::v1::AttachFabricResponse* response) const {
+  response->set_worker_address(worker_->address());
+  response->set_instance_id(handoff_.arena()->instance_id());
+  response->set_lease_ms(handoff_.lease_time().count());
+  response->set_arena_bytes(handoff_.arena()->file_bytes());
+}
+
+UcxDataPlaneStats UcxDataPlane::Stats() const {
+  return {.put_blocks = put_blocks_.load(),
+          .get_blocks = get_blocks_.load(),
+          .put_bytes = put_bytes_.load(),
+          .get_bytes = get_bytes_.load(),
+          .refused = refused_.load(),
+          .failed = failed_.load()};
+}
+
+void UcxDataPlane::Reply(ucp_ep_h ep, unsigned id, uint64_t request_id, absl::StatusCode code) {
+  auto* reply = new KvReplyHeader{.code = static_cast<int32_t>(code), .request_id = request_id};
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  param.user_data = reply;
+  param.cb.send = +[](void* request, ucs_status_t, void* user_data) {
+    delete static_cast<KvReplyHeader*>(user_data);
+    ucp_request_free(request);
+  };
+  ucs_status_ptr_t request = ucp_am_send_nbx(ep, id, reply, sizeof *reply, nullptr, 0, &param);
+  if (request == nullptr || UCS_PTR_IS_ERR(request)) delete reply;  // done, or the peer is gone
+}
+
+ucs_status_t UcxDataPlane::OnPut(const void* header, size_t header_length, void* data,
+                                 size_t length, const ucp_am_recv_param_t* param) {
+  ucp_ep_h ep = (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ? param->reply_ep : nullptr;
+  KvRequestHeader h;
+  if (ep == nullptr || !ReadHeader(header, header_length, &h) ||
+      static_cast<int64_t>(length) != h.length) {
+    ++refused_;
+    if (ep != nullptr) {
+      worker_->Post([this, ep, id = h.request_id] {
+        Reply(ep, fabric::kPutDone, id, absl::StatusCode::kInvalidArgument);
+      });
+    }
+    return UCS_OK;  // a rendezvous not received is dropped; the sender completes
+  }
+  absl::StatusOr<ShmHandoff::Borrowed> borrowed =
+      handoff_.BorrowBlock(h.lease_id, KeyOf(h), /*write=*/true, h.index, h.offset, h.length);
+  if (!borrowed.ok()) {
+    ++refused_;
+    worker_->Post([this, ep, id = h.request_id, code = borrowed.status().code()] {
+      Reply(ep, fabric::kPutDone, id, code);
+    });
+    return UCS_OK;
+  }
+  if (!(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {  // eager: the bytes are here now
+    std::memcpy(borrowed->bytes.data(), data, length);
+    ++put_blocks_;
+    put_bytes_ += h.length;
+    borrowed->lease.reset();  // before the reply: a commit the reply allows finds it free
+    worker_->Post(
+        [this, ep, id = h.request_id] { Reply(ep, fabric::kPutDone, id, absl::StatusCode::kOk); });
+    return UCS_OK;
+  }
+  // Rendezvous: receive straight into the reserved block, after this callback returns.
+  auto* transfer = new Transfer{.plane = this,
+                                .borrowed = *std::move(borrowed),
+                                .ep = ep,
+                                .reply = {.request_id = h.request_id}};
+  worker_->Post([this, transfer, data] {
+    ucp_request_param_t recv{};
+    recv.op_attr_mask =
+        UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_MEMH;
+    recv.user_data = transfer;
+    recv.memh = arena_memh_;
+    static constexpr auto done = +[](Transfer* t, ucs_status_t status) {
+      UcxDataPlane* plane = t->plane;
+      if (status == UCS_OK) {
+        ++plane->put_blocks_;
+        plane->put_bytes_ += static_cast<int64_t>(t->borrowed.bytes.size());
+      } else {
+        ++plane->failed_;
+      }
+      t->borrowed.lease.reset();
+      plane->Reply(t->ep, fabric::kPutDone, t->reply.request_id,
+                   status == UCS_OK ? absl::StatusCode::kOk : absl::StatusCode::kUnavailable);
+      delete t;
+    };
+    recv.cb.recv_am = +[](void* request, ucs_status_t status, size_t, void* user_data) {
+      done(static_cast<Transfer*>(user_data), status);
+      ucp_request_free(request);
+    };
+    ucs_status_ptr_t request =
+        ucp_am_recv_data_nbx(worker_->worker(), data, transfer->borrowed.bytes.data(),
+                             transfer->borrowed.bytes.size(), &recv);
+    if (request == nullptr) {
+      done(transfer, UCS_OK);
+    } else if (UCS_PTR_IS_ERR(request)) {
+      done(transfer, UCS_PTR_STATUS(request));
+    }
+  });
+  return UCS_INPROGRESS;
+}
+
+ucs_status_t UcxDataPlane::OnGet(const void* header, size_t header_length,
+                                 const ucp_am_recv_param_t* param) {
+  ucp_ep_h ep = (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ? param->reply_ep : nullptr;
+  if (ep == nullptr) {
+    ++refused_;
+    return UCS_OK;
+  }
+  KvRequestHeader h;
+  absl::StatusOr<ShmHandoff::Borrowed> borrowed =
+      ReadHeader(header, header_length, &h)
+          ? handoff_.BorrowBlock(h.lease_id, KeyOf(h), /*write=*/false, h.index, h.offset, h.length)
+          : absl::InvalidArgumentError("fabric: not a request of this protocol");
+  if (!borrowed.ok()) {
+    ++refused_;
+    worker_->Post([this, ep, id = h.request_id, code = borrowed.status().code()] {
+      Reply(ep, fabric::kGetDone, id, code);
+    });
+    return UCS_OK;
+  }
+  auto* transfer = new Transfer{.plane = this,
+                                .borrowed = *std::move(borrowed),
+                                .ep = ep,
+                                .reply = {.request_id = h.request_id}};
+  worker_->Post([this, transfer] {
+    ucp_request_param_t send{};
+    send.op_attr_mask =
+        UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_MEMH;
+    send.user_data = transfer;
+    send.memh = arena_memh_;
+    static constexpr auto done = +[](Transfer* t, ucs_status_t status) {
+      UcxDataPlane* plane = t->plane;
+      if (status == UCS_OK) {
+        ++plane->get_blocks_;
+        plane->get_bytes_ += static_cast<int64_t>(t->borrowed.bytes.size());
+      } else {
+        ++plane->failed_;
+      }
+      delete t;  // unpins, if the lease ended meanwhile
+    };
+    send.cb.send = +[](void* request, ucs_status_t status, void* user_data) {
+      done(static_cast<Transfer*>(user_data), status);
+      ucp_request_free(request);
+    };
+    ucs_status_ptr_t request =
+        ucp_am_send_nbx(transfer->ep, fabric::kGetDone, &transfer->reply, sizeof transfer->reply,
+                        transfer->borrowed.bytes.data(), transfer->borrowed.bytes.size(), &send);
+    if (request == nullptr) {
+      done(transfer, UCS_OK);
+    } else if (UCS_PTR_IS_ERR(request)) {
+      done(transfer, UCS_PTR_STATUS(request));
+    }
+  });
+  return UCS_OK;
+}
+
+}  // namespace tandem::cache_store

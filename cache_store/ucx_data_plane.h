@@ -1,0 +1,66 @@
+// The shard's half of the KV fabric (common/fabric/kv_protocol.h): a UCX worker that moves
+// block bytes between the store's arena and workers on other machines, one active message per
+// block, under the leases ShmHandoff hands out with keys over gRPC. Every message is checked
+// against its lease's key and the block's exact region before a byte moves; a transfer
+// borrows the lease, so its block stays reserved or pinned until the bytes have moved even if
+// the lease ends meanwhile. Put bytes are received straight into the arena (UCX rendezvous),
+// get bytes sent straight from it; the arena is registered with UCX once.
+//
+// Thread-safe: all work happens on the worker's thread. The ShmHandoff and its store must
+// outlive it.
+#pragma once
+
+#include <ucp/api/ucp.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "cache_store/shm_handoff.h"
+#include "common/fabric/ucx_worker.h"
+#include "tandem/v1/cache_store.pb.h"
+
+namespace tandem::cache_store {
+
+// Counters since creation.
+struct UcxDataPlaneStats {
+  int64_t put_blocks = 0;  // received into the arena
+  int64_t get_blocks = 0;  // sent from it
+  int64_t put_bytes = 0;
+  int64_t get_bytes = 0;
+  int64_t refused = 0;  // messages refused: a wrong key, lease, region or header
+  int64_t failed = 0;   // transfers UCX failed (a peer gone mid-transfer)
+};
+
+class UcxDataPlane {
+ public:
+  // FailedPrecondition without an arena; Unavailable when UCX cannot start.
+  static absl::StatusOr<std::unique_ptr<UcxDataPlane>> Create(ShmHandoff& handoff);
+  // Stops the worker; transfers in flight fail (their peers see a miss).
+  ~UcxDataPlane();
+  UcxDataPlane(const UcxDataPlane&) = delete;
+  UcxDataPlane& operator=(const UcxDataPlane&) = delete;
+
+  void Attach(tandem::v1::AttachFabricResponse* response) const;
+  const std::string& transports() const { return worker_->transports(); }
+  UcxDataPlaneStats Stats() const;
+
+ private:
+  explicit UcxDataPlane(ShmHandoff& handoff) : handoff_(handoff) {}
+  ucs_status_t OnPut(const void* header, size_t header_length, void* data, size_t length,
+                     const ucp_am_recv_param_t* param);
+  ucs_status_t OnGet(const void* header, size_t header_length, const ucp_am_recv_param_t* param);
+  // Sends kPutDone or a refused kGetDone (no bytes) to `ep`.
+  void Reply(ucp_ep_h ep, unsigned id, uint64_t request_id, absl::StatusCode code);
+
+  ShmHandoff& handoff_;
+  ucp_mem_h arena_memh_ = nullptr;
+  std::unique_ptr<fabric::UcxWorker> worker_;
+  std::atomic<int64_t> put_blocks_{0}, get_blocks_{0}, put_bytes_{0}, get_bytes_{0};
+  std::atomic<int64_t> refused_{0}, failed_{0};
+};
+
+}  // namespace tandem::cache_store

@@ -1,0 +1,223 @@
+#include "common/fabric/ucx_worker.h"
+
+#include <poll.h>
+
+#include <cstdlib>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/util/log.h"
+
+namespace tandem::fabric {
+namespace {
+
+absl::Status UcxError(const char* what, ucs_status_t status) {
+  return absl::UnavailableError(absl::StrCat("UCX: ", what, ": ", ucs_status_string(status)));
+}
+
+// How long the thread keeps progressing after the last event before it sleeps: a burst of
+// transfers (one per block) then pays for one wakeup, not one per message.
+constexpr int kSpinsBeforeSleep = 256;
+// The sleep is bounded so that a missed wakeup costs latency, never liveness.
+constexpr int kSleepMs = 100;
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<UcxWorker>> UcxWorker::Create(UcxWorkerOptions options) {
+  std::unique_ptr<UcxWorker> w(new UcxWorker());
+  w->handlers_ = std::move(options.handlers);
+  w->on_endpoint_error_ = std::move(options.on_endpoint_error);
+  ucp_config_t* config = nullptr;
+  ucs_status_t s = ucp_config_read(nullptr, nullptr, &config);
+  if (s != UCS_OK) return UcxError("reading its configuration", s);
+  ucp_params_t params{};
+  params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME;
+  params.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
+  params.name = options.name.c_str();
+  s = ucp_init(&params, config, &w->context_);
+  ucp_config_release(config);
+  if (s != UCS_OK) return UcxError("ucp_init", s);
+
+  ucp_worker_params_t worker{};
+  worker.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  worker.thread_mode = UCS_THREAD_MODE_SINGLE;  // only its thread calls it
+  s = ucp_worker_create(w->context_, &worker, &w->worker_);
+  if (s != UCS_OK) return UcxError("ucp_worker_create", s);
+  s = ucp_worker_get_efd(w->worker_, &w->event_fd_);
+  if (s != UCS_OK) return UcxError("ucp_worker_get_efd", s);
+  ucp_address_t* address = nullptr;
+  size_t address_length = 0;
+  s = ucp_worker_get_address(w->worker_, &address, &address_length);
+  if (s != UCS_OK) return UcxError("ucp_worker_get_address", s);
+  w->address_.assign(reinterpret_cast<const char*>(address), address_length);
+  ucp_worker_release_address(w->worker_, address);
+  const char* tls = std::getenv("UCX_TLS");
+  w->transports_ = tls != nullptr && *tls != '\0' ? tls : "all";
+
+  for (auto& [id, handler] : w->handlers_) {
+    ucp_am_handler_param_t h{};
+    h.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                   UCP_AM_HANDLER_PARAM_FIELD_ARG | UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
+    h.id = id;
+    h.flags = UCP_AM_FLAG_WHOLE_MSG;
+    h.arg = &handler;
+    h.cb = +[](void* arg, const void* header, size_t header_length, void* data, size_t length,
+               const ucp_am_recv_param_t* param) {
+      return (*static_cast<AmHandler*>(arg))(header, header_length, data, length, param);
+    };
+    s = ucp_worker_set_am_recv_handler(w->worker_, &h);
+    if (s != UCS_OK) return UcxError("ucp_worker_set_am_recv_handler", s);
+  }
+  return w;
+}
+
+void UcxWorker::Start() {
+  thread_ = std::thread([this] { Run(); });
+}
+
+UcxWorker::~UcxWorker() {
+  if (thread_.joinable()) {
+    {
+      absl::MutexLock lock(&mu_);
+      stopping_ = true;
+    }
+    ucp_worker_signal(worker_);
+    thread_.join();
+  }
+  for (ucp_mem_h memh : registered_) ucp_mem_unmap(context_, memh);
+  if (worker_ != nullptr) ucp_worker_destroy(worker_);
+  if (context_ != nullptr) ucp_cleanup(context_);
+}
+
+absl::StatusOr<ucp_mem_h> UcxWorker::Register(void* data, size_t length) {
+  ucp_mem_map_params_t map{};
+  map.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+  map.address = data;
+  map.length = length;
+  ucp_mem_h memh = nullptr;
+  const ucs_status_t s = ucp_mem_map(context_, &map, &memh);
+  if (s != UCS_OK) return UcxError("registering memory", s);
+  registered_.push_back(memh);
+  return memh;
+}
+
+void UcxWorker::Post(absl::AnyInvocable<void()> task) {
+  {
+    absl::MutexLock lock(&mu_);
+    posted_.push_back(std::move(task));
+  }
+  ucp_worker_signal(worker_);  // thread-safe, unlike the rest of the worker
+}
+
+bool UcxWorker::RunPosted() {
+  std::vector<absl::AnyInvocable<void()>> tasks;
+  {
+    absl::MutexLock lock(&mu_);
+    tasks.swap(posted_);
+  }
+  for (auto& task : tasks) task();  // outside the lock: tasks post more
+  return !tasks.empty();
+}
+
+void UcxWorker::Run() {
+  int idle = 0;
+  while (true) {
+    bool busy = ucp_worker_progress(worker_) != 0;
+    busy |= RunPosted();
+    ReapCloses();
+    if (busy) {
+      idle = 0;
+      continue;
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      if (stopping_ && posted_.empty()) break;
+    }
+    if (++idle < kSpinsBeforeSleep) continue;
+    idle = 0;
+    const ucs_status_t armed = ucp_worker_arm(worker_);
+    if (armed == UCS_ERR_BUSY) continue;  // events arrived meanwhile: progress them
+    pollfd p{.fd = event_fd_, .events = POLLIN, .revents = 0};
+    poll(&p, 1, kSleepMs);
+  }
+  for (auto& [address, ep] : endpoints_) Close(ep);
+  endpoints_.clear();
+  // Forced closes complete without the peer; progress until they have.
+  while (!closing_.empty()) {
+    ucp_worker_progress(worker_);
+    ReapCloses();
+  }
+  RunPosted();  // what the closes completed may have posted
+}
+
+void UcxWorker::ReapCloses() {
+  for (auto it = closing_.begin(); it != closing_.end();) {
+    if (ucp_request_check_status(*it) == UCS_INPROGRESS) {
+      ++it;
+    } else {
+      ucp_request_free(*it);
+      it = closing_.erase(it);
+    }
+  }
+}
+
+void UcxWorker::OnEndpointError(void* arg, ucp_ep_h ep, ucs_status_t /*status*/) {
+  auto* self = static_cast<UcxWorker*>(arg);
+  // Outstanding requests have completed with the error; forget the endpoint so that the next
+  // use builds a new one. Closed after this callback returns, as UCX requires.
+  std::string address;
+  for (auto it = self->endpoints_.begin(); it != self->endpoints_.end(); ++it) {
+    if (it->second == ep) {
+      address = it->first;
+      self->endpoints_.erase(it);
+      break;
+    }
+  }
+  self->Post([self, ep] { self->Close(ep); });
+  if (!address.empty() && self->on_endpoint_error_) self->on_endpoint_error_(address);
+}
+
+absl::StatusOr<ucp_ep_h> UcxWorker::Endpoint(const std::string& address) {
+  if (auto it = endpoints_.find(address); it != endpoints_.end()) return it->second;
+  ucp_ep_params_t params{};
+  params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                      UCP_EP_PARAM_FIELD_ERR_HANDLER;
+  params.address = reinterpret_cast<const ucp_address_t*>(address.data());
+  params.err_mode = peer_failures_ ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
+  params.err_handler.cb = &UcxWorker::OnEndpointError;
+  params.err_handler.arg = this;
+  ucp_ep_h ep = nullptr;
+  ucs_status_t s = ucp_ep_create(worker_, &params, &ep);
+  if (s != UCS_OK && peer_failures_) {
+    // UCX 1.13's shared-memory transports cannot tell a peer failed: without that, a dead peer
+    // costs the caller's deadline, after which the endpoint is closed all the same.
+    peer_failures_ = false;
+    Log(LogLevel::kWarning, "ucx",
+        "these UCX transports cannot detect a failed peer (UCX_TLS=" + transports_ +
+            "): a transfer to a shard that died waits for its deadline");
+    params.err_mode = UCP_ERR_HANDLING_MODE_NONE;
+    s = ucp_ep_create(worker_, &params, &ep);
+  }
+  if (s != UCS_OK) return UcxError("ucp_ep_create", s);
+  ++endpoints_created_;
+  endpoints_.emplace(address, ep);
+  return ep;
+}
+
+void UcxWorker::DropEndpoint(const std::string& address) {
+  auto it = endpoints_.find(address);
+  if (it == endpoints_.end()) return;
+  ucp_ep_h ep = it->second;
+  endpoints_.erase(it);
+  Close(ep);
+}
+
+void UcxWorker::Close(ucp_ep_h ep) {
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  param.flags = UCP_EP_CLOSE_FLAG_FORCE;
+  ucs_status_ptr_t request = ucp_ep_close_nbx(ep, &param);
+  if (request != nullptr && !UCS_PTR_IS_ERR(request)) closing_.push_back(request);
+}
+
+}  // namespace tandem::fabric

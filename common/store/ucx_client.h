@@ -1,0 +1,113 @@
+// The worker's half of the KV fabric (common/fabric/kv_protocol.h): one UCX worker per process
+// (UcxKvClient::Shared) that moves blocks to and from shards' arenas, one active message per
+// block, all of a batch in flight at once; and UcxArenaPath, the ArenaPath (arena_path.h) over
+// it, so that the lease protocol of arena_client.h runs unchanged on the fabric.
+//
+// Failures stay cheap: a batch that fails or passes its deadline is an error the caller treats
+// as a miss (or streams instead); its endpoint is closed and the next use builds a new one.
+// Put bytes are sent from the caller's buffers; a call returns only once UCX no longer reads
+// them, so a late or failed send never touches freed memory.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "common/fabric/ucx_worker.h"
+#include "common/store/arena_path.h"
+
+namespace tandem::store {
+
+// Counters since the process started.
+struct UcxKvClientStats {
+  int64_t put_blocks = 0;
+  int64_t get_blocks = 0;
+  int64_t put_bytes = 0;
+  int64_t get_bytes = 0;
+  int64_t failed_batches = 0;  // refused, lost or late
+};
+
+class UcxKvClient {
+ public:
+  using Clock = std::chrono::steady_clock;
+  // The process's client, started on first use; Unavailable when UCX cannot start.
+  static absl::StatusOr<std::shared_ptr<UcxKvClient>> Shared();
+  ~UcxKvClient();
+
+  // Moves every region (see ArenaPath::Write and Read) to or from the shard whose worker is at
+  // `address`. OK only when all arrived by `deadline`. The shard's refusal comes back as its
+  // status (PermissionDenied for a wrong key or an ended lease); a lost peer or the deadline is
+  // Unavailable or DeadlineExceeded.
+  absl::Status Write(const std::string& address, const LeaseGrant& lease,
+                     std::span<const ArenaRegion> regions, Clock::time_point deadline);
+  // Reads into `out`, one string per region, resized to its length.
+  absl::Status Read(const std::string& address, const LeaseGrant& lease,
+                    std::span<const ArenaRegion> regions, std::span<std::string> out,
+                    Clock::time_point deadline);
+
+  UcxKvClientStats Stats() const;
+  const std::string& transports() const { return worker_->transports(); }
+
+ private:
+  struct Batch;
+  struct Op {
+    std::shared_ptr<Batch> batch;
+    size_t region = 0;
+    bool sent = false;     // the request's send completed (its buffer is free)
+    bool replied = false;  // the shard's answer arrived
+  };
+  UcxKvClient() = default;
+  absl::Status Run(const std::string& address, const LeaseGrant& lease,
+                   std::span<const ArenaRegion> regions, std::span<std::string> out,
+                   Clock::time_point deadline);
+  // Worker thread only.
+  void Start(const std::shared_ptr<Batch>& batch);
+  void Finish(uint64_t request_id, absl::Status status);
+  void FailAll(const std::string& address, const absl::Status& status);
+  ucs_status_t OnReply(bool get, const void* header, size_t header_length, void* data,
+                       size_t length, const ucp_am_recv_param_t* param);
+
+  std::unique_ptr<fabric::UcxWorker> worker_;
+  // Worker thread only.
+  absl::flat_hash_map<uint64_t, Op> ops_;
+  uint64_t next_request_id_ = 1;
+
+  std::atomic<int64_t> put_blocks_{0}, get_blocks_{0}, put_bytes_{0}, get_bytes_{0};
+  std::atomic<int64_t> failed_batches_{0};
+};
+
+// The fabric ArenaPath to one shard (AttachFabric's answer).
+class UcxArenaPath final : public ArenaPath {
+ public:
+  UcxArenaPath(std::shared_ptr<UcxKvClient> client, std::string address, uint64_t instance_id,
+               int64_t arena_bytes, std::chrono::milliseconds timeout)
+      : client_(std::move(client)),
+        address_(std::move(address)),
+        instance_id_(instance_id),
+        arena_bytes_(arena_bytes),
+        timeout_(timeout) {}
+
+  uint64_t instance_id() const override { return instance_id_; }
+  int64_t size() const override { return arena_bytes_; }
+  bool keyed() const override { return true; }
+  absl::Status CheckRegion(int64_t offset, int64_t length) const override;
+  absl::StatusOr<std::vector<uint64_t>> Write(const LeaseGrant& lease,
+                                              std::span<const ArenaRegion> regions) override;
+  absl::StatusOr<std::vector<uint64_t>> Read(const LeaseGrant& lease,
+                                             std::span<const ArenaRegion> regions,
+                                             std::span<std::string> out) override;
+
+ private:
+  const std::shared_ptr<UcxKvClient> client_;
+  const std::string address_;
+  const uint64_t instance_id_;
+  const int64_t arena_bytes_;
+  const std::chrono::milliseconds timeout_;
+};
+
+}  // namespace tandem::store

@@ -1,0 +1,338 @@
+// The KV fabric over real UCX on loopback: a shard with its data plane on a loopback gRPC port,
+// clients that move blocks over UCX, and a raw UcxKvClient for what an honest client never
+// sends (forged keys, ended leases, other regions). Each test runs on the transports UCX_TLS
+// names, set per test from the parameter before either worker starts: tcp and sm (shared memory).
+#include "cache_store/ucx_data_plane.h"
+
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+
+#include "cache_store/cache_store_service.h"
+#include "common/fabric/kv_protocol.h"
+#include "common/fabric/ucx_worker.h"
+#include "common/store/cache_store_client.h"
+#include "common/store/ucx_client.h"
+#include "tests/unit/testing/eventually.h"
+
+namespace tandem::cache_store {
+namespace {
+
+using store::BlockData;
+using store::CacheStoreClient;
+using store::CacheStoreClientOptions;
+using store::LeaseGrant;
+using store::UcxKvClient;
+
+std::string Bytes(uint64_t seed, size_t n) {
+  std::string v(n, '\0');
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<char>(seed * 29 + i * 13 + (i >> 9));
+  return v;
+}
+
+std::span<const uint8_t> Span(const std::string& s) {
+  return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
+}
+
+class UcxDataPlaneTest : public ::testing::TestWithParam<const char*> {
+ protected:
+  void SetUp() override {
+    setenv("UCX_TLS", GetParam(), 1);
+    Start(std::chrono::seconds(30));
+  }
+  void Start(std::chrono::milliseconds lease_ttl) {
+    store_ = BlockStore::Create({.capacity_bytes = 16 << 20, .shared_memory = true}).value();
+    service_ = std::make_unique<CacheStoreService>(*store_, 1 << 16,
+                                                   ShmHandoffOptions{.leases = {.ttl = lease_ttl}});
+    ASSERT_TRUE(service_->EnableFabric().ok());
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(service_.get());
+    server_ = builder.BuildAndStart();
+    ASSERT_NE(server_, nullptr);
+    channel_ =
+        grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials());
+    stub_ = tandem::v1::CacheStore::NewStub(channel_);
+  }
+  void TearDown() override {
+    if (server_) server_->Shutdown();
+  }
+
+  std::unique_ptr<CacheStoreClient> Client(bool fabric) {
+    return std::make_unique<CacheStoreClient>(
+        channel_, "model", CacheStoreClientOptions{.chunk_bytes = 1 << 16, .fabric = fabric});
+  }
+
+  tandem::v1::AttachFabricResponse Attach() {
+    grpc::ClientContext context;
+    tandem::v1::AttachFabricResponse attached;
+    EXPECT_TRUE(stub_->AttachFabric(&context, {}, &attached).ok());
+    return attached;
+  }
+  // Reserves one block of `n` bytes with a key.
+  tandem::v1::ReserveShmResponse Reserve(uint64_t instance, uint64_t hash, int64_t n) {
+    tandem::v1::ReserveShmRequest request;
+    request.set_instance_id(instance);
+    request.set_model_id("model");
+    request.set_fabric(true);
+    auto* block = request.add_blocks();
+    block->set_block_hash(hash);
+    block->set_block_bytes(n);
+    grpc::ClientContext context;
+    tandem::v1::ReserveShmResponse reserved;
+    EXPECT_TRUE(stub_->ReserveShm(&context, request, &reserved).ok());
+    return reserved;
+  }
+  template <typename Response>
+  static LeaseGrant Grant(const Response& r) {
+    LeaseGrant g{.id = r.lease_id()};
+    EXPECT_EQ(r.fabric_key().size(), sizeof g.key);
+    std::memcpy(g.key.data(), r.fabric_key().data(), sizeof g.key);
+    return g;
+  }
+  // The arena's bytes at a file offset.
+  std::string ArenaBytes(int64_t offset, int64_t n) const {
+    const ShmArena* arena = store_->arena();
+    return std::string(reinterpret_cast<const char*>(arena->data()) + offset -
+                           (arena->file_bytes() - arena->data_bytes()),
+                       n);
+  }
+
+  static constexpr auto kDeadline = std::chrono::seconds(10);
+  std::unique_ptr<BlockStore> store_;
+  std::unique_ptr<CacheStoreService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<tandem::v1::CacheStore::Stub> stub_;
+};
+
+// Blocks of every size class (eager and rendezvous) put over the fabric read back identically
+// over the stream, and the other way round; the bytes went through the data plane.
+TEST_P(UcxDataPlaneTest, PutAndGetAreByteIdenticalToTheStream) {
+  auto fabric = Client(true);
+  auto stream = Client(false);
+  const std::vector<BlockData> by_fabric = {{1, Bytes(1, 1)},
+                                            {2, Bytes(2, 5000)},
+                                            {3, Bytes(3, 64 << 10)},
+                                            {4, Bytes(4, 1 << 20)},
+                                            {5, Bytes(5, (3 << 20) + 17)}};
+  const std::vector<BlockData> by_stream = {{11, Bytes(11, 300)}, {12, Bytes(12, 2 << 20)}};
+  auto put = fabric->Put(by_fabric);
+  ASSERT_TRUE(put.ok()) << put.status();
+  EXPECT_EQ(put->stored, 5);
+  EXPECT_TRUE(fabric->fabric_attached());
+  ASSERT_TRUE(stream->Put(by_stream).ok());
+
+  const std::vector<uint64_t> hashes = {1, 11, 99, 2, 3, 12, 4, 5};
+  auto streamed = stream->Get(hashes);
+  auto fabricated = fabric->Get(hashes);
+  ASSERT_TRUE(streamed.ok()) << streamed.status();
+  ASSERT_TRUE(fabricated.ok()) << fabricated.status();
+  EXPECT_EQ(*streamed, *fabricated);
+  EXPECT_EQ((*fabricated)[0], by_fabric[0].bytes);
+  EXPECT_EQ((*fabricated)[1], by_stream[0].bytes);
+  EXPECT_FALSE((*fabricated)[2].has_value());
+  EXPECT_EQ((*fabricated)[7], by_fabric[4].bytes);
+
+  const UcxDataPlaneStats s = service_->fabric()->Stats();
+  EXPECT_EQ(s.put_blocks, 5);
+  EXPECT_EQ(s.get_blocks, 7);
+  EXPECT_EQ(s.refused, 0);
+  auto again = fabric->Put(by_fabric);  // all held: nothing moves
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->skipped, 5);
+  EXPECT_EQ(service_->fabric()->Stats().put_blocks, 5);
+  EXPECT_TRUE(testing::Eventually([&] {
+    return service_->shm().Stats().open_leases == 0 && store_->Stats().pinned_blocks == 0;
+  }));
+}
+
+// A reservation made ahead (before the bytes exist) is filled over the fabric in one round trip.
+TEST_P(UcxDataPlaneTest, AReservationMadeAheadIsFilledOverTheFabric) {
+  auto fabric = Client(true);
+  const std::vector<BlockData> blocks = {{7, Bytes(7, 40000)}, {8, Bytes(8, 200000)}};
+  std::vector<store::BlockSize> sizes;
+  for (const BlockData& b : blocks) sizes.push_back({b.hash, static_cast<int64_t>(b.bytes.size())});
+  auto reservation = fabric->Reserve(sizes);
+  ASSERT_NE(reservation, nullptr);
+  auto put = fabric->Put(blocks, reservation.get());
+  ASSERT_TRUE(put.ok()) << put.status();
+  EXPECT_TRUE(put->ahead);
+  EXPECT_EQ(put->stored, 2);
+  auto got = Client(false)->Get(std::vector<uint64_t>{7, 8});
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ((*got)[1], blocks[1].bytes);
+}
+
+// The shard checks every message: a forged key, a region that is not the block's, a lease of
+// the other kind or one that ended are refused, and no byte of the arena changes.
+TEST_P(UcxDataPlaneTest, AForgedOrEndedKeyIsRefusedAndNothingMoves) {
+  const tandem::v1::AttachFabricResponse attached = Attach();
+  auto ucx = UcxKvClient::Shared().value();
+  const std::string block = Bytes(9, 100000);
+  const tandem::v1::ReserveShmResponse reserved = Reserve(attached.instance_id(), 9, 100000);
+  ASSERT_TRUE(reserved.reservations(0).reserved());
+  const int64_t offset = reserved.reservations(0).offset();
+  const LeaseGrant lease = Grant(reserved);
+  const std::string before = ArenaBytes(offset, 100000);
+  const auto deadline = [] { return UcxKvClient::Clock::now() + kDeadline; };
+  const store::ArenaRegion region{
+      .index = 0, .offset = offset, .length = 100000, .bytes = Span(block)};
+
+  LeaseGrant forged = lease;
+  forged.key[1] ^= 1;
+  EXPECT_EQ(ucx->Write(attached.worker_address(), forged, {&region, 1}, deadline()).code(),
+            absl::StatusCode::kPermissionDenied);
+  LeaseGrant other = lease;
+  other.id ^= 1;
+  EXPECT_EQ(ucx->Write(attached.worker_address(), other, {&region, 1}, deadline()).code(),
+            absl::StatusCode::kPermissionDenied);
+  store::ArenaRegion moved = region;
+  moved.offset += 4096;
+  EXPECT_EQ(ucx->Write(attached.worker_address(), lease, {&moved, 1}, deadline()).code(),
+            absl::StatusCode::kInvalidArgument);
+  store::ArenaRegion second = region;
+  second.index = 1;
+  EXPECT_EQ(ucx->Write(attached.worker_address(), lease, {&second, 1}, deadline()).code(),
+            absl::StatusCode::kInvalidArgument);
+  std::string read(100000, '\0');
+  EXPECT_EQ(
+      ucx->Read(attached.worker_address(), lease, {&region, 1}, {&read, 1}, deadline()).code(),
+      absl::StatusCode::kPermissionDenied);  // a write lease does not read
+  EXPECT_EQ(ArenaBytes(offset, 100000), before);
+  EXPECT_EQ(service_->fabric()->Stats().refused, 5);
+
+  ASSERT_TRUE(ucx->Write(attached.worker_address(), lease, {&region, 1}, deadline()).ok());
+  EXPECT_EQ(ArenaBytes(offset, 100000), block);
+  {
+    tandem::v1::ReleaseShmRequest release;
+    release.set_instance_id(attached.instance_id());
+    release.set_lease_id(lease.id);
+    grpc::ClientContext context;
+    tandem::v1::ReleaseShmResponse released;
+    ASSERT_TRUE(stub_->ReleaseShm(&context, release, &released).ok());
+  }
+  // The lease ended (its reservation abandoned): its key moves nothing any more.
+  EXPECT_EQ(ucx->Write(attached.worker_address(), lease, {&region, 1}, deadline()).code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_FALSE(store_->Exists(9));
+}
+
+// A read lease's key reads its pinned blocks and nothing else, and only until the lease expires.
+TEST_P(UcxDataPlaneTest, AReadKeyEndsWithItsLease) {
+  server_->Shutdown();
+  Start(std::chrono::milliseconds(300));
+  ASSERT_TRUE(Client(false)->Put({{BlockData{21, Bytes(21, 70000)}}}).ok());
+  const tandem::v1::AttachFabricResponse attached = Attach();
+  tandem::v1::AcquireShmRequest request;
+  request.set_instance_id(attached.instance_id());
+  request.set_model_id("model");
+  request.set_fabric(true);
+  request.add_block_hashes(21);
+  grpc::ClientContext context;
+  tandem::v1::AcquireShmResponse acquired;
+  ASSERT_TRUE(stub_->AcquireShm(&context, request, &acquired).ok());
+  ASSERT_TRUE(acquired.blocks(0).found());
+  const LeaseGrant lease = Grant(acquired);
+  const store::ArenaRegion region{.index = 0,
+                                  .offset = acquired.blocks(0).offset(),
+                                  .length = acquired.blocks(0).block_bytes(),
+                                  .bytes = {}};
+  auto ucx = UcxKvClient::Shared().value();
+  const auto deadline = [] { return UcxKvClient::Clock::now() + kDeadline; };
+  std::string read;
+  ASSERT_TRUE(
+      ucx->Read(attached.worker_address(), lease, {&region, 1}, {&read, 1}, deadline()).ok());
+  EXPECT_EQ(read, Bytes(21, 70000));
+  const std::string junk = Bytes(99, 70000);
+  store::ArenaRegion write = region;
+  write.bytes = Span(junk);
+  EXPECT_EQ(ucx->Write(attached.worker_address(), lease, {&write, 1}, deadline()).code(),
+            absl::StatusCode::kPermissionDenied);  // a read lease does not write
+  ASSERT_TRUE(testing::Eventually([&] { return service_->shm().Stats().open_leases == 0; }));
+  EXPECT_EQ(
+      ucx->Read(attached.worker_address(), lease, {&region, 1}, {&read, 1}, deadline()).code(),
+      absl::StatusCode::kPermissionDenied);
+  auto got = Client(false)->Get(std::vector<uint64_t>{21});
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ((*got)[0], Bytes(21, 70000));
+}
+
+// A peer that never answers costs the deadline, not a hang; the endpoint is then rebuilt and
+// the next transfer to a live shard succeeds.
+TEST_P(UcxDataPlaneTest, APeerThatNeverAnswersCostsTheDeadline) {
+  // It takes the blocks and never answers (a peer with no handler at all crashes UCX 1.13).
+  fabric::UcxWorkerOptions options;
+  options.handlers.emplace_back(
+      fabric::kPutBlock,
+      [](const void*, size_t, void*, size_t, const ucp_am_recv_param_t*) { return UCS_OK; });
+  auto silent = fabric::UcxWorker::Create(std::move(options)).value();
+  silent->Start();
+  auto ucx = UcxKvClient::Shared().value();
+  const std::string block = Bytes(3, 200000);
+  const store::ArenaRegion region{
+      .index = 0, .offset = 4096, .length = 200000, .bytes = Span(block)};
+  const auto start = UcxKvClient::Clock::now();
+  const absl::Status late = ucx->Write(silent->address(), LeaseGrant{.id = 1}, {&region, 1},
+                                       start + std::chrono::milliseconds(300));
+  EXPECT_FALSE(late.ok());
+  EXPECT_LT(UcxKvClient::Clock::now() - start, std::chrono::seconds(5));
+  auto fabric = Client(true);
+  ASSERT_TRUE(fabric->Put({{BlockData{30, block}}}).ok());
+  EXPECT_TRUE(fabric->fabric_attached());
+  EXPECT_EQ(service_->fabric()->Stats().put_blocks, 1);
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, UcxDataPlaneTest, ::testing::Values("tcp", "sm,self"),
+                         [](const ::testing::TestParamInfo<const char*>& info) {
+                           return std::string(info.param[0] == 't' ? "Tcp" : "SharedMemory");
+                         });
+
+// A transfer borrows its lease: a write lease is not committed under it, and a lease ended
+// under a transfer keeps what it holds until the transfer lets go.
+TEST(ShmLeasesTest, ATransferKeepsItsLeaseUntilItEnds) {
+  auto store = BlockStore::Create({.capacity_bytes = 1 << 20, .shared_memory = true}).value();
+  ShmLeases leases({});
+  ShmLeases::Lease write;
+  write.puts.push_back(store->BeginPut(1, 1000, 0).value());
+  const ShmLeases::Added w = leases.Add(std::move(write), "me", /*keyed=*/true).value();
+  EXPECT_NE(w.key, (ShmLeases::Key{0, 0}));
+  EXPECT_EQ(leases.Borrow(w.id, {w.key[0], w.key[1] + 1}, ShmLeases::Kind::kWrite).status().code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(leases.Borrow(w.id, w.key, ShmLeases::Kind::kRead).status().code(),
+            absl::StatusCode::kPermissionDenied);
+  auto borrowed = leases.Borrow(w.id, w.key, ShmLeases::Kind::kWrite);
+  ASSERT_TRUE(borrowed.ok());
+  EXPECT_EQ(leases.Take(w.id, ShmLeases::Kind::kWrite, "me").status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  borrowed->reset();
+  EXPECT_TRUE(leases.Take(w.id, ShmLeases::Kind::kWrite, "me").ok());
+
+  PendingPut second = store->BeginPut(2, 500, 0).value();
+  std::memset(second.data().data(), 'x', 500);
+  ASSERT_TRUE(second.CommitInPlace(0, /*verify=*/false).ok());
+  ShmLeases::Lease read;
+  read.pins.push_back(store->Get(2, ChecksumKind::kXxh3).value());
+  const ShmLeases::Added r = leases.Add(std::move(read), "me", /*keyed=*/true).value();
+  auto reading = leases.Borrow(r.id, r.key, ShmLeases::Kind::kRead);
+  ASSERT_TRUE(reading.ok());
+  ASSERT_TRUE(leases.Take(r.id, ShmLeases::Kind::kAny, "me").ok());  // released mid-transfer
+  EXPECT_EQ(store->Stats().pinned_blocks, 1);
+  EXPECT_EQ(leases.Borrow(r.id, r.key, ShmLeases::Kind::kRead).status().code(),
+            absl::StatusCode::kPermissionDenied);
+  reading->reset();
+  EXPECT_EQ(store->Stats().pinned_blocks, 0);
+  // A lease without a key is never borrowed.
+  ShmLeases::Lease unkeyed;
+  unkeyed.pins.push_back(store->Get(2, ChecksumKind::kXxh3).value());
+  const ShmLeases::Added plain = leases.Add(std::move(unkeyed)).value();
+  EXPECT_EQ(leases.Borrow(plain.id, plain.key, ShmLeases::Kind::kRead).status().code(),
+            absl::StatusCode::kPermissionDenied);
+}
+
+}  // namespace
+}  // namespace tandem::cache_store
