@@ -13,7 +13,7 @@ import tempfile
 
 ROLES = {"router", "prefill_worker", "decode_worker", "cache_store"}
 COMMON = {"util", "kernels", "kv", "model", "engine", "tokenizer", "chat", "config", "metrics",
-          "rpc", "store", "security", "planner"}
+          "rpc", "store", "security", "planner", "fabric"}
 # What each unit may include besides itself and the generated protos (tandem/v1/...).
 ALLOWED = {
     "common/util": set(),
@@ -27,7 +27,8 @@ ALLOWED = {
     "common/metrics": {"common/util"},
     "common/planner": {"common/util"},
     "common/security": {"common/util", "common/metrics"},
-    "common/store": {"common/util", "common/rpc", "common/security"},
+    "common/fabric": {"common/util"},
+    "common/store": {"common/util", "common/rpc", "common/security", "common/fabric"},
     "common/rpc": {"common/util", "common/engine", "common/kv", "common/model", "common/metrics",
                    "common/security"},
 }

@@ -3,6 +3,7 @@
 #include <prometheus/text_serializer.h>
 
 #include <exception>
+#include <map>
 
 #include "absl/strings/str_cat.h"
 
@@ -136,6 +137,22 @@ Metrics::Metrics(std::string process_role)
                                "its blocks up in the engine's cache and the store and "
                                "importing what was found")
                          .Register(*registry_)),
+      kv_transport_seconds_(BuildHistogram()
+                                .Name("tandem_kv_transport_seconds")
+                                .Help("A worker's put or get of KV blocks with one cache-store "
+                                      "shard, by the transport that carried it (grpc, shm, ucx)")
+                                .Register(*registry_)),
+      kv_transport_bytes_(BuildCounter()
+                              .Name("tandem_kv_transport_bytes_total")
+                              .Help("KV block bytes moved between workers and cache-store "
+                                    "shards, by transport and direction")
+                              .Register(*registry_)),
+      kv_transport_transfers_(BuildCounter()
+                                  .Name("tandem_kv_transport_transfers_total")
+                                  .Help("Puts and gets of KV blocks with one cache-store shard, "
+                                        "by transport, direction and result (ok, failed: the "
+                                        "blocks count as not stored or missing)")
+                                  .Register(*registry_)),
       auth_denied_(BuildCounter()
                        .Name("tandem_auth_denied_total")
                        .Help("Calls refused by authorization, by method and reason "
@@ -420,6 +437,49 @@ prometheus::Gauge* Metrics::DeviceMemory(const std::string& role, const std::str
 
 prometheus::Histogram* Metrics::PrefixLookupTime(const std::string& role) {
   return &prefix_lookup_.Add({{"role", role}}, ShortBuckets());
+}
+
+namespace {
+
+constexpr std::string_view kTransportNames[KvTransportMetrics::kTransports] = {"grpc", "shm",
+                                                                               "ucx"};
+
+}  // namespace
+
+KvTransportMetrics Metrics::KvTransports(const std::string& role) {
+  KvTransportMetrics m;
+  for (int t = 0; t < KvTransportMetrics::kTransports; ++t) {
+    for (int put = 0; put < 2; ++put) {
+      const std::map<std::string, std::string> labels = {
+          {"role", role},
+          {"transport", std::string(kTransportNames[t])},
+          {"direction", put ? "put" : "get"}};
+      auto with_result = [&](const char* result) {
+        auto l = labels;
+        l.emplace("result", result);
+        return l;
+      };
+      m.handles_[t][put] = {.seconds = &kv_transport_seconds_.Add(labels, ShortBuckets()),
+                            .bytes = &kv_transport_bytes_.Add(labels),
+                            .ok = &kv_transport_transfers_.Add(with_result("ok")),
+                            .failed = &kv_transport_transfers_.Add(with_result("failed"))};
+    }
+  }
+  return m;
+}
+
+void KvTransportMetrics::Observe(std::string_view transport, bool put, bool ok, int64_t bytes,
+                                 double seconds) const {
+  for (int t = 0; t < kTransports; ++t) {
+    if (kTransportNames[t] != transport) continue;
+    const Handles& h = handles_[t][put ? 1 : 0];
+    if (h.seconds == nullptr) return;  // never set up
+    (ok ? h.ok : h.failed)->Increment();
+    if (!ok) return;
+    h.seconds->Observe(seconds);
+    h.bytes->Increment(static_cast<double>(bytes));
+    return;
+  }
 }
 
 void Metrics::CpuGemmInfo(const std::string& role, const std::string& provider,

@@ -13,6 +13,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 
 #include "absl/status/statusor.h"
 #include "common/metrics/process_metrics.h"
@@ -139,6 +140,26 @@ struct StoreMetrics {
   DiskTierMetrics disk;  // with a disk tier only
 };
 
+// A worker's transfers with cache-store shards by the transport that carried each ("grpc",
+// "shm", "ucx") and direction ("put", "get"): tandem_kv_transport_seconds (per call with one
+// shard), tandem_kv_transport_bytes_total, tandem_kv_transport_transfers_total{result}. The
+// handles exist from the start, so observing looks nothing up.
+class KvTransportMetrics {
+ public:
+  static constexpr int kTransports = 3;  // grpc, shm, ucx
+  void Observe(std::string_view transport, bool put, bool ok, int64_t bytes, double seconds) const;
+
+ private:
+  friend class Metrics;
+  struct Handles {
+    prometheus::Histogram* seconds = nullptr;
+    prometheus::Counter* bytes = nullptr;
+    prometheus::Counter* ok = nullptr;
+    prometheus::Counter* failed = nullptr;
+  };
+  Handles handles_[kTransports][2] = {};  // [transport][put]
+};
+
 class Metrics {
  public:
   // `process_role` labels the process_* metrics (ProcessCollector); empty leaves them out.
@@ -174,6 +195,8 @@ class Metrics {
   // computed (its lookups in the engine's cache and the store, and the import). Only prefill
   // workers that load prefixes call it.
   prometheus::Histogram* PrefixLookupTime(const std::string& role);
+  // The transport metrics of `role` (KvTransportMetrics); workers call it once.
+  KvTransportMetrics KvTransports(const std::string& role);
   // The turns of `tandem serve`'s shared compute pool on `device`, by phase ("prefill",
   // "decode"): tandem_compute_turns_total and tandem_compute_turn_wait_seconds_total (time a
   // step waited for another engine's step). Processes without a shared pool never call it.
@@ -223,6 +246,9 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>& device_memory_;
   prometheus::Family<prometheus::Gauge>& cpu_gemm_info_;
   prometheus::Family<prometheus::Histogram>& prefix_lookup_;
+  prometheus::Family<prometheus::Histogram>& kv_transport_seconds_;
+  prometheus::Family<prometheus::Counter>& kv_transport_bytes_;
+  prometheus::Family<prometheus::Counter>& kv_transport_transfers_;
   prometheus::Family<prometheus::Counter>& auth_denied_;
   prometheus::Family<prometheus::Counter>& api_key_requests_;
   prometheus::Family<prometheus::Counter>& api_key_tokens_;

@@ -10,6 +10,7 @@ StorePool::StorePool(std::vector<std::string> shard_addresses, std::string model
                      const StorePoolOptions& options)
     : ring_(std::move(shard_addresses)) {
   for (const std::string& address : ring_.shards()) {
+    const bool local = IsLocalAddress(address);
     clients_.push_back(std::make_unique<CacheStoreClient>(
         grpc::CreateChannel(address,
                             options.transport->ChannelCredentials(security::Role::kCacheStore)),
@@ -17,8 +18,9 @@ StorePool::StorePool(std::vector<std::string> shard_addresses, std::string model
         CacheStoreClientOptions{
             .chunk_bytes = options.chunk_bytes,
             .timeout = options.timeout,
-            .shared_memory = options.shared_memory && IsLocalAddress(address),
-            .fabric = options.fabric,
+            .shared_memory = options.shared_memory && local,
+            .fabric = options.fabric == FabricUse::kEveryShard ||
+                      (options.fabric == FabricUse::kRemoteShards && !local),
             .on_transfer = options.on_transfer,
         }));
   }

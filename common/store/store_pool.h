@@ -17,14 +17,18 @@
 
 namespace tandem::store {
 
+// Which shards a worker tries the KV fabric (UCX) with, after shared memory and before the
+// stream (cache_store.transport: auto uses it for shards on other machines, ucx for every shard).
+enum class FabricUse { kNever, kRemoteShards, kEveryShard };
+
 struct StorePoolOptions {
   int64_t chunk_bytes = 1 << 20;
   std::chrono::milliseconds timeout = std::chrono::seconds(10);
   // Move blocks through shared memory with shards on this machine that offer it
   // (cache_store.shared_memory); other shards, and any that refuse, are streamed to.
   bool shared_memory = true;
-  // Then the KV fabric (UCX) with shards that offer it (cache_store.transport).
-  bool fabric = false;
+  // Then the KV fabric (UCX) with these of the shards that offer it.
+  FabricUse fabric = FabricUse::kNever;
   std::shared_ptr<const security::Transport> transport = security::Transport::Insecure();
   // Told of every transfer with a shard (CacheStoreClientOptions::on_transfer).
   std::function<void(const TransferSample&)> on_transfer = nullptr;

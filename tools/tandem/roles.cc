@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <filesystem>
 #include <optional>
 #include <thread>
@@ -114,6 +115,37 @@ absl::StatusOr<engine::EngineOptions> EngineOptionsFor(const config::TandemConfi
   return o;
 }
 
+// Whether KV bytes may cross the UCX fabric, which has no encryption: not under TLS, unless the
+// operator says the fabric is a dedicated one.
+bool KvFabricAllowed(const config::TandemConfig& c) {
+  return c.security.tls.ca_file.empty() || c.security.allow_unencrypted_kv_fabric;
+}
+
+// cache_store.transport as a worker applies it; says at startup what it took.
+store::StorePoolOptions StoreTransport(const config::TandemConfig& c, const std::string& role) {
+  const std::string& t = c.cache_store.transport;
+  store::StorePoolOptions o;
+  o.shared_memory = c.cache_store.shared_memory && (t == "auto" || t == "shm");
+  o.fabric = t == "ucx"                          ? store::FabricUse::kEveryShard
+             : t == "auto" && KvFabricAllowed(c) ? store::FabricUse::kRemoteShards
+                                                 : store::FabricUse::kNever;
+  std::string how = t == "grpc"  ? "the gRPC stream with every shard"
+                    : t == "ucx" ? "UCX with every shard that serves it"
+                                 : "shared memory with shards on this machine";
+  if (t == "auto") {
+    how += o.fabric == store::FabricUse::kRemoteShards
+               ? ", UCX with the others that serve it"
+               : " (no UCX: security.tls without security.allow_unencrypted_kv_fabric)";
+  }
+  if (t != "grpc") how += ", the gRPC stream where neither";
+  if (o.fabric != store::FabricUse::kNever) {
+    const char* tls = std::getenv("UCX_TLS");
+    how += absl::StrCat(" (UCX_TLS=", tls != nullptr ? tls : "all", ")");
+  }
+  Log(LogLevel::kInfo, role, absl::StrCat("KV blocks move by ", how));
+  return o;
+}
+
 // Drains on Drain(); the server goes first on destruction.
 class ServedRole : public Role {
  public:
@@ -209,6 +241,7 @@ class CacheStoreRole final : public ServedRole {
     }
     service_ = std::make_unique<cache_store::CacheStoreService>(
         *store_, c.cache_store.chunk_bytes, cache_store::ShmHandoffOptions{}, *authorizer_);
+    TANDEM_RETURN_IF_ERROR(StartFabric(c));
     TANDEM_ASSIGN_OR_RETURN(auto server,
                             rpc::StartServer(c.cache_store.listen, {service_.get()}, {kCacheStore},
                                              {.transport = transport_.get()}));
@@ -223,6 +256,28 @@ class CacheStoreRole final : public ServedRole {
  private:
   static void Observe(const std::atomic<prometheus::Histogram*>& h, double seconds) {
     if (prometheus::Histogram* histogram = h.load()) histogram->Observe(seconds);
+  }
+
+  // The UCX data plane, where cache_store.transport allows it: required with ucx, best effort
+  // with auto (a shard without an arena or a UCX transport streams).
+  absl::Status StartFabric(const config::TandemConfig& c) {
+    const std::string& t = c.cache_store.transport;
+    if (t == "grpc" || t == "shm") return absl::OkStatus();
+    if (!KvFabricAllowed(c)) {  // auto with TLS: ucx was refused at validation
+      Log(LogLevel::kInfo, "cache-store",
+          "KV fabric off: security.tls is set and security.allow_unencrypted_kv_fabric is not");
+      return absl::OkStatus();
+    }
+    absl::Status s = service_->EnableFabric();
+    if (s.ok()) {
+      Log(LogLevel::kInfo, "cache-store",
+          absl::StrCat(
+              "KV fabric: UCX serves the arena (UCX_TLS=", service_->fabric()->transports(), ")"));
+      return absl::OkStatus();
+    }
+    if (t == "ucx") return s;
+    Log(LogLevel::kInfo, "cache-store", absl::StrCat("KV fabric off: ", s.message()));
+    return absl::OkStatus();
   }
 
   // Publishes the shard's stats every 0.5 s.
@@ -328,11 +383,13 @@ class WorkerRole final : public ServedRole {
     }
     loop_ = std::make_unique<engine::EngineLoop>(
         std::move(engine), share, prefill ? engine::Phase::kPrefill : engine::Phase::kDecode);
-    store_ = std::make_unique<store::StorePool>(
-        c.cache_store.shards, ModelId(c),
-        store::StorePoolOptions{.chunk_bytes = c.cache_store.chunk_bytes,
-                                .shared_memory = c.cache_store.shared_memory,
-                                .transport = transport_});
+    store::StorePoolOptions shards = StoreTransport(c, role);
+    shards.chunk_bytes = c.cache_store.chunk_bytes;
+    shards.transport = transport_;
+    shards.on_transfer = [m = metrics.KvTransports(role)](const store::TransferSample& s) {
+      m.Observe(s.transport, s.put, s.ok, s.bytes, s.seconds);
+    };
+    store_ = std::make_unique<store::StorePool>(c.cache_store.shards, ModelId(c), shards);
     if (prefill) {
       prefill::PrefillWorkerOptions o;
       if (options.pruning.enabled) {

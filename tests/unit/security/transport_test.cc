@@ -251,7 +251,7 @@ TEST(AuthorizerTest, EveryInternalMethodHasARule) {
       ++methods;
     }
   }
-  EXPECT_EQ(methods, 13);
+  EXPECT_EQ(methods, 14);
   EXPECT_TRUE(Authorizer::AllowedRoles("/tandem.v1.Inference/Generate").empty());
   EXPECT_TRUE(Authorizer::AllowedRoles("/tandem.v1.CacheStore/Put").Has(Role::kPrefill));
   EXPECT_FALSE(Authorizer::AllowedRoles("/tandem.v1.CacheStore/Put").Has(Role::kDecode));
