@@ -76,6 +76,10 @@ class UcxWorker {
   // Closes the endpoint to `address` forcibly, if there is one: its outstanding requests
   // complete with UCS_ERR_CANCELED; the next Endpoint creates a new one.
   void DropEndpoint(const std::string& address);
+  // Whether the transports tell this worker when a peer fails (false with UCX 1.13's
+  // shared-memory ones): without it, a request to a dead peer never completes, not even when
+  // its endpoint is closed, so it must not refer to memory its caller frees.
+  bool detects_peer_failures() const { return peer_failures_; }
   // Endpoints created since start (a rebuilt endpoint counts again).
   int64_t endpoints_created() const { return endpoints_created_; }
 

@@ -27,15 +27,17 @@ struct UcxKvClient::Batch {
   std::vector<ArenaRegion> regions;  // a write's `bytes` are the caller's, read until sent
   std::vector<KvRequestHeader> headers;
   std::vector<std::string> buffers;  // a read's blocks
+  // A write's copies of its blocks, where the endpoint cannot tell a dead peer (see
+  // UcxWorker::detects_peer_failures): UCX may then hold a send for ever.
+  std::vector<std::string> staging;
 
   absl::Mutex mu;
+  bool started ABSL_GUARDED_BY(mu) = false;   // the worker thread has sent (or failed) it all
   size_t ops_left ABSL_GUARDED_BY(mu) = 0;    // blocks not yet answered or failed
-  size_t sends_left ABSL_GUARDED_BY(mu) = 0;  // requests UCX may still be reading
+  size_t caller_reads ABSL_GUARDED_BY(mu) = 0;  // sends UCX may still read the caller's bytes for
   absl::Status status ABSL_GUARDED_BY(mu);    // the first failure
-  bool Done() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return ops_left == 0 && sends_left == 0; }
-  void SendDone() {
-    absl::MutexLock lock(&mu);
-    --sends_left;
+  bool Done() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    return started && ops_left == 0 && caller_reads == 0;
   }
 };
 
@@ -46,6 +48,7 @@ struct Pending {
   UcxKvClient* client = nullptr;
   std::shared_ptr<void> batch;  // keeps the batch alive until UCX is done with it
   uint64_t request_id = 0;
+  bool caller_memory = false;  // the send reads the caller's bytes
 };
 
 }  // namespace
@@ -126,7 +129,7 @@ absl::Status UcxKvClient::Run(const std::string& address, const LeaseGrant& leas
   if (!batch->write) batch->buffers.resize(regions.size());
   {
     absl::MutexLock lock(&batch->mu);
-    batch->ops_left = batch->sends_left = regions.size();
+    batch->ops_left = regions.size();
   }
   worker_->Post([this, batch] { Start(batch); });
 
@@ -135,7 +138,8 @@ absl::Status UcxKvClient::Run(const std::string& address, const LeaseGrant& leas
   if (!batch->mu.AwaitWithTimeout(absl::Condition(&done),
                                   absl::FromChrono(deadline - Clock::now()))) {
     // Late: close the endpoint, which completes every request on it with an error, and wait for
-    // that (UCX guarantees it), so that no send reads the caller's buffers after this returns.
+    // that (UCX guarantees it where it detects failed peers; elsewhere no send reads the
+    // caller's bytes), so that no send reads the caller's buffers after this returns.
     batch->mu.Unlock();
     worker_->Post([this, address] {
       worker_->DropEndpoint(address);
@@ -158,6 +162,19 @@ absl::Status UcxKvClient::Run(const std::string& address, const LeaseGrant& leas
 
 void UcxKvClient::Start(const std::shared_ptr<Batch>& batch) {
   absl::StatusOr<ucp_ep_h> ep = worker_->Endpoint(batch->address);
+  const bool zero_copy = batch->write && worker_->detects_peer_failures();
+  if (batch->write && !zero_copy) {
+    batch->staging.reserve(batch->regions.size());
+    for (ArenaRegion& r : batch->regions) {
+      batch->staging.emplace_back(reinterpret_cast<const char*>(r.bytes.data()), r.bytes.size());
+      r.bytes = {reinterpret_cast<const uint8_t*>(batch->staging.back().data()), r.bytes.size()};
+    }
+  }
+  {
+    absl::MutexLock lock(&batch->mu);
+    batch->started = true;
+    if (zero_copy && ep.ok()) batch->caller_reads = batch->regions.size();
+  }
   std::vector<uint64_t> ids;
   ids.reserve(batch->regions.size());
   for (size_t i = 0; i < batch->regions.size(); ++i) {
@@ -168,7 +185,6 @@ void UcxKvClient::Start(const std::shared_ptr<Batch>& batch) {
   }
   for (size_t i = 0; i < batch->regions.size(); ++i) {
     if (!ep.ok()) {
-      batch->SendDone();
       Finish(ids[i], ep.status());
       continue;
     }
@@ -176,11 +192,15 @@ void UcxKvClient::Start(const std::shared_ptr<Batch>& batch) {
     param.op_attr_mask =
         UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
     param.flags = UCP_AM_SEND_FLAG_REPLY;
-    auto* pending = new Pending{.client = this, .batch = batch, .request_id = ids[i]};
+    auto* pending = new Pending{
+        .client = this, .batch = batch, .request_id = ids[i], .caller_memory = zero_copy};
     param.user_data = pending;
     static constexpr auto sent = +[](Pending* p, ucs_status_t status) {
-      auto* b = static_cast<Batch*>(p->batch.get());
-      b->SendDone();
+      if (p->caller_memory) {
+        auto* b = static_cast<Batch*>(p->batch.get());
+        absl::MutexLock lock(&b->mu);
+        --b->caller_reads;
+      }
       if (status != UCS_OK) {
         p->client->Finish(p->request_id,
                           absl::UnavailableError(absl::StrCat("cache store fabric: send failed: ",
@@ -257,8 +277,10 @@ ucs_status_t UcxKvClient::OnReply(bool get, const void* header, size_t header_le
   }
   // Rendezvous: receive into the batch's buffer after this callback returns.
   buffer.resize(length);
-  auto* pending =
-      new Pending{.client = this, .batch = it->second.batch, .request_id = h.request_id};
+  auto* pending = new Pending{.client = this,
+                              .batch = it->second.batch,
+                              .request_id = h.request_id,
+                              .caller_memory = false};
   worker_->Post([this, pending, data, &buffer] {
     ucp_request_param_t recv{};
     recv.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;

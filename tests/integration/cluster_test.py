@@ -32,6 +32,11 @@ through the public API by Python's grpcio.
                     rate >= 90%, greedy output); kill -9 of the shard under load (every request
                     completes) and a restart on the same address and directory: the blocks it
                     recovered are hits again.
+  --case fabric     cache_store.transport=ucx on every role (UCX_TLS from the environment:
+                    tcp, or sm between processes): 40 concurrent requests equal
+                    `model-inspect generate`, their blocks crossed UCX (the workers' transport
+                    metrics), none the gRPC stream; kill -9 of a shard during transfers: every
+                    request completes with the greedy output.
   --case api        bad input is INVALID_ARGUMENT with a message (invalid UTF-8 included);
                     GetModelInfo; client cancel frees the blocks; after SIGTERM new requests
                     are UNAVAILABLE while the one in flight completes.
@@ -860,6 +865,39 @@ def case_shard_label():
     print("PASS")
 
 
+def case_fabric(c, stub):
+    reqs = random_requests(40, seed=5, max_prompt=300, max_out=30)
+    want = expected(reqs)
+    t0 = time.monotonic()
+    check_greedy(run_concurrently(stub, reqs), reqs, want, "ucx")
+    print(f"40 concurrent requests over UCX in {time.monotonic() - t0:.1f} s")
+    for s in c.shards:
+        with open(s.log.name) as f:
+            assert "KV fabric: UCX serves the arena" in f.read(), f"shard {s.address} has no fabric"
+
+    def transfers(w, transport, result="ok"):
+        direction = "put" if w.role == "prefill" else "get"
+        return w.metric("tandem_kv_transport_transfers_total",
+                        {"role": w.role, "transport": transport, "direction": direction,
+                         "result": result}) or 0
+    # Every transfer crossed the fabric; none fell back to the stream.
+    for w in c.prefills + c.decodes:
+        cluster.wait_for(lambda: transfers(w, "ucx") > 0, 5, f"{w.role}'s UCX transfers")
+        print(f"  {w.role} {w.address}: {transfers(w, 'ucx'):.0f} over UCX, "
+              f"{transfers(w, 'grpc'):.0f} over gRPC")
+        assert transfers(w, "grpc") == 0 and transfers(w, "grpc", "failed") == 0
+    # kill -9 of a shard while blocks move: its blocks are recomputed, no request fails.
+    load = random_requests(20, seed=6, max_prompt=300, max_out=30)
+    on_chunk, t, killed = after_streams(2, c.shards[0].kill9)
+    t0 = time.monotonic()
+    check_greedy(run_concurrently(stub, load, on_chunk), load, expected(load), "kill -9 shard")
+    t.join()
+    assert killed.is_set()
+    failed = sum(transfers(w, "ucx", "failed") for w in c.prefills + c.decodes)
+    print(f"  after kill -9 of a shard: every request completed in "
+          f"{time.monotonic() - t0:.1f} s; {failed:.0f} UCX transfers failed (recomputed)")
+
+
 def main():
     if args.case == "shard_label":
         return case_shard_label()
@@ -889,7 +927,8 @@ def main():
                         shards=1 if args.case == "disk" else 2,
                         extra={"pruning": PRUNING_CONFIG, "mixed": MIXED_CONFIG,
                                "disk": LITTLE_LOCAL_KV,
-                               "faults": STREAM_IN_THREES}.get(args.case, ()),
+                               "faults": STREAM_IN_THREES,
+                               "fabric": ["--set", "cache_store.transport=ucx"]}.get(args.case, ()),
                         router_extra=extra_router, register=args.case in ("greedy", "faults", "hang"),
                         advertise="127.0.0.1" if args.case == "greedy" else None)
     c.channel = grpc.insecure_channel(c.router.address)
@@ -897,7 +936,7 @@ def main():
     try:
         {"greedy": case_greedy, "faults": case_faults, "hang": case_hang,
          "balancer": case_balancer, "api": case_api, "pruning": case_pruning,
-         "mixed": case_mixed, "disk": case_disk}[args.case](c, stub)
+         "mixed": case_mixed, "disk": case_disk, "fabric": case_fabric}[args.case](c, stub)
     except BaseException:
         c.stop()
         print(c.logs())
