@@ -1,8 +1,9 @@
-// kv-handoff-bench: KV block handoff GB/s, prefill -> store -> decode, through the gRPC stream
-// and through the node-local shared-memory path, beside memcpy of the same bytes on this
-// machine. A real shard (BlockStore + CacheStoreService) serves on loopback in this process;
-// clients are CacheStoreClient as workers use it. Variants are interleaved within each
-// repetition so machine noise hits them alike; medians are printed as a Markdown table.
+// kv-handoff-bench: KV block handoff GB/s, prefill -> store -> decode, through the gRPC stream,
+// the node-local shared-memory path and the UCX fabric (over TCP and over UCX's shared memory),
+// beside memcpy of the same bytes on this machine. A real shard (BlockStore + CacheStoreService)
+// serves on loopback in this process; clients are CacheStoreClient as workers use it. Variants are
+// interleaved within each repetition so machine noise hits them alike; medians are printed as a
+// Markdown table.
 //
 //   kv-handoff-bench [--block-sizes 64Ki,1Mi] [--total 64Mi] [--request 8Mi] [--reps 7]
 //                    [--chunk 1Mi] [--no-stream] [--default-malloc] [--certs DIR]
@@ -47,6 +48,7 @@
 #include "common/security/authorizer.h"
 #include "common/security/transport.h"
 #include "common/store/cache_store_client.h"
+#include "common/store/ucx_client.h"
 #include "common/util/cli_args.h"
 #include "common/util/file_util.h"
 #include "common/util/process_tuning.h"
@@ -183,6 +185,7 @@ absl::Status RunBlockSize(const Options& o, int64_t block, std::vector<std::stri
   int tls_port = 0;
   if (store != nullptr) {
     service = std::make_unique<cache_store::CacheStoreService>(*store, o.chunk);
+    TANDEM_RETURN_IF_ERROR(service->EnableFabric());  // every transport UCX has here
     grpc::ServerBuilder builder;
     int port = 0;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
@@ -210,6 +213,13 @@ absl::Status RunBlockSize(const Options& o, int64_t block, std::vector<std::stri
   store::CacheStoreClient grpc_client(channel, "bench", {.chunk_bytes = o.chunk});
   store::CacheStoreClient shm_client(channel, "bench",
                                      {.chunk_bytes = o.chunk, .shared_memory = true});
+  // The fabric, once over each of UCX's transports on one node: TCP and shared memory.
+  TANDEM_ASSIGN_OR_RETURN(auto ucx_tcp, store::UcxKvClient::Create("tcp,self"));
+  TANDEM_ASSIGN_OR_RETURN(auto ucx_sm, store::UcxKvClient::Create("sm,self"));
+  store::CacheStoreClient ucx_tcp_client(
+      channel, "bench", {.chunk_bytes = o.chunk, .fabric = true, .fabric_client = ucx_tcp});
+  store::CacheStoreClient ucx_sm_client(
+      channel, "bench", {.chunk_bytes = o.chunk, .fabric = true, .fabric_client = ucx_sm});
   std::unique_ptr<store::CacheStoreClient> tls_grpc_client, tls_shm_client;
   if (shard_tls) {
     auto tls_channel =
@@ -233,29 +243,38 @@ absl::Status RunBlockSize(const Options& o, int64_t block, std::vector<std::stri
   Row ahead_row{"shm, reserved", {}, {}, {}};
   Row tls_grpc_row{"gRPC, TLS", {}, {}, {}};
   Row tls_shm_row{"shm, TLS", {}, {}, {}};
-  // memcpy, stream, shared memory, shared memory reserved ahead, then the TLS pair when there
-  // is one.
-  const int variants = shard_tls ? 6 : 4;
+  Row ucx_tcp_row{"UCX, tcp", {}, {}, {}};
+  Row ucx_sm_row{"UCX, sm", {}, {}, {}};
+  struct Variant {
+    Row* row;
+    store::CacheStoreClient* client;  // null: memcpy
+    bool reserve_ahead = false;
+    bool stream = false;  // skipped with --no-stream
+  };
+  std::vector<Variant> variants = {
+      {&memcpy_row, nullptr},          {&grpc_row, &grpc_client, false, true},
+      {&shm_row, &shm_client},         {&ahead_row, &shm_client, true},
+      {&ucx_tcp_row, &ucx_tcp_client}, {&ucx_sm_row, &ucx_sm_client}};
+  if (shard_tls) {
+    variants.push_back({&tls_grpc_row, tls_grpc_client.get(), false, true});
+    variants.push_back({&tls_shm_row, tls_shm_client.get()});
+  }
   // Two warm-up rounds write more than the arena holds, so every page of it has been faulted in
   // (by the shard and by the client's mapping), as in a long-running shard; then connections
   // and allocator caches are warm too.
   for (int rep = -2; rep < o.reps; ++rep) {
-    for (int k = 0; k < variants; ++k) {
-      const int variant = (k + std::max(rep, 0)) % variants;  // rotate the order
-      if (variant == 0) {
+    for (size_t k = 0; k < variants.size(); ++k) {
+      const Variant& v = variants[(k + std::max(rep, 0)) % variants.size()];  // rotate the order
+      if (v.client == nullptr) {
         const double s = TimeMemcpy(blocks, dst);
         if (rep >= 0) memcpy_row.both.push_back(bytes / s / 1e9);
         continue;
       }
-      if ((variant == 1 || variant == 4) && !o.stream) continue;
-      store::CacheStoreClient* clients[] = {
-          nullptr,     &grpc_client,          &shm_client,
-          &shm_client, tls_grpc_client.get(), tls_shm_client.get()};
-      Row* rows[] = {nullptr, &grpc_row, &shm_row, &ahead_row, &tls_grpc_row, &tls_shm_row};
-      TANDEM_ASSIGN_OR_RETURN(Timing t, TimeHandoff(*clients[variant], blocks, per_request,
-                                                    next_hash, /*reserve_ahead=*/variant == 3));
+      if (v.stream && !o.stream) continue;
+      TANDEM_ASSIGN_OR_RETURN(
+          Timing t, TimeHandoff(*v.client, blocks, per_request, next_hash, v.reserve_ahead));
       if (rep < 0) continue;
-      Row& row = *rows[variant];
+      Row& row = *v.row;
       row.put.push_back(bytes / t.put / 1e9);
       row.get.push_back(bytes / t.get / 1e9);
       row.both.push_back(bytes / (t.put + t.get) / 1e9);
@@ -264,6 +283,9 @@ absl::Status RunBlockSize(const Options& o, int64_t block, std::vector<std::stri
   if (!shm_client.shared_memory_attached() ||
       (tls_shm_client != nullptr && !tls_shm_client->shared_memory_attached())) {
     return absl::InternalError("the shared-memory client fell back to the stream");
+  }
+  if (!ucx_tcp_client.fabric_attached() || !ucx_sm_client.fabric_attached()) {
+    return absl::InternalError("a UCX client fell back to the stream");
   }
   if (o.samples != nullptr) {
     // One transfer (a put or a get) of a request's bytes: half the put+get time per request.
@@ -277,8 +299,8 @@ absl::Status RunBlockSize(const Options& o, int64_t block, std::vector<std::stri
   const double base = Median(memcpy_row.both);
   const std::string name =
       block >= (1 << 20) ? absl::StrCat(block >> 20, " MiB") : absl::StrCat(block >> 10, " KiB");
-  for (const Row* row :
-       {&memcpy_row, &grpc_row, &tls_grpc_row, &shm_row, &ahead_row, &tls_shm_row}) {
+  for (const Row* row : {&memcpy_row, &grpc_row, &tls_grpc_row, &shm_row, &ahead_row, &tls_shm_row,
+                         &ucx_tcp_row, &ucx_sm_row}) {
     if (row->both.empty()) continue;
     auto cell = [base](const std::vector<double>& v) {
       if (v.empty()) return std::string("-");

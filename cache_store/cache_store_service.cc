@@ -296,8 +296,8 @@ grpc::ServerUnaryReactor* CacheStoreService::ReleaseShm(
   return Answer(context, shm_.Release(*request, context->peer()));
 }
 
-absl::Status CacheStoreService::EnableFabric() {
-  absl::StatusOr<std::unique_ptr<UcxDataPlane>> plane = UcxDataPlane::Create(shm_);
+absl::Status CacheStoreService::EnableFabric(const std::string& transports) {
+  absl::StatusOr<std::unique_ptr<UcxDataPlane>> plane = UcxDataPlane::Create(shm_, transports);
   if (!plane.ok()) return plane.status();
   fabric_ = *std::move(plane);
   return absl::OkStatus();

@@ -54,8 +54,9 @@ class CacheStoreService final : public tandem::v1::CacheStore::CallbackService {
                                          const tandem::v1::AttachFabricRequest* request,
                                          tandem::v1::AttachFabricResponse* response) override;
 
-  // Starts the UCX data plane over the arena (UcxDataPlane::Create's errors). Before serving.
-  absl::Status EnableFabric();
+  // Starts the UCX data plane over the arena on `transports` (UcxWorkerOptions::transports;
+  // UcxDataPlane::Create's errors). Before serving.
+  absl::Status EnableFabric(const std::string& transports = "");
 
   const ShmHandoff& shm() const { return shm_; }
   // Null until EnableFabric.

@@ -32,7 +32,8 @@ ShmLeases::Key KeyOf(const KvRequestHeader& h) { return {h.key[0], h.key[1]}; }
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<UcxDataPlane>> UcxDataPlane::Create(ShmHandoff& handoff) {
+absl::StatusOr<std::unique_ptr<UcxDataPlane>> UcxDataPlane::Create(ShmHandoff& handoff,
+                                                                   const std::string& transports) {
   const ShmArena* arena = handoff.arena();
   if (arena == nullptr) {
     return absl::FailedPreconditionError(
@@ -43,6 +44,7 @@ absl::StatusOr<std::unique_ptr<UcxDataPlane>> UcxDataPlane::Create(ShmHandoff& h
   UcxDataPlane* self = plane.get();
   fabric::UcxWorkerOptions options;
   options.name = "tandem-cache-store";
+  options.transports = transports;
   options.handlers.emplace_back(
       fabric::kPutBlock, [self](const void* header, size_t header_length, void* data, size_t length,
                                 const ucp_am_recv_param_t* param) {

@@ -38,7 +38,9 @@ struct UcxDataPlaneStats {
 class UcxDataPlane {
  public:
   // FailedPrecondition without an arena; Unavailable when UCX cannot start.
-  static absl::StatusOr<std::unique_ptr<UcxDataPlane>> Create(ShmHandoff& handoff);
+  // `transports` as UcxWorkerOptions::transports.
+  static absl::StatusOr<std::unique_ptr<UcxDataPlane>> Create(ShmHandoff& handoff,
+                                                              const std::string& transports = "");
   // Stops the worker; transfers in flight fail (their peers see a miss).
   ~UcxDataPlane();
   UcxDataPlane(const UcxDataPlane&) = delete;

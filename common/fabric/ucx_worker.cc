@@ -30,6 +30,13 @@ absl::StatusOr<std::unique_ptr<UcxWorker>> UcxWorker::Create(UcxWorkerOptions op
   ucp_config_t* config = nullptr;
   ucs_status_t s = ucp_config_read(nullptr, nullptr, &config);
   if (s != UCS_OK) return UcxError("reading its configuration", s);
+  if (!options.transports.empty()) {
+    s = ucp_config_modify(config, "TLS", options.transports.c_str());
+    if (s != UCS_OK) {
+      ucp_config_release(config);
+      return UcxError("transports", s);
+    }
+  }
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME;
   params.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
@@ -52,7 +59,9 @@ absl::StatusOr<std::unique_ptr<UcxWorker>> UcxWorker::Create(UcxWorkerOptions op
   w->address_.assign(reinterpret_cast<const char*>(address), address_length);
   ucp_worker_release_address(w->worker_, address);
   const char* tls = std::getenv("UCX_TLS");
-  w->transports_ = tls != nullptr && *tls != '\0' ? tls : "all";
+  w->transports_ = !options.transports.empty()      ? options.transports
+                   : tls != nullptr && *tls != '\0' ? tls
+                                                    : "all";
 
   for (auto& [id, handler] : w->handlers_) {
     ucp_am_handler_param_t h{};
@@ -102,6 +111,10 @@ absl::StatusOr<ucp_mem_h> UcxWorker::Register(void* data, size_t length) {
 }
 
 void UcxWorker::Post(absl::AnyInvocable<void()> task) {
+  if (std::this_thread::get_id() == thread_id_) {  // a handler's follow-up: no wakeup needed
+    local_.push_back(std::move(task));
+    return;
+  }
   {
     absl::MutexLock lock(&mu_);
     posted_.push_back(std::move(task));
@@ -111,15 +124,22 @@ void UcxWorker::Post(absl::AnyInvocable<void()> task) {
 
 bool UcxWorker::RunPosted() {
   std::vector<absl::AnyInvocable<void()>> tasks;
+  tasks.swap(local_);
   {
     absl::MutexLock lock(&mu_);
-    tasks.swap(posted_);
+    if (tasks.empty()) {
+      tasks.swap(posted_);
+    } else {
+      for (auto& task : posted_) tasks.push_back(std::move(task));
+      posted_.clear();
+    }
   }
   for (auto& task : tasks) task();  // outside the lock: tasks post more
   return !tasks.empty();
 }
 
 void UcxWorker::Run() {
+  thread_id_ = std::this_thread::get_id();
   int idle = 0;
   while (true) {
     bool busy = ucp_worker_progress(worker_) != 0;

@@ -13,6 +13,7 @@
 
 #include <ucp/api/ucp.h>
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -35,7 +36,9 @@ using AmHandler = std::function<ucs_status_t(const void* header, size_t header_l
                                              size_t length, const ucp_am_recv_param_t* param)>;
 
 struct UcxWorkerOptions {
-  std::string name = "tandem";                           // in UCX's own logs
+  std::string name = "tandem";  // in UCX's own logs
+  // The transports UCX may use ("tcp,self", UCX_TLS's syntax); empty: UCX_TLS, else all.
+  std::string transports;
   std::vector<std::pair<unsigned, AmHandler>> handlers;  // by active-message id
   // Told, on the worker's thread, the address of a peer whose endpoint failed (after UCX
   // completed its outstanding requests with the error).
@@ -101,6 +104,8 @@ class UcxWorker {
   std::function<void(const std::string&)> on_endpoint_error_;
 
   // The worker thread's own state.
+  std::atomic<std::thread::id> thread_id_{};
+  std::vector<absl::AnyInvocable<void()>> local_;  // posted by the thread itself
   absl::flat_hash_map<std::string, ucp_ep_h> endpoints_;
   std::vector<ucs_status_ptr_t> closing_;  // endpoint closes not yet complete
   int64_t endpoints_created_ = 0;

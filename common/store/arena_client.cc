@@ -65,8 +65,13 @@ const char* ArenaTransportName(ArenaTransport transport) {
 }
 
 ArenaClient::ArenaClient(tandem::v1::CacheStore::StubInterface& stub, std::string model_id,
-                         std::chrono::milliseconds timeout, ArenaTransport transport)
-    : stub_(stub), model_id_(std::move(model_id)), timeout_(timeout), transport_(transport) {}
+                         std::chrono::milliseconds timeout, ArenaTransport transport,
+                         std::shared_ptr<UcxKvClient> fabric_client)
+    : stub_(stub),
+      model_id_(std::move(model_id)),
+      timeout_(timeout),
+      transport_(transport),
+      fabric_client_(std::move(fabric_client)) {}
 
 ArenaClient::~ArenaClient() {
   absl::MutexLock lock(&releases_mu_);
@@ -127,7 +132,10 @@ absl::StatusOr<ArenaClient::Path> ArenaClient::AttachFabric() {
   tandem::v1::AttachFabricResponse response;
   TANDEM_RETURN_IF_ERROR(rpc::FromGrpcStatus(
       stub_.AttachFabric(&context, tandem::v1::AttachFabricRequest(), &response)));
-  TANDEM_ASSIGN_OR_RETURN(std::shared_ptr<UcxKvClient> ucx, UcxKvClient::Shared());
+  std::shared_ptr<UcxKvClient> ucx = fabric_client_;
+  if (ucx == nullptr) {
+    TANDEM_ASSIGN_OR_RETURN(ucx, UcxKvClient::Shared());
+  }
   lease_ = std::chrono::milliseconds(response.lease_ms());
   return Path(std::make_shared<UcxArenaPath>(std::move(ucx), response.worker_address(),
                                              response.instance_id(), response.arena_bytes(),

@@ -37,7 +37,8 @@ class ArenaClient {
   // The stub must outlive the client.
   ArenaClient(tandem::v1::CacheStore::StubInterface& stub, std::string model_id,
               std::chrono::milliseconds timeout,
-              ArenaTransport transport = ArenaTransport::kSharedMemory);
+              ArenaTransport transport = ArenaTransport::kSharedMemory,
+              std::shared_ptr<class UcxKvClient> fabric_client = nullptr);
   // Waits for the lease releases still in flight.
   ~ArenaClient();
 
@@ -116,6 +117,7 @@ class ArenaClient {
   const std::string model_id_;
   const std::chrono::milliseconds timeout_;
   const ArenaTransport transport_;
+  const std::shared_ptr<UcxKvClient> fabric_client_;  // null: UcxKvClient::Shared
   mutable absl::Mutex mu_;
   Path path_ ABSL_GUARDED_BY(mu_);
   Clock::time_point retry_after_ ABSL_GUARDED_BY(mu_);  // after a failed attach

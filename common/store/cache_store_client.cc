@@ -31,8 +31,8 @@ CacheStoreClient::CacheStoreClient(std::shared_ptr<grpc::Channel> channel, std::
         std::make_unique<ArenaClient>(*stub_, model_id_, timeout_, ArenaTransport::kSharedMemory));
   }
   if (options.fabric) {
-    arenas_.push_back(
-        std::make_unique<ArenaClient>(*stub_, model_id_, timeout_, ArenaTransport::kFabric));
+    arenas_.push_back(std::make_unique<ArenaClient>(
+        *stub_, model_id_, timeout_, ArenaTransport::kFabric, options.fabric_client));
   }
 }
 

@@ -26,8 +26,10 @@ struct CacheStoreClientOptions {
   // Try the shared-memory path first. Set it only for a shard on this machine
   // (IsLocalAddress); attaching proves it, and the stream is the fallback.
   bool shared_memory = false;
-  // Then the KV fabric (UCX), where the shard offers it.
+  // Then the KV fabric (UCX), where the shard offers it, through `fabric_client` (null: the
+  // process's, UcxKvClient::Shared).
   bool fabric = false;
+  std::shared_ptr<class UcxKvClient> fabric_client = nullptr;
   // Told of every Put and Get that moved bytes, after it ended (metrics); any thread.
   std::function<void(const struct TransferSample&)> on_transfer = nullptr;
 };

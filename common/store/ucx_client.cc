@@ -59,10 +59,17 @@ absl::StatusOr<std::shared_ptr<UcxKvClient>> UcxKvClient::Shared() {
   absl::MutexLock lock(&mu);
   if (shared == nullptr) shared = new std::weak_ptr<UcxKvClient>();  // lives for the process
   if (std::shared_ptr<UcxKvClient> live = shared->lock()) return live;
+  absl::StatusOr<std::shared_ptr<UcxKvClient>> client = Create("");
+  if (client.ok()) *shared = *client;
+  return client;
+}
+
+absl::StatusOr<std::shared_ptr<UcxKvClient>> UcxKvClient::Create(const std::string& transports) {
   std::shared_ptr<UcxKvClient> client(new UcxKvClient());
   UcxKvClient* self = client.get();
   fabric::UcxWorkerOptions options;
   options.name = "tandem-kv-client";
+  options.transports = transports;
   options.handlers.emplace_back(
       fabric::kPutDone, [self](const void* header, size_t header_length, void* data, size_t length,
                                const ucp_am_recv_param_t* param) {
@@ -81,7 +88,6 @@ absl::StatusOr<std::shared_ptr<UcxKvClient>> UcxKvClient::Shared() {
   if (!worker.ok()) return worker.status();
   client->worker_ = *std::move(worker);
   client->worker_->Start();
-  *shared = client;
   return client;
 }
 
@@ -98,19 +104,20 @@ UcxKvClientStats UcxKvClient::Stats() const {
 }
 
 absl::Status UcxKvClient::Write(const std::string& address, const LeaseGrant& lease,
-                                std::span<const ArenaRegion> regions, Clock::time_point deadline) {
-  return Run(address, lease, regions, {}, deadline);
+                                std::span<const ArenaRegion> regions, Clock::time_point deadline,
+                                const std::function<void()>& meanwhile) {
+  return Run(address, lease, regions, {}, deadline, meanwhile);
 }
 
 absl::Status UcxKvClient::Read(const std::string& address, const LeaseGrant& lease,
                                std::span<const ArenaRegion> regions, std::span<std::string> out,
                                Clock::time_point deadline) {
-  return Run(address, lease, regions, out, deadline);
+  return Run(address, lease, regions, out, deadline, nullptr);
 }
 
 absl::Status UcxKvClient::Run(const std::string& address, const LeaseGrant& lease,
                               std::span<const ArenaRegion> regions, std::span<std::string> out,
-                              Clock::time_point deadline) {
+                              Clock::time_point deadline, const std::function<void()>& meanwhile) {
   if (regions.empty()) return absl::OkStatus();
   auto batch = std::make_shared<Batch>();
   batch->address = address;
@@ -132,6 +139,7 @@ absl::Status UcxKvClient::Run(const std::string& address, const LeaseGrant& leas
     batch->ops_left = regions.size();
   }
   worker_->Post([this, batch] { Start(batch); });
+  if (meanwhile) meanwhile();
 
   absl::MutexLock lock(&batch->mu);
   const auto done = [&batch]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(batch->mu) { return batch->Done(); };
@@ -314,15 +322,18 @@ absl::Status UcxArenaPath::CheckRegion(int64_t offset, int64_t length) const {
 
 absl::StatusOr<std::vector<uint64_t>> UcxArenaPath::Write(const LeaseGrant& lease,
                                                           std::span<const ArenaRegion> regions) {
-  std::vector<uint64_t> checksums;
-  checksums.reserve(regions.size());
   for (const ArenaRegion& r : regions) {
     if (static_cast<int64_t>(r.bytes.size()) != r.length) {
       return absl::InvalidArgumentError("cache store fabric: a block and its region differ");
     }
-    checksums.push_back(BlockChecksum64(r.bytes));
   }
-  absl::Status s = client_->Write(address_, lease, regions, UcxKvClient::Clock::now() + timeout_);
+  // The checksums are computed while UCX moves the same bytes (both only read them).
+  std::vector<uint64_t> checksums;
+  checksums.reserve(regions.size());
+  absl::Status s =
+      client_->Write(address_, lease, regions, UcxKvClient::Clock::now() + timeout_, [&] {
+        for (const ArenaRegion& r : regions) checksums.push_back(BlockChecksum64(r.bytes));
+      });
   if (!s.ok()) return s;
   return checksums;
 }

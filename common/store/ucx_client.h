@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -37,14 +38,19 @@ class UcxKvClient {
   using Clock = std::chrono::steady_clock;
   // The process's client, started on first use; Unavailable when UCX cannot start.
   static absl::StatusOr<std::shared_ptr<UcxKvClient>> Shared();
+  // A client of its own on `transports` (UcxWorkerOptions::transports), for comparing them in
+  // one process (kv-handoff-bench).
+  static absl::StatusOr<std::shared_ptr<UcxKvClient>> Create(const std::string& transports);
   ~UcxKvClient();
 
   // Moves every region (see ArenaPath::Write and Read) to or from the shard whose worker is at
   // `address`. OK only when all arrived by `deadline`. The shard's refusal comes back as its
   // status (PermissionDenied for a wrong key or an ended lease); a lost peer or the deadline is
   // Unavailable or DeadlineExceeded.
+  // `meanwhile`, if given, runs on the calling thread while the bytes move (the checksums).
   absl::Status Write(const std::string& address, const LeaseGrant& lease,
-                     std::span<const ArenaRegion> regions, Clock::time_point deadline);
+                     std::span<const ArenaRegion> regions, Clock::time_point deadline,
+                     const std::function<void()>& meanwhile = nullptr);
   // Reads into `out`, one string per region, resized to its length.
   absl::Status Read(const std::string& address, const LeaseGrant& lease,
                     std::span<const ArenaRegion> regions, std::span<std::string> out,
@@ -64,7 +70,7 @@ class UcxKvClient {
   UcxKvClient() = default;
   absl::Status Run(const std::string& address, const LeaseGrant& lease,
                    std::span<const ArenaRegion> regions, std::span<std::string> out,
-                   Clock::time_point deadline);
+                   Clock::time_point deadline, const std::function<void()>& meanwhile);
   // Worker thread only.
   void Start(const std::shared_ptr<Batch>& batch);
   void Finish(uint64_t request_id, absl::Status status);
