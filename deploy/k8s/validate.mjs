@@ -179,6 +179,9 @@ const COMPONENTS = {
 };
 const GPU_COMPONENTS = new Set(["prefill", "decode"]);
 const GPU = "nvidia.com/gpu";
+// The pods that move KV blocks, and the RDMA device plugin's resource an RDMA overlay gives them.
+const RDMA_COMPONENTS = new Set(["prefill", "decode", "cache-store"]);
+const RDMA = "rdma/rdma_shared_device_a";
 
 // Kubernetes quantity -> number (bytes or cores); NaN when malformed.
 function quantity(q) {
@@ -207,6 +210,7 @@ function checkPolicy(name, objects, errors) {
   const workloads = objects.filter((o) => o.kind === "Deployment" || o.kind === "StatefulSet");
   const pdbs = byKind("PodDisruptionBudget");
   const expectGpu = /gpu/.test(name);
+  const expectRdma = /rdma/.test(name);
   const seen = new Set();
 
   for (const w of workloads) {
@@ -255,7 +259,15 @@ function checkPolicy(name, objects, errors) {
       if (sc.allowPrivilegeEscalation !== false) err(w, `${where}: allowPrivilegeEscalation is not false`);
       if (sc.privileged) err(w, `${where}: privileged`);
       if (!(sc.capabilities?.drop || []).includes("ALL")) err(w, `${where}: capabilities do not drop ALL`);
-      if ((sc.capabilities?.add || []).length) err(w, `${where}: adds capabilities`);
+      // An RDMA overlay's KV movers may add IPC_LOCK (UCX pins memory for the NIC), nothing else.
+      const mayAdd = expectRdma && RDMA_COMPONENTS.has(component) ? ["IPC_LOCK"] : [];
+      const added = sc.capabilities?.add || [];
+      if (added.some((cap) => !mayAdd.includes(cap))) err(w, `${where}: adds capabilities ${added}`);
+      if (expectRdma && RDMA_COMPONENTS.has(component)) {
+        if (!added.includes("IPC_LOCK")) err(w, `${where}: needs IPC_LOCK for UCX's registrations`);
+        if (quantity(res.limits?.[RDMA]) !== 1) err(w, `${where}: must request and limit ${RDMA}: 1`);
+        if (!(c.env || []).some((e) => e.name === "UCX_TLS" && e.value)) err(w, `${where}: needs UCX_TLS`);
+      }
       if ((sc.seccompProfile ?? psc.seccompProfile)?.type !== "RuntimeDefault") err(w, `${where}: seccompProfile is not RuntimeDefault`);
     }
 
@@ -388,6 +400,7 @@ function checkPolicy(name, objects, errors) {
       }
     }
     if (cs.shared_memory !== false) err(cm, "cache_store.shared_memory must be false (pods do not share /dev/shm)");
+    if (/rdma/.test(name) && cs.transport !== "ucx") err(cm, "cache_store.transport must be ucx in an RDMA overlay");
     const tls = config?.security?.tls || {};
     if (tls.ca_file !== "/etc/tandem-tls/ca.crt" || tls.cert_file !== "/etc/tandem-tls/tls.crt" ||
         tls.key_file !== "/etc/tandem-tls/tls.key") {
