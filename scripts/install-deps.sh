@@ -13,7 +13,8 @@ packages=(
   libboost1.74-dev                    # the HTTP front door: Boost.Beast over Asio (headers)
   libssl-dev                          # TLS between roles: certificate checks at startup
   libdnnl-dev                         # oneDNN: model.cpu_gemm: onednn (AMX/AVX-512 GEMMs)
-  libucx-dev                          # UCX: the planned KV data plane (issue #26); a probe today
+  libucx-dev ucx-utils                # UCX: the KV fabric (cache_store.transport: ucx); ucx_info
+                                      # and ucx_perftest to check a node's transports
   curl                                # demo: the HTTP API and /metrics
   zlib1g-dev                          # model-inspect: PNG attention maps
   libgtest-dev libgmock-dev libbenchmark-dev
