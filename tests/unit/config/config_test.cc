@@ -199,6 +199,25 @@ TEST(ConfigTest, TlsFilesComeTogether) {
   EXPECT_FALSE(c->security.allow_insecure);
 }
 
+// UCX moves KV bytes unencrypted: under TLS it needs the operator's explicit word, and any
+// value but the four transports is refused naming the key.
+TEST(ConfigTest, TheUcxFabricUnderTlsNeedsItsOptIn) {
+  const std::string tls = "security:\n  tls: {ca_file: a, cert_file: b, key_file: c}\n";
+  auto c = ParseConfig(tls + "cache_store:\n  transport: ucx\n", "t.yaml");
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(c.status().message(), HasSubstr("cache_store.transport"));
+  EXPECT_THAT(c.status().message(), HasSubstr("allow_unencrypted_kv_fabric"));
+  c = ParseConfig(tls + "  allow_unencrypted_kv_fabric: true\ncache_store:\n  transport: ucx\n",
+                  "t.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->cache_store.transport, "ucx");
+  EXPECT_TRUE(ParseConfig(tls + "cache_store:\n  transport: auto\n", "t.yaml").ok());
+  EXPECT_TRUE(ParseConfig("cache_store:\n  transport: ucx\n", "t.yaml").ok());
+  c = ParseConfig("cache_store:\n  transport: rdma\n", "t.yaml");
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(c.status().message(), HasSubstr("cache_store.transport"));
+}
+
 TEST(ConfigTest, EveryKeyIsDocumented) {
   const std::string md = ConfigReferenceMarkdown();
   for (const auto& field : internal::Schema()) {
