@@ -7,7 +7,7 @@
 //
 //   kv-handoff-bench [--block-sizes 64Ki,1Mi] [--total 64Mi] [--request 8Mi] [--reps 7]
 //                    [--chunk 1Mi] [--no-stream] [--default-malloc] [--certs DIR]
-//                    [--shard HOST:PORT]
+//                    [--shard HOST:PORT] [--paths grpc,shm,shm-reserved,ucx-tcp,ucx-sm]
 //   kv-handoff-bench --profile P.json [--profile-requests 256Ki,2Mi,16Mi] [--reps 7]
 //                    [--shard HOST:PORT]
 //
@@ -15,6 +15,8 @@
 // reach a shard) instead of one in this process: the shard's copies and RPC threads then run
 // in another process, scheduled as in a deployment. Its cache_store.capacity_bytes must hold
 // --total plus two requests, and its block limit the block size.
+//
+// --paths measures only the paths named (memcpy always), to profile one of them alone.
 //
 // --profile fills an engine profile's kv_transfer samples (common/planner/profile.h): blocks of
 // the profiled model's size, one sample per request size and path, the file rewritten in place.
@@ -75,6 +77,7 @@ struct Options {
   int reps = 7;
   int64_t chunk = 1 << 20;
   bool stream = true;  // run the gRPC-stream variant (--no-stream: profile the others alone)
+  std::vector<std::string> paths;  // --paths; empty: all
   bool tuned = true;  // TuneServingProcess
   std::string certs;  // scripts/dev-certs.sh output; empty: no TLS rows
   std::string shard;  // a `tandem cache-store` to measure against; empty: one in this process
@@ -237,7 +240,7 @@ absl::Status RunBlockSize(const Options& o, int64_t block, std::vector<std::stri
   const size_t per_request = std::max<size_t>(o.request / block, 1);
   std::vector<std::string> dst(blocks.size(), std::string(block, '\0'));
   uint64_t next_hash = 1;
-  Row memcpy_row{"memcpy", {}, {}, {}};
+  Row memcpy_row{"memcpy", {}, {}, {}};  // the names below are --paths'
   Row grpc_row{"gRPC stream", {}, {}, {}};
   Row shm_row{"shared memory", {}, {}, {}};
   Row ahead_row{"shm, reserved", {}, {}, {}};
@@ -248,17 +251,25 @@ absl::Status RunBlockSize(const Options& o, int64_t block, std::vector<std::stri
   struct Variant {
     Row* row;
     store::CacheStoreClient* client;  // null: memcpy
+    std::string path;                 // its name in --paths
     bool reserve_ahead = false;
     bool stream = false;  // skipped with --no-stream
   };
-  std::vector<Variant> variants = {
-      {&memcpy_row, nullptr},          {&grpc_row, &grpc_client, false, true},
-      {&shm_row, &shm_client},         {&ahead_row, &shm_client, true},
-      {&ucx_tcp_row, &ucx_tcp_client}, {&ucx_sm_row, &ucx_sm_client}};
+  std::vector<Variant> variants = {{&memcpy_row, nullptr, "memcpy"},
+                                   {&grpc_row, &grpc_client, "grpc", false, true},
+                                   {&shm_row, &shm_client, "shm"},
+                                   {&ahead_row, &shm_client, "shm-reserved", true},
+                                   {&ucx_tcp_row, &ucx_tcp_client, "ucx-tcp"},
+                                   {&ucx_sm_row, &ucx_sm_client, "ucx-sm"}};
   if (shard_tls) {
-    variants.push_back({&tls_grpc_row, tls_grpc_client.get(), false, true});
-    variants.push_back({&tls_shm_row, tls_shm_client.get()});
+    variants.push_back({&tls_grpc_row, tls_grpc_client.get(), "grpc-tls", false, true});
+    variants.push_back({&tls_shm_row, tls_shm_client.get(), "shm-tls"});
   }
+  std::erase_if(variants, [&o](const Variant& v) {
+    return v.client != nullptr && ((v.stream && !o.stream) ||
+                                   (!o.paths.empty() && std::find(o.paths.begin(), o.paths.end(),
+                                                                  v.path) == o.paths.end()));
+  });
   // Two warm-up rounds write more than the arena holds, so every page of it has been faulted in
   // (by the shard and by the client's mapping), as in a long-running shard; then connections
   // and allocator caches are warm too.
@@ -270,7 +281,6 @@ absl::Status RunBlockSize(const Options& o, int64_t block, std::vector<std::stri
         if (rep >= 0) memcpy_row.both.push_back(bytes / s / 1e9);
         continue;
       }
-      if (v.stream && !o.stream) continue;
       TANDEM_ASSIGN_OR_RETURN(
           Timing t, TimeHandoff(*v.client, blocks, per_request, next_hash, v.reserve_ahead));
       if (rep < 0) continue;
@@ -280,12 +290,13 @@ absl::Status RunBlockSize(const Options& o, int64_t block, std::vector<std::stri
       row.both.push_back(bytes / (t.put + t.get) / 1e9);
     }
   }
-  if (!shm_client.shared_memory_attached() ||
-      (tls_shm_client != nullptr && !tls_shm_client->shared_memory_attached())) {
-    return absl::InternalError("the shared-memory client fell back to the stream");
-  }
-  if (!ucx_tcp_client.fabric_attached() || !ucx_sm_client.fabric_attached()) {
-    return absl::InternalError("a UCX client fell back to the stream");
+  for (const Variant& v : variants) {
+    if (v.client == nullptr || v.stream) continue;
+    if (v.client == &ucx_tcp_client || v.client == &ucx_sm_client
+            ? !v.client->fabric_attached()
+            : !v.client->shared_memory_attached()) {
+      return absl::InternalError(absl::StrCat("the ", v.path, " client fell back to the stream"));
+    }
   }
   if (o.samples != nullptr) {
     // One transfer (a put or a get) of a request's bytes: half the put+get time per request.
@@ -317,9 +328,9 @@ absl::Status RunBlockSize(const Options& o, int64_t block, std::vector<std::stri
 absl::Status Main(int argc, char** argv) {
   TANDEM_ASSIGN_OR_RETURN(CliArgs args,
                           CliArgs::Parse(argc, argv, {"no-stream", "default-malloc"}));
-  TANDEM_RETURN_IF_ERROR(
-      args.CheckKnown({"block-sizes", "total", "request", "reps", "chunk", "no-stream",
-                       "default-malloc", "certs", "profile", "profile-requests", "shard"}));
+  TANDEM_RETURN_IF_ERROR(args.CheckKnown({"block-sizes", "total", "request", "reps", "chunk",
+                                          "no-stream", "default-malloc", "certs", "profile",
+                                          "profile-requests", "shard", "paths"}));
   Options o;
   o.certs = args.StringOr("certs", "");
   o.shard = args.StringOr("shard", "");
@@ -329,6 +340,14 @@ absl::Status Main(int argc, char** argv) {
         "its own configuration");
   }
   o.stream = !args.Has("no-stream");
+  o.paths = absl::StrSplit(args.StringOr("paths", ""), ',', absl::SkipEmpty());
+  for (const std::string& p : o.paths) {
+    static const std::vector<std::string> kPaths = {"grpc",   "shm",      "shm-reserved", "ucx-tcp",
+                                                    "ucx-sm", "grpc-tls", "shm-tls"};
+    if (std::find(kPaths.begin(), kPaths.end(), p) == kPaths.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("--paths: no path named '", p, "'"));
+    }
+  }
   o.tuned = !args.Has("default-malloc");
   if (o.tuned) TuneServingProcess();
   const std::vector<std::string> sizes =

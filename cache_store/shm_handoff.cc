@@ -179,27 +179,33 @@ absl::Status ShmHandoff::Release(const tandem::v1::ReleaseShmRequest& request,
   return leases_.Take(request.lease_id(), ShmLeases::Kind::kAny, peer).status();
 }
 
-absl::StatusOr<ShmHandoff::Borrowed> ShmHandoff::BorrowBlock(uint64_t lease_id,
-                                                             const ShmLeases::Key& key, bool write,
-                                                             uint32_t index, int64_t offset,
-                                                             int64_t length) {
+absl::StatusOr<ShmHandoff::Borrowed> ShmHandoff::BorrowBlocks(
+    uint64_t lease_id, const ShmLeases::Key& key, bool write,
+    std::span<const fabric::KvBlockRef> blocks) {
+  Borrowed borrowed;
   TANDEM_ASSIGN_OR_RETURN(
-      std::shared_ptr<const ShmLeases::Lease> lease,
+      borrowed.lease,
       leases_.Borrow(lease_id, key, write ? ShmLeases::Kind::kWrite : ShmLeases::Kind::kRead));
-  std::span<uint8_t> bytes;
-  if (write && index < lease->puts.size()) {
-    bytes = lease->puts[index].data();
-  } else if (!write && index < lease->pins.size()) {
-    // A reader only reads: the span is mutable because the fabric registers the arena as one.
-    const std::span<const uint8_t> pinned = lease->pins[index].data();
-    bytes = {const_cast<uint8_t*>(pinned.data()), pinned.size()};
+  const ShmLeases::Lease& lease = *borrowed.lease;
+  borrowed.blocks.reserve(blocks.size());
+  for (const fabric::KvBlockRef& b : blocks) {
+    std::span<uint8_t> bytes;
+    if (write && b.index < lease.puts.size()) {
+      bytes = lease.puts[b.index].data();
+    } else if (!write && b.index < lease.pins.size()) {
+      // A reader only reads: the span is mutable because the fabric registers the arena as one.
+      const std::span<const uint8_t> pinned = lease.pins[b.index].data();
+      bytes = {const_cast<uint8_t*>(pinned.data()), pinned.size()};
+    }
+    if (bytes.empty() || arena_->FileOffset(bytes.data()) != b.offset ||
+        static_cast<int64_t>(bytes.size()) != b.length) {
+      return absl::InvalidArgumentError(absl::StrCat("fabric: block ", b.index, " of lease ",
+                                                     lease_id, " is not at ", b.offset, " (",
+                                                     b.length, " bytes)"));
+    }
+    borrowed.blocks.push_back(bytes);
   }
-  if (bytes.empty() || arena_->FileOffset(bytes.data()) != offset ||
-      static_cast<int64_t>(bytes.size()) != length) {
-    return absl::InvalidArgumentError(absl::StrCat("fabric: block ", index, " of lease ", lease_id,
-                                                   " is not at ", offset, " (", length, " bytes)"));
-  }
-  return Borrowed{std::move(lease), bytes};
+  return borrowed;
 }
 
 }  // namespace tandem::cache_store

@@ -17,6 +17,7 @@
 
 #include "cache_store/block_store.h"
 #include "cache_store/shm_leases.h"
+#include "common/fabric/kv_protocol.h"
 #include "tandem/v1/cache_store.pb.h"
 
 namespace tandem::cache_store {
@@ -63,16 +64,17 @@ class ShmHandoff {
                std::function<void(const absl::Status&)> done);
   absl::Status Release(const tandem::v1::ReleaseShmRequest& request, const std::string& peer = "");
 
-  // One fabric transfer's hold on a block of a keyed lease (ShmLeases::Borrow): the arena bytes
-  // of the lease's `index`-th block, if `offset` (in the arena file) and `length` name exactly
-  // them. Keep `lease` until the transfer ends. PermissionDenied for a wrong id, key or kind;
-  // InvalidArgument for a region that is not the block's.
+  // One fabric message's hold on blocks of a keyed lease (ShmLeases::Borrow): the arena bytes
+  // of the lease's blocks `blocks` names, each only if its offset (in the arena file) and length
+  // name exactly the block at its index. All or none: keep `lease` until the transfer ends.
+  // PermissionDenied for a wrong id, key or kind; InvalidArgument for a region that is not its
+  // block's.
   struct Borrowed {
     std::shared_ptr<const ShmLeases::Lease> lease;
-    std::span<uint8_t> bytes;
+    std::vector<std::span<uint8_t>> blocks;  // in the order `blocks` named them
   };
-  absl::StatusOr<Borrowed> BorrowBlock(uint64_t lease_id, const ShmLeases::Key& key, bool write,
-                                       uint32_t index, int64_t offset, int64_t length);
+  absl::StatusOr<Borrowed> BorrowBlocks(uint64_t lease_id, const ShmLeases::Key& key, bool write,
+                                        std::span<const fabric::KvBlockRef> blocks);
   // The arena, for the fabric to register; nullptr without one.
   const ShmArena* arena() const { return arena_; }
   std::chrono::milliseconds lease_time() const { return leases_.ttl(); }

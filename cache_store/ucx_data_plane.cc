@@ -1,6 +1,8 @@
 #include "cache_store/ucx_data_plane.h"
 
+#include <algorithm>
 #include <cstring>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -10,25 +12,51 @@ namespace tandem::cache_store {
 namespace {
 
 using fabric::KvReplyHeader;
-using fabric::KvRequestHeader;
 
-// One block moving under a borrowed lease; lives until UCX completes the transfer (owned by
-// the UCX request's user data, as UCX's C callbacks require).
+// One message's blocks moving under a borrowed lease; lives until UCX completes the transfer
+// (owned by the UCX request's user data, as UCX's C callbacks require).
 struct Transfer {
   UcxDataPlane* plane = nullptr;
   ShmHandoff::Borrowed borrowed;
   ucp_ep_h ep = nullptr;
   KvReplyHeader reply;  // a get's reply header, which must live while it is sent
+  int64_t bytes = 0;
+  std::vector<ucp_dt_iov_t> iov;  // a put's blocks, when there are several
+  // A get's blocks back to back, when there are several: UCX 1.13 sends an iovec through its
+  // slow fragmenting protocols, a contiguous buffer with zero copy.
+  std::unique_ptr<uint8_t[]> packed;
+
+  // Points `param` at where a put's blocks are received: one region of the registered arena,
+  // or an iovec of them (UCX scatters the contiguous send into it). Returns UCX's buffer and
+  // count.
+  std::pair<void*, size_t> Destination(ucp_request_param_t& param, ucp_mem_h arena) {
+    if (borrowed.blocks.size() == 1) {
+      param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+      param.memh = arena;
+      return {borrowed.blocks[0].data(), borrowed.blocks[0].size()};
+    }
+    iov.reserve(borrowed.blocks.size());
+    for (std::span<uint8_t> b : borrowed.blocks) iov.push_back({b.data(), b.size()});
+    param.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
+    param.datatype = ucp_dt_make_iov();
+    return {iov.data(), iov.size()};
+  }
+  // Points `param` at what a get sends: its one block in the registered arena, or the blocks
+  // packed. Returns UCX's buffer and count.
+  std::pair<const void*, size_t> Source(ucp_request_param_t& param, ucp_mem_h arena) {
+    if (borrowed.blocks.size() == 1) {
+      param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+      param.memh = arena;
+      return {borrowed.blocks[0].data(), borrowed.blocks[0].size()};
+    }
+    packed.reset(new uint8_t[static_cast<size_t>(bytes)]);  // no zero-fill: all overwritten
+    uint8_t* to = packed.get();
+    for (std::span<const uint8_t> b : borrowed.blocks) to = std::copy(b.begin(), b.end(), to);
+    return {packed.get(), static_cast<size_t>(bytes)};
+  }
 };
 
-// The request header, if `header` is one of this protocol's and its length is `length`.
-bool ReadHeader(const void* header, size_t header_length, KvRequestHeader* out) {
-  if (header_length != sizeof(KvRequestHeader)) return false;
-  std::memcpy(out, header, sizeof *out);
-  return out->version == fabric::kKvProtocolVersion && out->length > 0;
-}
-
-ShmLeases::Key KeyOf(const KvRequestHeader& h) { return {h.key[0], h.key[1]}; }
+ShmLeases::Key KeyOf(const fabric::KvRequestHeader& h) { return {h.key[0], h.key[1]}; }
 
 }  // namespace
 
@@ -46,11 +74,11 @@ absl::StatusOr<std::unique_ptr<UcxDataPlane>> UcxDataPlane::Create(ShmHandoff& h
   options.name = "tandem-cache-store";
   options.transports = transports;
   options.handlers.emplace_back(
-      fabric::kPutBlock, [self](const void* header, size_t header_length, void* data, size_t length,
-                                const ucp_am_recv_param_t* param) {
+      fabric::kPut, [self](const void* header, size_t header_length, void* data, size_t length,
+                           const ucp_am_recv_param_t* param) {
         return self->OnPut(header, header_length, data, length, param);
       });
-  options.handlers.emplace_back(fabric::kGetBlock,
+  options.handlers.emplace_back(fabric::kGet,
                                 [self](const void* header, size_t header_length, void*, size_t,
                                        const ucp_am_recv_param_t* param) {
                                   return self->OnGet(header, header_length, param);
@@ -81,6 +109,8 @@ UcxDataPlaneStats UcxDataPlane::Stats() const {
           .get_blocks = get_blocks_.load(),
           .put_bytes = put_bytes_.load(),
           .get_bytes = get_bytes_.load(),
+          .put_messages = put_messages_.load(),
+          .get_messages = get_messages_.load(),
           .refused = refused_.load(),
           .failed = failed_.load()};
 }
@@ -101,19 +131,19 @@ void UcxDataPlane::Reply(ucp_ep_h ep, unsigned id, uint64_t request_id, absl::St
 ucs_status_t UcxDataPlane::OnPut(const void* header, size_t header_length, void* data,
                                  size_t length, const ucp_am_recv_param_t* param) {
   ucp_ep_h ep = (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ? param->reply_ep : nullptr;
-  KvRequestHeader h;
-  if (ep == nullptr || !ReadHeader(header, header_length, &h) ||
-      static_cast<int64_t>(length) != h.length) {
+  std::optional<fabric::KvRequest> request = fabric::ParseKvRequest(header, header_length);
+  if (ep == nullptr || !request || static_cast<int64_t>(length) != request->bytes) {
     ++refused_;
     if (ep != nullptr) {
-      worker_->Post([this, ep, id = h.request_id] {
+      worker_->Post([this, ep, id = request ? request->header.request_id : 0] {
         Reply(ep, fabric::kPutDone, id, absl::StatusCode::kInvalidArgument);
       });
     }
     return UCS_OK;  // a rendezvous not received is dropped; the sender completes
   }
+  const fabric::KvRequestHeader& h = request->header;
   absl::StatusOr<ShmHandoff::Borrowed> borrowed =
-      handoff_.BorrowBlock(h.lease_id, KeyOf(h), /*write=*/true, h.index, h.offset, h.length);
+      handoff_.BorrowBlocks(h.lease_id, KeyOf(h), /*write=*/true, request->blocks);
   if (!borrowed.ok()) {
     ++refused_;
     worker_->Post([this, ep, id = h.request_id, code = borrowed.status().code()] {
@@ -122,30 +152,36 @@ ucs_status_t UcxDataPlane::OnPut(const void* header, size_t header_length, void*
     return UCS_OK;
   }
   if (!(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {  // eager: the bytes are here now
-    std::memcpy(borrowed->bytes.data(), data, length);
-    ++put_blocks_;
-    put_bytes_ += h.length;
+    const char* from = static_cast<const char*>(data);
+    for (std::span<uint8_t> block : borrowed->blocks) {
+      std::memcpy(block.data(), from, block.size());
+      from += block.size();
+    }
+    put_blocks_ += static_cast<int64_t>(borrowed->blocks.size());
+    put_bytes_ += request->bytes;
+    ++put_messages_;
     borrowed->lease.reset();  // before the reply: a commit the reply allows finds it free
     worker_->Post(
         [this, ep, id = h.request_id] { Reply(ep, fabric::kPutDone, id, absl::StatusCode::kOk); });
     return UCS_OK;
   }
-  // Rendezvous: receive straight into the reserved block, after this callback returns.
+  // Rendezvous: receive straight into the reserved blocks, after this callback returns.
   auto* transfer = new Transfer{.plane = this,
                                 .borrowed = *std::move(borrowed),
                                 .ep = ep,
-                                .reply = {.request_id = h.request_id}};
+                                .reply = {.request_id = h.request_id},
+                                .bytes = request->bytes};
   worker_->Post([this, transfer, data] {
     ucp_request_param_t recv{};
-    recv.op_attr_mask =
-        UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_MEMH;
+    recv.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
     recv.user_data = transfer;
-    recv.memh = arena_memh_;
+    const auto [buffer, count] = transfer->Destination(recv, arena_memh_);
     static constexpr auto done = +[](Transfer* t, ucs_status_t status) {
       UcxDataPlane* plane = t->plane;
       if (status == UCS_OK) {
-        ++plane->put_blocks_;
-        plane->put_bytes_ += static_cast<int64_t>(t->borrowed.bytes.size());
+        plane->put_blocks_ += static_cast<int64_t>(t->borrowed.blocks.size());
+        plane->put_bytes_ += t->bytes;
+        ++plane->put_messages_;
       } else {
         ++plane->failed_;
       }
@@ -158,9 +194,7 @@ ucs_status_t UcxDataPlane::OnPut(const void* header, size_t header_length, void*
       done(static_cast<Transfer*>(user_data), status);
       ucp_request_free(request);
     };
-    ucs_status_ptr_t request =
-        ucp_am_recv_data_nbx(worker_->worker(), data, transfer->borrowed.bytes.data(),
-                             transfer->borrowed.bytes.size(), &recv);
+    ucs_status_ptr_t request = ucp_am_recv_data_nbx(worker_->worker(), data, buffer, count, &recv);
     if (request == nullptr) {
       done(transfer, UCS_OK);
     } else if (UCS_PTR_IS_ERR(request)) {
@@ -177,33 +211,34 @@ ucs_status_t UcxDataPlane::OnGet(const void* header, size_t header_length,
     ++refused_;
     return UCS_OK;
   }
-  KvRequestHeader h;
+  std::optional<fabric::KvRequest> request = fabric::ParseKvRequest(header, header_length);
   absl::StatusOr<ShmHandoff::Borrowed> borrowed =
-      ReadHeader(header, header_length, &h)
-          ? handoff_.BorrowBlock(h.lease_id, KeyOf(h), /*write=*/false, h.index, h.offset, h.length)
-          : absl::InvalidArgumentError("fabric: not a request of this protocol");
+      request ? handoff_.BorrowBlocks(request->header.lease_id, KeyOf(request->header),
+                                      /*write=*/false, request->blocks)
+              : absl::InvalidArgumentError("fabric: not a request of this protocol");
+  const uint64_t id = request ? request->header.request_id : 0;
   if (!borrowed.ok()) {
     ++refused_;
-    worker_->Post([this, ep, id = h.request_id, code = borrowed.status().code()] {
-      Reply(ep, fabric::kGetDone, id, code);
-    });
+    worker_->Post(
+        [this, ep, id, code = borrowed.status().code()] { Reply(ep, fabric::kGetDone, id, code); });
     return UCS_OK;
   }
   auto* transfer = new Transfer{.plane = this,
                                 .borrowed = *std::move(borrowed),
                                 .ep = ep,
-                                .reply = {.request_id = h.request_id}};
+                                .reply = {.request_id = id},
+                                .bytes = request->bytes};
   worker_->Post([this, transfer] {
     ucp_request_param_t send{};
-    send.op_attr_mask =
-        UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_MEMH;
+    send.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
     send.user_data = transfer;
-    send.memh = arena_memh_;
+    const auto [buffer, count] = transfer->Source(send, arena_memh_);
     static constexpr auto done = +[](Transfer* t, ucs_status_t status) {
       UcxDataPlane* plane = t->plane;
       if (status == UCS_OK) {
-        ++plane->get_blocks_;
-        plane->get_bytes_ += static_cast<int64_t>(t->borrowed.bytes.size());
+        plane->get_blocks_ += static_cast<int64_t>(t->borrowed.blocks.size());
+        plane->get_bytes_ += t->bytes;
+        ++plane->get_messages_;
       } else {
         ++plane->failed_;
       }
@@ -213,9 +248,8 @@ ucs_status_t UcxDataPlane::OnGet(const void* header, size_t header_length,
       done(static_cast<Transfer*>(user_data), status);
       ucp_request_free(request);
     };
-    ucs_status_ptr_t request =
-        ucp_am_send_nbx(transfer->ep, fabric::kGetDone, &transfer->reply, sizeof transfer->reply,
-                        transfer->borrowed.bytes.data(), transfer->borrowed.bytes.size(), &send);
+    ucs_status_ptr_t request = ucp_am_send_nbx(transfer->ep, fabric::kGetDone, &transfer->reply,
+                                               sizeof transfer->reply, buffer, count, &send);
     if (request == nullptr) {
       done(transfer, UCS_OK);
     } else if (UCS_PTR_IS_ERR(request)) {

@@ -1,10 +1,11 @@
 // The shard's half of the KV fabric (common/fabric/kv_protocol.h): a UCX worker that moves
 // block bytes between the store's arena and workers on other machines, one active message per
-// block, under the leases ShmHandoff hands out with keys over gRPC. Every message is checked
-// against its lease's key and the block's exact region before a byte moves; a transfer
-// borrows the lease, so its block stays reserved or pinned until the bytes have moved even if
-// the lease ends meanwhile. Put bytes are received straight into the arena (UCX rendezvous),
-// get bytes sent straight from it; the arena is registered with UCX once.
+// run of blocks, under the leases ShmHandoff hands out with keys over gRPC. Every message is
+// checked against its lease's key and each block's exact region before a byte moves; a
+// transfer borrows the lease, so its blocks stay reserved or pinned until the bytes have moved
+// even if the lease ends meanwhile. Put bytes are received straight into the arena (UCX
+// rendezvous, an iovec of the blocks' regions), get bytes sent straight from it; the arena is
+// registered with UCX once.
 //
 // Thread-safe: all work happens on the worker's thread. The ShmHandoff and its store must
 // outlive it.
@@ -31,6 +32,8 @@ struct UcxDataPlaneStats {
   int64_t get_blocks = 0;  // sent from it
   int64_t put_bytes = 0;
   int64_t get_bytes = 0;
+  int64_t put_messages = 0;  // that carried them
+  int64_t get_messages = 0;
   int64_t refused = 0;  // messages refused: a wrong key, lease, region or header
   int64_t failed = 0;   // transfers UCX failed (a peer gone mid-transfer)
 };
@@ -62,6 +65,7 @@ class UcxDataPlane {
   ucp_mem_h arena_memh_ = nullptr;
   std::unique_ptr<fabric::UcxWorker> worker_;
   std::atomic<int64_t> put_blocks_{0}, get_blocks_{0}, put_bytes_{0}, get_bytes_{0};
+  std::atomic<int64_t> put_messages_{0}, get_messages_{0};
   std::atomic<int64_t> refused_{0}, failed_{0};
 };
 

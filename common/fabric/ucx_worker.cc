@@ -2,6 +2,7 @@
 
 #include <poll.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <utility>
 
@@ -16,8 +17,11 @@ absl::Status UcxError(const char* what, ucs_status_t status) {
 }
 
 // How long the thread keeps progressing after the last event before it sleeps: a burst of
-// transfers (one per block) then pays for one wakeup, not one per message.
-constexpr int kSpinsBeforeSleep = 256;
+// transfers then pays for one wakeup, not one per message. A time, not a count: one progress
+// call costs a system call on TCP and a few loads on shared memory.
+// Short: on a host with few cores a spinning worker takes the time its peer or the caller
+// needs (docs/benchmarks.md measured 0 to 1,000 µs on two vCPUs: no better than sleeping).
+constexpr std::chrono::microseconds kSpinBeforeSleep{50};
 // The sleep is bounded so that a missed wakeup costs latency, never liveness.
 constexpr int kSleepMs = 100;
 
@@ -58,6 +62,11 @@ absl::StatusOr<std::unique_ptr<UcxWorker>> UcxWorker::Create(UcxWorkerOptions op
   if (s != UCS_OK) return UcxError("ucp_worker_get_address", s);
   w->address_.assign(reinterpret_cast<const char*>(address), address_length);
   ucp_worker_release_address(w->worker_, address);
+  ucp_worker_attr_t attr{};
+  attr.field_mask = UCP_WORKER_ATTR_FIELD_MAX_AM_HEADER;
+  s = ucp_worker_query(w->worker_, &attr);
+  if (s != UCS_OK) return UcxError("ucp_worker_query", s);
+  w->max_am_header_ = attr.max_am_header;
   const char* tls = std::getenv("UCX_TLS");
   w->transports_ = !options.transports.empty()      ? options.transports
                    : tls != nullptr && *tls != '\0' ? tls
@@ -140,21 +149,21 @@ bool UcxWorker::RunPosted() {
 
 void UcxWorker::Run() {
   thread_id_ = std::this_thread::get_id();
-  int idle = 0;
+  auto last_busy = std::chrono::steady_clock::now();
   while (true) {
     bool busy = ucp_worker_progress(worker_) != 0;
     busy |= RunPosted();
     ReapCloses();
     if (busy) {
-      idle = 0;
+      last_busy = std::chrono::steady_clock::now();
       continue;
     }
     {
       absl::MutexLock lock(&mu_);
       if (stopping_ && posted_.empty()) break;
     }
-    if (++idle < kSpinsBeforeSleep) continue;
-    idle = 0;
+    if (std::chrono::steady_clock::now() - last_busy < kSpinBeforeSleep) continue;
+    last_busy = std::chrono::steady_clock::now();
     const ucs_status_t armed = ucp_worker_arm(worker_);
     if (armed == UCS_ERR_BUSY) continue;  // events arrived meanwhile: progress them
     pollfd p{.fd = event_fd_, .events = POLLIN, .revents = 0};

@@ -63,6 +63,8 @@ class UcxWorker {
   // The transports UCX selected for this process (UCX_TLS, "tcp,sm,self" style), for logs.
   const std::string& transports() const { return transports_; }
   ucp_context_h context() const { return context_; }
+  // The largest active-message header the transports carry (ucp_worker_query).
+  size_t max_am_header() const { return max_am_header_; }
   // Registers [data, data + length) with UCX, once, so that transfers in and out of it need no
   // registration of their own; unregistered when the worker is destroyed, after its thread
   // stopped. Before Start.
@@ -100,6 +102,7 @@ class UcxWorker {
   int event_fd_ = -1;
   std::string address_;
   std::string transports_;
+  size_t max_am_header_ = 0;
   std::vector<std::pair<unsigned, AmHandler>> handlers_;  // stable: UCX holds pointers to them
   std::function<void(const std::string&)> on_endpoint_error_;
 

@@ -1,5 +1,6 @@
 #include "common/store/ucx_client.h"
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 
@@ -14,30 +15,64 @@
 namespace tandem::store {
 namespace {
 
+using fabric::KvBlockRef;
 using fabric::KvReplyHeader;
 using fabric::KvRequestHeader;
 
 }  // namespace
 
-// One call's blocks. Shared by the caller and the worker thread's ops, requests and receives,
-// so that whatever UCX completes late still writes into (or reads from) live memory.
+// One call's blocks, in messages. Shared by the caller and the worker thread's ops, requests
+// and receives, so that whatever UCX completes late still writes into (or reads from) live
+// memory.
 struct UcxKvClient::Batch {
+  struct Message {
+    size_t first = 0;  // its regions: [first, first + count)
+    size_t count = 0;
+    int64_t bytes = 0;
+    uint64_t request_id = 0;
+    std::vector<uint8_t> header;    // KvRequestHeader and the KvBlockRefs
+    std::vector<ucp_dt_iov_t> iov;  // a read's buffers, when there are several
+    // A write's copy of its blocks, back to back: of several (UCX 1.13 sends an iovec through
+    // its slow fragmenting protocols, a contiguous buffer with zero copy), or of any where the
+    // endpoint cannot tell a dead peer (see UcxWorker::detects_peer_failures): UCX may then
+    // hold a send for ever.
+    std::string staging;
+  };
   std::string address;
+  uint64_t lease_id = 0;
   bool write = false;
   std::vector<ArenaRegion> regions;  // a write's `bytes` are the caller's, read until sent
-  std::vector<KvRequestHeader> headers;
+  std::vector<Message> messages;
   std::vector<std::string> buffers;  // a read's blocks
-  // A write's copies of its blocks, where the endpoint cannot tell a dead peer (see
-  // UcxWorker::detects_peer_failures): UCX may then hold a send for ever.
-  std::vector<std::string> staging;
 
   absl::Mutex mu;
-  bool started ABSL_GUARDED_BY(mu) = false;   // the worker thread has sent (or failed) it all
-  size_t ops_left ABSL_GUARDED_BY(mu) = 0;    // blocks not yet answered or failed
+  bool started ABSL_GUARDED_BY(mu) = false;     // the worker thread has sent (or failed) it all
+  size_t ops_left ABSL_GUARDED_BY(mu) = 0;      // messages not yet answered or failed
   size_t caller_reads ABSL_GUARDED_BY(mu) = 0;  // sends UCX may still read the caller's bytes for
-  absl::Status status ABSL_GUARDED_BY(mu);    // the first failure
+  std::vector<size_t> arrived ABSL_GUARDED_BY(mu);  // messages whose blocks are in, in order
+  absl::Status status ABSL_GUARDED_BY(mu);          // the first failure
   bool Done() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     return started && ops_left == 0 && caller_reads == 0;
+  }
+
+  // What UCX sends message `m` from: its staging copy, or the caller's bytes of its one block.
+  std::pair<const void*, size_t> Source(size_t m) const {
+    const Message& message = messages[m];
+    if (!message.staging.empty()) return {message.staging.data(), message.staging.size()};
+    return {regions[message.first].bytes.data(), regions[message.first].bytes.size()};
+  }
+  // Points `param` at where message `m`'s blocks are received: its one buffer, or an iovec of
+  // them (UCX scatters a contiguous send into it). Returns the buffer and count for UCX.
+  std::pair<void*, size_t> Destination(size_t m, ucp_request_param_t& param) {
+    Message& message = messages[m];
+    if (message.count == 1) return {buffers[message.first].data(), buffers[message.first].size()};
+    message.iov.clear();
+    for (size_t i = message.first; i < message.first + message.count; ++i) {
+      message.iov.push_back({buffers[i].data(), buffers[i].size()});
+    }
+    param.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
+    param.datatype = ucp_dt_make_iov();
+    return {message.iov.data(), message.iov.size()};
   }
 };
 
@@ -87,6 +122,17 @@ absl::StatusOr<std::shared_ptr<UcxKvClient>> UcxKvClient::Create(const std::stri
       fabric::UcxWorker::Create(std::move(options));
   if (!worker.ok()) return worker.status();
   client->worker_ = *std::move(worker);
+  const size_t header = client->worker_->max_am_header();
+  if (header < fabric::KvHeaderBytes(1)) {
+    return absl::UnavailableError(
+        absl::StrCat("UCX: these transports carry active-message "
+                     "headers of ",
+                     header,
+                     " bytes, too few for one "
+                     "block's request"));
+  }
+  client->blocks_per_message_ = std::min<size_t>(
+      fabric::kKvMaxBlocksPerMessage, (header - sizeof(KvRequestHeader)) / sizeof(KvBlockRef));
   client->worker_->Start();
   return client;
 }
@@ -106,55 +152,89 @@ UcxKvClientStats UcxKvClient::Stats() const {
 absl::Status UcxKvClient::Write(const std::string& address, const LeaseGrant& lease,
                                 std::span<const ArenaRegion> regions, Clock::time_point deadline,
                                 const std::function<void()>& meanwhile) {
-  return Run(address, lease, regions, {}, deadline, meanwhile);
+  return Run(address, lease, regions, {}, deadline, meanwhile, nullptr);
 }
 
 absl::Status UcxKvClient::Read(const std::string& address, const LeaseGrant& lease,
                                std::span<const ArenaRegion> regions, std::span<std::string> out,
-                               Clock::time_point deadline) {
-  return Run(address, lease, regions, out, deadline, nullptr);
+                               Clock::time_point deadline, const Arrived& arrived) {
+  return Run(address, lease, regions, out, deadline, nullptr, arrived);
 }
 
 absl::Status UcxKvClient::Run(const std::string& address, const LeaseGrant& lease,
                               std::span<const ArenaRegion> regions, std::span<std::string> out,
-                              Clock::time_point deadline, const std::function<void()>& meanwhile) {
+                              Clock::time_point deadline, const std::function<void()>& meanwhile,
+                              const Arrived& arrived) {
   if (regions.empty()) return absl::OkStatus();
   auto batch = std::make_shared<Batch>();
   batch->address = address;
+  batch->lease_id = lease.id;
   batch->write = out.empty();
   batch->regions.assign(regions.begin(), regions.end());
-  batch->headers.resize(regions.size());
+  // Runs of regions, each until kMessageBytes or the header's limit.
   for (size_t i = 0; i < regions.size(); ++i) {
-    KvRequestHeader& h = batch->headers[i];
-    h.index = regions[i].index;
-    h.lease_id = lease.id;
-    h.key[0] = lease.key[0];
-    h.key[1] = lease.key[1];
-    h.offset = regions[i].offset;
-    h.length = regions[i].length;
+    if (batch->messages.empty() || batch->messages.back().count == blocks_per_message_ ||
+        batch->messages.back().bytes + regions[i].length > kMessageBytes) {
+      batch->messages.push_back({.first = i});
+    }
+    batch->messages.back().count += 1;
+    batch->messages.back().bytes += regions[i].length;
   }
-  if (!batch->write) batch->buffers.resize(regions.size());
+  for (Batch::Message& m : batch->messages) {
+    m.request_id = next_request_id_++;
+    const KvRequestHeader h{.count = static_cast<uint32_t>(m.count),
+                            .request_id = m.request_id,
+                            .lease_id = lease.id,
+                            .key = {lease.key[0], lease.key[1]}};
+    m.header.resize(fabric::KvHeaderBytes(h.count));
+    std::memcpy(m.header.data(), &h, sizeof h);
+    for (size_t i = 0; i < m.count; ++i) {
+      const ArenaRegion& r = regions[m.first + i];
+      const KvBlockRef ref{.index = r.index, .offset = r.offset, .length = r.length};
+      std::memcpy(m.header.data() + sizeof h + i * sizeof ref, &ref, sizeof ref);
+    }
+  }
+  if (!batch->write) {
+    batch->buffers.resize(regions.size());
+    for (size_t i = 0; i < regions.size(); ++i) {
+      batch->buffers[i].resize(static_cast<size_t>(regions[i].length));
+    }
+  }
   {
     absl::MutexLock lock(&batch->mu);
-    batch->ops_left = regions.size();
+    batch->ops_left = batch->messages.size();
   }
   worker_->Post([this, batch] { Start(batch); });
   if (meanwhile) meanwhile();
 
   absl::MutexLock lock(&batch->mu);
-  const auto done = [&batch]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(batch->mu) { return batch->Done(); };
-  if (!batch->mu.AwaitWithTimeout(absl::Condition(&done),
-                                  absl::FromChrono(deadline - Clock::now()))) {
-    // Late: close the endpoint, which completes every request on it with an error, and wait for
-    // that (UCX guarantees it where it detects failed peers; elsewhere no send reads the
-    // caller's bytes), so that no send reads the caller's buffers after this returns.
-    batch->mu.Unlock();
-    worker_->Post([this, address] {
-      worker_->DropEndpoint(address);
-      FailAll(address, absl::DeadlineExceededError("cache store fabric: transfer timed out"));
-    });
-    batch->mu.Lock();
-    batch->mu.Await(absl::Condition(&done));
+  size_t seen = 0;  // of batch->arrived
+  const auto news = [&batch, &seen]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(batch->mu) {
+    return batch->Done() || batch->arrived.size() > seen;
+  };
+  bool late = false;
+  while (!batch->Done() || seen < batch->arrived.size()) {
+    if (!late && !batch->mu.AwaitWithTimeout(absl::Condition(&news),
+                                             absl::FromChrono(deadline - Clock::now()))) {
+      // Late: close the endpoint, which completes every request on it with an error, and wait
+      // for that (UCX guarantees it where it detects failed peers; elsewhere no send reads the
+      // caller's bytes), so that no send reads the caller's buffers after this returns.
+      late = true;
+      batch->mu.Unlock();
+      worker_->Post([this, address] {
+        worker_->DropEndpoint(address);
+        FailAll(address, absl::DeadlineExceededError("cache store fabric: transfer timed out"));
+      });
+      batch->mu.Lock();
+    }
+    if (late) batch->mu.Await(absl::Condition(&news));
+    while (seen < batch->arrived.size()) {
+      const Batch::Message& m = batch->messages[batch->arrived[seen++]];
+      if (!arrived) continue;
+      batch->mu.Unlock();  // UCX is done with these buffers
+      arrived(m.first, std::span<const std::string>(batch->buffers).subspan(m.first, m.count));
+      batch->mu.Lock();
+    }
   }
   if (!batch->status.ok()) {
     ++failed_batches_;
@@ -170,38 +250,45 @@ absl::Status UcxKvClient::Run(const std::string& address, const LeaseGrant& leas
 
 void UcxKvClient::Start(const std::shared_ptr<Batch>& batch) {
   absl::StatusOr<ucp_ep_h> ep = worker_->Endpoint(batch->address);
+  // A write sends a lone block from the caller's bytes where a failed peer is detected.
   const bool zero_copy = batch->write && worker_->detects_peer_failures();
-  if (batch->write && !zero_copy) {
-    batch->staging.reserve(batch->regions.size());
-    for (ArenaRegion& r : batch->regions) {
-      batch->staging.emplace_back(reinterpret_cast<const char*>(r.bytes.data()), r.bytes.size());
-      r.bytes = {reinterpret_cast<const uint8_t*>(batch->staging.back().data()), r.bytes.size()};
+  size_t caller_reads = 0;
+  if (batch->write) {
+    for (Batch::Message& m : batch->messages) {
+      if (zero_copy && m.count == 1) {
+        ++caller_reads;
+        continue;
+      }
+      m.staging.reserve(static_cast<size_t>(m.bytes));
+      for (size_t i = m.first; i < m.first + m.count; ++i) {
+        m.staging.append(reinterpret_cast<const char*>(batch->regions[i].bytes.data()),
+                         batch->regions[i].bytes.size());
+      }
     }
   }
   {
     absl::MutexLock lock(&batch->mu);
     batch->started = true;
-    if (zero_copy && ep.ok()) batch->caller_reads = batch->regions.size();
+    if (ep.ok()) batch->caller_reads = caller_reads;
   }
-  std::vector<uint64_t> ids;
-  ids.reserve(batch->regions.size());
-  for (size_t i = 0; i < batch->regions.size(); ++i) {
-    const uint64_t id = next_request_id_++;
-    batch->headers[i].request_id = id;
-    ops_.emplace(id, Op{.batch = batch, .region = i});
-    ids.push_back(id);
+  for (size_t m = 0; m < batch->messages.size(); ++m) {
+    ops_.emplace(batch->messages[m].request_id, Op{.batch = batch, .message = m});
   }
-  for (size_t i = 0; i < batch->regions.size(); ++i) {
+  for (size_t m = 0; m < batch->messages.size(); ++m) {
+    Batch::Message& message = batch->messages[m];
+    const uint64_t id = message.request_id;
     if (!ep.ok()) {
-      Finish(ids[i], ep.status());
+      Finish(id, ep.status());
       continue;
     }
     ucp_request_param_t param{};
     param.op_attr_mask =
         UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
     param.flags = UCP_AM_SEND_FLAG_REPLY;
-    auto* pending = new Pending{
-        .client = this, .batch = batch, .request_id = ids[i], .caller_memory = zero_copy};
+    auto* pending = new Pending{.client = this,
+                                .batch = batch,
+                                .request_id = id,
+                                .caller_memory = batch->write && message.staging.empty()};
     param.user_data = pending;
     static constexpr auto sent = +[](Pending* p, ucs_status_t status) {
       if (p->caller_memory) {
@@ -220,11 +307,11 @@ void UcxKvClient::Start(const std::shared_ptr<Batch>& batch) {
       sent(static_cast<Pending*>(user_data), status);
       ucp_request_free(request);
     };
-    const ArenaRegion& r = batch->regions[i];
-    ucs_status_ptr_t request = ucp_am_send_nbx(
-        *ep, batch->write ? fabric::kPutBlock : fabric::kGetBlock, &batch->headers[i],
-        sizeof(KvRequestHeader), batch->write ? r.bytes.data() : nullptr,
-        batch->write ? r.bytes.size() : 0, &param);
+    const auto [buffer, count] =
+        batch->write ? batch->Source(m) : std::pair<const void*, size_t>{nullptr, 0};
+    ucs_status_ptr_t request =
+        ucp_am_send_nbx(*ep, batch->write ? fabric::kPut : fabric::kGet, message.header.data(),
+                        message.header.size(), buffer, count, &param);
     if (request == nullptr) {
       sent(pending, UCS_OK);
     } else if (UCS_PTR_IS_ERR(request)) {
@@ -237,9 +324,11 @@ void UcxKvClient::Finish(uint64_t request_id, absl::Status status) {
   auto it = ops_.find(request_id);
   if (it == ops_.end()) return;  // finished already (failed, then answered late)
   std::shared_ptr<Batch> batch = std::move(it->second.batch);
+  const size_t message = it->second.message;
   ops_.erase(it);
   absl::MutexLock lock(&batch->mu);
   if (!status.ok() && batch->status.ok()) batch->status = std::move(status);
+  if (status.ok() && !batch->write) batch->arrived.push_back(message);
   --batch->ops_left;
 }
 
@@ -259,37 +348,41 @@ ucs_status_t UcxKvClient::OnReply(bool get, const void* header, size_t header_le
   auto it = ops_.find(h.request_id);
   if (h.version != fabric::kKvProtocolVersion || it == ops_.end()) return UCS_OK;  // dropped
   Batch& batch = *it->second.batch;
-  const size_t region = it->second.region;
+  const size_t m = it->second.message;
+  const Batch::Message& message = batch.messages[m];
   if (h.code != 0) {
-    Finish(h.request_id, absl::Status(static_cast<absl::StatusCode>(h.code),
-                                      absl::StrCat("cache store fabric: the shard refused block ",
-                                                   batch.regions[region].index, " of lease ",
-                                                   batch.headers[region].lease_id)));
+    Finish(h.request_id,
+           absl::Status(static_cast<absl::StatusCode>(h.code),
+                        absl::StrCat("cache store fabric: the shard refused blocks ",
+                                     batch.regions[message.first].index, "..",
+                                     batch.regions[message.first + message.count - 1].index,
+                                     " of lease ", batch.lease_id)));
     return UCS_OK;
   }
   if (!get) {
     Finish(h.request_id, absl::OkStatus());
     return UCS_OK;
   }
-  if (static_cast<int64_t>(length) != batch.regions[region].length) {
+  if (static_cast<int64_t>(length) != message.bytes) {
     Finish(h.request_id, absl::InternalError(absl::StrCat("cache store fabric: ", length,
-                                                          " bytes for a block of ",
-                                                          batch.regions[region].length)));
+                                                          " bytes for blocks of ", message.bytes)));
     return UCS_OK;
   }
-  std::string& buffer = batch.buffers[region];
   if (!(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {  // eager: the bytes are here now
-    buffer.assign(static_cast<const char*>(data), length);
+    const char* from = static_cast<const char*>(data);
+    for (size_t i = message.first; i < message.first + message.count; ++i) {
+      std::memcpy(batch.buffers[i].data(), from, batch.buffers[i].size());
+      from += batch.buffers[i].size();
+    }
     Finish(h.request_id, absl::OkStatus());
     return UCS_OK;
   }
-  // Rendezvous: receive into the batch's buffer after this callback returns.
-  buffer.resize(length);
+  // Rendezvous: receive into the batch's buffers after this callback returns.
   auto* pending = new Pending{.client = this,
                               .batch = it->second.batch,
                               .request_id = h.request_id,
                               .caller_memory = false};
-  worker_->Post([this, pending, data, &buffer] {
+  worker_->Post([this, pending, data, m] {
     ucp_request_param_t recv{};
     recv.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
     recv.user_data = pending;
@@ -305,8 +398,8 @@ ucs_status_t UcxKvClient::OnReply(bool get, const void* header, size_t header_le
       received(static_cast<Pending*>(user_data), status);
       ucp_request_free(request);
     };
-    ucs_status_ptr_t request =
-        ucp_am_recv_data_nbx(worker_->worker(), data, buffer.data(), buffer.size(), &recv);
+    const auto [buffer, count] = static_cast<Batch*>(pending->batch.get())->Destination(m, recv);
+    ucs_status_ptr_t request = ucp_am_recv_data_nbx(worker_->worker(), data, buffer, count, &recv);
     if (request == nullptr) {
       received(pending, UCS_OK);
     } else if (UCS_PTR_IS_ERR(request)) {
@@ -341,15 +434,17 @@ absl::StatusOr<std::vector<uint64_t>> UcxArenaPath::Write(const LeaseGrant& leas
 absl::StatusOr<std::vector<uint64_t>> UcxArenaPath::Read(const LeaseGrant& lease,
                                                          std::span<const ArenaRegion> regions,
                                                          std::span<std::string> out) {
-  absl::Status s =
-      client_->Read(address_, lease, regions, out, UcxKvClient::Clock::now() + timeout_);
+  // Each message's checksums are computed as it arrives, while the next ones move.
+  std::vector<uint64_t> checksums(regions.size());
+  absl::Status s = client_->Read(
+      address_, lease, regions, out, UcxKvClient::Clock::now() + timeout_,
+      [&checksums](size_t first, std::span<const std::string> blocks) {
+        for (const std::string& block : blocks) {
+          checksums[first++] =
+              BlockChecksum64({reinterpret_cast<const uint8_t*>(block.data()), block.size()});
+        }
+      });
   if (!s.ok()) return s;
-  std::vector<uint64_t> checksums;
-  checksums.reserve(regions.size());
-  for (const std::string& block : out) {
-    checksums.push_back(
-        BlockChecksum64({reinterpret_cast<const uint8_t*>(block.data()), block.size()}));
-  }
   return checksums;
 }
 

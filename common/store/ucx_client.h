@@ -1,14 +1,16 @@
 // The worker's half of the KV fabric (common/fabric/kv_protocol.h): one UCX worker per process
-// (UcxKvClient::Shared) that moves blocks to and from shards' arenas, one active message per
-// block, all of a batch in flight at once; and UcxArenaPath, the ArenaPath (arena_path.h) over
-// it, so that the lease protocol of arena_client.h runs unchanged on the fabric.
+// (UcxKvClient::Shared) that moves blocks to and from shards' arenas, a run of blocks per active
+// message (up to kMessageBytes), all of a call's messages in flight at once;
+// and UcxArenaPath, the ArenaPath (arena_path.h) over it, so that the lease protocol of
+// arena_client.h runs unchanged on the fabric.
 //
-// Failures stay cheap: a batch that fails or passes its deadline is an error the caller treats
+// Failures stay cheap: a call that fails or passes its deadline is an error the caller treats
 // as a miss (or streams instead); its endpoint is closed and the next use builds a new one.
 // Put bytes are sent from the caller's buffers; a call returns only once UCX no longer reads
 // them, so a late or failed send never touches freed memory.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -36,6 +38,13 @@ struct UcxKvClientStats {
 class UcxKvClient {
  public:
   using Clock = std::chrono::steady_clock;
+  // A message carries blocks until this many bytes (at least one block, at most
+  // fabric::kKvMaxBlocksPerMessage): small blocks share one rendezvous instead of paying one
+  // each, a block this large or larger moves alone with no copy, and a get's checksums start
+  // on the first message while the next ones move. Several blocks travel packed back to back
+  // (docs/benchmarks.md: UCX 1.13 sends an iovec through slow fragmenting protocols).
+  static constexpr int64_t kMessageBytes = int64_t{1} << 20;
+
   // The process's client, started on first use; Unavailable when UCX cannot start.
   static absl::StatusOr<std::shared_ptr<UcxKvClient>> Shared();
   // A client of its own on `transports` (UcxWorkerOptions::transports), for comparing them in
@@ -51,11 +60,17 @@ class UcxKvClient {
   absl::Status Write(const std::string& address, const LeaseGrant& lease,
                      std::span<const ArenaRegion> regions, Clock::time_point deadline,
                      const std::function<void()>& meanwhile = nullptr);
-  // Reads into `out`, one string per region, resized to its length.
+  // Reads into `out`, one string per region, resized to its length. `arrived`, if given, runs
+  // on the calling thread as each message's blocks are in: with the first region's position
+  // and those blocks (the checksums, while later messages still move).
+  using Arrived = std::function<void(size_t first, std::span<const std::string> blocks)>;
   absl::Status Read(const std::string& address, const LeaseGrant& lease,
                     std::span<const ArenaRegion> regions, std::span<std::string> out,
-                    Clock::time_point deadline);
+                    Clock::time_point deadline, const Arrived& arrived = nullptr);
 
+  // Blocks one message names at most: fabric::kKvMaxBlocksPerMessage, or fewer where the
+  // transports' largest active-message header is smaller.
+  size_t blocks_per_message() const { return blocks_per_message_; }
   UcxKvClientStats Stats() const;
   const std::string& transports() const { return worker_->transports(); }
 
@@ -63,14 +78,13 @@ class UcxKvClient {
   struct Batch;
   struct Op {
     std::shared_ptr<Batch> batch;
-    size_t region = 0;
-    bool sent = false;     // the request's send completed (its buffer is free)
-    bool replied = false;  // the shard's answer arrived
+    size_t message = 0;
   };
   UcxKvClient() = default;
   absl::Status Run(const std::string& address, const LeaseGrant& lease,
                    std::span<const ArenaRegion> regions, std::span<std::string> out,
-                   Clock::time_point deadline, const std::function<void()>& meanwhile);
+                   Clock::time_point deadline, const std::function<void()>& meanwhile,
+                   const Arrived& arrived);
   // Worker thread only.
   void Start(const std::shared_ptr<Batch>& batch);
   void Finish(uint64_t request_id, absl::Status status);
@@ -79,9 +93,10 @@ class UcxKvClient {
                        size_t length, const ucp_am_recv_param_t* param);
 
   std::unique_ptr<fabric::UcxWorker> worker_;
+  size_t blocks_per_message_ = 1;
+  std::atomic<uint64_t> next_request_id_{1};
   // Worker thread only.
   absl::flat_hash_map<uint64_t, Op> ops_;
-  uint64_t next_request_id_ = 1;
 
   std::atomic<int64_t> put_blocks_{0}, get_blocks_{0}, put_bytes_{0}, get_bytes_{0};
   std::atomic<int64_t> failed_batches_{0};

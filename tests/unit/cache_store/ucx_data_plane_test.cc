@@ -153,6 +153,86 @@ TEST_P(UcxDataPlaneTest, PutAndGetAreByteIdenticalToTheStream) {
   }));
 }
 
+// Small blocks share messages, up to the header's limit of blocks per message and the
+// client's message size; a block of the message size moves alone. Both directions, byte-exact.
+TEST_P(UcxDataPlaneTest, SmallBlocksShareMessagesAndLargeOnesMoveAlone) {
+  auto fabric = Client(true);
+  std::vector<BlockData> small;
+  std::vector<uint64_t> hashes;
+  for (uint64_t h = 100; h < 230; ++h) {  // 130 blocks of 3-4 KiB, odd sizes: 460 KiB
+    small.push_back({h, Bytes(h, 3000 + h * 7)});
+    hashes.push_back(h);
+  }
+  auto put = fabric->Put(small);
+  ASSERT_TRUE(put.ok()) << put.status();
+  ASSERT_EQ(put->stored, 130);
+  const size_t per_message = UcxKvClient::Shared().value()->blocks_per_message();
+  ASSERT_GE(per_message, 64u);  // the transports carry headers of 1.5 KiB and more
+  ASSERT_LE(per_message, fabric::kKvMaxBlocksPerMessage);
+  const int64_t messages = static_cast<int64_t>((130 + per_message - 1) / per_message);
+  EXPECT_EQ(service_->fabric()->Stats().put_messages, messages);
+  EXPECT_EQ(service_->fabric()->Stats().put_blocks, 130);
+  auto got = fabric->Get(hashes);
+  ASSERT_TRUE(got.ok()) << got.status();
+  for (size_t i = 0; i < small.size(); ++i) ASSERT_EQ((*got)[i], small[i].bytes) << i;
+  EXPECT_TRUE(testing::Eventually([&] {
+    return service_->fabric()->Stats().get_messages == messages &&
+           service_->fabric()->Stats().get_blocks == 130;
+  }));
+
+  const int64_t alone = UcxKvClient::kMessageBytes;
+  const std::vector<BlockData> large = {{300, Bytes(300, alone)}, {301, Bytes(301, alone)}};
+  ASSERT_TRUE(fabric->Put(large).ok());
+  EXPECT_EQ(service_->fabric()->Stats().put_messages, messages + 2);
+  auto got_large = fabric->Get(std::vector<uint64_t>{300, 301});
+  ASSERT_TRUE(got_large.ok());
+  EXPECT_EQ((*got_large)[0], large[0].bytes);
+  EXPECT_EQ((*got_large)[1], large[1].bytes);
+  EXPECT_EQ(service_->fabric()->Stats().refused, 0);
+}
+
+// A message is checked as a whole: one wrong region among several refuses all of them, and none
+// of the blocks changes.
+TEST_P(UcxDataPlaneTest, AMessageIsRefusedAsAWhole) {
+  const tandem::v1::AttachFabricResponse attached = Attach();
+  tandem::v1::ReserveShmRequest request;
+  request.set_instance_id(attached.instance_id());
+  request.set_model_id("model");
+  request.set_fabric(true);
+  for (uint64_t h : {41, 42, 43}) {
+    auto* block = request.add_blocks();
+    block->set_block_hash(h);
+    block->set_block_bytes(9000);
+  }
+  grpc::ClientContext context;
+  tandem::v1::ReserveShmResponse reserved;
+  ASSERT_TRUE(stub_->ReserveShm(&context, request, &reserved).ok());
+  const LeaseGrant lease = Grant(reserved);
+  const std::string bytes[3] = {Bytes(41, 9000), Bytes(42, 9000), Bytes(43, 9000)};
+  std::vector<store::ArenaRegion> regions;
+  std::vector<std::string> before;
+  for (uint32_t i = 0; i < 3; ++i) {
+    const int64_t offset = reserved.reservations(static_cast<int>(i)).offset();
+    regions.push_back({.index = i, .offset = offset, .length = 9000, .bytes = Span(bytes[i])});
+    before.push_back(ArenaBytes(offset, 9000));
+  }
+  auto ucx = UcxKvClient::Shared().value();
+  const auto deadline = [] { return UcxKvClient::Clock::now() + kDeadline; };
+  std::vector<store::ArenaRegion> wrong = regions;
+  wrong[2].offset = regions[0].offset;  // another block's region
+  EXPECT_EQ(ucx->Write(attached.worker_address(), lease, wrong, deadline()).code(),
+            absl::StatusCode::kInvalidArgument);
+  wrong = regions;
+  wrong[1].index = 7;  // no such block in the lease
+  EXPECT_EQ(ucx->Write(attached.worker_address(), lease, wrong, deadline()).code(),
+            absl::StatusCode::kInvalidArgument);
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(ArenaBytes(regions[i].offset, 9000), before[i]) << i;
+  EXPECT_EQ(service_->fabric()->Stats().refused, 2);
+  ASSERT_TRUE(ucx->Write(attached.worker_address(), lease, regions, deadline()).ok());
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(ArenaBytes(regions[i].offset, 9000), bytes[i]) << i;
+  EXPECT_EQ(service_->fabric()->Stats().put_messages, 1);
+}
+
 // A reservation made ahead (before the bytes exist) is filled over the fabric in one round trip.
 TEST_P(UcxDataPlaneTest, AReservationMadeAheadIsFilledOverTheFabric) {
   auto fabric = Client(true);
@@ -269,9 +349,8 @@ TEST_P(UcxDataPlaneTest, AReadKeyEndsWithItsLease) {
 TEST_P(UcxDataPlaneTest, APeerThatNeverAnswersCostsTheDeadline) {
   // It takes the blocks and never answers (a peer with no handler at all crashes UCX 1.13).
   fabric::UcxWorkerOptions options;
-  options.handlers.emplace_back(
-      fabric::kPutBlock,
-      [](const void*, size_t, void*, size_t, const ucp_am_recv_param_t*) { return UCS_OK; });
+  options.handlers.emplace_back(fabric::kPut, [](const void*, size_t, void*, size_t,
+                                                 const ucp_am_recv_param_t*) { return UCS_OK; });
   auto silent = fabric::UcxWorker::Create(std::move(options)).value();
   silent->Start();
   auto ucx = UcxKvClient::Shared().value();
