@@ -253,19 +253,7 @@ void UcxKvClient::Start(const std::shared_ptr<Batch>& batch) {
   // A write sends a lone block from the caller's bytes where a failed peer is detected.
   const bool zero_copy = batch->write && worker_->detects_peer_failures();
   size_t caller_reads = 0;
-  if (batch->write) {
-    for (Batch::Message& m : batch->messages) {
-      if (zero_copy && m.count == 1) {
-        ++caller_reads;
-        continue;
-      }
-      m.staging.reserve(static_cast<size_t>(m.bytes));
-      for (size_t i = m.first; i < m.first + m.count; ++i) {
-        m.staging.append(reinterpret_cast<const char*>(batch->regions[i].bytes.data()),
-                         batch->regions[i].bytes.size());
-      }
-    }
-  }
+  for (const Batch::Message& m : batch->messages) caller_reads += zero_copy && m.count == 1;
   {
     absl::MutexLock lock(&batch->mu);
     batch->started = true;
@@ -280,6 +268,16 @@ void UcxKvClient::Start(const std::shared_ptr<Batch>& batch) {
     if (!ep.ok()) {
       Finish(id, ep.status());
       continue;
+    }
+    if (batch->write && !(zero_copy && message.count == 1)) {
+      // Packed just before it leaves, so that the first message is on its way while the
+      // next ones are packed.
+      message.staging.reserve(static_cast<size_t>(message.bytes));
+      for (size_t i = message.first; i < message.first + message.count; ++i) {
+        message.staging.append(reinterpret_cast<const char*>(batch->regions[i].bytes.data()),
+                               batch->regions[i].bytes.size());
+      }
+      if (m > 0) ucp_worker_progress(worker_->worker());  // move what was sent meanwhile
     }
     ucp_request_param_t param{};
     param.op_attr_mask =
