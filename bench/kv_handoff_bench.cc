@@ -19,7 +19,9 @@
 // --paths measures only the paths named (memcpy always), to profile one of them alone.
 //
 // --profile fills an engine profile's kv_transfer samples (common/planner/profile.h): blocks of
-// the profiled model's size, one sample per request size and path, the file rewritten in place.
+// the profiled model's size, one sample per request size and path (grpc, shm, and ucx from UCX
+// over TCP, the fabric between machines without RDMA), the file rewritten in place. With
+// --paths only those paths' samples are replaced; the profile keeps the others.
 //
 // With --certs (a directory scripts/dev-certs.sh made) the shard also serves a mutual-TLS port
 // and both paths are measured through it too: the stream's bytes are encrypted, the shared
@@ -301,7 +303,8 @@ absl::Status RunBlockSize(const Options& o, int64_t block, std::vector<std::stri
   if (o.samples != nullptr) {
     // One transfer (a put or a get) of a request's bytes: half the put+get time per request.
     const double request_bytes = static_cast<double>(per_request * block);
-    for (const auto& [transport, row] : {std::pair{"grpc", &grpc_row}, {"shm", &shm_row}}) {
+    for (const auto& [transport, row] :
+         {std::pair{"grpc", &grpc_row}, {"shm", &shm_row}, {"ucx", &ucx_tcp_row}}) {
       if (row->both.empty()) continue;
       o.samples->push_back({transport, static_cast<int64_t>(request_bytes),
                             request_bytes / (Median(row->both) * 1e9) / 2});
@@ -393,7 +396,13 @@ absl::Status Main(int argc, char** argv) {
       TANDEM_RETURN_IF_ERROR(RunBlockSize(o, block, table));
     }
     for (const std::string& line : table) std::printf("%s\n", line.c_str());
-    profile.transfer = std::move(samples);
+    // The transports measured now replace theirs; the others' samples stay.
+    std::erase_if(profile.transfer, [&samples](const planner::TransferSample& old) {
+      return std::any_of(samples.begin(), samples.end(), [&old](const planner::TransferSample& t) {
+        return t.transport == old.transport;
+      });
+    });
+    for (planner::TransferSample& t : samples) profile.transfer.push_back(std::move(t));
     return WriteStringToFile(path, profile.ToJson() + "\n");
   }
   for (int64_t block : o.block_sizes) TANDEM_RETURN_IF_ERROR(RunBlockSize(o, block, table));

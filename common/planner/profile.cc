@@ -164,8 +164,9 @@ absl::StatusOr<EngineProfile> EngineProfile::FromJson(std::string_view text,
     const JsonFields f(item, where);
     TransferSample t;
     TANDEM_ASSIGN_OR_RETURN(t.transport, f.String("transport"));
-    if (t.transport != "grpc" && t.transport != "shm") {
-      return f.Error("transport", absl::StrCat("is \"", t.transport, "\", expected grpc or shm"));
+    if (t.transport != "grpc" && t.transport != "shm" && t.transport != "ucx") {
+      return f.Error("transport",
+                     absl::StrCat("is \"", t.transport, "\", expected grpc, shm or ucx"));
     }
     TANDEM_ASSIGN_OR_RETURN(t.bytes, f.Int("bytes", 1, int64_t{1} << 40));
     TANDEM_ASSIGN_OR_RETURN(t.seconds, f.Number("seconds", 0, kMaxSeconds));
@@ -263,6 +264,19 @@ absl::StatusOr<double> TransferSeconds(const EngineProfile& profile, std::string
                                        int64_t bytes) {
   TANDEM_ASSIGN_OR_RETURN(TransferModel model, TransferModel::Fit(profile, transport));
   return model.Seconds(bytes);
+}
+
+std::string PlannedTransport(const EngineProfile& profile, std::string_view transport,
+                             bool shared_memory, bool* fell_back) {
+  if (fell_back != nullptr) *fell_back = false;
+  if (transport == "ucx") {
+    for (const TransferSample& t : profile.transfer) {
+      if (t.transport == "ucx") return "ucx";
+    }
+    if (fell_back != nullptr) *fell_back = true;
+    return "grpc";
+  }
+  return transport != "grpc" && shared_memory ? "shm" : "grpc";
 }
 
 }  // namespace tandem::planner

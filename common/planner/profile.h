@@ -28,7 +28,7 @@ struct StepSample {
 // One transfer of `bytes` of KV blocks through the store on one transport: a put (prefill to
 // store) or a get (store to decode), which kv-handoff-bench measures at about the same rate.
 struct TransferSample {
-  std::string transport;  // "grpc" or "shm"
+  std::string transport;  // "grpc", "shm" or "ucx" (the KV fabric over TCP)
   int64_t bytes = 0;
   double seconds = 0;
 };
@@ -122,5 +122,13 @@ class TransferModel {
 // TransferModel::Fit(profile, transport), then Seconds(bytes).
 absl::StatusOr<double> TransferSeconds(const EngineProfile& profile, std::string_view transport,
                                        int64_t bytes);
+
+// The kv_transfer samples a disaggregated deployment's handoff is planned on, for its
+// cache_store.transport (`auto`, `grpc`, `shm`, `ucx`) and cache_store.shared_memory: "ucx" for
+// the fabric, "shm" where the workers map the shards' arenas (auto plans the node-local path),
+// "grpc" otherwise. A profile without ucx samples (kv-handoff-bench --profile measures them)
+// plans the fabric on the stream's; `fell_back`, if given, says so.
+std::string PlannedTransport(const EngineProfile& profile, std::string_view transport,
+                             bool shared_memory, bool* fell_back = nullptr);
 
 }  // namespace tandem::planner

@@ -565,7 +565,15 @@ class RouterRole final : public ServedRole {
                       std::max<int64_t>(1, o.profile.kv_bytes_per_token * o.profile.block_size),
         .stream_interval = c.scheduler.stream_interval};
     r.prefill = r.engine;
-    r.transport = c.cache_store.shared_memory ? "shm" : "grpc";
+    bool fell_back = false;
+    r.transport = planner::PlannedTransport(o.profile, c.cache_store.transport,
+                                            c.cache_store.shared_memory, &fell_back);
+    if (fell_back) {
+      Log(LogLevel::kWarning, "router",
+          "planner: " + c.planner.profile +
+              " has no kv_transfer samples for the UCX fabric (kv-handoff-bench --profile P "
+              "--paths ucx-tcp measures them); the handoff is planned at the gRPC stream's rate");
+    }
     r.max_replicas = c.planner.max_replicas;
     r.headroom = c.planner.headroom;
     o.interval = std::chrono::duration<double>(c.planner.interval_seconds);

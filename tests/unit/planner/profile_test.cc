@@ -101,6 +101,28 @@ TEST(EngineProfileTest, TransferInterpolatesAndScales) {
   EXPECT_EQ(TransferSeconds(p, "ucx", 1).status().code(), absl::StatusCode::kNotFound);
 }
 
+// The handoff is planned on the samples of the transport the workers take.
+TEST(EngineProfileTest, TheHandoffIsPlannedOnTheConfiguredTransport) {
+  EngineProfile p = KnownProfile();
+  bool fell_back = true;
+  EXPECT_EQ(PlannedTransport(p, "auto", true, &fell_back), "shm");
+  EXPECT_FALSE(fell_back);
+  EXPECT_EQ(PlannedTransport(p, "shm", true), "shm");
+  EXPECT_EQ(PlannedTransport(p, "auto", false), "grpc");
+  EXPECT_EQ(PlannedTransport(p, "shm", false), "grpc");
+  EXPECT_EQ(PlannedTransport(p, "grpc", true), "grpc");
+  EXPECT_EQ(PlannedTransport(p, "ucx", true, &fell_back), "grpc");  // no ucx samples
+  EXPECT_TRUE(fell_back);
+  p.transfer.push_back({"ucx", 1 << 20, 2e-3});
+  EXPECT_EQ(PlannedTransport(p, "ucx", true, &fell_back), "ucx");
+  EXPECT_FALSE(fell_back);
+  EXPECT_NEAR(*TransferSeconds(p, "ucx", 2 << 20), 4e-3, 1e-12);
+  // ucx samples survive the file.
+  auto again = EngineProfile::FromJson(p.ToJson(), "p.json");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(PlannedTransport(*again, "ucx", false), "ucx");
+}
+
 TEST(EngineProfileTest, MalformedFilesAreClearErrors) {
   const std::string good = KnownProfile().ToJson();
   auto with = [&](const std::string& from, const std::string& to) {
@@ -119,7 +141,7 @@ TEST(EngineProfileTest, MalformedFilesAreClearErrors) {
       {with("\"version\": 1", "\"version\": 2"), "reads version 1"},
       {with("\"kv_bytes_per_token\": 1024", "\"kv_bytes_per_token\": -1"), "kv_bytes_per_token"},
       {with("\"seconds\": 0.0", "\"seconds\": -1"), "seconds"},
-      {with("\"transport\": \"grpc\"", "\"transport\": \"tcp\""), "expected grpc or shm"},
+      {with("\"transport\": \"grpc\"", "\"transport\": \"tcp\""), "expected grpc, shm or ucx"},
       {with("\"prefill\": [", "\"prefill\": [7, "), "prefill[0] must be an object"},
       {with("\"pop_start_layer\": 4", "\"pop_start_layer\": 9"), "pop_start_layer"},
       {with("\"handoff_overhead_seconds\": 0.009", "\"handoff_overhead_seconds\": 2"),
