@@ -20,8 +20,12 @@ absl::Status UcxError(const char* what, ucs_status_t status) {
 // transfers then pays for one wakeup, not one per message. A time, not a count: one progress
 // call costs a system call on TCP and a few loads on shared memory.
 // Short: on a host with few cores a spinning worker takes the time its peer or the caller
-// needs (docs/benchmarks.md measured 0 to 1,000 µs on two vCPUs: no better than sleeping).
+// needs (docs/benchmarks.md measured 0 to 1,000 µs on two vCPUs: none better than another).
 constexpr std::chrono::microseconds kSpinBeforeSleep{50};
+// A yield that gave the core away this long means a computing thread shares it.
+constexpr std::chrono::microseconds kYieldTooLong{500};
+// How long the thread then sleeps as soon as it is idle, before it tries spinning again.
+constexpr std::chrono::milliseconds kNoSpinAfterLongYield{100};
 // The sleep is bounded so that a missed wakeup costs latency, never liveness.
 constexpr int kSleepMs = 100;
 
@@ -150,6 +154,7 @@ bool UcxWorker::RunPosted() {
 void UcxWorker::Run() {
   thread_id_ = std::this_thread::get_id();
   auto last_busy = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point no_spin_until{};
   while (true) {
     bool busy = ucp_worker_progress(worker_) != 0;
     busy |= RunPosted();
@@ -162,7 +167,19 @@ void UcxWorker::Run() {
       absl::MutexLock lock(&mu_);
       if (stopping_ && posted_.empty()) break;
     }
-    if (std::chrono::steady_clock::now() - last_busy < kSpinBeforeSleep) continue;
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last_busy < kSpinBeforeSleep && now >= no_spin_until) {
+      // Yields between polls: the peer this thread waits for may need this very core (a busy
+      // node's workers share cores), and a spin that keeps it made UCX's shared-memory
+      // transfers between processes 10x slower (docs/benchmarks.md). A yield that took long
+      // ran a thread that computes (an engine on this core), which gives the core back only
+      // at the end of its time slice: then sleep at once for a while instead, so that each
+      // event wakes this thread (preempting that one) rather than waiting a slice.
+      std::this_thread::yield();
+      const auto yielded = std::chrono::steady_clock::now();
+      if (yielded - now < kYieldTooLong) continue;
+      no_spin_until = yielded + kNoSpinAfterLongYield;
+    }
     last_busy = std::chrono::steady_clock::now();
     const ucs_status_t armed = ucp_worker_arm(worker_);
     if (armed == UCS_ERR_BUSY) continue;  // events arrived meanwhile: progress them
