@@ -124,12 +124,8 @@ absl::StatusOr<std::shared_ptr<UcxKvClient>> UcxKvClient::Create(const std::stri
   client->worker_ = *std::move(worker);
   const size_t header = client->worker_->max_am_header();
   if (header < fabric::KvHeaderBytes(1)) {
-    return absl::UnavailableError(
-        absl::StrCat("UCX: these transports carry active-message "
-                     "headers of ",
-                     header,
-                     " bytes, too few for one "
-                     "block's request"));
+    return absl::UnavailableError(absl::StrCat("UCX: the transports' headers hold ", header,
+                                               " bytes, too few for one block's request"));
   }
   client->blocks_per_message_ = std::min<size_t>(
       fabric::kKvMaxBlocksPerMessage, (header - sizeof(KvRequestHeader)) / sizeof(KvBlockRef));
