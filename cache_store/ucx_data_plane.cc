@@ -5,6 +5,7 @@
 #include <optional>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "common/fabric/kv_protocol.h"
 
@@ -19,6 +20,7 @@ struct Transfer {
   UcxDataPlane* plane = nullptr;
   ShmHandoff::Borrowed borrowed;
   ucp_ep_h ep = nullptr;
+  uint64_t serial = 0;  // UcxDataPlane::Track's
   KvReplyHeader reply;  // a get's reply header, which must live while it is sent
   int64_t bytes = 0;
   std::vector<ucp_dt_iov_t> iov;  // a put's blocks, when there are several
@@ -41,10 +43,12 @@ struct Transfer {
     param.datatype = ucp_dt_make_iov();
     return {iov.data(), iov.size()};
   }
-  // Points `param` at what a get sends: its one block in the registered arena, or the blocks
-  // packed. Returns UCX's buffer and count.
-  std::pair<const void*, size_t> Source(ucp_request_param_t& param, ucp_mem_h arena) {
-    if (borrowed.blocks.size() == 1) {
+  // Points `param` at what a get sends: its one block in the registered arena where a send
+  // can be cancelled (`cancellable`: UcxWorker::detects_peer_failures), or a copy of the
+  // blocks back to back, which lets go of their pins at once. Returns UCX's buffer and count.
+  std::pair<const void*, size_t> Source(ucp_request_param_t& param, ucp_mem_h arena,
+                                        bool cancellable) {
+    if (borrowed.blocks.size() == 1 && cancellable) {
       param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
       param.memh = arena;
       return {borrowed.blocks[0].data(), borrowed.blocks[0].size()};
@@ -52,6 +56,7 @@ struct Transfer {
     packed.reset(new uint8_t[static_cast<size_t>(bytes)]);  // no zero-fill: all overwritten
     uint8_t* to = packed.get();
     for (std::span<const uint8_t> b : borrowed.blocks) to = std::copy(b.begin(), b.end(), to);
+    borrowed.lease.reset();  // the bytes are the transfer's own now: the pins can end
     return {packed.get(), static_cast<size_t>(bytes)};
   }
 };
@@ -95,7 +100,29 @@ absl::StatusOr<std::unique_ptr<UcxDataPlane>> UcxDataPlane::Create(ShmHandoff& h
   return plane;
 }
 
-UcxDataPlane::~UcxDataPlane() = default;
+UcxDataPlane::~UcxDataPlane() {
+  worker_.reset();  // first: what it completes as it stops uses the rest
+}
+
+uint64_t UcxDataPlane::Track(ucp_ep_h ep) {
+  const uint64_t serial = ++next_serial_;
+  transfers_.emplace(serial, ep);
+  worker_->RunAt(std::chrono::steady_clock::now() + handoff_.lease_time(), [this, serial] {
+    auto it = transfers_.find(serial);
+    if (it == transfers_.end()) return;  // done in time
+    // The peer stopped answering (a worker stopped or killed mid-transfer: UCX 1.13's
+    // shared-memory transports never tell). Closing its endpoint completes every transfer on
+    // it with an error, which lets go of their leases' blocks; the peer's next message builds
+    // a new one.
+    const ucp_ep_h ep = it->second;
+    absl::erase_if(transfers_, [ep](const auto& t) { return t.second == ep; });
+    ++timed_out_;
+    worker_->CloseEndpoint(ep);
+  });
+  return serial;
+}
+
+bool UcxDataPlane::Untrack(uint64_t serial) { return transfers_.erase(serial) > 0; }
 
 void UcxDataPlane::Attach(tandem::v1::AttachFabricResponse* response) const {
   response->set_worker_address(worker_->address());
@@ -112,7 +139,8 @@ UcxDataPlaneStats UcxDataPlane::Stats() const {
           .put_messages = put_messages_.load(),
           .get_messages = get_messages_.load(),
           .refused = refused_.load(),
-          .failed = failed_.load()};
+          .failed = failed_.load(),
+          .timed_out = timed_out_.load()};
 }
 
 void UcxDataPlane::Reply(ucp_ep_h ep, unsigned id, uint64_t request_id, absl::StatusCode code) {
@@ -169,6 +197,7 @@ ucs_status_t UcxDataPlane::OnPut(const void* header, size_t header_length, void*
   auto* transfer = new Transfer{.plane = this,
                                 .borrowed = *std::move(borrowed),
                                 .ep = ep,
+                                .serial = Track(ep),
                                 .reply = {.request_id = h.request_id},
                                 .bytes = request->bytes};
   worker_->Post([this, transfer, data] {
@@ -178,16 +207,19 @@ ucs_status_t UcxDataPlane::OnPut(const void* header, size_t header_length, void*
     const auto [buffer, count] = transfer->Destination(recv, arena_memh_);
     static constexpr auto done = +[](Transfer* t, ucs_status_t status) {
       UcxDataPlane* plane = t->plane;
+      const bool live = plane->Untrack(t->serial);
       if (status == UCS_OK) {
         plane->put_blocks_ += static_cast<int64_t>(t->borrowed.blocks.size());
         plane->put_bytes_ += t->bytes;
         ++plane->put_messages_;
-      } else {
+      } else if (live) {
         ++plane->failed_;
       }
-      t->borrowed.lease.reset();
-      plane->Reply(t->ep, fabric::kPutDone, t->reply.request_id,
-                   status == UCS_OK ? absl::StatusCode::kOk : absl::StatusCode::kUnavailable);
+      t->borrowed.lease.reset();  // before the reply: a commit the reply allows finds it free
+      // A failed transfer's endpoint failed or was closed: the peer's deadline tells it.
+      if (status == UCS_OK && live) {
+        plane->Reply(t->ep, fabric::kPutDone, t->reply.request_id, absl::StatusCode::kOk);
+      }
       delete t;
     };
     recv.cb.recv_am = +[](void* request, ucs_status_t status, size_t, void* user_data) {
@@ -226,20 +258,23 @@ ucs_status_t UcxDataPlane::OnGet(const void* header, size_t header_length,
   auto* transfer = new Transfer{.plane = this,
                                 .borrowed = *std::move(borrowed),
                                 .ep = ep,
+                                .serial = Track(ep),
                                 .reply = {.request_id = id},
                                 .bytes = request->bytes};
   worker_->Post([this, transfer] {
     ucp_request_param_t send{};
     send.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
     send.user_data = transfer;
-    const auto [buffer, count] = transfer->Source(send, arena_memh_);
+    const auto [buffer, count] =
+        transfer->Source(send, arena_memh_, worker_->detects_peer_failures());
     static constexpr auto done = +[](Transfer* t, ucs_status_t status) {
       UcxDataPlane* plane = t->plane;
+      const bool live = plane->Untrack(t->serial);
       if (status == UCS_OK) {
         plane->get_blocks_ += static_cast<int64_t>(t->borrowed.blocks.size());
         plane->get_bytes_ += t->bytes;
         ++plane->get_messages_;
-      } else {
+      } else if (live) {
         ++plane->failed_;
       }
       delete t;  // unpins, if the lease ended meanwhile

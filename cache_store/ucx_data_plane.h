@@ -3,9 +3,11 @@
 // run of blocks, under the leases ShmHandoff hands out with keys over gRPC. Every message is
 // checked against its lease's key and each block's exact region before a byte moves; a
 // transfer borrows the lease, so its blocks stay reserved or pinned until the bytes have moved
-// even if the lease ends meanwhile. Put bytes are received straight into the arena (UCX
-// rendezvous, an iovec of the blocks' regions), get bytes sent straight from it; the arena is
-// registered with UCX once.
+// even if the lease ends meanwhile, and no longer than the lease time: a transfer still in
+// progress then (a peer that died or stopped answering) is cancelled. Put bytes are received
+// straight into the arena (UCX rendezvous, an iovec of the blocks' regions); a get's one block
+// is sent straight from it where UCX can cancel the send, and a copy otherwise (several
+// blocks packed, or UCX's shared-memory transports). The arena is registered with UCX once.
 //
 // Thread-safe: all work happens on the worker's thread. The ShmHandoff and its store must
 // outlive it.
@@ -19,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "cache_store/shm_handoff.h"
 #include "common/fabric/ucx_worker.h"
@@ -36,6 +39,7 @@ struct UcxDataPlaneStats {
   int64_t get_messages = 0;
   int64_t refused = 0;  // messages refused: a wrong key, lease, region or header
   int64_t failed = 0;   // transfers UCX failed (a peer gone mid-transfer)
+  int64_t timed_out = 0;  // transfers cancelled at the lease time (a peer that stopped answering)
 };
 
 class UcxDataPlane {
@@ -61,12 +65,22 @@ class UcxDataPlane {
   // Sends kPutDone or a refused kGetDone (no bytes) to `ep`.
   void Reply(ucp_ep_h ep, unsigned id, uint64_t request_id, absl::StatusCode code);
 
+  // Worker thread only: a transfer that moves bytes after its handler returned (a rendezvous)
+  // is tracked from then until UCX completes it, and cancelled if that takes longer than the
+  // lease time.
+  uint64_t Track(ucp_ep_h ep);
+  // Whether `serial` was still tracked (not cancelled); it no longer is.
+  bool Untrack(uint64_t serial);
+
   ShmHandoff& handoff_;
   ucp_mem_h arena_memh_ = nullptr;
-  std::unique_ptr<fabric::UcxWorker> worker_;
   std::atomic<int64_t> put_blocks_{0}, get_blocks_{0}, put_bytes_{0}, get_bytes_{0};
   std::atomic<int64_t> put_messages_{0}, get_messages_{0};
-  std::atomic<int64_t> refused_{0}, failed_{0};
+  std::atomic<int64_t> refused_{0}, failed_{0}, timed_out_{0};
+  // Worker thread only: the transfers in progress, by serial, with their peer's endpoint.
+  absl::flat_hash_map<uint64_t, ucp_ep_h> transfers_;
+  uint64_t next_serial_ = 0;
+  std::unique_ptr<fabric::UcxWorker> worker_;  // last: its thread uses the rest
 };
 
 }  // namespace tandem::cache_store

@@ -2,6 +2,7 @@
 
 #include <poll.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <utility>
@@ -135,9 +136,18 @@ void UcxWorker::Post(absl::AnyInvocable<void()> task) {
   ucp_worker_signal(worker_);  // thread-safe, unlike the rest of the worker
 }
 
+void UcxWorker::RunAt(std::chrono::steady_clock::time_point when, absl::AnyInvocable<void()> task) {
+  timers_.emplace(when, std::move(task));
+}
+
 bool UcxWorker::RunPosted() {
   std::vector<absl::AnyInvocable<void()>> tasks;
   tasks.swap(local_);
+  const auto now = std::chrono::steady_clock::now();
+  while (!timers_.empty() && timers_.begin()->first <= now) {
+    tasks.push_back(std::move(timers_.begin()->second));
+    timers_.erase(timers_.begin());
+  }
   {
     absl::MutexLock lock(&mu_);
     if (tasks.empty()) {
@@ -183,9 +193,19 @@ void UcxWorker::Run() {
     last_busy = std::chrono::steady_clock::now();
     const ucs_status_t armed = ucp_worker_arm(worker_);
     if (armed == UCS_ERR_BUSY) continue;  // events arrived meanwhile: progress them
+    int sleep_ms = kSleepMs;
+    if (!timers_.empty()) {
+      const auto until = timers_.begin()->first - std::chrono::steady_clock::now();
+      sleep_ms = static_cast<int>(std::clamp<int64_t>(
+          std::chrono::ceil<std::chrono::milliseconds>(until).count(), 0, kSleepMs));
+    }
     pollfd p{.fd = event_fd_, .events = POLLIN, .revents = 0};
-    poll(&p, 1, kSleepMs);
+    poll(&p, 1, sleep_ms);
   }
+  // Stopping: the timers run now (what they cancel is closed below all the same).
+  for (auto& [when, task] : timers_) local_.push_back(std::move(task));
+  timers_.clear();
+  RunPosted();
   for (auto& [address, ep] : endpoints_) Close(ep);
   endpoints_.clear();
   // Forced closes complete without the peer; progress until they have.
@@ -194,6 +214,29 @@ void UcxWorker::Run() {
     ReapCloses();
   }
   RunPosted();  // what the closes completed may have posted
+}
+
+bool UcxWorker::detects_peer_failures() {
+  if (!peer_failures_known_) {
+    // Whether an endpoint with peer error handling can be built: one to this worker itself
+    // (UCX 1.13's shared-memory transports cannot build one anywhere, and log an error).
+    ucp_ep_params_t probe{};
+    probe.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+    probe.address = reinterpret_cast<const ucp_address_t*>(address_.data());
+    probe.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    ucp_ep_h ep = nullptr;
+    peer_failures_ = ucp_ep_create(worker_, &probe, &ep) == UCS_OK;
+    peer_failures_known_ = true;
+    if (ep != nullptr) Close(ep);
+    if (!peer_failures_) WarnNoPeerFailures();
+  }
+  return peer_failures_;
+}
+
+void UcxWorker::WarnNoPeerFailures() const {
+  Log(LogLevel::kWarning, "ucx",
+      "these UCX transports cannot detect a failed peer (UCX_TLS=" + transports_ +
+          "): a transfer to a peer that died waits for its deadline");
 }
 
 void UcxWorker::ReapCloses() {
@@ -238,13 +281,13 @@ absl::StatusOr<ucp_ep_h> UcxWorker::Endpoint(const std::string& address) {
     // UCX 1.13's shared-memory transports cannot tell a peer failed: without that, a dead peer
     // costs the caller's deadline, after which the endpoint is closed all the same.
     peer_failures_ = false;
-    Log(LogLevel::kWarning, "ucx",
-        "these UCX transports cannot detect a failed peer (UCX_TLS=" + transports_ +
-            "): a transfer to a shard that died waits for its deadline");
+    peer_failures_known_ = true;
+    WarnNoPeerFailures();
     params.err_mode = UCP_ERR_HANDLING_MODE_NONE;
     s = ucp_ep_create(worker_, &params, &ep);
   }
   if (s != UCS_OK) return UcxError("ucp_ep_create", s);
+  peer_failures_known_ = true;
   ++endpoints_created_;
   endpoints_.emplace(address, ep);
   return ep;

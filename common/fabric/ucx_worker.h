@@ -14,8 +14,10 @@
 #include <ucp/api/ucp.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -81,20 +83,28 @@ class UcxWorker {
   // Closes the endpoint to `address` forcibly, if there is one: its outstanding requests
   // complete with UCS_ERR_CANCELED; the next Endpoint creates a new one.
   void DropEndpoint(const std::string& address);
+  // Closes `ep` forcibly: an endpoint UCX made for a peer that connected (an active message's
+  // reply endpoint), whose requests then complete with an error. Nothing may use `ep` after.
+  void CloseEndpoint(ucp_ep_h ep) { Close(ep); }
+  // Runs `task` on the worker's thread once `when` has come (within a few milliseconds), or
+  // when the worker stops, whichever is first. On the worker's thread only.
+  void RunAt(std::chrono::steady_clock::time_point when, absl::AnyInvocable<void()> task);
   // Whether the transports tell this worker when a peer fails (false with UCX 1.13's
-  // shared-memory ones): without it, a request to a dead peer never completes, not even when
-  // its endpoint is closed, so it must not refer to memory its caller frees.
-  bool detects_peer_failures() const { return peer_failures_; }
+  // shared-memory ones): without it, a request to a dead or stalled peer never completes, not
+  // even when its endpoint is closed, so it must not refer to memory its caller frees, nor
+  // hold what others wait for.
+  bool detects_peer_failures();
   // Endpoints created since start (a rebuilt endpoint counts again).
   int64_t endpoints_created() const { return endpoints_created_; }
 
  private:
   UcxWorker() = default;
   void Run();
-  // Runs what was posted; whether there was anything.
+  // Runs what was posted, and the timers that are due; whether there was anything.
   bool RunPosted();
   void Close(ucp_ep_h ep);
   void ReapCloses();  // frees the closes that completed
+  void WarnNoPeerFailures() const;
   static void OnEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status);
 
   ucp_context_h context_ = nullptr;
@@ -109,10 +119,12 @@ class UcxWorker {
   // The worker thread's own state.
   std::atomic<std::thread::id> thread_id_{};
   std::vector<absl::AnyInvocable<void()>> local_;  // posted by the thread itself
+  std::multimap<std::chrono::steady_clock::time_point, absl::AnyInvocable<void()>> timers_;
   absl::flat_hash_map<std::string, ucp_ep_h> endpoints_;
   std::vector<ucs_status_ptr_t> closing_;  // endpoint closes not yet complete
   int64_t endpoints_created_ = 0;
   bool peer_failures_ = true;          // whether the transports detect failed peers (tried first)
+  bool peer_failures_known_ = false;   // an endpoint or a probe told
   std::vector<ucp_mem_h> registered_;  // before the thread starts using them
 
   absl::Mutex mu_;

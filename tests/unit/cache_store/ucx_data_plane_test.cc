@@ -7,10 +7,12 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 
+#include "absl/synchronization/notification.h"
 #include "cache_store/cache_store_service.h"
 #include "common/fabric/kv_protocol.h"
 #include "common/fabric/ucx_worker.h"
@@ -366,6 +368,137 @@ TEST_P(UcxDataPlaneTest, APeerThatNeverAnswersCostsTheDeadline) {
   ASSERT_TRUE(fabric->Put({{BlockData{30, block}}}).ok());
   EXPECT_TRUE(fabric->fabric_attached());
   EXPECT_EQ(service_->fabric()->Stats().put_blocks, 1);
+}
+
+// A reader that stops taking its bytes mid-transfer (a worker stopped, or killed: UCX 1.13's
+// shared-memory transports never tell) holds its block's pin until the lease time, not until
+// the shard restarts; the shard serves everyone else meanwhile and after.
+TEST_P(UcxDataPlaneTest, AStalledReaderLetsGoOfItsPinAtTheLeaseTime) {
+  server_->Shutdown();
+  Start(std::chrono::milliseconds(300));
+  const std::string block = Bytes(41, 1 << 20);  // a rendezvous: the shard waits for the reader
+  ASSERT_TRUE(Client(false)->Put({{BlockData{41, block}}}).ok());
+  const tandem::v1::AttachFabricResponse attached = Attach();
+  tandem::v1::AcquireShmRequest request;
+  request.set_instance_id(attached.instance_id());
+  request.set_model_id("model");
+  request.set_fabric(true);
+  request.add_block_hashes(41);
+  grpc::ClientContext context;
+  tandem::v1::AcquireShmResponse acquired;
+  ASSERT_TRUE(stub_->AcquireShm(&context, request, &acquired).ok());
+  ASSERT_TRUE(acquired.blocks(0).found());
+  const LeaseGrant lease = Grant(acquired);
+
+  // The reader asks for the block, and keeps the shard's offer of the bytes without taking them.
+  std::atomic<int> offers = 0;
+  fabric::UcxWorkerOptions options;
+  options.handlers.emplace_back(fabric::kGetDone, [&offers](const void*, size_t, void*, size_t,
+                                                            const ucp_am_recv_param_t* param) {
+    ++offers;
+    return (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) ? UCS_INPROGRESS : UCS_OK;
+  });
+  auto reader = fabric::UcxWorker::Create(std::move(options)).value();
+  reader->Start();
+  const fabric::KvRequestHeader h{
+      .count = 1, .request_id = 7, .lease_id = lease.id, .key = {lease.key[0], lease.key[1]}};
+  const fabric::KvBlockRef ref{.index = 0,
+                               .offset = acquired.blocks(0).offset(),
+                               .length = acquired.blocks(0).block_bytes()};
+  std::string header(fabric::KvHeaderBytes(1), '\0');
+  std::memcpy(header.data(), &h, sizeof h);
+  std::memcpy(header.data() + sizeof h, &ref, sizeof ref);
+  reader->Post([&reader, &header, address = attached.worker_address()] {
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags = UCP_AM_SEND_FLAG_REPLY;
+    ucs_status_ptr_t sent = ucp_am_send_nbx(reader->Endpoint(address).value(), fabric::kGet,
+                                            header.data(), header.size(), nullptr, 0, &param);
+    if (sent != nullptr && !UCS_PTR_IS_ERR(sent)) ucp_request_free(sent);
+  });
+  ASSERT_TRUE(testing::Eventually([&] { return offers == 1; }));
+  // The lease ends (expires) while the transfer is offered; at the lease time the transfer is
+  // cancelled. Where UCX can cancel it (tcp) it held the pin until then; where it cannot (sm),
+  // it sent a copy and held none.
+  ASSERT_TRUE(testing::Eventually([&] {
+    return service_->shm().Stats().open_leases == 0 && store_->Stats().pinned_blocks == 0 &&
+           service_->fabric()->Stats().timed_out == 1;
+  }));
+  EXPECT_EQ(service_->fabric()->Stats().get_blocks, 0);
+  auto got = Client(true)->Get(std::vector<uint64_t>{41});
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ((*got)[0], block);
+  EXPECT_EQ(service_->fabric()->Stats().get_blocks, 1);
+}
+
+// A writer that stops answering mid-transfer (its UCX thread blocked right after it offered
+// the bytes) holds its reservation until the lease time, not until the shard restarts.
+TEST_P(UcxDataPlaneTest, AStalledWriterLetsGoOfItsReservationAtTheLeaseTime) {
+  server_->Shutdown();
+  Start(std::chrono::milliseconds(300));
+  const tandem::v1::AttachFabricResponse attached = Attach();
+  const std::string block = Bytes(42, 1 << 20);  // a rendezvous: the shard waits for the writer
+  const tandem::v1::ReserveShmResponse reserved =
+      Reserve(attached.instance_id(), 42, static_cast<int64_t>(block.size()));
+  ASSERT_TRUE(reserved.reservations(0).reserved());
+  const LeaseGrant lease = Grant(reserved);
+  const fabric::KvRequestHeader h{
+      .count = 1, .request_id = 8, .lease_id = lease.id, .key = {lease.key[0], lease.key[1]}};
+  const fabric::KvBlockRef ref{.index = 0,
+                               .offset = reserved.reservations(0).offset(),
+                               .length = static_cast<int64_t>(block.size())};
+  std::string header(fabric::KvHeaderBytes(1), '\0');
+  std::memcpy(header.data(), &h, sizeof h);
+  std::memcpy(header.data() + sizeof h, &ref, sizeof ref);
+  std::atomic<int> answers = 0;
+  fabric::UcxWorkerOptions options;
+  options.handlers.emplace_back(
+      fabric::kPutDone, [&answers](const void*, size_t, void*, size_t, const ucp_am_recv_param_t*) {
+        ++answers;
+        return UCS_OK;
+      });
+  auto writer = fabric::UcxWorker::Create(std::move(options)).value();
+  writer->Start();
+  // First a put the shard refuses, so that the endpoint is wired up both ways and the next
+  // send leaves at once, without the writer's thread.
+  const std::string junk(fabric::KvHeaderBytes(1), 'j');
+  writer->Post([&, address = attached.worker_address()] {
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags = UCP_AM_SEND_FLAG_REPLY;
+    ucs_status_ptr_t request = ucp_am_send_nbx(writer->Endpoint(address).value(), fabric::kPut,
+                                               junk.data(), junk.size(), nullptr, 0, &param);
+    if (request != nullptr && !UCS_PTR_IS_ERR(request)) ucp_request_free(request);
+  });
+  ASSERT_TRUE(testing::Eventually([&] { return answers == 1; }));
+  absl::Notification sent, resume;
+  writer->Post([&, address = attached.worker_address()] {
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags = UCP_AM_SEND_FLAG_REPLY;
+    ucs_status_ptr_t request =
+        ucp_am_send_nbx(writer->Endpoint(address).value(), fabric::kPut, header.data(),
+                        header.size(), block.data(), block.size(), &param);
+    sent.Notify();
+    resume.WaitForNotification();  // the writer's UCX thread stops here: nothing progresses
+    if (request != nullptr && !UCS_PTR_IS_ERR(request)) ucp_request_free(request);
+  });
+  sent.WaitForNotification();
+  // The lease expires, and the transfer is cancelled at the lease time (tcp: the shard waits
+  // for the bytes), or completed without the writer's help (sm: the shard copies them itself).
+  const bool cancellable = std::string(GetParam()) == "tcp";
+  EXPECT_TRUE(testing::Eventually([&] {
+    return service_->shm().Stats().open_leases == 0 && store_->Stats().pending_puts == 0 &&
+           service_->fabric()->Stats().timed_out + service_->fabric()->Stats().put_blocks == 1;
+  }));
+  EXPECT_EQ(service_->fabric()->Stats().timed_out, cancellable ? 1 : 0);
+  EXPECT_FALSE(store_->Exists(42));  // never committed
+  resume.Notify();
+  auto fabric = Client(true);
+  ASSERT_TRUE(fabric->Put({{BlockData{42, block}}}).ok());
+  auto got = fabric->Get(std::vector<uint64_t>{42});
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ((*got)[0], block);
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, UcxDataPlaneTest, ::testing::Values("tcp", "sm,self"),
