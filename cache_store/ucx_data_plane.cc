@@ -104,9 +104,9 @@ UcxDataPlane::~UcxDataPlane() {
   worker_.reset();  // first: what it completes as it stops uses the rest
 }
 
-uint64_t UcxDataPlane::Track(ucp_ep_h ep) {
+uint64_t UcxDataPlane::Track(ucp_ep_h ep, Counters& counters) {
   const uint64_t serial = ++next_serial_;
-  transfers_.emplace(serial, ep);
+  transfers_.emplace(serial, Tracked{.ep = ep, .counters = &counters});
   worker_->RunAt(std::chrono::steady_clock::now() + handoff_.lease_time(), [this, serial] {
     auto it = transfers_.find(serial);
     if (it == transfers_.end()) return;  // done in time
@@ -114,9 +114,12 @@ uint64_t UcxDataPlane::Track(ucp_ep_h ep) {
     // shared-memory transports never tell). Closing its endpoint completes every transfer on
     // it with an error, which lets go of their leases' blocks; the peer's next message builds
     // a new one.
-    const ucp_ep_h ep = it->second;
-    absl::erase_if(transfers_, [ep](const auto& t) { return t.second == ep; });
-    ++timed_out_;
+    const ucp_ep_h ep = it->second.ep;
+    absl::erase_if(transfers_, [ep](const auto& t) {
+      if (t.second.ep != ep) return false;
+      ++t.second.counters->timed_out;
+      return true;
+    });
     worker_->CloseEndpoint(ep);
   });
   return serial;
@@ -131,17 +134,16 @@ void UcxDataPlane::Attach(tandem::v1::AttachFabricResponse* response) const {
   response->set_arena_bytes(handoff_.arena()->file_bytes());
 }
 
-UcxDataPlaneStats UcxDataPlane::Stats() const {
-  return {.put_blocks = put_blocks_.load(),
-          .get_blocks = get_blocks_.load(),
-          .put_bytes = put_bytes_.load(),
-          .get_bytes = get_bytes_.load(),
-          .put_messages = put_messages_.load(),
-          .get_messages = get_messages_.load(),
-          .refused = refused_.load(),
-          .failed = failed_.load(),
-          .timed_out = timed_out_.load()};
+UcxDataPlaneStats::Direction UcxDataPlane::Counters::Load() const {
+  return {.blocks = blocks.load(),
+          .bytes = bytes.load(),
+          .messages = messages.load(),
+          .refused = refused.load(),
+          .failed = failed.load(),
+          .timed_out = timed_out.load()};
 }
+
+UcxDataPlaneStats UcxDataPlane::Stats() const { return {.put = put_.Load(), .get = get_.Load()}; }
 
 void UcxDataPlane::Reply(ucp_ep_h ep, unsigned id, uint64_t request_id, absl::StatusCode code) {
   auto* reply = new KvReplyHeader{.code = static_cast<int32_t>(code), .request_id = request_id};
@@ -161,7 +163,7 @@ ucs_status_t UcxDataPlane::OnPut(const void* header, size_t header_length, void*
   ucp_ep_h ep = (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ? param->reply_ep : nullptr;
   std::optional<fabric::KvRequest> request = fabric::ParseKvRequest(header, header_length);
   if (ep == nullptr || !request || static_cast<int64_t>(length) != request->bytes) {
-    ++refused_;
+    ++put_.refused;
     if (ep != nullptr) {
       worker_->Post([this, ep, id = request ? request->header.request_id : 0] {
         Reply(ep, fabric::kPutDone, id, absl::StatusCode::kInvalidArgument);
@@ -173,7 +175,7 @@ ucs_status_t UcxDataPlane::OnPut(const void* header, size_t header_length, void*
   absl::StatusOr<ShmHandoff::Borrowed> borrowed =
       handoff_.BorrowBlocks(h.lease_id, KeyOf(h), /*write=*/true, request->blocks);
   if (!borrowed.ok()) {
-    ++refused_;
+    ++put_.refused;
     worker_->Post([this, ep, id = h.request_id, code = borrowed.status().code()] {
       Reply(ep, fabric::kPutDone, id, code);
     });
@@ -185,9 +187,7 @@ ucs_status_t UcxDataPlane::OnPut(const void* header, size_t header_length, void*
       std::memcpy(block.data(), from, block.size());
       from += block.size();
     }
-    put_blocks_ += static_cast<int64_t>(borrowed->blocks.size());
-    put_bytes_ += request->bytes;
-    ++put_messages_;
+    put_.Moved(borrowed->blocks.size(), request->bytes);
     borrowed->lease.reset();  // before the reply: a commit the reply allows finds it free
     worker_->Post(
         [this, ep, id = h.request_id] { Reply(ep, fabric::kPutDone, id, absl::StatusCode::kOk); });
@@ -197,7 +197,7 @@ ucs_status_t UcxDataPlane::OnPut(const void* header, size_t header_length, void*
   auto* transfer = new Transfer{.plane = this,
                                 .borrowed = *std::move(borrowed),
                                 .ep = ep,
-                                .serial = Track(ep),
+                                .serial = Track(ep, put_),
                                 .reply = {.request_id = h.request_id},
                                 .bytes = request->bytes};
   worker_->Post([this, transfer, data] {
@@ -209,11 +209,9 @@ ucs_status_t UcxDataPlane::OnPut(const void* header, size_t header_length, void*
       UcxDataPlane* plane = t->plane;
       const bool live = plane->Untrack(t->serial);
       if (status == UCS_OK) {
-        plane->put_blocks_ += static_cast<int64_t>(t->borrowed.blocks.size());
-        plane->put_bytes_ += t->bytes;
-        ++plane->put_messages_;
+        plane->put_.Moved(t->borrowed.blocks.size(), t->bytes);
       } else if (live) {
-        ++plane->failed_;
+        ++plane->put_.failed;
       }
       t->borrowed.lease.reset();  // before the reply: a commit the reply allows finds it free
       // A failed transfer's endpoint failed or was closed: the peer's deadline tells it.
@@ -240,7 +238,7 @@ ucs_status_t UcxDataPlane::OnGet(const void* header, size_t header_length,
                                  const ucp_am_recv_param_t* param) {
   ucp_ep_h ep = (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ? param->reply_ep : nullptr;
   if (ep == nullptr) {
-    ++refused_;
+    ++get_.refused;
     return UCS_OK;
   }
   std::optional<fabric::KvRequest> request = fabric::ParseKvRequest(header, header_length);
@@ -250,7 +248,7 @@ ucs_status_t UcxDataPlane::OnGet(const void* header, size_t header_length,
               : absl::InvalidArgumentError("fabric: not a request of this protocol");
   const uint64_t id = request ? request->header.request_id : 0;
   if (!borrowed.ok()) {
-    ++refused_;
+    ++get_.refused;
     worker_->Post(
         [this, ep, id, code = borrowed.status().code()] { Reply(ep, fabric::kGetDone, id, code); });
     return UCS_OK;
@@ -258,7 +256,7 @@ ucs_status_t UcxDataPlane::OnGet(const void* header, size_t header_length,
   auto* transfer = new Transfer{.plane = this,
                                 .borrowed = *std::move(borrowed),
                                 .ep = ep,
-                                .serial = Track(ep),
+                                .serial = Track(ep, get_),
                                 .reply = {.request_id = id},
                                 .bytes = request->bytes};
   worker_->Post([this, transfer] {
@@ -271,11 +269,9 @@ ucs_status_t UcxDataPlane::OnGet(const void* header, size_t header_length,
       UcxDataPlane* plane = t->plane;
       const bool live = plane->Untrack(t->serial);
       if (status == UCS_OK) {
-        plane->get_blocks_ += static_cast<int64_t>(t->borrowed.blocks.size());
-        plane->get_bytes_ += t->bytes;
-        ++plane->get_messages_;
+        plane->get_.Moved(t->borrowed.blocks.size(), t->bytes);
       } else if (live) {
-        ++plane->failed_;
+        ++plane->get_.failed;
       }
       delete t;  // unpins, if the lease ended meanwhile
     };

@@ -29,17 +29,17 @@
 
 namespace tandem::cache_store {
 
-// Counters since creation.
+// Counters since creation, for each direction: put (into the arena) and get (out of it).
 struct UcxDataPlaneStats {
-  int64_t put_blocks = 0;  // received into the arena
-  int64_t get_blocks = 0;  // sent from it
-  int64_t put_bytes = 0;
-  int64_t get_bytes = 0;
-  int64_t put_messages = 0;  // that carried them
-  int64_t get_messages = 0;
-  int64_t refused = 0;  // messages refused: a wrong key, lease, region or header
-  int64_t failed = 0;   // transfers UCX failed (a peer gone mid-transfer)
-  int64_t timed_out = 0;  // transfers cancelled at the lease time (a peer that stopped answering)
+  struct Direction {
+    int64_t blocks = 0;  // moved
+    int64_t bytes = 0;
+    int64_t messages = 0;   // that moved them
+    int64_t refused = 0;    // messages refused: a wrong key, lease, region or header
+    int64_t failed = 0;     // transfers UCX failed (a peer gone mid-transfer)
+    int64_t timed_out = 0;  // transfers cancelled at the lease time (a peer that stopped answering)
+  };
+  Direction put, get;
 };
 
 class UcxDataPlane {
@@ -65,20 +65,32 @@ class UcxDataPlane {
   // Sends kPutDone or a refused kGetDone (no bytes) to `ep`.
   void Reply(ucp_ep_h ep, unsigned id, uint64_t request_id, absl::StatusCode code);
 
+  // UcxDataPlaneStats::Direction's counters, updated from any thread.
+  struct Counters {
+    std::atomic<int64_t> blocks{0}, bytes{0}, messages{0}, refused{0}, failed{0}, timed_out{0};
+    void Moved(size_t n, int64_t b) {
+      blocks += static_cast<int64_t>(n);
+      bytes += b;
+      ++messages;
+    }
+    UcxDataPlaneStats::Direction Load() const;
+  };
   // Worker thread only: a transfer that moves bytes after its handler returned (a rendezvous)
   // is tracked from then until UCX completes it, and cancelled if that takes longer than the
   // lease time.
-  uint64_t Track(ucp_ep_h ep);
+  uint64_t Track(ucp_ep_h ep, Counters& counters);
   // Whether `serial` was still tracked (not cancelled); it no longer is.
   bool Untrack(uint64_t serial);
 
   ShmHandoff& handoff_;
   ucp_mem_h arena_memh_ = nullptr;
-  std::atomic<int64_t> put_blocks_{0}, get_blocks_{0}, put_bytes_{0}, get_bytes_{0};
-  std::atomic<int64_t> put_messages_{0}, get_messages_{0};
-  std::atomic<int64_t> refused_{0}, failed_{0}, timed_out_{0};
+  Counters put_, get_;
   // Worker thread only: the transfers in progress, by serial, with their peer's endpoint.
-  absl::flat_hash_map<uint64_t, ucp_ep_h> transfers_;
+  struct Tracked {
+    ucp_ep_h ep = nullptr;
+    Counters* counters = nullptr;
+  };
+  absl::flat_hash_map<uint64_t, Tracked> transfers_;
   uint64_t next_serial_ = 0;
   std::unique_ptr<fabric::UcxWorker> worker_;  // last: its thread uses the rest
 };

@@ -262,7 +262,19 @@ Metrics::Metrics(std::string process_role)
       store_disk_io_(BuildHistogram()
                          .Name("tandem_cache_store_disk_io_seconds")
                          .Help("Time to read or write one block on the disk tier")
-                         .Register(*registry_)) {}
+                         .Register(*registry_)),
+      store_fabric_messages_(
+          BuildCounter()
+              .Name("tandem_cache_store_fabric_messages_total")
+              .Help("A shard's KV fabric (UCX) messages by direction (put: into the arena) and "
+                    "outcome (moved; refused: a wrong key, lease, region or header, nothing "
+                    "moved; failed: the peer went away mid-transfer; timed_out: cancelled at "
+                    "the lease time, the peer stopped answering)")
+              .Register(*registry_)),
+      store_fabric_bytes_(BuildCounter()
+                              .Name("tandem_cache_store_fabric_bytes_total")
+                              .Help("KV block bytes a shard's fabric (UCX) moved, by direction")
+                              .Register(*registry_)) {}
 
 BalancerMetrics& Metrics::balancer(bool colocated) {
   std::call_once(balancer_once_, [&] {
@@ -332,7 +344,7 @@ PlannerMetrics& Metrics::planner(bool colocated) {
   return planner_;
 }
 
-StoreMetrics Metrics::ForShard(const std::string& address, bool disk) {
+StoreMetrics Metrics::ForShard(const std::string& address, ShardParts parts) {
   const prometheus::Labels l = {{"shard", address}};
   auto with = [&](const char* key, const char* value) {
     prometheus::Labels out = l;
@@ -359,7 +371,23 @@ StoreMetrics Metrics::ForShard(const std::string& address, bool disk) {
   m.corrupt = &store_corrupt_.Add(tier("memory"));
   m.memory_hits = &store_tier_lookups_.Add(tier("memory", "result", "hit"));
   m.memory_misses = &store_tier_lookups_.Add(tier("memory", "result", "miss"));
-  if (!disk) return m;
+  if (parts.fabric) {
+    for (const char* direction : {"put", "get"}) {
+      FabricShardMetrics::Direction& f = direction[0] == 'p' ? m.fabric.put : m.fabric.get;
+      const prometheus::Labels d = with("direction", direction);
+      auto outcome = [&](const char* value) -> prometheus::Counter* {
+        prometheus::Labels out = d;
+        out.emplace("outcome", value);
+        return &store_fabric_messages_.Add(out);
+      };
+      f.moved = outcome("moved");
+      f.refused = outcome("refused");
+      f.failed = outcome("failed");
+      f.timed_out = outcome("timed_out");
+      f.bytes = &store_fabric_bytes_.Add(d);
+    }
+  }
+  if (!parts.disk) return m;
   DiskTierMetrics& d = m.disk;
   d.capacity_bytes = &store_capacity_.Add(tier("disk"));
   d.used_bytes = &store_used_.Add(tier("disk"));

@@ -122,6 +122,20 @@ struct DiskTierMetrics {
   prometheus::Histogram* write_seconds = nullptr;
 };
 
+// A shard's KV fabric (cache_store/ucx_data_plane.h), for each direction (put: into the
+// arena, get: out of it): tandem_cache_store_fabric_messages_total{direction, outcome} and
+// tandem_cache_store_fabric_bytes_total{direction}.
+struct FabricShardMetrics {
+  struct Direction {
+    prometheus::Counter* moved = nullptr;
+    prometheus::Counter* refused = nullptr;  // a wrong key, lease, region or header
+    prometheus::Counter* failed = nullptr;
+    prometheus::Counter* timed_out = nullptr;  // cancelled at the lease time
+    prometheus::Counter* bytes = nullptr;
+  };
+  Direction put, get;
+};
+
 struct StoreMetrics {
   prometheus::Gauge* capacity_bytes = nullptr;  // {tier="memory"}, as are used, blocks, hits...
   prometheus::Gauge* used_bytes = nullptr;  // committed blocks and pending puts
@@ -137,7 +151,14 @@ struct StoreMetrics {
   prometheus::Counter* corrupt = nullptr;
   prometheus::Counter* memory_hits = nullptr;  // tandem_cache_store_tier_lookups_total{result}
   prometheus::Counter* memory_misses = nullptr;
-  DiskTierMetrics disk;  // with a disk tier only
+  DiskTierMetrics disk;       // with a disk tier only
+  FabricShardMetrics fabric;  // with the fabric only
+};
+
+// A shard's parts beyond memory (Metrics::ForShard), whose series exist only where it has them.
+struct ShardParts {
+  bool disk = false;
+  bool fabric = false;
 };
 
 // A worker's transfers with cache-store shards by the transport that carried each ("grpc",
@@ -178,8 +199,7 @@ class Metrics {
   BalancerMetrics& balancer(bool colocated = false);
   // The router's planner metrics, registered by the first call (as balancer()).
   PlannerMetrics& planner(bool colocated = false);
-  // With `disk`, the disk tier's series too.
-  StoreMetrics ForShard(const std::string& address, bool disk = false);
+  StoreMetrics ForShard(const std::string& address, ShardParts parts = {});
   // tandem_pruning_attention_cosine{role, layer}: the last stability check's similarity in a
   // pruned layer.
   prometheus::Gauge* PruningCosine(const std::string& role, int layer);
@@ -276,6 +296,8 @@ class Metrics {
   prometheus::Family<prometheus::Counter>& store_disk_writes_;
   prometheus::Family<prometheus::Counter>& store_disk_bytes_;
   prometheus::Family<prometheus::Histogram>& store_disk_io_;
+  prometheus::Family<prometheus::Counter>& store_fabric_messages_;
+  prometheus::Family<prometheus::Counter>& store_fabric_bytes_;
 };
 
 // Serves metrics on http://<listen>/metrics. "host:0" picks a free port.

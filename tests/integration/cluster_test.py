@@ -886,6 +886,20 @@ def case_fabric(c, stub):
         print(f"  {w.role} {w.address}: {transfers(w, 'ucx'):.0f} over UCX, "
               f"{transfers(w, 'grpc'):.0f} over gRPC")
         assert transfers(w, "grpc") == 0 and transfers(w, "grpc", "failed") == 0
+
+    # The shards count what their fabric moved, and refused nothing an honest worker sent.
+    def shard_messages(s, direction, outcome):
+        return s.metric("tandem_cache_store_fabric_messages_total",
+                        {"direction": direction, "outcome": outcome}) or 0
+    for direction in ("put", "get"):
+        cluster.wait_for(lambda: sum(shard_messages(s, direction, "moved") for s in c.shards) > 0,
+                         5, f"the shards' fabric {direction} messages")
+    for s in c.shards:
+        refused = sum(shard_messages(s, d, "refused") for d in ("put", "get"))
+        moved = [shard_messages(s, d, "moved") for d in ("put", "get")]
+        print(f"  shard {s.address}: {moved[0]:.0f} put and {moved[1]:.0f} get messages over "
+              f"UCX, {refused:.0f} refused")
+        assert refused == 0
     # kill -9 of a shard while blocks move: its blocks are recomputed, no request fails.
     load = random_requests(20, seed=6, max_prompt=300, max_out=30)
     on_chunk, t, killed = after_streams(2, c.shards[0].kill9)

@@ -246,7 +246,8 @@ class CacheStoreRole final : public ServedRole {
                             rpc::StartServer(c.cache_store.listen, {service_.get()}, {kCacheStore},
                                              {.transport = transport_.get()}));
     Serve(std::move(server), {kCacheStore});
-    metrics_ = metrics.ForShard(ShardLabel(address()), !disk.directory.empty());
+    metrics_ = metrics.ForShard(ShardLabel(address()), {.disk = !disk.directory.empty(),
+                                                        .fabric = service_->fabric() != nullptr});
     read_seconds_ = metrics_.disk.read_seconds;
     write_seconds_ = metrics_.disk.write_seconds;
     reporter_ = std::thread([this] { Report(); });
@@ -283,10 +284,27 @@ class CacheStoreRole final : public ServedRole {
   // Publishes the shard's stats every 0.5 s.
   void Report() {
     cache_store::BlockStoreStats last;
+    cache_store::UcxDataPlaneStats last_fabric;
     auto advance = [](prometheus::Counter* c, int64_t now, int64_t before) {
       c->Increment(static_cast<double>(now - before));
     };
     do {
+      if (const cache_store::UcxDataPlane* fabric = service_->fabric()) {
+        const cache_store::UcxDataPlaneStats f = fabric->Stats();
+        for (bool put : {true, false}) {
+          const metrics::FabricShardMetrics::Direction& m =
+              put ? metrics_.fabric.put : metrics_.fabric.get;
+          const cache_store::UcxDataPlaneStats::Direction &d = put ? f.put : f.get,
+                                                          &was = put ? last_fabric.put
+                                                                     : last_fabric.get;
+          advance(m.moved, d.messages, was.messages);
+          advance(m.refused, d.refused, was.refused);
+          advance(m.failed, d.failed, was.failed);
+          advance(m.timed_out, d.timed_out, was.timed_out);
+          advance(m.bytes, d.bytes, was.bytes);
+        }
+        last_fabric = f;
+      }
       const cache_store::BlockStoreStats s = store_->Stats();
       metrics_.capacity_bytes->Set(static_cast<double>(s.capacity_bytes));
       metrics_.used_bytes->Set(static_cast<double>(s.used_bytes));

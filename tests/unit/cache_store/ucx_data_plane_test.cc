@@ -141,15 +141,15 @@ TEST_P(UcxDataPlaneTest, PutAndGetAreByteIdenticalToTheStream) {
   EXPECT_EQ((*fabricated)[7], by_fabric[4].bytes);
 
   // A get is counted when the shard's send completes, which may be after the bytes arrived.
-  EXPECT_TRUE(testing::Eventually([&] { return service_->fabric()->Stats().get_blocks == 7; }));
+  EXPECT_TRUE(testing::Eventually([&] { return service_->fabric()->Stats().get.blocks == 7; }));
   const UcxDataPlaneStats s = service_->fabric()->Stats();
-  EXPECT_EQ(s.put_blocks, 5);
-  EXPECT_EQ(s.get_bytes, 1 + 300 + 5000 + (64 << 10) + (2 << 20) + (1 << 20) + (3 << 20) + 17);
-  EXPECT_EQ(s.refused, 0);
+  EXPECT_EQ(s.put.blocks, 5);
+  EXPECT_EQ(s.get.bytes, 1 + 300 + 5000 + (64 << 10) + (2 << 20) + (1 << 20) + (3 << 20) + 17);
+  EXPECT_EQ(s.put.refused + s.get.refused, 0);
   auto again = fabric->Put(by_fabric);  // all held: nothing moves
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(again->skipped, 5);
-  EXPECT_EQ(service_->fabric()->Stats().put_blocks, 5);
+  EXPECT_EQ(service_->fabric()->Stats().put.blocks, 5);
   EXPECT_TRUE(testing::Eventually([&] {
     return service_->shm().Stats().open_leases == 0 && store_->Stats().pinned_blocks == 0;
   }));
@@ -172,25 +172,25 @@ TEST_P(UcxDataPlaneTest, SmallBlocksShareMessagesAndLargeOnesMoveAlone) {
   ASSERT_GE(per_message, 64u);  // the transports carry headers of 1.5 KiB and more
   ASSERT_LE(per_message, fabric::kKvMaxBlocksPerMessage);
   const int64_t messages = static_cast<int64_t>((130 + per_message - 1) / per_message);
-  EXPECT_EQ(service_->fabric()->Stats().put_messages, messages);
-  EXPECT_EQ(service_->fabric()->Stats().put_blocks, 130);
+  EXPECT_EQ(service_->fabric()->Stats().put.messages, messages);
+  EXPECT_EQ(service_->fabric()->Stats().put.blocks, 130);
   auto got = fabric->Get(hashes);
   ASSERT_TRUE(got.ok()) << got.status();
   for (size_t i = 0; i < small.size(); ++i) ASSERT_EQ((*got)[i], small[i].bytes) << i;
   EXPECT_TRUE(testing::Eventually([&] {
-    return service_->fabric()->Stats().get_messages == messages &&
-           service_->fabric()->Stats().get_blocks == 130;
+    return service_->fabric()->Stats().get.messages == messages &&
+           service_->fabric()->Stats().get.blocks == 130;
   }));
 
   const int64_t alone = UcxKvClient::kMessageBytes;
   const std::vector<BlockData> large = {{300, Bytes(300, alone)}, {301, Bytes(301, alone)}};
   ASSERT_TRUE(fabric->Put(large).ok());
-  EXPECT_EQ(service_->fabric()->Stats().put_messages, messages + 2);
+  EXPECT_EQ(service_->fabric()->Stats().put.messages, messages + 2);
   auto got_large = fabric->Get(std::vector<uint64_t>{300, 301});
   ASSERT_TRUE(got_large.ok());
   EXPECT_EQ((*got_large)[0], large[0].bytes);
   EXPECT_EQ((*got_large)[1], large[1].bytes);
-  EXPECT_EQ(service_->fabric()->Stats().refused, 0);
+  EXPECT_EQ(service_->fabric()->Stats().get.refused, 0);
 }
 
 // A message is checked as a whole: one wrong region among several refuses all of them, and none
@@ -229,10 +229,10 @@ TEST_P(UcxDataPlaneTest, AMessageIsRefusedAsAWhole) {
   EXPECT_EQ(ucx->Write(attached.worker_address(), lease, wrong, deadline()).code(),
             absl::StatusCode::kInvalidArgument);
   for (size_t i = 0; i < 3; ++i) EXPECT_EQ(ArenaBytes(regions[i].offset, 9000), before[i]) << i;
-  EXPECT_EQ(service_->fabric()->Stats().refused, 2);
+  EXPECT_EQ(service_->fabric()->Stats().put.refused, 2);
   ASSERT_TRUE(ucx->Write(attached.worker_address(), lease, regions, deadline()).ok());
   for (size_t i = 0; i < 3; ++i) EXPECT_EQ(ArenaBytes(regions[i].offset, 9000), bytes[i]) << i;
-  EXPECT_EQ(service_->fabric()->Stats().put_messages, 1);
+  EXPECT_EQ(service_->fabric()->Stats().put.messages, 1);
 }
 
 // A reservation made ahead (before the bytes exist) is filled over the fabric in one round trip.
@@ -288,7 +288,8 @@ TEST_P(UcxDataPlaneTest, AForgedOrEndedKeyIsRefusedAndNothingMoves) {
       ucx->Read(attached.worker_address(), lease, {&region, 1}, {&read, 1}, deadline()).code(),
       absl::StatusCode::kPermissionDenied);  // a write lease does not read
   EXPECT_EQ(ArenaBytes(offset, 100000), before);
-  EXPECT_EQ(service_->fabric()->Stats().refused, 5);
+  EXPECT_EQ(service_->fabric()->Stats().put.refused, 4);
+  EXPECT_EQ(service_->fabric()->Stats().get.refused, 1);
 
   ASSERT_TRUE(ucx->Write(attached.worker_address(), lease, {&region, 1}, deadline()).ok());
   EXPECT_EQ(ArenaBytes(offset, 100000), block);
@@ -367,7 +368,7 @@ TEST_P(UcxDataPlaneTest, APeerThatNeverAnswersCostsTheDeadline) {
   auto fabric = Client(true);
   ASSERT_TRUE(fabric->Put({{BlockData{30, block}}}).ok());
   EXPECT_TRUE(fabric->fabric_attached());
-  EXPECT_EQ(service_->fabric()->Stats().put_blocks, 1);
+  EXPECT_EQ(service_->fabric()->Stats().put.blocks, 1);
 }
 
 // A reader that stops taking its bytes mid-transfer (a worker stopped, or killed: UCX 1.13's
@@ -422,13 +423,13 @@ TEST_P(UcxDataPlaneTest, AStalledReaderLetsGoOfItsPinAtTheLeaseTime) {
   // it sent a copy and held none.
   ASSERT_TRUE(testing::Eventually([&] {
     return service_->shm().Stats().open_leases == 0 && store_->Stats().pinned_blocks == 0 &&
-           service_->fabric()->Stats().timed_out == 1;
+           service_->fabric()->Stats().get.timed_out == 1;
   }));
-  EXPECT_EQ(service_->fabric()->Stats().get_blocks, 0);
+  EXPECT_EQ(service_->fabric()->Stats().get.blocks, 0);
   auto got = Client(true)->Get(std::vector<uint64_t>{41});
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ((*got)[0], block);
-  EXPECT_EQ(service_->fabric()->Stats().get_blocks, 1);
+  EXPECT_EQ(service_->fabric()->Stats().get.blocks, 1);
 }
 
 // A writer that stops answering mid-transfer (its UCX thread blocked right after it offered
@@ -489,9 +490,9 @@ TEST_P(UcxDataPlaneTest, AStalledWriterLetsGoOfItsReservationAtTheLeaseTime) {
   const bool cancellable = std::string(GetParam()) == "tcp";
   EXPECT_TRUE(testing::Eventually([&] {
     return service_->shm().Stats().open_leases == 0 && store_->Stats().pending_puts == 0 &&
-           service_->fabric()->Stats().timed_out + service_->fabric()->Stats().put_blocks == 1;
+           service_->fabric()->Stats().put.timed_out + service_->fabric()->Stats().put.blocks == 1;
   }));
-  EXPECT_EQ(service_->fabric()->Stats().timed_out, cancellable ? 1 : 0);
+  EXPECT_EQ(service_->fabric()->Stats().put.timed_out, cancellable ? 1 : 0);
   EXPECT_FALSE(store_->Exists(42));  // never committed
   resume.Notify();
   auto fabric = Client(true);

@@ -127,13 +127,16 @@ TEST(MetricsTest, OnlyARouterExportsBalancerAndPoolMetrics) {
 TEST(MetricsTest, StoreShardsAreLabelledByAddress) {
   Metrics m;
   StoreMetrics a = m.ForShard("10.0.0.1:7000");
-  StoreMetrics b = m.ForShard("10.0.0.2:7000", /*disk=*/true);
+  StoreMetrics b = m.ForShard("10.0.0.2:7000", {.disk = true, .fabric = true});
   a.used_bytes->Set(4096);
   a.hits->Increment(3);
   b.aborted->Increment();
   b.disk.used_bytes->Set(8192);
   b.disk.read_seconds->Observe(0.001);
+  b.fabric.get.refused->Increment(2);
+  b.fabric.put.bytes->Increment(1 << 20);
   EXPECT_EQ(a.disk.used_bytes, nullptr);  // no disk tier, no series
+  EXPECT_EQ(a.fabric.get.refused, nullptr);  // no fabric, no series
   const std::string text = m.Serialize();
   EXPECT_THAT(text,
               HasSubstr("tandem_cache_store_used_bytes{shard=\"10.0.0.1:7000\",tier=\"memory\"} "
@@ -145,6 +148,12 @@ TEST(MetricsTest, StoreShardsAreLabelledByAddress) {
   EXPECT_THAT(text,
               HasSubstr("tandem_cache_store_disk_io_seconds_count{op=\"read\",shard=\"10.0.0.2:"
                         "7000\"} 1"));
+  EXPECT_THAT(text, HasSubstr("tandem_cache_store_fabric_messages_total{direction=\"get\","
+                              "outcome=\"refused\",shard=\"10.0.0.2:7000\"} 2"));
+  EXPECT_THAT(text, HasSubstr("tandem_cache_store_fabric_bytes_total{direction=\"put\","
+                              "shard=\"10.0.0.2:7000\"} 1048576"));
+  EXPECT_THAT(text, Not(HasSubstr("tandem_cache_store_fabric_bytes_total{direction=\"put\","
+                                  "shard=\"10.0.0.1:7000\"}")));
   EXPECT_THAT(text,
               HasSubstr("tandem_cache_store_tier_lookups_total{result=\"miss\",shard=\"10.0.0.2:"
                         "7000\",tier=\"disk\"} 0"));
