@@ -10,13 +10,12 @@
 #include "common/fabric/kv_protocol.h"
 
 namespace tandem::cache_store {
-namespace {
 
 using fabric::KvReplyHeader;
 
 // One message's blocks moving under a borrowed lease; lives until UCX completes the transfer
-// (owned by the UCX request's user data, as UCX's C callbacks require).
-struct Transfer {
+// (the UCX request's user data, as UCX's C callbacks require), or until the plane is destroyed.
+struct UcxDataPlane::Transfer {
   UcxDataPlane* plane = nullptr;
   ShmHandoff::Borrowed borrowed;
   ucp_ep_h ep = nullptr;
@@ -61,6 +60,8 @@ struct Transfer {
   }
 };
 
+namespace {
+
 ShmLeases::Key KeyOf(const fabric::KvRequestHeader& h) { return {h.key[0], h.key[1]}; }
 
 }  // namespace
@@ -102,30 +103,36 @@ absl::StatusOr<std::unique_ptr<UcxDataPlane>> UcxDataPlane::Create(ShmHandoff& h
 
 UcxDataPlane::~UcxDataPlane() {
   worker_.reset();  // first: what it completes as it stops uses the rest
+  for (const auto& [serial, tracked] : transfers_) delete tracked.transfer;  // never completed
 }
 
-uint64_t UcxDataPlane::Track(ucp_ep_h ep, Counters& counters) {
+uint64_t UcxDataPlane::Track(Transfer* transfer, Counters& counters) {
   const uint64_t serial = ++next_serial_;
-  transfers_.emplace(serial, Tracked{.ep = ep, .counters = &counters});
+  transfers_.emplace(serial, Tracked{.transfer = transfer, .counters = &counters});
   worker_->RunAt(std::chrono::steady_clock::now() + handoff_.lease_time(), [this, serial] {
     auto it = transfers_.find(serial);
-    if (it == transfers_.end()) return;  // done in time
+    if (it == transfers_.end() || it->second.cancelled) return;  // done in time, or cancelled
     // The peer stopped answering (a worker stopped or killed mid-transfer: UCX 1.13's
     // shared-memory transports never tell). Closing its endpoint completes every transfer on
     // it with an error, which lets go of their leases' blocks; the peer's next message builds
     // a new one.
-    const ucp_ep_h ep = it->second.ep;
-    absl::erase_if(transfers_, [ep](const auto& t) {
-      if (t.second.ep != ep) return false;
-      ++t.second.counters->timed_out;
-      return true;
-    });
+    const ucp_ep_h ep = it->second.transfer->ep;
+    for (auto& [other, tracked] : transfers_) {
+      if (tracked.transfer->ep != ep || tracked.cancelled) continue;
+      tracked.cancelled = true;
+      ++tracked.counters->timed_out;
+    }
     worker_->CloseEndpoint(ep);
   });
   return serial;
 }
 
-bool UcxDataPlane::Untrack(uint64_t serial) { return transfers_.erase(serial) > 0; }
+bool UcxDataPlane::Untrack(uint64_t serial) {
+  auto it = transfers_.find(serial);
+  const bool live = !it->second.cancelled;
+  transfers_.erase(it);
+  return live;
+}
 
 void UcxDataPlane::Attach(tandem::v1::AttachFabricResponse* response) const {
   response->set_worker_address(worker_->address());
@@ -197,9 +204,9 @@ ucs_status_t UcxDataPlane::OnPut(const void* header, size_t header_length, void*
   auto* transfer = new Transfer{.plane = this,
                                 .borrowed = *std::move(borrowed),
                                 .ep = ep,
-                                .serial = Track(ep, put_),
                                 .reply = {.request_id = h.request_id},
                                 .bytes = request->bytes};
+  transfer->serial = Track(transfer, put_);
   worker_->Post([this, transfer, data] {
     ucp_request_param_t recv{};
     recv.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
@@ -256,9 +263,9 @@ ucs_status_t UcxDataPlane::OnGet(const void* header, size_t header_length,
   auto* transfer = new Transfer{.plane = this,
                                 .borrowed = *std::move(borrowed),
                                 .ep = ep,
-                                .serial = Track(ep, get_),
                                 .reply = {.request_id = id},
                                 .bytes = request->bytes};
+  transfer->serial = Track(transfer, get_);
   worker_->Post([this, transfer] {
     ucp_request_param_t send{};
     send.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;

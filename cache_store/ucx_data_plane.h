@@ -75,20 +75,24 @@ class UcxDataPlane {
     }
     UcxDataPlaneStats::Direction Load() const;
   };
-  // Worker thread only: a transfer that moves bytes after its handler returned (a rendezvous)
-  // is tracked from then until UCX completes it, and cancelled if that takes longer than the
-  // lease time.
-  uint64_t Track(ucp_ep_h ep, Counters& counters);
-  // Whether `serial` was still tracked (not cancelled); it no longer is.
+  // One message's blocks moving after its handler returned (cache_store/ucx_data_plane.cc).
+  struct Transfer;
+  // Worker thread only: a transfer is tracked from its start until UCX completes it, and
+  // cancelled if that takes longer than the lease time. Returns its serial.
+  uint64_t Track(Transfer* transfer, Counters& counters);
+  // Whether `serial` was still live (not cancelled); it is no longer tracked.
   bool Untrack(uint64_t serial);
 
   ShmHandoff& handoff_;
   ucp_mem_h arena_memh_ = nullptr;
   Counters put_, get_;
-  // Worker thread only: the transfers in progress, by serial, with their peer's endpoint.
+  // Worker thread only: the transfers UCX has not completed, by serial. A cancelled one stays
+  // until UCX completes it; one UCX never completes (a send to a dead peer over shared memory)
+  // is freed when the plane is destroyed.
   struct Tracked {
-    ucp_ep_h ep = nullptr;
+    Transfer* transfer = nullptr;
     Counters* counters = nullptr;
+    bool cancelled = false;
   };
   absl::flat_hash_map<uint64_t, Tracked> transfers_;
   uint64_t next_serial_ = 0;
