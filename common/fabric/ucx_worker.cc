@@ -1,10 +1,15 @@
 #include "common/fabric/ucx_worker.h"
 
 #include <poll.h>
+#include <ucs/debug/log_def.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdarg>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <mutex>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -12,6 +17,41 @@
 
 namespace tandem::fabric {
 namespace {
+
+// Set while this thread builds an endpoint that may fail as expected (UcxWorker's probe of
+// peer error handling): UCX logs the failure as an error, which is then dropped.
+thread_local bool expecting_failure = false;
+
+// UCX's log lines (errors and warnings; UCX_LOG_LEVEL sets how much) go through Tandem's log,
+// on stderr in its format, instead of UCX's own printer on stdout.
+ucs_log_func_rc_t LogThroughTandem(const char* file, unsigned line, const char* /*function*/,
+                                   ucs_log_level_t level, const ucs_log_component_config_t*,
+                                   const char* format, va_list ap) {
+  if (expecting_failure && level <= UCS_LOG_LEVEL_ERROR && level != UCS_LOG_LEVEL_FATAL) {
+    return UCS_LOG_FUNC_RC_STOP;
+  }
+  char text[1024];
+  va_list copy;
+  va_copy(copy, ap);
+  std::vsnprintf(text, sizeof text, format, copy);
+  va_end(copy);
+  const char* name = file != nullptr ? file : "";
+  if (const char* slash = std::strrchr(name, '/')) name = slash + 1;
+  Log(level <= UCS_LOG_LEVEL_ERROR  ? LogLevel::kError
+      : level == UCS_LOG_LEVEL_WARN ? LogLevel::kWarning
+                                    : LogLevel::kInfo,
+      "ucx", absl::StrCat(text, " (UCX ", name, ":", line, ")"));
+  return level == UCS_LOG_LEVEL_FATAL ? UCS_LOG_FUNC_RC_CONTINUE : UCS_LOG_FUNC_RC_STOP;
+}
+
+// Builds an endpoint whose failure is expected and handled by the caller.
+ucs_status_t CreateEndpointQuietly(ucp_worker_h worker, const ucp_ep_params_t& params,
+                                   ucp_ep_h* ep) {
+  expecting_failure = true;
+  const ucs_status_t s = ucp_ep_create(worker, &params, ep);
+  expecting_failure = false;
+  return s;
+}
 
 absl::Status UcxError(const char* what, ucs_status_t status) {
   return absl::UnavailableError(absl::StrCat("UCX: ", what, ": ", ucs_status_string(status)));
@@ -33,6 +73,8 @@ constexpr int kSleepMs = 100;
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<UcxWorker>> UcxWorker::Create(UcxWorkerOptions options) {
+  static std::once_flag log_once;
+  std::call_once(log_once, [] { ucs_log_push_handler(&LogThroughTandem); });
   std::unique_ptr<UcxWorker> w(new UcxWorker());
   w->handlers_ = std::move(options.handlers);
   w->on_endpoint_error_ = std::move(options.on_endpoint_error);
@@ -225,7 +267,7 @@ bool UcxWorker::detects_peer_failures() {
     probe.address = reinterpret_cast<const ucp_address_t*>(address_.data());
     probe.err_mode = UCP_ERR_HANDLING_MODE_PEER;
     ucp_ep_h ep = nullptr;
-    peer_failures_ = ucp_ep_create(worker_, &probe, &ep) == UCS_OK;
+    peer_failures_ = CreateEndpointQuietly(worker_, probe, &ep) == UCS_OK;
     peer_failures_known_ = true;
     if (ep != nullptr) Close(ep);
     if (!peer_failures_) WarnNoPeerFailures();
@@ -276,7 +318,9 @@ absl::StatusOr<ucp_ep_h> UcxWorker::Endpoint(const std::string& address) {
   params.err_handler.cb = &UcxWorker::OnEndpointError;
   params.err_handler.arg = this;
   ucp_ep_h ep = nullptr;
-  ucs_status_t s = ucp_ep_create(worker_, &params, &ep);
+  ucs_status_t s = peer_failures_ && !peer_failures_known_
+                       ? CreateEndpointQuietly(worker_, params, &ep)
+                       : ucp_ep_create(worker_, &params, &ep);
   if (s != UCS_OK && peer_failures_) {
     // UCX 1.13's shared-memory transports cannot tell a peer failed: without that, a dead peer
     // costs the caller's deadline, after which the endpoint is closed all the same.
