@@ -1,9 +1,11 @@
 #include "cache_store/ucx_data_plane.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <optional>
 #include <utility>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
@@ -108,23 +110,45 @@ UcxDataPlane::~UcxDataPlane() {
 
 uint64_t UcxDataPlane::Track(Transfer* transfer, Counters& counters) {
   const uint64_t serial = ++next_serial_;
-  transfers_.emplace(serial, Tracked{.transfer = transfer, .counters = &counters});
-  worker_->RunAt(std::chrono::steady_clock::now() + handoff_.lease_time(), [this, serial] {
-    auto it = transfers_.find(serial);
-    if (it == transfers_.end() || it->second.cancelled) return;  // done in time, or cancelled
-    // The peer stopped answering (a worker stopped or killed mid-transfer: UCX 1.13's
-    // shared-memory transports never tell). Closing its endpoint completes every transfer on
-    // it with an error, which lets go of their leases' blocks; the peer's next message builds
-    // a new one.
-    const ucp_ep_h ep = it->second.transfer->ep;
-    for (auto& [other, tracked] : transfers_) {
+  const auto deadline = std::chrono::steady_clock::now() + handoff_.lease_time();
+  transfers_.emplace(serial,
+                     Tracked{.transfer = transfer, .counters = &counters, .deadline = deadline});
+  if (!sweep_pending_) {
+    sweep_pending_ = true;
+    worker_->RunAt(deadline, [this] { Sweep(); });
+  }
+  return serial;
+}
+
+void UcxDataPlane::Sweep() {
+  sweep_pending_ = false;
+  const auto now = std::chrono::steady_clock::now();
+  std::vector<ucp_ep_h> stalled;
+  std::optional<std::chrono::steady_clock::time_point> next;
+  for (const auto& [serial, tracked] : transfers_) {
+    if (tracked.cancelled) continue;
+    if (tracked.deadline > now) {
+      next = std::min(next.value_or(tracked.deadline), tracked.deadline);
+    } else if (std::find(stalled.begin(), stalled.end(), tracked.transfer->ep) == stalled.end()) {
+      stalled.push_back(tracked.transfer->ep);
+    }
+  }
+  // Their peers stopped answering (a worker stopped or killed mid-transfer: UCX 1.13's
+  // shared-memory transports never tell). Closing a peer's endpoint completes every transfer on
+  // it with an error, which lets go of their leases' blocks; the peer's next message builds a
+  // new one.
+  for (ucp_ep_h ep : stalled) {
+    for (auto& [serial, tracked] : transfers_) {
       if (tracked.transfer->ep != ep || tracked.cancelled) continue;
       tracked.cancelled = true;
       ++tracked.counters->timed_out;
     }
     worker_->CloseEndpoint(ep);
-  });
-  return serial;
+  }
+  if (next.has_value()) {
+    sweep_pending_ = true;
+    worker_->RunAt(*next, [this] { Sweep(); });
+  }
 }
 
 bool UcxDataPlane::Untrack(uint64_t serial) {

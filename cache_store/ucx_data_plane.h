@@ -16,6 +16,7 @@
 #include <ucp/api/ucp.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -82,6 +83,9 @@ class UcxDataPlane {
   uint64_t Track(Transfer* transfer, Counters& counters);
   // Whether `serial` was still live (not cancelled); it is no longer tracked.
   bool Untrack(uint64_t serial);
+  // Cancels the transfers past their deadline, with every other on their peers' endpoints; one
+  // sweep is pending at a time, at the earliest deadline.
+  void Sweep();
 
   ShmHandoff& handoff_;
   ucp_mem_h arena_memh_ = nullptr;
@@ -92,10 +96,12 @@ class UcxDataPlane {
   struct Tracked {
     Transfer* transfer = nullptr;
     Counters* counters = nullptr;
+    std::chrono::steady_clock::time_point deadline;
     bool cancelled = false;
   };
   absl::flat_hash_map<uint64_t, Tracked> transfers_;
   uint64_t next_serial_ = 0;
+  bool sweep_pending_ = false;
   std::unique_ptr<fabric::UcxWorker> worker_;  // last: its thread uses the rest
 };
 
