@@ -163,6 +163,7 @@ void UcxDataPlane::Attach(tandem::v1::AttachFabricResponse* response) const {
   response->set_instance_id(handoff_.arena()->instance_id());
   response->set_lease_ms(handoff_.lease_time().count());
   response->set_arena_bytes(handoff_.arena()->file_bytes());
+  response->set_protocol(fabric::kKvProtocolVersion);
 }
 
 UcxDataPlaneStats::Direction UcxDataPlane::Counters::Load() const {

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "common/fabric/kv_protocol.h"
 #include "common/rpc/status.h"
 #include "common/store/block_checksum.h"
 #include "common/store/shm_mapping.h"
@@ -132,6 +133,12 @@ absl::StatusOr<ArenaClient::Path> ArenaClient::AttachFabric() {
   tandem::v1::AttachFabricResponse response;
   TANDEM_RETURN_IF_ERROR(rpc::FromGrpcStatus(
       stub_.AttachFabric(&context, tandem::v1::AttachFabricRequest(), &response)));
+  if (response.protocol() != fabric::kKvProtocolVersion) {
+    // Another release's messages (a rolling upgrade): each would wait for its deadline.
+    return absl::UnavailableError(absl::StrCat("the shard's KV fabric speaks protocol ",
+                                               absl::Hex(response.protocol()), " and this worker ",
+                                               absl::Hex(fabric::kKvProtocolVersion)));
+  }
   std::shared_ptr<UcxKvClient> ucx = fabric_client_;
   if (ucx == nullptr) {
     TANDEM_ASSIGN_OR_RETURN(ucx, UcxKvClient::Shared());

@@ -6,6 +6,7 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstring>
 #include <limits>
 
@@ -49,6 +50,23 @@ class LyingShard final : public tandem::v1::CacheStore::CallbackService {
     response->set_lease_ms(30000);
     return Ok(context);
   }
+  // Offers a fabric that speaks `fabric_protocol_` (another release's), at no real worker.
+  grpc::ServerUnaryReactor* AttachFabric(grpc::CallbackServerContext* context,
+                                         const tandem::v1::AttachFabricRequest*,
+                                         tandem::v1::AttachFabricResponse* response) override {
+    response->set_worker_address("not a UCX worker's address");
+    response->set_instance_id(arena_.instance_id());
+    response->set_lease_ms(30000);
+    response->set_arena_bytes(arena_.file_bytes());
+    response->set_protocol(0x544b5601);  // "TKV", 1
+    absl::MutexLock lock(&mu_);
+    ++fabric_attaches_;
+    return Ok(context);
+  }
+  int fabric_attaches() const {
+    absl::MutexLock lock(&mu_);
+    return fabric_attaches_;
+  }
   grpc::ServerUnaryReactor* AcquireShm(grpc::CallbackServerContext* context,
                                        const tandem::v1::AcquireShmRequest*,
                                        tandem::v1::AcquireShmResponse* response) override {
@@ -89,6 +107,7 @@ class LyingShard final : public tandem::v1::CacheStore::CallbackService {
   tandem::v1::AcquireShmResponse acquire_ ABSL_GUARDED_BY(mu_);
   tandem::v1::ReserveShmResponse reserve_ ABSL_GUARDED_BY(mu_);
   int releases_ ABSL_GUARDED_BY(mu_) = 0;
+  int fabric_attaches_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 class ShmClientTest : public ::testing::Test {
@@ -205,6 +224,20 @@ TEST_F(ShmClientTest, LyingReservationsAreRefusedBeforeWriting) {
   EXPECT_EQ(put->stored, 1);
   EXPECT_EQ(std::string(reinterpret_cast<const char*>(arena_->data()) + 4096, 64),
             std::string(64, 'x'));
+}
+
+// A shard whose fabric speaks another protocol (a rolling upgrade) is not used over the fabric,
+// so no transfer waits for a deadline on messages the other side drops: the client never
+// touches UCX and takes the stream (which this shard does not serve: an error at once).
+TEST_F(ShmClientTest, AFabricOfAnotherProtocolIsNotUsed) {
+  CacheStoreClient client(grpc::CreateChannel(address_, grpc::InsecureChannelCredentials()),
+                          "model", CacheStoreClientOptions{.fabric = true});
+  const auto start = std::chrono::steady_clock::now();
+  auto put = client.Put({{BlockData{9, std::string(64, 'x')}}});
+  EXPECT_EQ(put.status().code(), absl::StatusCode::kUnimplemented) << put.status();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  EXPECT_EQ(shard_->fabric_attaches(), 1);
+  EXPECT_FALSE(client.fabric_attached());
 }
 
 }  // namespace
