@@ -185,10 +185,12 @@ void UcxWorker::RunAt(std::chrono::steady_clock::time_point when, absl::AnyInvoc
 bool UcxWorker::RunPosted() {
   std::vector<absl::AnyInvocable<void()>> tasks;
   tasks.swap(local_);
-  const auto now = std::chrono::steady_clock::now();
-  while (!timers_.empty() && timers_.begin()->first <= now) {
-    tasks.push_back(std::move(timers_.begin()->second));
-    timers_.erase(timers_.begin());
+  if (!timers_.empty()) {
+    const auto now = std::chrono::steady_clock::now();
+    while (!timers_.empty() && timers_.begin()->first <= now) {
+      tasks.push_back(std::move(timers_.begin()->second));
+      timers_.erase(timers_.begin());
+    }
   }
   {
     absl::MutexLock lock(&mu_);
