@@ -104,7 +104,10 @@ absl::StatusOr<std::unique_ptr<UcxDataPlane>> UcxDataPlane::Create(ShmHandoff& h
 }
 
 UcxDataPlane::~UcxDataPlane() {
-  worker_.reset();  // first: what it completes as it stops uses the rest
+  // The worker first, since what it completes as it stops uses the rest; and without nulling
+  // worker_ before its thread has stopped (reset() would), as its handlers reach it through it.
+  worker_.get_deleter()(worker_.get());
+  worker_.release();
   for (const auto& [serial, tracked] : transfers_) delete tracked.transfer;  // never completed
 }
 
