@@ -104,10 +104,7 @@ absl::StatusOr<std::unique_ptr<UcxDataPlane>> UcxDataPlane::Create(ShmHandoff& h
 }
 
 UcxDataPlane::~UcxDataPlane() {
-  // The worker first, since what it completes as it stops uses the rest; and without nulling
-  // worker_ before its thread has stopped (reset() would), as its handlers reach it through it.
-  worker_.get_deleter()(worker_.get());
-  worker_.release();
+  fabric::DestroyWorker(worker_);  // first: what it completes as it stops uses the rest
   for (const auto& [serial, tracked] : transfers_) delete tracked.transfer;  // never completed
 }
 

@@ -133,4 +133,12 @@ class UcxWorker {
   std::thread thread_;  // last: it starts once the rest is built
 };
 
+// Destroys `worker`, stopping its thread, while `worker` still points to it: for an owner whose
+// handlers and tasks reach the worker through that pointer until the thread has stopped
+// (unique_ptr::reset nulls it first). Then nulls it.
+inline void DestroyWorker(std::unique_ptr<UcxWorker>& worker) {
+  delete worker.get();
+  static_cast<void>(worker.release());
+}
+
 }  // namespace tandem::fabric

@@ -134,7 +134,8 @@ absl::StatusOr<std::shared_ptr<UcxKvClient>> UcxKvClient::Create(const std::stri
 }
 
 UcxKvClient::~UcxKvClient() {
-  worker_.reset();  // forced closes complete every request; the batches' callers are gone
+  // Forced closes complete every request; the batches' callers are gone.
+  fabric::DestroyWorker(worker_);
 }
 
 UcxKvClientStats UcxKvClient::Stats() const {
