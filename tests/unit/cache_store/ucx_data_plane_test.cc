@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string_view>
 
 #include "absl/synchronization/notification.h"
 #include "cache_store/cache_store_service.h"
@@ -90,6 +91,43 @@ class UcxDataPlaneTest : public ::testing::TestWithParam<const char*> {
     tandem::v1::ReserveShmResponse reserved;
     EXPECT_TRUE(stub_->ReserveShm(&context, request, &reserved).ok());
     return reserved;
+  }
+  // Pins block `hash` under a read lease with a key.
+  tandem::v1::AcquireShmResponse Acquire(uint64_t instance, uint64_t hash) {
+    tandem::v1::AcquireShmRequest request;
+    request.set_instance_id(instance);
+    request.set_model_id("model");
+    request.set_fabric(true);
+    request.add_block_hashes(hash);
+    grpc::ClientContext context;
+    tandem::v1::AcquireShmResponse acquired;
+    EXPECT_TRUE(stub_->AcquireShm(&context, request, &acquired).ok());
+    return acquired;
+  }
+  // A request for one block, as an honest client builds it (common/fabric/kv_protocol.h).
+  static std::string OneBlockHeader(const LeaseGrant& lease, uint64_t request_id, int64_t offset,
+                                    int64_t length) {
+    const fabric::KvRequestHeader h{.count = 1,
+                                    .request_id = request_id,
+                                    .lease_id = lease.id,
+                                    .key = {lease.key[0], lease.key[1]}};
+    const fabric::KvBlockRef ref{.index = 0, .offset = offset, .length = length};
+    std::string header(fabric::KvHeaderBytes(1), '\0');
+    std::memcpy(header.data(), &h, sizeof h);
+    std::memcpy(header.data() + sizeof h, &ref, sizeof ref);
+    return header;
+  }
+  // On `worker`'s thread: sends active message `id` to `address`, asking for a reply. Returns
+  // UCX's request, still in progress, or null.
+  static ucs_status_ptr_t SendWithReply(fabric::UcxWorker& worker, const std::string& address,
+                                        unsigned id, const std::string& header,
+                                        std::string_view bytes = {}) {
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags = UCP_AM_SEND_FLAG_REPLY;
+    ucs_status_ptr_t request = ucp_am_send_nbx(worker.Endpoint(address).value(), id, header.data(),
+                                               header.size(), bytes.data(), bytes.size(), &param);
+    return UCS_PTR_IS_ERR(request) ? nullptr : request;
   }
   template <typename Response>
   static LeaseGrant Grant(const Response& r) {
@@ -315,14 +353,7 @@ TEST_P(UcxDataPlaneTest, AReadKeyEndsWithItsLease) {
   Start(std::chrono::milliseconds(300));
   ASSERT_TRUE(Client(false)->Put({{BlockData{21, Bytes(21, 70000)}}}).ok());
   const tandem::v1::AttachFabricResponse attached = Attach();
-  tandem::v1::AcquireShmRequest request;
-  request.set_instance_id(attached.instance_id());
-  request.set_model_id("model");
-  request.set_fabric(true);
-  request.add_block_hashes(21);
-  grpc::ClientContext context;
-  tandem::v1::AcquireShmResponse acquired;
-  ASSERT_TRUE(stub_->AcquireShm(&context, request, &acquired).ok());
+  const tandem::v1::AcquireShmResponse acquired = Acquire(attached.instance_id(), 21);
   ASSERT_TRUE(acquired.blocks(0).found());
   const LeaseGrant lease = Grant(acquired);
   const store::ArenaRegion region{.index = 0,
@@ -382,14 +413,7 @@ TEST_P(UcxDataPlaneTest, AStalledReaderLetsGoOfItsPinAtTheLeaseTime) {
   const std::string block = Bytes(41, 1 << 20);  // a rendezvous: the shard waits for the reader
   ASSERT_TRUE(Client(false)->Put({{BlockData{41, block}}}).ok());
   const tandem::v1::AttachFabricResponse attached = Attach();
-  tandem::v1::AcquireShmRequest request;
-  request.set_instance_id(attached.instance_id());
-  request.set_model_id("model");
-  request.set_fabric(true);
-  request.add_block_hashes(41);
-  grpc::ClientContext context;
-  tandem::v1::AcquireShmResponse acquired;
-  ASSERT_TRUE(stub_->AcquireShm(&context, request, &acquired).ok());
+  const tandem::v1::AcquireShmResponse acquired = Acquire(attached.instance_id(), 41);
   ASSERT_TRUE(acquired.blocks(0).found());
   const LeaseGrant lease = Grant(acquired);
 
@@ -403,21 +427,12 @@ TEST_P(UcxDataPlaneTest, AStalledReaderLetsGoOfItsPinAtTheLeaseTime) {
   });
   auto reader = fabric::UcxWorker::Create(std::move(options)).value();
   reader->Start();
-  const fabric::KvRequestHeader h{
-      .count = 1, .request_id = 7, .lease_id = lease.id, .key = {lease.key[0], lease.key[1]}};
-  const fabric::KvBlockRef ref{.index = 0,
-                               .offset = acquired.blocks(0).offset(),
-                               .length = acquired.blocks(0).block_bytes()};
-  std::string header(fabric::KvHeaderBytes(1), '\0');
-  std::memcpy(header.data(), &h, sizeof h);
-  std::memcpy(header.data() + sizeof h, &ref, sizeof ref);
+  const std::string header = OneBlockHeader(lease, /*request_id=*/7, acquired.blocks(0).offset(),
+                                            acquired.blocks(0).block_bytes());
   reader->Post([&reader, &header, address = attached.worker_address()] {
-    ucp_request_param_t param{};
-    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    param.flags = UCP_AM_SEND_FLAG_REPLY;
-    ucs_status_ptr_t sent = ucp_am_send_nbx(reader->Endpoint(address).value(), fabric::kGet,
-                                            header.data(), header.size(), nullptr, 0, &param);
-    if (sent != nullptr && !UCS_PTR_IS_ERR(sent)) ucp_request_free(sent);
+    if (ucs_status_ptr_t sent = SendWithReply(*reader, address, fabric::kGet, header)) {
+      ucp_request_free(sent);
+    }
   });
   ASSERT_TRUE(testing::Eventually([&] { return offers == 1; }));
   // The lease ends (expires) while the transfer is offered; at the lease time the transfer is
@@ -446,14 +461,9 @@ TEST_P(UcxDataPlaneTest, AStalledWriterLetsGoOfItsReservationAtTheLeaseTime) {
       Reserve(attached.instance_id(), 42, static_cast<int64_t>(block.size()));
   ASSERT_TRUE(reserved.reservations(0).reserved());
   const LeaseGrant lease = Grant(reserved);
-  const fabric::KvRequestHeader h{
-      .count = 1, .request_id = 8, .lease_id = lease.id, .key = {lease.key[0], lease.key[1]}};
-  const fabric::KvBlockRef ref{.index = 0,
-                               .offset = reserved.reservations(0).offset(),
-                               .length = static_cast<int64_t>(block.size())};
-  std::string header(fabric::KvHeaderBytes(1), '\0');
-  std::memcpy(header.data(), &h, sizeof h);
-  std::memcpy(header.data() + sizeof h, &ref, sizeof ref);
+  const std::string header =
+      OneBlockHeader(lease, /*request_id=*/8, reserved.reservations(0).offset(),
+                     static_cast<int64_t>(block.size()));
   std::atomic<int> answers = 0;
   fabric::UcxWorkerOptions options;
   options.handlers.emplace_back(
@@ -467,25 +477,17 @@ TEST_P(UcxDataPlaneTest, AStalledWriterLetsGoOfItsReservationAtTheLeaseTime) {
   // send leaves at once, without the writer's thread.
   const std::string junk(fabric::KvHeaderBytes(1), 'j');
   writer->Post([&, address = attached.worker_address()] {
-    ucp_request_param_t param{};
-    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    param.flags = UCP_AM_SEND_FLAG_REPLY;
-    ucs_status_ptr_t request = ucp_am_send_nbx(writer->Endpoint(address).value(), fabric::kPut,
-                                               junk.data(), junk.size(), nullptr, 0, &param);
-    if (request != nullptr && !UCS_PTR_IS_ERR(request)) ucp_request_free(request);
+    if (ucs_status_ptr_t request = SendWithReply(*writer, address, fabric::kPut, junk)) {
+      ucp_request_free(request);
+    }
   });
   ASSERT_TRUE(testing::Eventually([&] { return answers == 1; }));
   absl::Notification sent, resume;
   writer->Post([&, address = attached.worker_address()] {
-    ucp_request_param_t param{};
-    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    param.flags = UCP_AM_SEND_FLAG_REPLY;
-    ucs_status_ptr_t request =
-        ucp_am_send_nbx(writer->Endpoint(address).value(), fabric::kPut, header.data(),
-                        header.size(), block.data(), block.size(), &param);
+    ucs_status_ptr_t request = SendWithReply(*writer, address, fabric::kPut, header, block);
     sent.Notify();
     resume.WaitForNotification();  // the writer's UCX thread stops here: nothing progresses
-    if (request != nullptr && !UCS_PTR_IS_ERR(request)) ucp_request_free(request);
+    if (request != nullptr) ucp_request_free(request);
   });
   sent.WaitForNotification();
   // The lease expires, and the transfer is cancelled at the lease time (tcp: the shard waits
