@@ -39,8 +39,10 @@ class SharedBlockMemory final : public BlockMemory {
 
 std::unique_ptr<BlockMemory> NewHeapBlockMemory() { return std::make_unique<HeapBlockMemory>(); }
 
-absl::StatusOr<std::unique_ptr<BlockMemory>> NewSharedBlockMemory(int64_t capacity_bytes) {
-  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<ShmArena> arena, ShmArena::Create(capacity_bytes));
+absl::StatusOr<std::unique_ptr<BlockMemory>> NewSharedBlockMemory(int64_t capacity_bytes,
+                                                                  bool preallocate) {
+  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<ShmArena> arena,
+                          ShmArena::Create(capacity_bytes, preallocate));
   return std::make_unique<SharedBlockMemory>(std::move(arena));
 }
 

@@ -26,7 +26,9 @@ class BlockMemory {
 };
 
 std::unique_ptr<BlockMemory> NewHeapBlockMemory();
-// An arena of `capacity_bytes`; the ShmArena::Create errors.
-absl::StatusOr<std::unique_ptr<BlockMemory>> NewSharedBlockMemory(int64_t capacity_bytes);
+// An arena of `capacity_bytes`, every page allocated now if `preallocate`; the ShmArena::Create
+// errors.
+absl::StatusOr<std::unique_ptr<BlockMemory>> NewSharedBlockMemory(int64_t capacity_bytes,
+                                                                  bool preallocate = false);
 
 }  // namespace tandem::cache_store

@@ -102,16 +102,25 @@ absl::StatusOr<std::unique_ptr<BlockStore>> BlockStore::Create(const BlockStoreO
   std::unique_ptr<BlockMemory> memory;
   if (options.shared_memory) {
     absl::StatusOr<std::unique_ptr<BlockMemory>> shared =
-        NewSharedBlockMemory(options.capacity_bytes);
+        NewSharedBlockMemory(options.capacity_bytes, options.preallocate);
     if (shared.ok()) {
       memory = *std::move(shared);
+    } else if (absl::IsResourceExhausted(shared.status())) {
+      return shared.status();  // asked to hold the memory now, and it is not there
     } else {
       Log(LogLevel::kWarning, "cache-store",
           absl::StrCat("no shared-memory fast path, blocks stay private: ",
                        shared.status().ToString()));
     }
   }
-  if (memory == nullptr) memory = NewHeapBlockMemory();
+  if (memory == nullptr) {
+    if (options.preallocate) {
+      Log(LogLevel::kWarning, "cache-store",
+          "cache_store.preallocate applies to the shared-memory arena; private memory is "
+          "allocated block by block");
+    }
+    memory = NewHeapBlockMemory();
+  }
   std::unique_ptr<DiskTier> disk;
   if (!options.disk.directory.empty()) {
     TANDEM_ASSIGN_OR_RETURN(disk, DiskTier::Open(options.disk));

@@ -57,6 +57,10 @@ struct BlockStoreOptions {
   // Keep blocks in a shared-memory arena co-located clients can map. If the kernel refuses one
   // the store logs why and keeps them in private memory (clients then use the stream).
   bool shared_memory = true;
+  // Allocate every page of the shared-memory arena at creation, and have clients map all of it
+  // when they attach (cache_store.preallocate): no block write then faults a page in. Creation
+  // fails when the memory is not there. Private memory is allocated block by block regardless.
+  bool preallocate = false;
   // The disk tier behind the memory; an empty directory: none.
   DiskTierOptions disk{};
   // Blocks the spill thread writes per group commit (and at most an eighth of the capacity).

@@ -6,10 +6,13 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
+#include "common/util/log.h"
+#include "common/util/populate.h"
 
 namespace tandem::cache_store {
 namespace {
@@ -29,10 +32,17 @@ uint64_t NewInstanceId() {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<ShmArena>> ShmArena::Create(int64_t data_bytes) {
+absl::StatusOr<std::unique_ptr<ShmArena>> ShmArena::Create(int64_t data_bytes, bool preallocate) {
   if (data_bytes <= 0) return absl::InvalidArgumentError("shared memory: empty arena");
   const int64_t file_bytes =
       store::kShmHeaderBytes + (data_bytes + kPageBytes - 1) / kPageBytes * kPageBytes;
+  // Refused here rather than found out by the OOM killer, which may pick another process.
+  if (const int64_t available = AvailableMemoryBytes(); preallocate && file_bytes > available) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("shared memory: cache_store.preallocate needs ", file_bytes >> 20,
+                     " MiB for the arena, and ", available >> 20,
+                     " MiB are available (MemAvailable, or the memory cgroup's limit)"));
+  }
   const int fd = memfd_create("tandem-cache-store", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0) return Errno("memfd_create");
   // Owner-only, like /proc/PID/fd through which clients open it: other users get nothing.
@@ -68,12 +78,33 @@ absl::StatusOr<std::unique_ptr<ShmArena>> ShmArena::Create(int64_t data_bytes) {
     return s;
   }
   close(probe);
+  if (preallocate) {
+    const auto start = std::chrono::steady_clock::now();
+    absl::Status s = PopulateWritable(static_cast<uint8_t*>(base), file_bytes);
+    if (absl::IsUnimplemented(s)) {
+      // An older kernel: write the pages instead (zeros over zeros), which no client sees yet.
+      std::memset(base, 0, static_cast<size_t>(file_bytes));
+      s = absl::OkStatus();
+    }
+    if (!s.ok()) {
+      munmap(base, file_bytes);
+      close(fd);
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "shared memory: cache_store.preallocate could not allocate the arena: ", s.message()));
+    }
+    Log(LogLevel::kInfo, "cache-store",
+        absl::StrCat("shared memory: preallocated the ", file_bytes >> 20, " MiB arena in ",
+                     std::chrono::duration_cast<std::chrono::milliseconds>(
+                         std::chrono::steady_clock::now() - start)
+                         .count(),
+                     " ms"));
+  }
   const uint64_t instance_id = NewInstanceId();
   store::ShmHeader header{
       .magic = store::kShmMagic, .instance_id = instance_id, .file_bytes = file_bytes};
   std::memcpy(base, &header, sizeof(header));
-  return std::unique_ptr<ShmArena>(
-      new ShmArena(fd, static_cast<uint8_t*>(base), file_bytes, instance_id, std::move(path)));
+  return std::unique_ptr<ShmArena>(new ShmArena(fd, static_cast<uint8_t*>(base), file_bytes,
+                                                instance_id, std::move(path), preallocate));
 }
 
 ShmArena::~ShmArena() {

@@ -39,13 +39,15 @@ absl::Status ShmHandoff::CheckCount(int n) const {
 }
 
 absl::Status ShmHandoff::Attach(tandem::v1::AttachSharedMemoryResponse* response) const {
-  if (arena_ == nullptr) {
-    return absl::FailedPreconditionError("shared memory is off on this shard");
+  if (arena_ == nullptr || !options_.offer_shared_memory) {
+    return absl::FailedPreconditionError(
+        "shared memory is off on this shard (cache_store.shared_memory: false)");
   }
   response->set_path(arena_->path());
   response->set_file_bytes(arena_->file_bytes());
   response->set_instance_id(arena_->instance_id());
   response->set_lease_ms(leases_.ttl().count());
+  response->set_preallocated(arena_->preallocated());
   return absl::OkStatus();
 }
 

@@ -31,6 +31,10 @@ struct ShmHandoffOptions {
   // a bad block never reaches an engine either way, and the extra pass costs about a third of
   // a put.
   bool verify_commits = false;
+  // Hand the arena to co-located clients (AttachSharedMemory). Off (cache_store.shared_memory:
+  // false, as on Kubernetes, where pods cannot map each other's memory) the arena and its leases
+  // serve the KV fabric alone.
+  bool offer_shared_memory = true;
 };
 
 // Counters since creation.

@@ -9,7 +9,7 @@ p50 and p90 from `tandem bench`, and of the mean put and get times per request t
 report (tandem_kv_transport_seconds, by transport), checking that the transport carried them.
 
   /usr/bin/python3 bench/serving/transport_ttft.py --build build --rounds 3 \
-      [--model /tmp/m125 --input-len 2048]
+      [--model /tmp/m125 --input-len 2048] [--preallocate]
 """
 import argparse
 import os
@@ -28,6 +28,8 @@ p.add_argument("--rate", type=float, default=2)
 p.add_argument("--num-requests", type=int, default=20)
 p.add_argument("--input-len", type=int, default=2000)  # the bundled model holds 2,048 positions
 p.add_argument("--output-len", type=int, default=4)
+p.add_argument("--preallocate", action="store_true",
+               help="cache_store.preallocate=true: no put or get faults arena pages in")
 args = p.parse_args()
 tandem = os.path.join(args.build, "tools", "tandem", "tandem")
 logs = tempfile.mkdtemp(prefix="tandem_transport_ttft_")
@@ -56,7 +58,8 @@ for r in range(args.rounds):
         else:
             os.environ.pop("UCX_TLS", None)
         cluster = LocalCluster(tandem, args.model, logs,
-                               ["--set", f"cache_store.transport={transport}"])
+                               ["--set", f"cache_store.transport={transport}",
+                                "--set", f"cache_store.preallocate={str(args.preallocate).lower()}"])
         addr = cluster.up("disaggregated")
         try:
             bench(tandem, addr, args.rate, dict(workload, num_requests=4, seed=2),
@@ -76,7 +79,8 @@ for r in range(args.rounds):
 os.environ.pop("UCX_TLS", None)
 
 print(f"{args.rounds} rounds, {args.num_requests} requests of {args.input_len} prompt tokens, "
-      f"{args.output_len} output tokens, at {args.rate} req/s; medians over rounds")
+      f"{args.output_len} output tokens, at {args.rate} req/s"
+      f"{', arenas preallocated' if args.preallocate else ''}; medians over rounds")
 print("| transport | TTFT p50 (ms) | TTFT p90 (ms) | put per request (ms) | get per request (ms) |")
 print("|---|---|---|---|---|")
 for name in SETTINGS:

@@ -143,6 +143,7 @@ struct CacheStoreConfig {
   std::vector<std::string> shards;  // addresses of every shard, for consistent hashing
   int64_t capacity_bytes = int64_t{2} << 30;
   bool shared_memory = true;      // node-local fast path
+  bool preallocate = false;       // allocate (and map in clients) the whole arena at startup
   std::string transport = "auto";  // auto | grpc | shm | ucx: how block bytes move
   bool reserve_ahead = true;      // prefill reserves shared-memory space while it computes
   bool load_prefixes = false;     // prefill imports a prompt's stored blocks, computes the rest

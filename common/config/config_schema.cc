@@ -387,7 +387,14 @@ std::vector<Field> MakeSchema() {
       Bytes("cache_store.capacity_bytes", TANDEM_CONFIG_REF(cache_store.capacity_bytes), 1 << 20,
             "block memory per shard (LRU beyond it)"),
       Bool("cache_store.shared_memory", TANDEM_CONFIG_REF(cache_store.shared_memory),
-           "hand blocks to co-located processes through shared memory"),
+           "hand blocks to co-located processes through shared memory (a shard that serves "
+           "the KV fabric keeps its blocks in its arena either way)"),
+      Bool("cache_store.preallocate", TANDEM_CONFIG_REF(cache_store.preallocate),
+           "the shard allocates its whole shared-memory arena at startup (and fails to start "
+           "without the memory), and co-located workers map all of it in the background when "
+           "they attach: no block write then faults a page in, which on a fresh arena is most of "
+           "a put's time (docs/benchmarks.md); costs startup time and page tables (2 MiB per GiB "
+           "in each process with 4 KiB pages)"),
       Str("cache_store.transport", TANDEM_CONFIG_REF(cache_store.transport),
           {"auto", "grpc", "shm", "ucx"},
           "how block bytes move between workers and shards (gRPC carries the control either "

@@ -123,6 +123,8 @@ absl::StatusOr<ArenaClient::Path> ArenaClient::AttachSharedMemory() {
   if (!opened.ok()) {  // offered but not mappable here: not the shard's refusal
     return absl::UnavailableError(opened.status().message());
   }
+  // The pages exist already: mapping them now spares each block's first write its page faults.
+  if (response.preallocated()) (*opened)->PopulateInBackground();
   lease_ = std::chrono::milliseconds(response.lease_ms());
   return Path(*std::move(opened));
 }

@@ -9,12 +9,15 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "common/store/block_checksum.h"
 #include "common/store/shm_layout.h"
+#include "common/util/log.h"
+#include "common/util/populate.h"
 
 namespace tandem::store {
 namespace {
@@ -137,7 +140,34 @@ absl::StatusOr<std::unique_ptr<ShmMapping>> ShmMapping::Open(const std::string& 
   return mapping;
 }
 
-ShmMapping::~ShmMapping() { munmap(base_, size_); }
+ShmMapping::~ShmMapping() {
+  if (populator_.joinable()) {
+    stop_populating_.store(true, std::memory_order_relaxed);
+    populator_.join();
+  }
+  munmap(base_, size_);
+}
+
+void ShmMapping::PopulateInBackground() {
+  if (populator_.joinable()) return;
+  populator_ = std::thread([this] {
+    const auto start = std::chrono::steady_clock::now();
+    const absl::Status s = PopulateWritable(base_, size_, &stop_populating_);
+    if (s.ok()) {
+      populated_.store(true, std::memory_order_release);
+      Log(LogLevel::kInfo, "cache-store-client",
+          absl::StrCat("shared memory: mapped the shard's preallocated ", size_ >> 20,
+                       " MiB arena in ",
+                       std::chrono::duration_cast<std::chrono::milliseconds>(
+                           std::chrono::steady_clock::now() - start)
+                           .count(),
+                       " ms"));
+    } else if (!absl::IsCancelled(s)) {
+      Log(LogLevel::kWarning, "cache-store-client",
+          absl::StrCat(s.ToString(), "; first writes to blocks will fault pages in"));
+    }
+  });
+}
 
 absl::StatusOr<std::span<uint8_t>> ShmMapping::Region(int64_t offset, int64_t size) const {
   if (absl::Status s = ValidateShmRegion(offset, size, size_); !s.ok()) return s;

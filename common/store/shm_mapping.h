@@ -5,11 +5,13 @@
 // touched.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
 #include <string_view>
+#include <thread>
 
 #include "absl/status/statusor.h"
 #include "common/store/arena_path.h"
@@ -53,6 +55,13 @@ class ShmMapping final : public ArenaPath {
   // The bytes at [offset, offset + size) of the file; ValidateShmRegion's errors.
   absl::StatusOr<std::span<uint8_t>> Region(int64_t offset, int64_t size) const;
 
+  // Maps the whole arena on a thread of its own (PopulateWritable), for a shard that allocated all
+  // of it at startup (cache_store.preallocate): this process's first write to each block then
+  // costs no page fault. The destructor stops it. Once only; logs what it did.
+  void PopulateInBackground();
+  // Whether PopulateInBackground mapped the whole arena.
+  bool populated() const { return populated_.load(std::memory_order_acquire); }
+
  private:
   ShmMapping(uint8_t* base, int64_t size, uint64_t instance_id)
       : base_(base), size_(size), instance_id_(instance_id) {}
@@ -60,6 +69,9 @@ class ShmMapping final : public ArenaPath {
   uint8_t* const base_;
   const int64_t size_;
   const uint64_t instance_id_;
+  std::atomic<bool> stop_populating_{false};
+  std::atomic<bool> populated_{false};
+  std::thread populator_;
 };
 
 }  // namespace tandem::store

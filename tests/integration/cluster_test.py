@@ -33,10 +33,14 @@ through the public API by Python's grpcio.
                     completes) and a restart on the same address and directory: the blocks it
                     recovered are hits again.
   --case fabric     cache_store.transport=ucx on every role (UCX_TLS from the environment:
-                    tcp, or sm between processes): 40 concurrent requests equal
+                    tcp, or sm between processes), the shards with cache_store.shared_memory
+                    false as on Kubernetes: 40 concurrent requests equal
                     `model-inspect generate`, their blocks crossed UCX (the workers' transport
                     metrics), none the gRPC stream; kill -9 of a shard during transfers: every
                     request completes with the greedy output.
+  --case preallocate  cache_store.preallocate on a 64 MiB shard: the shard holds the whole
+                    arena before it serves, each worker maps all of it once attached, and
+                    requests over shared memory equal `model-inspect generate`.
   --case api        bad input is INVALID_ARGUMENT with a message (invalid UTF-8 included);
                     GetModelInfo; client cancel frees the blocks; after SIGTERM new requests
                     are UNAVAILABLE while the one in flight completes.
@@ -865,6 +869,14 @@ def case_shard_label():
     print("PASS")
 
 
+def transfers(w, transport, result="ok"):
+    """KV transfers the worker `w` made over `transport`: puts for a prefill, gets for a decode."""
+    direction = "put" if w.role == "prefill" else "get"
+    return w.metric("tandem_kv_transport_transfers_total",
+                    {"role": w.role, "transport": transport, "direction": direction,
+                     "result": result}) or 0
+
+
 def case_fabric(c, stub):
     reqs = random_requests(40, seed=5, max_prompt=300, max_out=30)
     want = expected(reqs)
@@ -874,12 +886,6 @@ def case_fabric(c, stub):
     for s in c.shards:
         with open(s.log.name) as f:
             assert "KV fabric: UCX serves the arena" in f.read(), f"shard {s.address} has no fabric"
-
-    def transfers(w, transport, result="ok"):
-        direction = "put" if w.role == "prefill" else "get"
-        return w.metric("tandem_kv_transport_transfers_total",
-                        {"role": w.role, "transport": transport, "direction": direction,
-                         "result": result}) or 0
     # Every transfer crossed the fabric; none fell back to the stream.
     for w in c.prefills + c.decodes:
         cluster.wait_for(lambda: transfers(w, "ucx") > 0, 5, f"{w.role}'s UCX transfers")
@@ -912,6 +918,35 @@ def case_fabric(c, stub):
           f"{time.monotonic() - t0:.1f} s; {failed:.0f} UCX transfers failed (recomputed)")
 
 
+def rss_shmem(pid):
+    """Bytes of shared memory the process has mapped in (RssShmem): the arena pages it reached."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("RssShmem:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no RssShmem in /proc/{pid}/status")
+
+
+def case_preallocate(c, stub):
+    """cache_store.preallocate: the shard allocates its whole arena before it serves, the workers
+    map all of it once they attach (so no put or get faults pages in), and requests come out
+    as the single engine's."""
+    arena = 64 << 20
+    shard = c.shards[0]
+    print(f"shard: {rss_shmem(shard.proc.pid) >> 20} MiB of shared memory mapped at startup")
+    assert rss_shmem(shard.proc.pid) >= arena
+    with open(shard.log.name) as f:
+        assert "preallocated the 64 MiB arena" in f.read()
+    reqs = random_requests(12, seed=9, max_prompt=300, max_out=10)
+    check_greedy(run_concurrently(stub, reqs), reqs, expected(reqs), "preallocated arena")
+    for w in c.prefills + c.decodes:
+        cluster.wait_for(lambda: rss_shmem(w.proc.pid) >= arena, 30,
+                         f"{w.role} {w.address} to map the whole arena")
+        print(f"  {w.role} {w.address}: {rss_shmem(w.proc.pid) >> 20} MiB of the arena mapped, "
+              f"{transfers(w, 'shm'):.0f} transfers over shared memory")
+        assert transfers(w, "shm") > 0
+
+
 def main():
     if args.case == "shard_label":
         return case_shard_label()
@@ -928,6 +963,13 @@ def main():
     shard_extra = []
     if args.case == "balancer":
         store_bytes = "1MiB"
+    if args.case == "fabric":
+        # As on Kubernetes (deploy/k8s): the shards hand out no shared memory, and the fabric
+        # still moves the blocks in and out of their arenas.
+        shard_extra = ["--set", "cache_store.shared_memory=false"]
+    if args.case == "preallocate":
+        store_bytes = "64MiB"
+        shard_extra = ["--set", "cache_store.preallocate=true"]
     if args.case == "disk":
         store_bytes = "2MiB"
         disk_dir = tempfile.mkdtemp(prefix="tandem_disk_")
@@ -938,7 +980,7 @@ def main():
     # Workers join through the registry in the greedy and fault cases, static lists elsewhere;
     # in the greedy case they advertise their host alone, as on Kubernetes, and add the port.
     c = cluster.Cluster(args.tandem, args.model, store_bytes=store_bytes, shard_extra=shard_extra,
-                        shards=1 if args.case == "disk" else 2,
+                        shards=1 if args.case in ("disk", "preallocate") else 2,
                         extra={"pruning": PRUNING_CONFIG, "mixed": MIXED_CONFIG,
                                "disk": LITTLE_LOCAL_KV,
                                "faults": STREAM_IN_THREES,
@@ -950,7 +992,8 @@ def main():
     try:
         {"greedy": case_greedy, "faults": case_faults, "hang": case_hang,
          "balancer": case_balancer, "api": case_api, "pruning": case_pruning,
-         "mixed": case_mixed, "disk": case_disk, "fabric": case_fabric}[args.case](c, stub)
+         "mixed": case_mixed, "disk": case_disk, "fabric": case_fabric,
+         "preallocate": case_preallocate}[args.case](c, stub)
     except BaseException:
         c.stop()
         print(c.logs())

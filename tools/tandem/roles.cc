@@ -221,7 +221,10 @@ class CacheStoreRole final : public ServedRole {
     TANDEM_RETURN_IF_ERROR(Secure(c, "cache-store", metrics));
     cache_store::BlockStoreOptions o;
     o.capacity_bytes = c.cache_store.capacity_bytes;
-    o.shared_memory = c.cache_store.shared_memory;
+    // The KV fabric moves bytes in and out of the arena: a shard that may serve it keeps its
+    // blocks there even where it hands none out through shared memory.
+    o.shared_memory = c.cache_store.shared_memory || FabricWanted(c);
+    o.preallocate = c.cache_store.preallocate;
     const config::CacheStoreDiskConfig& disk = c.cache_store.disk;
     if (!disk.directory.empty()) {
       o.disk.directory = disk.directory;
@@ -240,7 +243,9 @@ class CacheStoreRole final : public ServedRole {
                        d.recovered_blocks, " blocks recovered"));
     }
     service_ = std::make_unique<cache_store::CacheStoreService>(
-        *store_, c.cache_store.chunk_bytes, cache_store::ShmHandoffOptions{}, *authorizer_);
+        *store_, c.cache_store.chunk_bytes,
+        cache_store::ShmHandoffOptions{.offer_shared_memory = c.cache_store.shared_memory},
+        *authorizer_);
     TANDEM_RETURN_IF_ERROR(StartFabric(c));
     TANDEM_ASSIGN_OR_RETURN(auto server,
                             rpc::StartServer(c.cache_store.listen, {service_.get()}, {kCacheStore},
@@ -259,12 +264,18 @@ class CacheStoreRole final : public ServedRole {
     if (prometheus::Histogram* histogram = h.load()) histogram->Observe(seconds);
   }
 
+  // Whether cache_store.transport lets the shard serve the UCX data plane.
+  static bool FabricWanted(const config::TandemConfig& c) {
+    const std::string& t = c.cache_store.transport;
+    return (t == "auto" || t == "ucx") && KvFabricAllowed(c);
+  }
+
   // The UCX data plane, where cache_store.transport allows it: required with ucx, best effort
   // with auto (a shard without an arena or a UCX transport streams).
   absl::Status StartFabric(const config::TandemConfig& c) {
     const std::string& t = c.cache_store.transport;
     if (t == "grpc" || t == "shm") return absl::OkStatus();
-    if (!KvFabricAllowed(c)) {  // auto with TLS: ucx was refused at validation
+    if (!FabricWanted(c)) {  // auto with TLS: ucx was refused at validation
       Log(LogLevel::kInfo, "cache-store",
           "KV fabric off: security.tls is set and security.allow_unencrypted_kv_fabric is not");
       return absl::OkStatus();

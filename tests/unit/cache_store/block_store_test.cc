@@ -11,6 +11,7 @@
 
 #include "cache_store/arena_allocator.h"
 #include "common/store/shm_layout.h"
+#include "common/util/populate.h"
 
 namespace tandem::cache_store {
 namespace {
@@ -200,6 +201,26 @@ TEST_P(BlockStoreTest, SizesAreValidated) {
   EXPECT_FALSE(BlockStore::Create({.capacity_bytes = 0, .shared_memory = GetParam()}).ok());
   auto small = Make(100, 500);
   EXPECT_EQ(small->BeginPut(1, 200, 0).status().code(), absl::StatusCode::kResourceExhausted);
+}
+
+TEST(BlockStorePreallocateTest, TheArenaIsHeldFromTheStartOrTheStoreIsNotCreated) {
+  auto held = BlockStore::Create({.capacity_bytes = 4 << 20, .preallocate = true});
+  ASSERT_TRUE(held.ok()) << held.status();
+  ASSERT_NE((*held)->arena(), nullptr);
+  EXPECT_TRUE((*held)->arena()->preallocated());
+  // More than the machine (or the container) has: refused at once, with what was asked for, not
+  // left to the OOM killer, and not quietly kept in private memory instead.
+  const int64_t too_much = AvailableMemoryBytes() + (int64_t{1} << 30);
+  auto refused = BlockStore::Create({.capacity_bytes = too_much, .preallocate = true});
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(refused.status().message()),
+              ::testing::AllOf(::testing::HasSubstr("cache_store.preallocate needs"),
+                               ::testing::HasSubstr("MiB are available")));
+  // Private memory is allocated block by block: the option has nothing to do there.
+  auto private_memory =
+      BlockStore::Create({.capacity_bytes = 1 << 20, .shared_memory = false, .preallocate = true});
+  ASSERT_TRUE(private_memory.ok()) << private_memory.status();
+  EXPECT_EQ((*private_memory)->arena(), nullptr);
 }
 
 TEST_P(BlockStoreTest, EvictsLeastRecentlyUsedFirst) {

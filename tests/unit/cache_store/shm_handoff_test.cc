@@ -116,6 +116,7 @@ TEST_F(ShmHandoffTest, AReservedBlockIsInvisibleUntilCommitted) {
   EXPECT_EQ(attach.instance_id(), instance());
   EXPECT_EQ(attach.file_bytes(), store_->arena()->file_bytes());
   EXPECT_EQ(attach.lease_ms(), 30000);
+  EXPECT_FALSE(attach.preallocated());
 
   auto r = Reserve({{1, 3000}, {2, 100}});
   ASSERT_TRUE(r.ok()) << r.status();
@@ -369,6 +370,24 @@ TEST_F(ShmHandoffTest, OpenLeasesAreBounded) {
   EXPECT_EQ(store_->Stats().pending_puts, 0);
   EXPECT_TRUE(Release(a->lease_id()).ok());
   EXPECT_TRUE(Acquire({1}).ok());
+}
+
+TEST(ShmHandoffPreallocatedTest, AttachingSaysTheArenaIsAllocated) {
+  auto store = BlockStore::Create({.capacity_bytes = 1 << 20, .preallocate = true}).value();
+  ShmHandoff handoff(*store, {});
+  tandem::v1::AttachSharedMemoryResponse attach;
+  ASSERT_TRUE(handoff.Attach(&attach).ok());
+  EXPECT_TRUE(attach.preallocated());
+}
+
+TEST(ShmHandoffPrivateTest, AnArenaKeptForTheFabricAloneIsNotHandedOut) {
+  auto store = BlockStore::Create({.capacity_bytes = 1 << 20}).value();
+  ShmHandoff handoff(*store, {.offer_shared_memory = false});
+  tandem::v1::AttachSharedMemoryResponse attach;
+  const absl::Status refused = handoff.Attach(&attach);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(refused.message()), HasSubstr("cache_store.shared_memory: false"));
+  EXPECT_TRUE(attach.path().empty());
 }
 
 TEST(ShmHandoffPrivateTest, WithoutAnArenaEveryCallIsFailedPrecondition) {

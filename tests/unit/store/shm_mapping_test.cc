@@ -6,14 +6,19 @@
 #include <ifaddrs.h>
 #include <netinet/in.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cstring>
+#include <fstream>
 #include <limits>
+#include <sstream>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "cache_store/shm_arena.h"
 #include "common/store/shm_layout.h"
+#include "tests/unit/testing/eventually.h"
 
 namespace tandem::store {
 namespace {
@@ -115,6 +120,96 @@ TEST(ShmMappingTest, RefusesFilesThatAreNotTheArenaAttachedTo) {
   EXPECT_EQ(code(ShmMapping::Open(absl::StrCat("/proc/self/fd/", fd), bytes, id)),
             absl::StatusCode::kFailedPrecondition);
   close(fd);
+}
+
+// Page faults this thread has taken that needed no I/O: on a shared-memory arena, each first
+// touch of a 4 KiB page by a process.
+int64_t MinorFaults() {
+  rusage usage{};
+  getrusage(RUSAGE_THREAD, &usage);
+  return usage.ru_minflt;
+}
+
+// Pages of [data, data + bytes) the arena's file holds (allocated), by mincore.
+int64_t ResidentPages(const uint8_t* data, int64_t bytes) {
+  std::vector<unsigned char> resident(static_cast<size_t>(bytes / 4096));
+  EXPECT_EQ(mincore(const_cast<uint8_t*>(data), static_cast<size_t>(bytes), resident.data()), 0);
+  int64_t n = 0;
+  for (unsigned char r : resident) n += r & 1;
+  return n;
+}
+
+// Whether this kernel backs shared memory with 4 KiB pages only (shmem huge pages off), so that
+// a first write takes a fault per 4 KiB.
+bool ShmemSmallPagesOnly() {
+  std::ifstream f("/sys/kernel/mm/transparent_hugepage/shmem_enabled");
+  std::stringstream text;
+  text << f.rdbuf();
+  return text.str().find("[never]") != std::string::npos ||
+         text.str().find("[deny]") != std::string::npos;
+}
+
+constexpr int64_t kPreallocatedBytes = 16 << 20;
+constexpr int64_t kPages = kPreallocatedBytes / 4096;
+
+TEST(ShmMappingTest, APreallocatedArenaIsAllocatedAndMappedAtCreation) {
+  for (bool preallocate : {false, true}) {
+    SCOPED_TRACE(preallocate ? "preallocated" : "allocated on first write");
+    auto arena = cache_store::ShmArena::Create(kPreallocatedBytes, preallocate);
+    ASSERT_TRUE(arena.ok()) << arena.status();
+    EXPECT_EQ((*arena)->preallocated(), preallocate);
+    const int64_t resident = ResidentPages((*arena)->data(), kPreallocatedBytes);
+    const int64_t before = MinorFaults();
+    std::memset((*arena)->data(), 0x5a, kPreallocatedBytes);
+    const int64_t faults = MinorFaults() - before;
+    if (preallocate) {
+      EXPECT_EQ(resident, kPages);
+      EXPECT_LT(faults, 16) << "of " << kPages << " pages";
+    } else {
+      EXPECT_EQ(resident, 0);
+      if (ShmemSmallPagesOnly()) EXPECT_GE(faults, kPages / 2);
+    }
+  }
+}
+
+TEST(ShmMappingTest, AClientMapsAPreallocatedArenaInTheBackground) {
+  auto arena = cache_store::ShmArena::Create(kPreallocatedBytes, /*preallocate=*/true);
+  ASSERT_TRUE(arena.ok()) << arena.status();
+  auto open = [&] {
+    return ShmMapping::Open((*arena)->path(), (*arena)->file_bytes(), (*arena)->instance_id());
+  };
+  // Blocks written through the mapping, as a worker's put writes them.
+  const std::vector<uint8_t> bytes(kPreallocatedBytes / 4, 0x33);
+  std::vector<ArenaRegion> regions;
+  for (int64_t i = 0; i < 4; ++i) {
+    regions.push_back({.index = static_cast<uint32_t>(i),
+                       .offset = kShmHeaderBytes + i * (kPreallocatedBytes / 4),
+                       .length = kPreallocatedBytes / 4,
+                       .bytes = bytes});
+  }
+  for (bool populate : {false, true}) {
+    SCOPED_TRACE(populate ? "mapped in the background" : "mapped on first write");
+    auto mapping = open();
+    ASSERT_TRUE(mapping.ok()) << mapping.status();
+    if (populate) {
+      (*mapping)->PopulateInBackground();
+      ASSERT_TRUE(testing::Eventually([&] { return (*mapping)->populated(); }));
+    }
+    const int64_t before = MinorFaults();
+    ASSERT_TRUE((*mapping)->Write({}, regions).ok());
+    const int64_t faults = MinorFaults() - before;
+    if (populate) {
+      EXPECT_LT(faults, 16) << "of " << kPages << " pages";
+    } else if (ShmemSmallPagesOnly()) {
+      EXPECT_GE(faults, kPages / 2);
+    }
+    EXPECT_EQ(std::memcmp((*arena)->data(), bytes.data(), bytes.size()), 0);
+  }
+  // A mapping closed while it populates stops it first (sanitizers watch the unmapping).
+  auto closing = open();
+  ASSERT_TRUE(closing.ok());
+  (*closing)->PopulateInBackground();
+  closing->reset();
 }
 
 }  // namespace
