@@ -3,7 +3,7 @@
 # `kubectl kustomize`, checks every object against the Kubernetes OpenAPI schemas (npm
 # kubernetes-models, @kubernetes-models/prometheus-operator for the PodMonitor) including unknown
 # fields, then Tandem's own policy (validate.mjs), and with --tandem parses each overlay's config
-# with `tandem config --config`. Needs kubectl (with kustomize), node and npm; the npm registry
+# with `tandem config --config` and starts a store shard with it on loopback. Needs kubectl (with kustomize), node and npm; the npm registry
 # only for the first run (packages are installed once into WORK/npm).
 # usage: deploy/k8s/validate.sh [--tandem PATH_TO_TANDEM_BINARY] [--work DIR]
 set -euo pipefail
@@ -84,6 +84,47 @@ if [ -n "$tandem" ]; then
     fi
   done
   summary="$summary; tandem config: checked"
+
+  # What parsing cannot see (a transport the shard's memory cannot serve, say): each overlay's
+  # store shard starts with its config and serves. Only what needs the cluster is replaced: the
+  # addresses (loopback), the certificates (a dev CA, where the config has TLS), the disk tier's
+  # place and size, and RDMA (UCX over TCP here).
+  certs="$work/certs"
+  [ -f "$certs/cache_store.pem" ] || "$repo/scripts/dev-certs.sh" "$certs" > /dev/null
+  for arg in "${overlay_args[@]}"; do
+    name=${arg%%=*}
+    config="$work/config/$name/tandem.yaml"
+    [ -f "$config" ] || continue
+    sets=(--set cache_store.capacity_bytes=64MiB
+          --set "cache_store.disk.directory=$work/kv/$name" --set cache_store.disk.capacity_bytes=16MiB
+          --set cache_store.disk.segment_bytes=4MiB)
+    if grep -q "ca_file:" "$config"; then
+      sets+=(--set "security.tls.ca_file=$certs/ca.pem" --set "security.tls.cert_file=$certs/cache_store.pem"
+             --set "security.tls.key_file=$certs/cache_store.key")
+    fi
+    out="$work/config/$name/cache-store.out"
+    log="$work/config/$name/cache-store.log"
+    rm -rf "$work/kv/$name"
+    UCX_TLS=tcp,self "$tandem" cache-store --config "$config" --listen 127.0.0.1:0 \
+      --metrics-listen "" "${sets[@]}" > "$out" 2> "$log" &
+    pid=$!
+    # Its "serving on" line, within 60 s (polled: the process may also exit first).
+    for _ in $(seq 600); do
+      grep -q "serving on" "$out" 2> /dev/null && break
+      kill -0 "$pid" 2> /dev/null || break
+      sleep 0.1
+    done
+    if grep -q "serving on" "$out"; then
+      kill -TERM "$pid"
+      wait "$pid" || { echo "FAIL [$name] the store shard did not stop cleanly on SIGTERM" >&2; status=1; }
+    else
+      kill -KILL "$pid" 2> /dev/null || true
+      wait "$pid" 2> /dev/null || true
+      echo "FAIL [$name] a store shard with the overlay's config did not start: $(tail -3 "$log")" >&2
+      status=1
+    fi
+  done
+  summary="$summary; store shards: checked"
 fi
 
 if [ $status -ne 0 ]; then
