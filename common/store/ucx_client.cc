@@ -43,7 +43,9 @@ struct UcxKvClient::Batch {
   bool write = false;
   std::vector<ArenaRegion> regions;  // a write's `bytes` are the caller's, read until sent
   std::vector<Message> messages;
-  std::vector<std::string> buffers;  // a read's blocks
+  // A read's blocks, each sized on the worker thread as its message arrives: the zero-fill of
+  // std::string's resize then overlaps the messages still moving instead of delaying the first.
+  std::vector<std::string> buffers;
 
   absl::Mutex mu;
   bool started ABSL_GUARDED_BY(mu) = false;     // the worker thread has sent (or failed) it all
@@ -65,6 +67,9 @@ struct UcxKvClient::Batch {
   // them (UCX scatters a contiguous send into it). Returns the buffer and count for UCX.
   std::pair<void*, size_t> Destination(size_t m, ucp_request_param_t& param) {
     Message& message = messages[m];
+    for (size_t i = message.first; i < message.first + message.count; ++i) {
+      buffers[i].resize(static_cast<size_t>(regions[i].length));
+    }
     if (message.count == 1) return {buffers[message.first].data(), buffers[message.first].size()};
     message.iov.clear();
     for (size_t i = message.first; i < message.first + message.count; ++i) {
@@ -193,9 +198,6 @@ absl::Status UcxKvClient::Run(const std::string& address, const LeaseGrant& leas
   }
   if (!batch->write) {
     batch->buffers.resize(regions.size());
-    for (size_t i = 0; i < regions.size(); ++i) {
-      batch->buffers[i].resize(static_cast<size_t>(regions[i].length));
-    }
   }
   {
     absl::MutexLock lock(&batch->mu);
@@ -366,8 +368,9 @@ ucs_status_t UcxKvClient::OnReply(bool get, const void* header, size_t header_le
   if (!(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {  // eager: the bytes are here now
     const char* from = static_cast<const char*>(data);
     for (size_t i = message.first; i < message.first + message.count; ++i) {
-      std::memcpy(batch.buffers[i].data(), from, batch.buffers[i].size());
-      from += batch.buffers[i].size();
+      const auto length = static_cast<size_t>(batch.regions[i].length);
+      batch.buffers[i].assign(from, length);  // no zero-fill first
+      from += length;
     }
     Finish(h.request_id, absl::OkStatus());
     return UCS_OK;
