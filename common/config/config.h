@@ -148,6 +148,7 @@ struct CacheStoreConfig {
   bool reserve_ahead = true;      // prefill reserves shared-memory space while it computes
   bool load_prefixes = false;     // prefill imports a prompt's stored blocks, computes the rest
   int64_t chunk_bytes = 1 << 20;  // streaming chunk size
+  int lease_seconds = 30;         // a shard's shared-memory and fabric leases
   CacheStoreDiskConfig disk;
 };
 

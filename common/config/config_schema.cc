@@ -414,6 +414,12 @@ std::vector<Field> MakeSchema() {
            "earlier turns); costs a store lookup per prompt"),
       Bytes("cache_store.chunk_bytes", TANDEM_CONFIG_REF(cache_store.chunk_bytes), 4096,
             "size of a streamed Put/Get chunk"),
+      Int("cache_store.lease_seconds", TANDEM_CONFIG_REF(cache_store.lease_seconds), 2, 3600,
+          "how long a shard's lease on blocks lives without its commit or release: the longest "
+          "a worker that stopped mid-transfer holds reserved or pinned memory (and its UCX "
+          "transfer), and twice the age at which a worker stops trusting a shared-memory read "
+          "or a reservation made ahead; shorter frees a stalled worker's memory sooner, but "
+          "drops reservations of prompts that queued longer than half of it"),
       Str("cache_store.disk.directory", TANDEM_CONFIG_REF(cache_store.disk.directory), {},
           "a local directory for the shard's disk tier: blocks are written there as they are "
           "stored and read back when memory no longer holds them, and survive a restart; empty: "

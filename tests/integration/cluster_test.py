@@ -39,8 +39,9 @@ through the public API by Python's grpcio.
                     metrics), none the gRPC stream; kill -9 of a shard during transfers: every
                     request completes with the greedy output.
   --case preallocate  cache_store.preallocate on a 64 MiB shard: the shard holds the whole
-                    arena before it serves, each worker maps all of it once attached, and
-                    requests over shared memory equal `model-inspect generate`.
+                    arena before it serves and says so when attached to (with the lease time
+                    of cache_store.lease_seconds), each worker maps all of it once attached,
+                    and requests over shared memory equal `model-inspect generate`.
   --case api        bad input is INVALID_ARGUMENT with a message (invalid UTF-8 included);
                     GetModelInfo; client cancel frees the blocks; after SIGTERM new requests
                     are UNAVAILABLE while the one in flight completes.
@@ -937,6 +938,13 @@ def case_preallocate(c, stub):
     assert rss_shmem(shard.proc.pid) >= arena
     with open(shard.log.name) as f:
         assert "preallocated the 64 MiB arena" in f.read()
+    # What a worker is told when it attaches: the arena is there to map, and the lease time
+    # (cache_store.lease_seconds) it trusts its reads and reservations by.
+    from tandem.v1 import cache_store_pb2, cache_store_pb2_grpc
+    attach = cache_store_pb2_grpc.CacheStoreStub(grpc.insecure_channel(shard.address)) \
+        .AttachSharedMemory(cache_store_pb2.AttachSharedMemoryRequest(), timeout=10)
+    print(f"attach: preallocated={attach.preallocated}, lease_ms={attach.lease_ms}")
+    assert attach.preallocated and attach.lease_ms == 7000, attach
     reqs = random_requests(12, seed=9, max_prompt=300, max_out=10)
     check_greedy(run_concurrently(stub, reqs), reqs, expected(reqs), "preallocated arena")
     for w in c.prefills + c.decodes:
@@ -969,7 +977,8 @@ def main():
         shard_extra = ["--set", "cache_store.shared_memory=false"]
     if args.case == "preallocate":
         store_bytes = "64MiB"
-        shard_extra = ["--set", "cache_store.preallocate=true"]
+        shard_extra = ["--set", "cache_store.preallocate=true",
+                       "--set", "cache_store.lease_seconds=7"]
     if args.case == "disk":
         store_bytes = "2MiB"
         disk_dir = tempfile.mkdtemp(prefix="tandem_disk_")

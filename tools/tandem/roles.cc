@@ -244,7 +244,9 @@ class CacheStoreRole final : public ServedRole {
     }
     service_ = std::make_unique<cache_store::CacheStoreService>(
         *store_, c.cache_store.chunk_bytes,
-        cache_store::ShmHandoffOptions{.offer_shared_memory = c.cache_store.shared_memory},
+        cache_store::ShmHandoffOptions{
+            .leases = {.ttl = std::chrono::seconds(c.cache_store.lease_seconds)},
+            .offer_shared_memory = c.cache_store.shared_memory},
         *authorizer_);
     TANDEM_RETURN_IF_ERROR(StartFabric(c));
     TANDEM_ASSIGN_OR_RETURN(auto server,
