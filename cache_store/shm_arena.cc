@@ -37,11 +37,13 @@ absl::StatusOr<std::unique_ptr<ShmArena>> ShmArena::Create(int64_t data_bytes, b
   const int64_t file_bytes =
       store::kShmHeaderBytes + (data_bytes + kPageBytes - 1) / kPageBytes * kPageBytes;
   // Refused here rather than found out by the OOM killer, which may pick another process.
-  if (const int64_t available = AvailableMemoryBytes(); preallocate && file_bytes > available) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("shared memory: cache_store.preallocate needs ", file_bytes >> 20,
-                     " MiB for the arena, and ", available >> 20,
-                     " MiB are available (MemAvailable, or the memory cgroup's limit)"));
+  if (preallocate) {
+    if (const int64_t available = AvailableMemoryBytes(); file_bytes > available) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("shared memory: cache_store.preallocate needs ", file_bytes >> 20,
+                       " MiB for the arena, and ", available >> 20,
+                       " MiB are available (MemAvailable, or the memory cgroup's limit)"));
+    }
   }
   const int fd = memfd_create("tandem-cache-store", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0) return Errno("memfd_create");

@@ -63,8 +63,9 @@ struct UcxKvClient::Batch {
     if (!message.staging.empty()) return {message.staging.data(), message.staging.size()};
     return {regions[message.first].bytes.data(), regions[message.first].bytes.size()};
   }
-  // Points `param` at where message `m`'s blocks are received: its one buffer, or an iovec of
-  // them (UCX scatters a contiguous send into it). Returns the buffer and count for UCX.
+  // Sizes message `m`'s buffers and points `param` at where its blocks are received: its one
+  // buffer, or an iovec of them (UCX scatters a contiguous send into it). Returns the buffer and
+  // count for UCX. Worker thread only.
   std::pair<void*, size_t> Destination(size_t m, ucp_request_param_t& param) {
     Message& message = messages[m];
     for (size_t i = message.first; i < message.first + message.count; ++i) {
