@@ -17,6 +17,23 @@ cd "$(dirname "$0")/.."
 # any checkout compiled, debug builds included.
 export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=1
 
+# The tests' temporary files (models, logs, fuzz scratch) go under one directory of this run's,
+# removed at the end: what a crashed or killed test left behind goes with it, so a machine
+# that runs the suites again and again does not fill /tmp. A failed run outside CI keeps it to
+# look at.
+test_tmp=$(mktemp -d "${TMPDIR:-/tmp}/tandem-test.XXXXXX")
+export TMPDIR="$test_tmp"
+finish() {
+  local status=$?
+  if [ "$status" = 0 ] || [ "${CI:-}" = true ]; then
+    rm -rf "$test_tmp"
+  else
+    echo "the tests' temporary files are kept in $test_tmp"
+  fi
+  return "$status"
+}
+trap finish EXIT
+
 quick=0
 [ "${1:-}" = "--quick" ] && quick=1
 jobs=$(nproc)

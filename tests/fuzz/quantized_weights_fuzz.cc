@@ -2,8 +2,6 @@
 // bytes. The first byte picks the config.json (a tiny Llama with one of the quantization
 // configs below); the rest is the model.safetensors file. The loader must refuse anything
 // malformed with a status: wrong shapes or dtypes, out-of-range g_idx, bad weight_shape.
-#include <unistd.h>
-
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -13,6 +11,7 @@
 #include "common/model/model_config.h"
 #include "common/model/model_weights.h"
 #include "common/util/file_util.h"
+#include "tests/fuzz/fuzz_temp_dir.h"
 
 namespace {
 
@@ -41,22 +40,12 @@ std::string Config(size_t which) {
          kQuantization[which] + "}";
 }
 
-const std::string& Dir() {
-  static const std::string dir = [] {
-    char pattern[] = "/tmp/quantized_weights_fuzz.XXXXXX";
-    const char* made = mkdtemp(pattern);
-    if (made == nullptr) std::abort();
-    return std::string(made);
-  }();
-  return dir;
-}
-
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;
   const size_t which = data[0] % (sizeof(kQuantization) / sizeof(kQuantization[0]));
-  const std::string& dir = Dir();
+  const std::string& dir = tandem::fuzzing::TempDir();
   if (!tandem::WriteStringToFile(dir + "/config.json", Config(which)).ok()) std::abort();
   const std::string_view weights(reinterpret_cast<const char*>(data + 1), size - 1);
   if (!tandem::WriteStringToFile(dir + "/model.safetensors", weights).ok()) std::abort();

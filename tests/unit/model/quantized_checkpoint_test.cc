@@ -35,7 +35,7 @@ using Tensors = std::vector<SafetensorsTensor>;
 // change its tensors afterwards.
 std::string Quantize(const std::string& float_dir, const CheckpointQuantization& q,
                      const std::function<void(Tensors&)>& edit = nullptr) {
-  const std::string dir = float_dir + ".q" + std::to_string(rand());
+  const std::string dir = testing::MakeTempDir("quantized") + "/checkpoint";
   ThreadPool pool(2);
   absl::Status written = WriteQuantizedCheckpoint(float_dir, dir, q, pool);
   EXPECT_TRUE(written.ok()) << written;

@@ -1,13 +1,50 @@
 #include "tests/unit/testing/temp_model.h"
 
 #include <stdlib.h>
+#include <unistd.h>
 
-#include <atomic>
+#include <filesystem>
+#include <system_error>
+#include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "gtest/gtest.h"
 #include "tools/make_random_model/model_writer.h"
 
 namespace tandem::testing {
+namespace {
+
+// The directories MakeTempDir made, removed when the test binary exits, by the process that
+// made them (not a death test's child). A test that crashes leaves its own: scripts/test.sh runs
+// the suites under a TMPDIR of the run's, which it removes.
+class TempDirs {
+ public:
+  void Add(std::string dir) {
+    absl::MutexLock lock(&mu_);
+    dirs_.push_back(std::move(dir));
+  }
+  ~TempDirs() {
+    if (getpid() != owner_) return;
+    absl::MutexLock lock(&mu_);
+    for (const std::string& dir : dirs_) {
+      std::error_code ignored;
+      std::filesystem::remove_all(dir, ignored);
+    }
+  }
+
+ private:
+  const pid_t owner_ = getpid();
+  absl::Mutex mu_;
+  std::vector<std::string> dirs_ ABSL_GUARDED_BY(mu_);
+};
+
+TempDirs& Made() {
+  static TempDirs dirs;  // destroyed at exit
+  return dirs;
+}
+
+}  // namespace
 
 std::string MakeTempDir(const std::string& prefix) {
   std::string tmpl = ::testing::TempDir() + "/" + prefix + "XXXXXX";
@@ -15,6 +52,7 @@ std::string MakeTempDir(const std::string& prefix) {
     ADD_FAILURE() << "mkdtemp failed for " << tmpl;
     return "";
   }
+  Made().Add(tmpl);
   return tmpl;
 }
 

@@ -9,7 +9,8 @@
 
 namespace tandem::testing {
 
-// A fresh directory under the test's temp dir, unique per call.
+// A fresh directory under the test's temp dir (TEST_TMPDIR, else TMPDIR, else /tmp), unique per
+// call; removed with what it holds when the test binary exits.
 std::string MakeTempDir(const std::string& prefix);
 
 // Writes a random model for `spec` into a temp dir and returns its path (aborts the test on
