@@ -197,7 +197,7 @@ ucs_status_t UcxDataPlane::OnPut(const void* header, size_t header_length, void*
   if (ep == nullptr || !request || static_cast<int64_t>(length) != request->bytes) {
     ++put_.refused;
     if (ep != nullptr) {
-      worker_->Post([this, ep, id = request ? request->header.request_id : 0] {
+      worker_->Post([this, ep, id = fabric::PeekKvRequestId(header, header_length)] {
         Reply(ep, fabric::kPutDone, id, absl::StatusCode::kInvalidArgument);
       });
     }
@@ -278,7 +278,7 @@ ucs_status_t UcxDataPlane::OnGet(const void* header, size_t header_length,
       request ? handoff_.BorrowBlocks(request->header.lease_id, KeyOf(request->header),
                                       /*write=*/false, request->blocks)
               : absl::InvalidArgumentError("fabric: not a request of this protocol");
-  const uint64_t id = request ? request->header.request_id : 0;
+  const uint64_t id = fabric::PeekKvRequestId(header, header_length);
   if (!borrowed.ok()) {
     ++get_.refused;
     worker_->Post(

@@ -15,7 +15,8 @@
 // A request names up to kKvMaxBlocksPerMessage blocks (fewer where the transports' largest
 // active-message header is smaller), its bytes the blocks' back to back. A reply carries the
 // request's id and an absl status code; a refused message moves nothing, and a refused get
-// carries no bytes. Both ends are little-endian hosts of the same layout (checked by the
+// carries no bytes; a request that is not well formed is refused with its id where its header
+// has one. Both ends are little-endian hosts of the same layout (checked by the
 // version word).
 #pragma once
 
@@ -79,6 +80,16 @@ struct KvRequest {
   std::vector<KvBlockRef> blocks;
   int64_t bytes = 0;  // the blocks' lengths summed
 };
+
+// The id of the request in a received header that is not well formed, so that the refusal
+// reaches its caller at once: 0 where the header is too short or of another protocol (that
+// sender then waits for its deadline).
+inline uint64_t PeekKvRequestId(const void* data, size_t length) {
+  KvRequestHeader h;
+  if (length < sizeof h) return 0;
+  std::memcpy(&h, data, sizeof h);
+  return h.version == kKvProtocolVersion ? h.request_id : 0;
+}
 
 // The request in a received header, if it is one of this protocol's: the version, a count in
 // [1, kKvMaxBlocksPerMessage] that matches the header's length, positive lengths.

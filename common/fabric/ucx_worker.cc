@@ -252,6 +252,7 @@ void UcxWorker::Run() {
   RunPosted();
   for (auto& [address, ep] : endpoints_) Close(ep);
   endpoints_.clear();
+  endpoints_open_ = 0;
   // Forced closes complete without the peer; progress until they have.
   while (!closing_.empty()) {
     ucp_worker_progress(worker_);
@@ -303,6 +304,7 @@ void UcxWorker::OnEndpointError(void* arg, ucp_ep_h ep, ucs_status_t /*status*/)
     if (it->second == ep) {
       address = it->first;
       self->endpoints_.erase(it);
+      self->endpoints_open_ = static_cast<int64_t>(self->endpoints_.size());
       break;
     }
   }
@@ -334,8 +336,9 @@ absl::StatusOr<ucp_ep_h> UcxWorker::Endpoint(const std::string& address) {
   }
   if (s != UCS_OK) return UcxError("ucp_ep_create", s);
   peer_failures_known_ = true;
-  ++endpoints_created_;
   endpoints_.emplace(address, ep);
+  endpoints_open_ = static_cast<int64_t>(endpoints_.size());
+  ++endpoints_created_;
   return ep;
 }
 
@@ -344,6 +347,7 @@ void UcxWorker::DropEndpoint(const std::string& address) {
   if (it == endpoints_.end()) return;
   ucp_ep_h ep = it->second;
   endpoints_.erase(it);
+  endpoints_open_ = static_cast<int64_t>(endpoints_.size());
   Close(ep);
 }
 

@@ -94,8 +94,10 @@ class UcxWorker {
   // even when its endpoint is closed, so it must not refer to memory its caller frees, nor
   // hold what others wait for.
   bool detects_peer_failures();
-  // Endpoints created since start (a rebuilt endpoint counts again).
-  int64_t endpoints_created() const { return endpoints_created_; }
+  // Endpoints open now (to peers this worker connected to), and created since start (a rebuilt
+  // endpoint counts again). Thread-safe.
+  int64_t endpoints_open() const { return endpoints_open_.load(std::memory_order_relaxed); }
+  int64_t endpoints_created() const { return endpoints_created_.load(std::memory_order_relaxed); }
 
  private:
   UcxWorker() = default;
@@ -121,8 +123,9 @@ class UcxWorker {
   std::vector<absl::AnyInvocable<void()>> local_;  // posted by the thread itself
   std::multimap<std::chrono::steady_clock::time_point, absl::AnyInvocable<void()>> timers_;
   absl::flat_hash_map<std::string, ucp_ep_h> endpoints_;
+  std::atomic<int64_t> endpoints_open_{0};  // endpoints_.size(), for other threads
+  std::atomic<int64_t> endpoints_created_{0};
   std::vector<ucs_status_ptr_t> closing_;  // endpoint closes not yet complete
-  int64_t endpoints_created_ = 0;
   bool peer_failures_ = true;          // whether the transports detect failed peers (tried first)
   bool peer_failures_known_ = false;   // an endpoint or a probe told
   std::vector<ucp_mem_h> registered_;  // before the thread starts using them

@@ -149,7 +149,32 @@ UcxKvClientStats UcxKvClient::Stats() const {
           .get_blocks = get_blocks_.load(),
           .put_bytes = put_bytes_.load(),
           .get_bytes = get_bytes_.load(),
-          .failed_batches = failed_batches_.load()};
+          .failed_batches = failed_batches_.load(),
+          .endpoints = worker_->endpoints_open(),
+          .endpoints_created = worker_->endpoints_created()};
+}
+
+void UcxKvClient::AddPath(const std::string& address) {
+  absl::MutexLock lock(&paths_mu_);
+  ++paths_[address];
+}
+
+void UcxKvClient::RemovePath(const std::string& address) {
+  {
+    absl::MutexLock lock(&paths_mu_);
+    auto it = paths_.find(address);
+    if (it == paths_.end() || --it->second > 0) return;
+    paths_.erase(it);
+  }
+  // No call of a path to it is in flight (a path outlives its calls). Closed unless a new path
+  // to the same address began meanwhile.
+  worker_->Post([this, address] {
+    {
+      absl::MutexLock lock(&paths_mu_);
+      if (paths_.contains(address)) return;
+    }
+    worker_->DropEndpoint(address);
+  });
 }
 
 absl::Status UcxKvClient::Write(const std::string& address, const LeaseGrant& lease,

@@ -6,6 +6,9 @@
 //
 // Failures stay cheap: a call that fails or passes its deadline is an error the caller treats
 // as a miss (or streams instead); its endpoint is closed and the next use builds a new one.
+// An endpoint is also closed when the last UcxArenaPath to its shard goes (the shard restarted
+// and was attached again at its new address, say): over shared memory UCX cannot tell that a
+// peer died, and its endpoint would keep the dead peer's memory mapped.
 // Put bytes are sent from the caller's buffers; a call returns only once UCX no longer reads
 // them, so a late or failed send never touches freed memory.
 #pragma once
@@ -19,8 +22,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "common/fabric/ucx_worker.h"
 #include "common/store/arena_path.h"
 
@@ -33,6 +38,8 @@ struct UcxKvClientStats {
   int64_t put_bytes = 0;
   int64_t get_bytes = 0;
   int64_t failed_batches = 0;  // refused, lost or late
+  int64_t endpoints = 0;       // open now, one per shard worker in use
+  int64_t endpoints_created = 0;  // since the client started
 };
 
 class UcxKvClient {
@@ -72,6 +79,11 @@ class UcxKvClient {
   // transports' largest active-message header is smaller.
   size_t blocks_per_message() const { return blocks_per_message_; }
   UcxKvClientStats Stats() const;
+
+  // A UcxArenaPath to the shard at `address` begins and ends: when the last of them ends, the
+  // endpoint to it is closed. Thread-safe.
+  void AddPath(const std::string& address);
+  void RemovePath(const std::string& address);
   const std::string& transports() const { return worker_->transports(); }
 
  private:
@@ -98,6 +110,9 @@ class UcxKvClient {
   // Worker thread only.
   absl::flat_hash_map<uint64_t, Op> ops_;
 
+  absl::Mutex paths_mu_;
+  absl::flat_hash_map<std::string, int> paths_ ABSL_GUARDED_BY(paths_mu_);  // by address
+
   std::atomic<int64_t> put_blocks_{0}, get_blocks_{0}, put_bytes_{0}, get_bytes_{0};
   std::atomic<int64_t> failed_batches_{0};
 };
@@ -111,7 +126,12 @@ class UcxArenaPath final : public ArenaPath {
         address_(std::move(address)),
         instance_id_(instance_id),
         arena_bytes_(arena_bytes),
-        timeout_(timeout) {}
+        timeout_(timeout) {
+    client_->AddPath(address_);
+  }
+  ~UcxArenaPath() override { client_->RemovePath(address_); }
+  UcxArenaPath(const UcxArenaPath&) = delete;
+  UcxArenaPath& operator=(const UcxArenaPath&) = delete;
 
   uint64_t instance_id() const override { return instance_id_; }
   int64_t size() const override { return arena_bytes_; }

@@ -83,8 +83,10 @@ Shard& TheShard() {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Shard& shard = TheShard();
   std::optional<fabric::KvRequest> request = fabric::ParseKvRequest(data, size);
+  const uint64_t refused_id = fabric::PeekKvRequestId(data, size);  // what a refusal echoes
   if (!request) return 0;
   const fabric::KvRequestHeader& h = request->header;
+  if (refused_id != h.request_id) abort();
   if (request->blocks.size() != h.count || h.count == 0 ||
       h.count > fabric::kKvMaxBlocksPerMessage || size != fabric::KvHeaderBytes(h.count)) {
     abort();

@@ -8,13 +8,16 @@
 #include <gtest/gtest.h>
 #include <ucs/debug/log_def.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
+#include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "cache_store/cache_store_service.h"
 #include "common/fabric/kv_protocol.h"
@@ -345,6 +348,114 @@ TEST_P(UcxDataPlaneTest, AForgedOrEndedKeyIsRefusedAndNothingMoves) {
   EXPECT_EQ(ucx->Write(attached.worker_address(), lease, {&region, 1}, deadline()).code(),
             absl::StatusCode::kPermissionDenied);
   EXPECT_FALSE(store_->Exists(9));
+}
+
+// A request that is not well formed is refused with its own id, so that its sender learns at
+// once instead of at its deadline; one too short to carry an id is answered with id 0.
+TEST_P(UcxDataPlaneTest, AMalformedRequestIsRefusedWithItsId) {
+  const tandem::v1::AttachFabricResponse attached = Attach();
+  const tandem::v1::ReserveShmResponse reserved = Reserve(attached.instance_id(), 5, 4000);
+  ASSERT_TRUE(reserved.reservations(0).reserved());
+  const LeaseGrant lease = Grant(reserved);
+  absl::Mutex mu;
+  std::vector<fabric::KvReplyHeader> replies;  // guarded by mu
+  fabric::UcxWorkerOptions options;
+  for (unsigned id : {fabric::kPutDone, fabric::kGetDone}) {
+    options.handlers.emplace_back(id, [&](const void* header, size_t header_length, void*, size_t,
+                                          const ucp_am_recv_param_t*) {
+      fabric::KvReplyHeader reply;
+      if (header_length == sizeof reply) {
+        std::memcpy(&reply, header, sizeof reply);
+        absl::MutexLock lock(&mu);
+        replies.push_back(reply);
+      }
+      return UCS_OK;
+    });
+  }
+  auto peer = fabric::UcxWorker::Create(std::move(options)).value();
+  peer->Start();
+  const std::string good =
+      OneBlockHeader(lease, /*request_id=*/0, reserved.reservations(0).offset(), 4000);
+  std::string two_blocks_one_ref = good;  // says 2 blocks and names 1
+  fabric::KvRequestHeader h;
+  std::memcpy(&h, two_blocks_one_ref.data(), sizeof h);
+  h.count = 2;
+  h.request_id = 71;
+  std::memcpy(two_blocks_one_ref.data(), &h, sizeof h);
+  std::string short_bytes = good;  // a well-formed header with fewer bytes than it names
+  h.count = 1;
+  h.request_id = 72;
+  std::memcpy(short_bytes.data(), &h, sizeof h);
+  std::string bad_get = two_blocks_one_ref;
+  h.count = 2;
+  h.request_id = 73;
+  std::memcpy(bad_get.data(), &h, sizeof h);
+  const std::string truncated = good.substr(0, sizeof h - 1);
+  struct Message {
+    unsigned id;
+    const std::string* header;
+    std::string_view bytes;
+  };
+  const Message messages[] = {{fabric::kPut, &two_blocks_one_ref, "x"},
+                              {fabric::kPut, &short_bytes, "y"},
+                              {fabric::kGet, &bad_get, {}},
+                              {fabric::kGet, &truncated, {}}};
+  peer->Post([&, address = attached.worker_address()] {
+    for (const Message& m : messages) {
+      if (ucs_status_ptr_t sent = SendWithReply(*peer, address, m.id, *m.header, m.bytes)) {
+        ucp_request_free(sent);
+      }
+    }
+  });
+  ASSERT_TRUE(testing::Eventually([&] {
+    absl::MutexLock lock(&mu);
+    return replies.size() == 4;
+  }));
+  absl::MutexLock lock(&mu);
+  std::vector<uint64_t> ids;
+  for (const fabric::KvReplyHeader& reply : replies) {
+    EXPECT_EQ(reply.code, static_cast<int32_t>(absl::StatusCode::kInvalidArgument));
+    ids.push_back(reply.request_id);
+  }
+  std::sort(ids.begin(), ids.end());
+  EXPECT_EQ(ids, (std::vector<uint64_t>{0, 71, 72, 73}));
+  EXPECT_EQ(service_->fabric()->Stats().put.refused, 2);
+  EXPECT_EQ(service_->fabric()->Stats().get.refused, 2);
+  EXPECT_EQ(service_->fabric()->Stats().put.blocks, 0);
+}
+
+// A worker's endpoint to a shard lasts as long as a path to the shard does: a shard that
+// restarts (a new worker address, a new path) leaves no endpoint behind to its old self.
+TEST_P(UcxDataPlaneTest, TheEndpointToAShardEndsWithItsLastPath) {
+  const tandem::v1::AttachFabricResponse attached = Attach();
+  auto ucx = UcxKvClient::Create(GetParam()).value();
+  const auto path = [&] {
+    return std::make_unique<store::UcxArenaPath>(
+        ucx, attached.worker_address(), attached.instance_id(), attached.arena_bytes(), kDeadline);
+  };
+  const auto put = [&](store::UcxArenaPath& through, uint64_t hash) {
+    const std::string block = Bytes(hash, 3000);
+    const tandem::v1::ReserveShmResponse reserved = Reserve(attached.instance_id(), hash, 3000);
+    const store::ArenaRegion region{.index = 0,
+                                    .offset = reserved.reservations(0).offset(),
+                                    .length = 3000,
+                                    .bytes = Span(block)};
+    return through.Write(Grant(reserved), {&region, 1}).status();
+  };
+  auto one = path();
+  auto two = path();
+  ASSERT_TRUE(put(*one, 61).ok());
+  EXPECT_EQ(ucx->Stats().endpoints, 1);
+  one.reset();  // the other path still uses the endpoint
+  ASSERT_TRUE(put(*two, 62).ok());
+  EXPECT_EQ(ucx->Stats().endpoints, 1);
+  EXPECT_EQ(ucx->Stats().endpoints_created, 1);
+  two.reset();
+  ASSERT_TRUE(testing::Eventually([&] { return ucx->Stats().endpoints == 0; }));
+  auto three = path();  // the shard attached again: a new endpoint
+  ASSERT_TRUE(put(*three, 63).ok());
+  EXPECT_EQ(ucx->Stats().endpoints, 1);
+  EXPECT_EQ(ucx->Stats().endpoints_created, 2);
 }
 
 // A read lease's key reads its pinned blocks and nothing else, and only until the lease expires.
