@@ -20,6 +20,8 @@ namespace tandem::store {
 namespace {
 
 constexpr std::chrono::seconds kAttachRetry(5);
+// An eager attach at startup waits at most this long (a worker's shutdown may wait for it).
+constexpr std::chrono::seconds kConnectTimeout(5);
 // Per reservation: bounds the arena space one lease holds while the client copies.
 constexpr int64_t kMaxBatchBytes = int64_t{64} << 20;
 constexpr size_t kMaxBatchBlocks = 4096;
@@ -80,8 +82,8 @@ ArenaClient::~ArenaClient() {
       +[](int* n) { return *n == 0; }, &releases_in_flight_));
 }
 
-void ArenaClient::SetDeadline(grpc::ClientContext& context) const {
-  context.set_deadline(std::chrono::system_clock::now() + timeout_);
+void ArenaClient::SetDeadline(grpc::ClientContext& context, std::chrono::milliseconds timeout) {
+  context.set_deadline(std::chrono::system_clock::now() + timeout);
 }
 
 bool ArenaClient::attached() const {
@@ -89,16 +91,25 @@ bool ArenaClient::attached() const {
   return path_ != nullptr;
 }
 
-ArenaClient::Path ArenaClient::Attach() {
+bool ArenaClient::Connect() {
+  Path path = Attach(/*eager=*/true);
+  if (path != nullptr) path->Connect();
+  return path != nullptr;
+}
+
+ArenaClient::Path ArenaClient::Attach(bool eager) {
   {
     absl::MutexLock lock(&mu_);
     if (path_ != nullptr) return path_;
     if (Clock::now() < retry_after_) return nullptr;
   }
+  const std::chrono::milliseconds timeout =
+      eager ? std::min<std::chrono::milliseconds>(timeout_, kConnectTimeout) : timeout_;
   absl::StatusOr<Path> opened =
-      transport_ == ArenaTransport::kFabric ? AttachFabric() : AttachSharedMemory();
+      transport_ == ArenaTransport::kFabric ? AttachFabric(timeout) : AttachSharedMemory(timeout);
   absl::MutexLock lock(&mu_);
   if (!opened.ok()) {
+    if (eager) return nullptr;  // the shard may not be up yet: the first transfer tries again
     retry_after_ = Clock::now() + kAttachRetry;
     // Offered but not reachable (another machine or mount namespace, no UCX transport in
     // common): worth saying, once. A shard that does not offer the path is no news.
@@ -112,9 +123,10 @@ ArenaClient::Path ArenaClient::Attach() {
   return path_;
 }
 
-absl::StatusOr<ArenaClient::Path> ArenaClient::AttachSharedMemory() {
+absl::StatusOr<ArenaClient::Path> ArenaClient::AttachSharedMemory(
+    std::chrono::milliseconds timeout) {
   grpc::ClientContext context;
-  SetDeadline(context);
+  SetDeadline(context, timeout);
   tandem::v1::AttachSharedMemoryResponse response;
   TANDEM_RETURN_IF_ERROR(rpc::FromGrpcStatus(
       stub_.AttachSharedMemory(&context, tandem::v1::AttachSharedMemoryRequest(), &response)));
@@ -129,9 +141,9 @@ absl::StatusOr<ArenaClient::Path> ArenaClient::AttachSharedMemory() {
   return Path(*std::move(opened));
 }
 
-absl::StatusOr<ArenaClient::Path> ArenaClient::AttachFabric() {
+absl::StatusOr<ArenaClient::Path> ArenaClient::AttachFabric(std::chrono::milliseconds timeout) {
   grpc::ClientContext context;
-  SetDeadline(context);
+  SetDeadline(context, timeout);
   tandem::v1::AttachFabricResponse response;
   TANDEM_RETURN_IF_ERROR(rpc::FromGrpcStatus(
       stub_.AttachFabric(&context, tandem::v1::AttachFabricRequest(), &response)));

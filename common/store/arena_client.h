@@ -3,9 +3,9 @@
 // (arena_path.h) moves the block bytes, by shared memory on the shard's machine (the bytes are
 // copied through a path) or over the KV fabric (UCX) from anywhere.
 //
-// Attaches on first use. When the shard does not offer the path, or it cannot be reached, or
-// the shard restarted (FAILED_PRECONDITION), the calls answer nullopt and the caller streams
-// instead; a failed attach is retried after a pause. Thread-safe.
+// Attaches at Connect (a worker starting) or on first use. When the shard does not offer the path,
+// or it cannot be reached, or the shard restarted (FAILED_PRECONDITION), the calls answer nullopt
+// and the caller streams instead; a failed attach is retried after a pause. Thread-safe.
 #pragma once
 
 #include <atomic>
@@ -66,6 +66,11 @@ class ArenaClient {
 
   bool attached() const;
   ArenaTransport transport() const { return transport_; }
+  // Attaches now where the path is available (a worker starting), so that the first transfer
+  // finds it ready: the connection made, a preallocated arena already being mapped. A shard not
+  // reachable yet is neither an error nor a pause: the first Put or Get tries again. Whether
+  // the path is attached.
+  bool Connect();
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -82,9 +87,11 @@ class ArenaClient {
     int64_t bytes = 0;            // of the reserved regions
   };
 
-  Path Attach();  // nullptr when the path is unavailable
-  absl::StatusOr<Path> AttachSharedMemory();
-  absl::StatusOr<Path> AttachFabric();
+  // nullptr when the path is unavailable. `eager`: Connect's, which neither warns nor delays
+  // the next try when it fails.
+  Path Attach(bool eager = false);
+  absl::StatusOr<Path> AttachSharedMemory(std::chrono::milliseconds timeout);
+  absl::StatusOr<Path> AttachFabric(std::chrono::milliseconds timeout);
   void Detach(const Path& path);
   // A failed call: detaches when the status says the arena is gone or changed, and turns
   // FAILED_PRECONDITION into nullopt, so the caller streams.
@@ -111,7 +118,8 @@ class ArenaClient {
   // A lease taken at `sent` is still certainly held: the shard ends none before its lease time,
   // counted from after `sent`, and half of it leaves room for clock and scheduling slack.
   bool LeaseHeld(Clock::time_point sent) const { return Clock::now() - sent <= lease_.load() / 2; }
-  void SetDeadline(grpc::ClientContext& context) const;
+  void SetDeadline(grpc::ClientContext& context) const { SetDeadline(context, timeout_); }
+  static void SetDeadline(grpc::ClientContext& context, std::chrono::milliseconds timeout);
 
   tandem::v1::CacheStore::StubInterface& stub_;
   const std::string model_id_;

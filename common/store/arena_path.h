@@ -49,6 +49,8 @@ class ArenaPath {
   virtual absl::StatusOr<std::vector<uint64_t>> Read(const LeaseGrant& lease,
                                                      std::span<const ArenaRegion> regions,
                                                      std::span<std::string> out) = 0;
+  // Readies what the first transfer would otherwise set up (a connection), without waiting.
+  virtual void Connect() {}
 };
 
 }  // namespace tandem::store

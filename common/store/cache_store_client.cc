@@ -21,7 +21,8 @@ uint32_t Checksum(const std::string& bytes) {
 
 CacheStoreClient::CacheStoreClient(std::shared_ptr<grpc::Channel> channel, std::string model_id,
                                    const CacheStoreClientOptions& options)
-    : stub_(tandem::v1::CacheStore::NewStub(channel)),
+    : channel_(channel),
+      stub_(tandem::v1::CacheStore::NewStub(channel)),
       model_id_(std::move(model_id)),
       chunk_bytes_(std::max<int64_t>(options.chunk_bytes, 1)),
       timeout_(options.timeout),
@@ -33,6 +34,13 @@ CacheStoreClient::CacheStoreClient(std::shared_ptr<grpc::Channel> channel, std::
   if (options.fabric) {
     arenas_.push_back(std::make_unique<ArenaClient>(
         *stub_, model_id_, timeout_, ArenaTransport::kFabric, options.fabric_client));
+  }
+}
+
+void CacheStoreClient::Connect() {
+  channel_->GetState(/*try_to_connect=*/true);
+  for (const auto& arena : arenas_) {
+    if (arena->Connect()) return;  // the paths after it serve only when it does not
   }
 }
 

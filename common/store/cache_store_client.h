@@ -69,7 +69,13 @@ class CacheStoreClient {
   absl::StatusOr<std::vector<bool>> Exists(std::span<const uint64_t> hashes);
   absl::StatusOr<tandem::v1::StoreStats> Stats();
 
-  // Whether the shared-memory path is mapped now (it attaches on the first Put or Get).
+  // Readies the shard's first transfer now (a worker starting): connects the channel and
+  // attaches the first arena path that is available (ArenaClient::Connect). Waits for the
+  // attach, at most a few seconds; a shard not up yet is left to the first Put or Get.
+  void Connect();
+
+  // Whether the shared-memory path is mapped now (it attaches on the first Put or Get, or at
+  // Connect).
   bool shared_memory_attached() const { return Attached(ArenaTransport::kSharedMemory); }
   // Whether the fabric path is attached now.
   bool fabric_attached() const { return Attached(ArenaTransport::kFabric); }
@@ -82,6 +88,7 @@ class CacheStoreClient {
   absl::StatusOr<std::vector<std::optional<std::string>>> StreamGet(
       std::span<const uint64_t> hashes, std::vector<StoreTier>* tiers);
 
+  const std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<tandem::v1::CacheStore::Stub> stub_;
   const std::string model_id_;
   const int64_t chunk_bytes_;

@@ -26,6 +26,16 @@ StorePool::StorePool(std::vector<std::string> shard_addresses, std::string model
   }
 }
 
+StorePool::~StorePool() {
+  if (connector_.joinable()) connector_.join();
+}
+
+void StorePool::ConnectInBackground() {
+  connector_ = std::thread([this] {
+    for (const auto& client : clients_) client->Connect();
+  });
+}
+
 int64_t StorePool::Reservation::reserved_bytes() const {
   int64_t bytes = 0;
   for (const auto& r : by_shard_) bytes += r != nullptr ? r->reserved_bytes() : 0;

@@ -9,6 +9,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/security/transport.h"
@@ -38,6 +39,15 @@ class StorePool {
  public:
   StorePool(std::vector<std::string> shard_addresses, std::string model_id,
             const StorePoolOptions& options = {});
+  // Waits for ConnectInBackground's thread (a few seconds at most).
+  ~StorePool();
+  StorePool(const StorePool&) = delete;
+  StorePool& operator=(const StorePool&) = delete;
+
+  // Readies each shard's first transfer (CacheStoreClient::Connect: the connection, the
+  // shared-memory or fabric path attached) on a thread of its own, so that a worker starting
+  // waits for no shard and its first request pays none of it. Call once.
+  void ConnectInBackground();
 
   bool empty() const { return ring_.empty(); }
   const std::string& ShardOf(uint64_t hash) const { return ring_.shards()[ring_.ShardFor(hash)]; }
@@ -76,6 +86,7 @@ class StorePool {
 
   ShardRing ring_;
   std::vector<std::unique_ptr<CacheStoreClient>> clients_;  // per ring_.shards() index
+  std::thread connector_;
 };
 
 }  // namespace tandem::store

@@ -11,6 +11,7 @@
 #include "common/fabric/kv_protocol.h"
 #include "common/store/block_checksum.h"
 #include "common/store/shm_mapping.h"
+#include "common/util/log.h"
 
 namespace tandem::store {
 namespace {
@@ -157,6 +158,14 @@ UcxKvClientStats UcxKvClient::Stats() const {
 void UcxKvClient::AddPath(const std::string& address) {
   absl::MutexLock lock(&paths_mu_);
   ++paths_[address];
+}
+
+void UcxKvClient::Connect(const std::string& address) {
+  worker_->Post([this, address] {
+    if (absl::StatusOr<ucp_ep_h> ep = worker_->Endpoint(address); !ep.ok()) {
+      Log(LogLevel::kWarning, "cache-store-client", ep.status().ToString());
+    }
+  });
 }
 
 void UcxKvClient::RemovePath(const std::string& address) {

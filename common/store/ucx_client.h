@@ -84,6 +84,8 @@ class UcxKvClient {
   // endpoint to it is closed. Thread-safe.
   void AddPath(const std::string& address);
   void RemovePath(const std::string& address);
+  // Builds the endpoint to `address` now, so that the first transfer does not wire it up.
+  void Connect(const std::string& address);
   const std::string& transports() const { return worker_->transports(); }
 
  private:
@@ -142,6 +144,7 @@ class UcxArenaPath final : public ArenaPath {
   absl::StatusOr<std::vector<uint64_t>> Read(const LeaseGrant& lease,
                                              std::span<const ArenaRegion> regions,
                                              std::span<std::string> out) override;
+  void Connect() override { client_->Connect(address_); }
 
  private:
   const std::shared_ptr<UcxKvClient> client_;

@@ -40,8 +40,9 @@ through the public API by Python's grpcio.
                     request completes with the greedy output.
   --case preallocate  cache_store.preallocate on a 64 MiB shard: the shard holds the whole
                     arena before it serves and says so when attached to (with the lease time
-                    of cache_store.lease_seconds), each worker maps all of it once attached,
-                    and requests over shared memory equal `model-inspect generate`.
+                    of cache_store.lease_seconds), each worker attaches as it starts and maps
+                    all of it before any request, and requests over shared memory equal
+                    `model-inspect generate`.
   --case api        bad input is INVALID_ARGUMENT with a message (invalid UTF-8 included);
                     GetModelInfo; client cancel frees the blocks; after SIGTERM new requests
                     are UNAVAILABLE while the one in flight completes.
@@ -930,8 +931,8 @@ def rss_shmem(pid):
 
 def case_preallocate(c, stub):
     """cache_store.preallocate: the shard allocates its whole arena before it serves, the workers
-    map all of it once they attach (so no put or get faults pages in), and requests come out
-    as the single engine's."""
+    attach as they start, before any request, and map all of it (so no put or get faults pages
+    in), and requests come out as the single engine's."""
     arena = 64 << 20
     shard = c.shards[0]
     print(f"shard: {rss_shmem(shard.proc.pid) >> 20} MiB of shared memory mapped at startup")
@@ -945,13 +946,16 @@ def case_preallocate(c, stub):
         .AttachSharedMemory(cache_store_pb2.AttachSharedMemoryRequest(), timeout=10)
     print(f"attach: preallocated={attach.preallocated}, lease_ms={attach.lease_ms}")
     assert attach.preallocated and attach.lease_ms == 7000, attach
+    for w in c.prefills + c.decodes:
+        cluster.wait_for(lambda: rss_shmem(w.proc.pid) >= arena, 30,
+                         f"{w.role} {w.address} to map the whole arena before any request")
+        print(f"  {w.role} {w.address}: {rss_shmem(w.proc.pid) >> 20} MiB of the arena mapped "
+              f"before any request")
+        assert transfers(w, "shm") == 0
     reqs = random_requests(12, seed=9, max_prompt=300, max_out=10)
     check_greedy(run_concurrently(stub, reqs), reqs, expected(reqs), "preallocated arena")
     for w in c.prefills + c.decodes:
-        cluster.wait_for(lambda: rss_shmem(w.proc.pid) >= arena, 30,
-                         f"{w.role} {w.address} to map the whole arena")
-        print(f"  {w.role} {w.address}: {rss_shmem(w.proc.pid) >> 20} MiB of the arena mapped, "
-              f"{transfers(w, 'shm'):.0f} transfers over shared memory")
+        print(f"  {w.role} {w.address}: {transfers(w, 'shm'):.0f} transfers over shared memory")
         assert transfers(w, "shm") > 0
 
 

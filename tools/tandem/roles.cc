@@ -421,6 +421,7 @@ class WorkerRole final : public ServedRole {
       m.Observe(s.transport, s.put, s.ok, s.bytes, s.seconds);
     };
     store_ = std::make_unique<store::StorePool>(c.cache_store.shards, ModelId(c), shards);
+    store_->ConnectInBackground();
     if (prefill) {
       prefill::PrefillWorkerOptions o;
       if (options.pruning.enabled) {

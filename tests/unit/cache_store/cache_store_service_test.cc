@@ -40,6 +40,7 @@ class CacheStoreServiceTest : public ::testing::Test {
     builder.RegisterService(service_.get());
     server_ = builder.BuildAndStart();
     ASSERT_NE(server_, nullptr);
+    port_ = port;
     channel_ =
         grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials());
     client_ = std::make_unique<CacheStoreClient>(channel_, "model", 700);
@@ -66,6 +67,7 @@ class CacheStoreServiceTest : public ::testing::Test {
   std::unique_ptr<CacheStoreService> service_;
   std::unique_ptr<grpc::Server> server_;
   std::shared_ptr<grpc::Channel> channel_;
+  int port_ = 0;
   std::unique_ptr<CacheStoreClient> client_;
 };
 
@@ -192,6 +194,43 @@ TEST_F(CacheStoreServiceTest, SharedMemoryAndStreamCarryTheSameBytes) {
     return service_->shm().Stats().open_leases == 0 && store_->Stats().pinned_blocks == 0;
   }));
   EXPECT_EQ(store_->Stats().pending_puts, 0);
+}
+
+// A worker starting attaches before its first transfer (CacheStoreClient::Connect); a shard
+// that is not up yet costs the first transfer nothing more than attaching then, not a pause of
+// streaming.
+TEST_F(CacheStoreServiceTest, ConnectAttachesAheadAndAShardNotUpYetIsNotHeldAgainstIt) {
+  Start(8 << 20);
+  CacheStoreClient early(channel_, "model", CacheStoreClientOptions{.shared_memory = true});
+  early.Connect();
+  EXPECT_TRUE(early.shared_memory_attached());
+  ASSERT_TRUE(early.Put({{BlockData{1, Bytes(1, 3000)}}}).ok());
+  EXPECT_EQ(service_->shm().Stats().committed_blocks, 1);
+
+  // The shard goes away and comes back at the same address; a client started meanwhile.
+  const std::string address = absl::StrCat("127.0.0.1:", port_);
+  server_->Shutdown();
+  server_.reset();
+  grpc::ChannelArguments fast_reconnect;
+  fast_reconnect.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 10);
+  fast_reconnect.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 10);
+  fast_reconnect.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 100);
+  auto channel =
+      grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), fast_reconnect);
+  CacheStoreClient late(channel, "model", CacheStoreClientOptions{.shared_memory = true});
+  late.Connect();
+  EXPECT_FALSE(late.shared_memory_attached());
+  service_ = std::make_unique<CacheStoreService>(*store_, 1000, ShmHandoffOptions{});
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials());
+  builder.RegisterService(service_.get());
+  server_ = builder.BuildAndStart();
+  ASSERT_NE(server_, nullptr);
+  ASSERT_TRUE(
+      channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(10)));
+  ASSERT_TRUE(late.Put({{BlockData{2, Bytes(2, 3000)}}}).ok());
+  EXPECT_TRUE(late.shared_memory_attached());  // not streamed for a pause after the failed try
+  EXPECT_EQ(service_->shm().Stats().committed_blocks, 1);
 }
 
 TEST_F(CacheStoreServiceTest, WithoutSharedMemoryTheClientStreams) {
