@@ -141,6 +141,29 @@ TEST_F(StorePoolTest, HandoffThroughTwoShardsIsExact) {
   EXPECT_EQ(ShmAcquired(), 6);
 }
 
+// A worker connects to its shards in the background as it starts (StorePool::ConnectInBackground)
+// while its first requests may already run: the handoff stays exact and takes the shared-memory
+// path, and a pool destroyed right after starting to connect waits for it.
+TEST_F(StorePoolTest, ConnectingInTheBackgroundWhileRequestsRunIsExact) {
+  auto whole = MakeEngine();
+  const std::vector<int32_t> expected = Run(*whole, prompt_, 8, 0);
+  {
+    StorePool short_lived({shards_[0]->address, shards_[1]->address}, "tiny");
+    short_lived.ConnectInBackground();
+  }
+  StorePool pool({shards_[0]->address, shards_[1]->address}, "tiny");
+  pool.ConnectInBackground();
+  auto [first, blocks] = Prefill(pool);
+  ASSERT_EQ(first, expected[0]);
+  EXPECT_EQ(pool.Put(blocks).stored, std::vector<bool>(6, true));
+  EXPECT_EQ(ShmCommitted(), 6);
+  engine::ImportStats stats;
+  int cached = -1;
+  const auto rest = Decode(pool, first, &stats, &cached);
+  EXPECT_EQ(stats.hits, 6);
+  EXPECT_EQ(rest, std::vector<int32_t>(expected.begin() + 1, expected.end()));
+}
+
 // A prefill worker reserves the prompt's blocks while its engine computes them
 // (engine::ExportPlan gives their hashes and sizes ahead); the put is then a copy and one Commit
 // per shard, and decode continues exactly.
