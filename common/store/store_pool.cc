@@ -31,6 +31,7 @@ StorePool::~StorePool() {
 }
 
 void StorePool::ConnectInBackground() {
+  if (connector_.joinable()) return;  // connecting already
   connector_ = std::thread([this] {
     for (const auto& client : clients_) client->Connect();
   });

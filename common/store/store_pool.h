@@ -46,7 +46,7 @@ class StorePool {
 
   // Readies each shard's first transfer (CacheStoreClient::Connect: the connection, the
   // shared-memory or fabric path attached) on a thread of its own, so that a worker starting
-  // waits for no shard and its first request pays none of it. Call once.
+  // waits for no shard and its first request pays none of it. Once: later calls do nothing.
   void ConnectInBackground();
 
   bool empty() const { return ring_.empty(); }
