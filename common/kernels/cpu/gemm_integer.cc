@@ -103,7 +103,6 @@ template <int kBits, bool kZero, bool kStream, int MR, int NP>
 TANDEM_VNNI void VnniMicroKernel(const IntX& x, const void* panel, int64_t panel_stride, int64_t kc,
                                  const QuantBlockArgs& q, bool first, float* acc_out,
                                  int64_t acc_stride) {
-  constexpr int64_t kStreamAhead = 2048;
   constexpr int64_t kUnitBytes = kBits * 16;
   const char* panels[NP];
   TANDEM_UNROLL
@@ -128,7 +127,7 @@ TANDEM_VNNI void VnniMicroKernel(const IntX& x, const void* panel, int64_t panel
       TANDEM_UNROLL
       for (int i = 0; i < MR; ++i) facc[i][j] = _mm512_setzero_ps();
     }
-    for (int64_t b0 = s0; b0 < s1; b0 += x.sub) {
+    for (int64_t b0 = s0, b = s0 / x.sub; b0 < s1; b0 += x.sub, ++b) {
       const int64_t b1 = std::min(s1, b0 + x.sub);
       // Even and odd columns in separate sums: twice the independent chains.
       __m512i iacc[MR][NP][2];
@@ -142,7 +141,7 @@ TANDEM_VNNI void VnniMicroKernel(const IntX& x, const void* panel, int64_t panel
           for (int j = 0; j < NP; ++j) {
             TANDEM_UNROLL
             for (int64_t line = 0; line < kUnitBytes; line += 64) {
-              _mm_prefetch(panels[j] + k * kUnitBytes / kUnit + line + kStreamAhead, _MM_HINT_T0);
+              _mm_prefetch(panels[j] + k * kUnitBytes / kUnit + line + q.ahead, _MM_HINT_T0);
             }
           }
         }
@@ -160,7 +159,6 @@ TANDEM_VNNI void VnniMicroKernel(const IntX& x, const void* panel, int64_t panel
           }
         }
       }
-      const int64_t b = b0 / x.sub;
       TANDEM_UNROLL
       for (int i = 0; i < MR; ++i) {
         const int32_t sum = x.sums[b * kMr + i];
@@ -262,23 +260,124 @@ inline void FinishHalf(const QuantBlockArgs& q, int64_t group, int h, bool store
   }
 }
 
+// sum16 plus `units` units of 4-bit codes from src (one half of each panel's rows, 64 bytes a
+// unit) times x's codes at xq (kMr * kUnit a unit); kPrefetch: fetch `ahead` bytes ahead.
+// The pointers step by a unit, which keeps the loop's scalar work to a few adds.
+template <bool kPrefetch, bool kVnni, int MR, int NP>
+inline void SumUnits4(const int8_t* xq, const char* (&src)[NP], int64_t units, int64_t ahead,
+                      __m256i (&sum16)[MR][NP]) {
+  const __m256i low = _mm256_set1_epi8(0x0F);
+#pragma GCC unroll 4
+  for (int64_t u = 0; u < units; ++u, xq += kMr * kUnit) {
+    TANDEM_UNROLL
+    for (int j = 0; j < NP; ++j) {
+      if constexpr (kPrefetch) _mm_prefetch(src[j] + ahead, _MM_HINT_T0);
+      const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src[j]));
+      src[j] += 64;
+      const __m256i even = _mm256_and_si256(raw, low);
+      const __m256i odd = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low);
+      TANDEM_UNROLL
+      for (int i = 0; i < MR; ++i) {
+        const __m256i xe = _mm256_set1_epi32(Load4(xq + i * kUnit));
+        const __m256i xo = _mm256_set1_epi32(Load4(xq + i * kUnit + 4));
+        if constexpr (kVnni) {
+          sum16[i][j] = DotQuads(DotQuads(sum16[i][j], even, xe), odd, xo);
+        } else {
+          const __m256i products =
+              _mm256_add_epi16(_mm256_maddubs_epi16(even, xe), _mm256_maddubs_epi16(odd, xo));
+          sum16[i][j] = _mm256_add_epi16(sum16[i][j], products);
+        }
+      }
+    }
+  }
+}
+
+// Avx2MicroKernel for one row of x (batch-1 decode): both halves of each unit in one pass, so
+// a cache line is used whole as it arrives, x's codes are broadcast once a unit, and no second
+// pass over L1 leaves the prefetches idle for half the time. Its 16 accumulators (8 sums, 8
+// float sums) would not leave room for more rows. The same sums in the same order as the two
+// passes: the same bits. On Zen 3 it streams the codes ~1.1x as fast (docs/benchmarks.md).
+template <bool kZero, bool kStream, bool kVnni, int NP>
+void Avx2RowKernel(const IntX& x, const void* panel, int64_t panel_stride, int64_t kc,
+                   const QuantBlockArgs& q, bool first, float* acc_out, int64_t acc_stride) {
+  const char* src[NP];
+  TANDEM_UNROLL
+  for (int j = 0; j < NP; ++j) src[j] = static_cast<const char*>(panel) + j * panel_stride;
+  const __m256i ones = _mm256_set1_epi16(1), low = _mm256_set1_epi8(0x0F);
+  const int8_t* xq = x.q;
+  for (int64_t s0 = 0, seg = 0; s0 < kc; s0 += q.segment, ++seg) {
+    const int64_t group = seg * q.group_step;
+    const int64_t s1 = std::min(kc, s0 + q.segment);
+    const bool store = first && s0 == 0;
+    __m256i zero[2][NP];
+    __m256 facc[2][1][NP];
+    StartHalf<kZero, kStream, 1, NP>(q, group, 0, zero[0], facc[0]);
+    StartHalf<kZero, false, 1, NP>(q, group, 1, zero[1], facc[1]);
+    for (int64_t b0 = s0, b = s0 / x.sub; b0 < s1; b0 += x.sub, ++b) {
+      const int64_t b1 = std::min(s1, b0 + x.sub);
+      __m256i sum16[2][NP];
+      TANDEM_UNROLL
+      for (int j = 0; j < NP; ++j) sum16[0][j] = sum16[1][j] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+      for (int64_t k = b0; k < b1; k += kUnit, xq += kMr * kUnit) {
+        const __m256i xe = _mm256_set1_epi32(Load4(xq));
+        const __m256i xo = _mm256_set1_epi32(Load4(xq + 4));
+        TANDEM_UNROLL
+        for (int j = 0; j < NP; ++j) {
+          if constexpr (kStream) _mm_prefetch(src[j] + q.ahead, _MM_HINT_T0);
+          TANDEM_UNROLL
+          for (int h = 0; h < 2; ++h) {
+            const __m256i raw =
+                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src[j] + 32 * h));
+            const __m256i even = _mm256_and_si256(raw, low);
+            const __m256i odd = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low);
+            if constexpr (kVnni) {
+              sum16[h][j] = DotQuads(DotQuads(sum16[h][j], even, xe), odd, xo);
+            } else {
+              sum16[h][j] = _mm256_add_epi16(
+                  sum16[h][j],
+                  _mm256_add_epi16(_mm256_maddubs_epi16(even, xe), _mm256_maddubs_epi16(odd, xo)));
+            }
+          }
+          src[j] += 64;
+        }
+      }
+      const int32_t sum = x.sums[b * kMr];
+      const __m256 scale = _mm256_set1_ps(x.scales[b * kMr]);
+      TANDEM_UNROLL
+      for (int h = 0; h < 2; ++h) {
+        TANDEM_UNROLL
+        for (int j = 0; j < NP; ++j) {
+          __m256i t = kVnni ? sum16[h][j] : _mm256_madd_epi16(sum16[h][j], ones);
+          facc[h][0][j] = AddScaledSum<kZero>(facc[h][0][j], t, zero[h][j], sum, 8, scale);
+        }
+      }
+    }
+    FinishHalf<1, NP>(q, group, 0, store, facc[0], acc_out, acc_stride);
+    FinishHalf<1, NP>(q, group, 1, store, facc[1], acc_out, acc_stride);
+  }
+}
+
 // VnniMicroKernel for 4-bit codes on AVX2, 8 rows (half a panel) per vector: vpmaddubsw
 // multiplies 32 unsigned codes by 32 signed x codes and adds pairs into 16-bit lanes. A unit
 // adds at most 4 * 15 * 127 = 7620 to a 16-bit lane, so a sub-block of up to 4 units (32
 // columns) sums exactly in 16 bits before vpmaddwd widens it, and every sub-block's int32 sum
 // equals the AVX-512 kernel's: both give the same bits. (8-bit codes would overflow the pair
 // sums; see Avx2Int8MicroKernel.) Each half of the panels is one pass over the
-// segment, which keeps the accumulators in 16 registers; the second pass reads from L1. With
-// AVX-VNNI (kVnni), vpdpbusd sums each lane's four products straight into 32 bits: the same sums.
+// segment, which keeps the accumulators in 16 registers; the second pass reads from L1 (one
+// row of x runs Avx2RowKernel instead). With AVX-VNNI (kVnni), vpdpbusd sums each lane's four
+// products straight into 32 bits: the same sums.
 template <bool kZero, bool kStream, bool kVnni, int MR, int NP>
 void Avx2MicroKernel(const IntX& x, const void* panel, int64_t panel_stride, int64_t kc,
                      const QuantBlockArgs& q, bool first, float* acc_out, int64_t acc_stride) {
-  constexpr int64_t kStreamAhead = 2048;
-  constexpr int64_t kUnitBytes = 64;
+  if constexpr (MR == 1) {
+    return Avx2RowKernel<kZero, kStream, kVnni, NP>(x, panel, panel_stride, kc, q, first, acc_out,
+                                                    acc_stride);
+  }
   const char* panels[NP];
   TANDEM_UNROLL
   for (int j = 0; j < NP; ++j) panels[j] = static_cast<const char*>(panel) + j * panel_stride;
-  const __m256i low = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+  const __m256i ones = _mm256_set1_epi16(1);
   for (int64_t s0 = 0, seg = 0; s0 < kc; s0 += q.segment, ++seg) {
     const int64_t group = seg * q.group_step;
     const int64_t s1 = std::min(kc, s0 + q.segment);
@@ -287,42 +386,22 @@ void Avx2MicroKernel(const IntX& x, const void* panel, int64_t panel_stride, int
       __m256i zero[NP];
       __m256 facc[MR][NP];
       StartHalf<kZero, kStream, MR, NP>(q, group, h, zero, facc);
-      for (int64_t b0 = s0; b0 < s1; b0 += x.sub) {
+      const char* src[NP];
+      TANDEM_UNROLL
+      for (int j = 0; j < NP; ++j) src[j] = panels[j] + s0 * 8 + 32 * h;
+      for (int64_t b0 = s0, b = s0 / x.sub; b0 < s1; b0 += x.sub, ++b) {
         const int64_t b1 = std::min(s1, b0 + x.sub);
         __m256i sum16[MR][NP];
         TANDEM_UNROLL
         for (int i = 0; i < MR; ++i) TANDEM_UNROLL
         for (int j = 0; j < NP; ++j) sum16[i][j] = _mm256_setzero_si256();
-#pragma GCC unroll 4
-        for (int64_t k = b0; k < b1; k += kUnit) {
-          if (kStream && h == 0) {
-            TANDEM_UNROLL
-            for (int j = 0; j < NP; ++j) {
-              _mm_prefetch(panels[j] + k * kUnitBytes / kUnit + kStreamAhead, _MM_HINT_T0);
-            }
-          }
-          const int8_t* xq = x.q + k / kUnit * kMr * kUnit;
-          TANDEM_UNROLL
-          for (int j = 0; j < NP; ++j) {
-            const __m256i raw =
-                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panels[j] + k * 8 + 32 * h));
-            const __m256i even = _mm256_and_si256(raw, low);
-            const __m256i odd = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low);
-            TANDEM_UNROLL
-            for (int i = 0; i < MR; ++i) {
-              const __m256i xe = _mm256_set1_epi32(Load4(xq + i * kUnit));
-              const __m256i xo = _mm256_set1_epi32(Load4(xq + i * kUnit + 4));
-              if constexpr (kVnni) {
-                sum16[i][j] = DotQuads(DotQuads(sum16[i][j], even, xe), odd, xo);
-              } else {
-                const __m256i products =
-                    _mm256_add_epi16(_mm256_maddubs_epi16(even, xe), _mm256_maddubs_epi16(odd, xo));
-                sum16[i][j] = _mm256_add_epi16(sum16[i][j], products);
-              }
-            }
-          }
+        const int8_t* xq = x.q + b0 / kUnit * kMr * kUnit;
+        const int64_t units = (b1 - b0 + kUnit - 1) / kUnit;
+        if (kStream && h == 0) {
+          SumUnits4<true, kVnni, MR, NP>(xq, src, units, q.ahead, sum16);
+        } else {
+          SumUnits4<false, kVnni, MR, NP>(xq, src, units, q.ahead, sum16);
         }
-        const int64_t b = b0 / x.sub;
         TANDEM_UNROLL
         for (int i = 0; i < MR; ++i) {
           const int32_t sum = x.sums[b * kMr + i];
@@ -356,7 +435,6 @@ void Avx2MicroKernel(const IntX& x, const void* panel, int64_t panel_stride, int
 template <bool kZero, bool kStream, bool kVnni, int MR, int NP>
 void Avx2Int8Rows(const IntX& x, const void* panel, int64_t panel_stride, int64_t kc,
                   const QuantBlockArgs& q, bool first, float* acc_out, int64_t acc_stride) {
-  constexpr int64_t kStreamAhead = 2048;
   constexpr int64_t kUnitBytes = 128;
   const char* panels[NP];
   TANDEM_UNROLL
@@ -370,7 +448,7 @@ void Avx2Int8Rows(const IntX& x, const void* panel, int64_t panel_stride, int64_
       __m256i zero[NP];
       __m256 facc[MR][NP];
       StartHalf<kZero, kStream, MR, NP>(q, group, h, zero, facc);
-      for (int64_t b0 = s0; b0 < s1; b0 += x.sub) {
+      for (int64_t b0 = s0, b = s0 / x.sub; b0 < s1; b0 += x.sub, ++b) {
         const int64_t b1 = std::min(s1, b0 + x.sub);
         __m256i low[MR][NP], high[MR][NP];  // rows 0-3 and 4-7 of the pass
         TANDEM_UNROLL
@@ -381,8 +459,8 @@ void Avx2Int8Rows(const IntX& x, const void* panel, int64_t panel_stride, int64_
           if (kStream && h == 0) {
             TANDEM_UNROLL
             for (int j = 0; j < NP; ++j) {
-              _mm_prefetch(panels[j] + k * kUnitBytes / kUnit + kStreamAhead, _MM_HINT_T0);
-              _mm_prefetch(panels[j] + k * kUnitBytes / kUnit + kStreamAhead + 64, _MM_HINT_T0);
+              _mm_prefetch(panels[j] + k * kUnitBytes / kUnit + q.ahead, _MM_HINT_T0);
+              _mm_prefetch(panels[j] + k * kUnitBytes / kUnit + q.ahead + 64, _MM_HINT_T0);
             }
           }
           const auto* xq = reinterpret_cast<const __m256i*>(x.quads + k / kUnit * kMr * 8);
@@ -413,7 +491,6 @@ void Avx2Int8Rows(const IntX& x, const void* panel, int64_t panel_stride, int64_
             }
           }
         }
-        const int64_t b = b0 / x.sub;
         TANDEM_UNROLL
         for (int i = 0; i < MR; ++i) {
           const int32_t sum = x.sums[b * kMr + i];
@@ -517,8 +594,15 @@ void IntBlock(const PackedX& x, const RowGroups& groups, int64_t g0, int64_t g1,
   const char* block_panels = static_cast<const char*>(w.data) + (n0 / kNr) * layout.panel_bytes;
   for (int64_t k0 = 0; k0 < w.cols; k0 += kKc) {
     const int64_t kc = std::min(kKc, w.cols - k0);
-    const QuantBlockArgs q = BlockArgs(w, block_panels, k0);
+    QuantBlockArgs q = BlockArgs(w, block_panels, k0);
     const char* panel = block_panels + k0 * kNr * kBits / 8;
+    // The last K block's prefetches run on into the next block's panels, which this thread
+    // is likely to take next (ParallelForDynamic hands out runs of blocks): with 4-bit codes
+    // a K block is exactly `ahead` bytes of each panel, so every one of them would otherwise
+    // fall past the codes, and the next block would start on demand misses.
+    if (stream && k0 + kc == w.cols && n1 < w.rows && kc * kNr * kBits / 8 <= q.ahead) {
+      q.ahead += kNb / kNr * layout.panel_bytes - w.cols * kNr * kBits / 8;
+    }
     const bool first = k0 == 0;
     const int64_t next = k0 + kc, calls = (g1 - g0) * panels;
     Prefetcher prefetch;

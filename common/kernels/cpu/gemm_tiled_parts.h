@@ -98,6 +98,7 @@ struct QuantBlockArgs {
   int64_t panel_bytes = 0;       // distance between panels
   int64_t segment = 0;           // columns per segment
   int64_t group_step = 0;        // groups per segment: 1, or 0 for one group per row
+  int64_t ahead = 2048;          // streaming kernels prefetch the codes this far ahead
 
   QuantBlockArgs Panel(int p) const {
     QuantBlockArgs q = *this;
