@@ -509,11 +509,99 @@ void Avx2Int8Rows(const IntX& x, const void* panel, int64_t panel_stride, int64_
   }
 }
 
+// Avx2Int8Rows for one row of x (batch-1 decode), as Avx2RowKernel for 4-bit codes: both halves
+// of each unit in one pass, so a unit's two lines are used whole as they arrive and x's codes
+// are loaded once. Its 8 integer sums take two panels at a time (P <= 2); the same sums in the
+// same order as the two passes, so the same bits. On Zen 3, 1.14x the two passes' rate with one
+// group per row; groups of 32 columns measured the same (docs/benchmarks.md).
+template <bool kZero, bool kStream, bool kVnni, int P>
+void Avx2Int8RowPair(const IntX& x, const char* panel, int64_t panel_stride, int64_t kc,
+                     const QuantBlockArgs& q, bool first, float* acc_out, int64_t acc_stride) {
+  const char* src[P];
+  TANDEM_UNROLL
+  for (int j = 0; j < P; ++j) src[j] = panel + j * panel_stride;
+  const __m256i flip = _mm256_set1_epi8(-128);
+  const auto* xq = reinterpret_cast<const __m256i*>(x.quads);
+  for (int64_t s0 = 0, seg = 0; s0 < kc; s0 += q.segment, ++seg) {
+    const int64_t group = seg * q.group_step;
+    const int64_t s1 = std::min(kc, s0 + q.segment);
+    const bool store = first && s0 == 0;
+    __m256i zero[2][P];
+    __m256 facc[2][1][P];
+    StartHalf<kZero, kStream, 1, P>(q, group, 0, zero[0], facc[0]);
+    StartHalf<kZero, false, 1, P>(q, group, 1, zero[1], facc[1]);
+    for (int64_t b0 = s0, b = s0 / x.sub; b0 < s1; b0 += x.sub, ++b) {
+      const int64_t b1 = std::min(s1, b0 + x.sub);
+      __m256i low[2][P], high[2][P];
+      TANDEM_UNROLL
+      for (int h = 0; h < 2; ++h) TANDEM_UNROLL
+      for (int j = 0; j < P; ++j) low[h][j] = high[h][j] = _mm256_setzero_si256();
+#pragma GCC unroll 2
+      for (int64_t k = b0; k < b1; k += kUnit, xq += kMr) {
+        const __m256i xi = _mm256_load_si256(xq);
+        TANDEM_UNROLL
+        for (int j = 0; j < P; ++j) {
+          if constexpr (kStream) {
+            _mm_prefetch(src[j] + q.ahead, _MM_HINT_T0);
+            _mm_prefetch(src[j] + q.ahead + 64, _MM_HINT_T0);
+          }
+          const auto* unit = reinterpret_cast<const __m256i*>(src[j]);
+          const __m256i c01 = _mm256_loadu_si256(unit), c23 = _mm256_loadu_si256(unit + 1);
+          const __m256i c45 = _mm256_loadu_si256(unit + 2), c67 = _mm256_loadu_si256(unit + 3);
+          src[j] += 128;
+          TANDEM_UNROLL
+          for (int h = 0; h < 2; ++h) {
+            __m256i p = h == 0 ? _mm256_unpacklo_epi8(c01, c23) : _mm256_unpackhi_epi8(c01, c23);
+            __m256i r = h == 0 ? _mm256_unpacklo_epi8(c45, c67) : _mm256_unpackhi_epi8(c45, c67);
+            if constexpr (kZero != kVnni) {
+              p = _mm256_xor_si256(p, flip);
+              r = _mm256_xor_si256(r, flip);
+            }
+            const __m256i q0 = _mm256_unpacklo_epi16(p, r), q1 = _mm256_unpackhi_epi16(p, r);
+            if constexpr (kVnni) {
+              low[h][j] = DotQuads(low[h][j], q0, xi);
+              high[h][j] = DotQuads(high[h][j], q1, xi);
+            } else {
+              low[h][j] = DotQuadsSigned(low[h][j], q0, xi);
+              high[h][j] = DotQuadsSigned(high[h][j], q1, xi);
+            }
+          }
+        }
+      }
+      const int32_t sum = x.sums[b * kMr];
+      const __m256 scale = _mm256_set1_ps(x.scales[b * kMr]);
+      TANDEM_UNROLL
+      for (int h = 0; h < 2; ++h) {
+        TANDEM_UNROLL
+        for (int j = 0; j < P; ++j) {
+          __m256i t = _mm256_add_epi32(_mm256_permute2x128_si256(low[h][j], high[h][j], 0x20),
+                                       _mm256_permute2x128_si256(low[h][j], high[h][j], 0x31));
+          if constexpr (!kVnni) t = _mm256_add_epi32(t, _mm256_set1_epi32(128 * sum));
+          facc[h][0][j] = AddScaledSum<kZero>(facc[h][0][j], t, zero[h][j], sum, 128, scale);
+        }
+      }
+    }
+    FinishHalf<1, P>(q, group, 0, store, facc[0], acc_out, acc_stride);
+    FinishHalf<1, P>(q, group, 1, store, facc[1], acc_out, acc_stride);
+  }
+}
+
 template <bool kZero, bool kStream, bool kVnni, int MR, int NP>
 void Avx2Int8MicroKernel(const IntX& x, const void* panel, int64_t panel_stride, int64_t kc,
                          const QuantBlockArgs& q, bool first, float* acc_out, int64_t acc_stride) {
   // 4 rows keep their sums in registers; 5 and 6 run as 4 + 1 and 4 + 2 (3 + 2 and 3 + 3
   // measured no faster, with vpdpbusd or the sign trick).
+  if constexpr (MR == 1) {
+    constexpr int kP = NP < 2 ? NP : 2;
+    static_assert(NP % kP == 0);
+    TANDEM_UNROLL
+    for (int jp = 0; jp < NP; jp += kP) {
+      Avx2Int8RowPair<kZero, kStream, kVnni, kP>(
+          x, static_cast<const char*>(panel) + jp * panel_stride, panel_stride, kc, q.Panel(jp),
+          first, acc_out + jp * kNr, acc_stride);
+    }
+    return;
+  }
   constexpr int kRows = MR <= 4 ? MR : 4;
   Avx2Int8Rows<kZero, kStream, kVnni, kRows, NP>(x, panel, panel_stride, kc, q, first, acc_out,
                                                  acc_stride);
