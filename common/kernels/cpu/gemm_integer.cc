@@ -738,18 +738,13 @@ inline int32_t SumCodes(const int8_t* codes, int64_t n) {
   return static_cast<int32_t>(sum);
 }
 
-// One row of x (or zeros, for a row group's unused slots): its codes at q + i * 8 of each
-// unit's kMr * 8 bytes, its sums and scales at [sub-block * kMr + i].
+// One row of x: its codes at q + i * 8 of each unit's kMr * 8 bytes, its sums and scales at
+// [sub-block * kMr + i].
 void PackRow(const float* src, int64_t k, const int32_t* order, int64_t block, int64_t sub,
              int8_t* q, int32_t* sums, float* scales) {
   thread_local std::vector<float> row;
   thread_local std::vector<int8_t> codes;
   const int64_t units = (k + kUnit - 1) / kUnit, subs = (k + sub - 1) / sub;
-  if (src == nullptr) {
-    for (int64_t u = 0; u < units; ++u) std::memset(q + u * kMr * kUnit, 0, kUnit);
-    for (int64_t b = 0; b < subs; ++b) sums[b * kMr] = 0, scales[b * kMr] = 0.0f;
-    return;
-  }
   // Two units' worth of slack: the reordering below reads 16 codes at a time.
   if (static_cast<int64_t>(codes.size()) < (units + 2) * kUnit) codes.resize((units + 2) * kUnit);
   if (order != nullptr) {
@@ -839,22 +834,25 @@ PackedX PackXInt8(const float* x, int64_t x_stride, int64_t k, const RowGroups& 
   int8_t* q_data = q.data();
   int32_t* sums_data = sums.data();
   float* scales_data = scales.data();
+  // A group of r rows runs the kernels for r rows, which read no other slot: the unused ones
+  // are left as they are.
   auto pack = [&](int64_t g0, int64_t g1) {
     for (int64_t g = g0; g < g1; ++g) {
-      for (int i = 0; i < kMr; ++i) {
-        const float* src = i < groups.Size(g) ? x + (groups.Start(g) + i) * x_stride : nullptr;
+      for (int i = 0; i < groups.Size(g); ++i) {
         const int64_t at = g * p.subs * kMr + i;
-        PackRow(src, k, order, block, sub, q_data + g * p.units * kMr * kUnit + i * kUnit,
-                sums_data + at, scales_data + at);
+        PackRow(x + (groups.Start(g) + i) * x_stride, k, order, block, sub,
+                q_data + g * p.units * kMr * kUnit + i * kUnit, sums_data + at, scales_data + at);
       }
       if (!quads) continue;
       // A unit's codes x0 x2 x4 x6 | x1 x3 x5 x7 to each half of a vector.
-      for (int64_t u = g * p.units * kMr; u < (g + 1) * p.units * kMr; ++u) {
-        int32_t even, odd;
-        std::memcpy(&even, q_data + u * kUnit, 4);
-        std::memcpy(&odd, q_data + u * kUnit + 4, 4);
-        std::fill_n(quad_data + u * 8, 4, even);
-        std::fill_n(quad_data + u * 8 + 4, 4, odd);
+      for (int64_t unit = g * p.units; unit < (g + 1) * p.units; ++unit) {
+        for (int64_t u = unit * kMr; u < unit * kMr + groups.Size(g); ++u) {
+          int32_t even, odd;
+          std::memcpy(&even, q_data + u * kUnit, 4);
+          std::memcpy(&odd, q_data + u * kUnit + 4, 4);
+          std::fill_n(quad_data + u * 8, 4, even);
+          std::fill_n(quad_data + u * 8 + 4, 4, odd);
+        }
       }
     }
   };

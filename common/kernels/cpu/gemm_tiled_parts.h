@@ -163,7 +163,22 @@ inline float RoundToInt8(const float* x, int64_t n, int8_t* q) {
     return scale;
   }
   const __m256 vscale = _mm256_set1_ps(scale);
-  for (j = 0; j + 8 <= n; j += 8) {
+  // 32 codes a store: the callers read them back 16 or 32 at a time, and a load that spans
+  // several narrower stores waits for them to reach the cache (no store forwarding).
+  const __m256i lane_order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  for (j = 0; j + 32 <= n; j += 32) {
+    __m256i c[4];
+    for (int i = 0; i < 4; ++i) {
+      c[i] = _mm256_cvtps_epi32(_mm256_div_ps(_mm256_loadu_ps(x + j + 8 * i), vscale));
+    }
+    // packs work within 128-bit lanes: the bytes come out as 4-code runs of c0 c1 c2 c3 (low
+    // lanes) then c0 c1 c2 c3 (high lanes), which the permutation puts back in order.
+    const __m256i bytes =
+        _mm256_packs_epi16(_mm256_packs_epi32(c[0], c[1]), _mm256_packs_epi32(c[2], c[3]));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + j),
+                        _mm256_permutevar8x32_epi32(bytes, lane_order));
+  }
+  for (; j + 8 <= n; j += 8) {
     const __m256i codes = _mm256_cvtps_epi32(_mm256_div_ps(_mm256_loadu_ps(x + j), vscale));
     const __m128i words =
         _mm_packs_epi32(_mm256_castsi256_si128(codes), _mm256_extracti128_si256(codes, 1));

@@ -12,6 +12,7 @@
 
 #include "common/kernels/cpu/gemm.h"
 #include "common/kernels/cpu/gemm_internal.h"
+#include "common/kernels/cpu/gemm_tiled_parts.h"
 #include "common/kernels/cpu/quant_pack.h"
 #include "common/util/dtype.h"
 #include "common/util/thread_pool.h"
@@ -272,6 +273,27 @@ TEST(QuantGemmTest, Int8ActivationsRoundEachRowOfX) {
   }
   internal::UseVnniQuantKernels(vnni);
   internal::UseAvx2IntegerQuantKernels(true);
+}
+
+// RoundToInt8 works 32, then 8, then 1 code at a time: every length gives the scalar codes.
+TEST(QuantGemmTest, RoundToInt8GivesTheScalarCodesAtEveryLength) {
+  std::mt19937 rng(12);
+  for (int64_t n : {1, 7, 8, 9, 31, 32, 33, 40, 63, 64, 65, 100, 130}) {
+    std::vector<float> x = RandomVector(n, rng);
+    x[n / 2] = -3.0f;  // the largest magnitude, negative: code -127
+    std::vector<int8_t> got(n + 32, 99);
+    const float s = internal::tiled::RoundToInt8(x.data(), n, got.data());
+    ASSERT_EQ(s, 3.0f / 127.0f) << "n " << n;
+    for (int64_t j = 0; j < n; ++j) {
+      ASSERT_EQ(got[j], static_cast<int8_t>(std::nearbyint(x[j] / s))) << "n " << n << " j " << j;
+    }
+    EXPECT_EQ(got[n / 2], -127);
+    for (int64_t j = n; j < n + 32; ++j) ASSERT_EQ(got[j], 99) << "wrote past n " << n;
+  }
+  std::vector<float> zeros(40, 0.0f);
+  std::vector<int8_t> codes(40, 5);
+  EXPECT_EQ(internal::tiled::RoundToInt8(zeros.data(), 40, codes.data()), 0.0f);
+  EXPECT_EQ(codes, std::vector<int8_t>(40, 0));
 }
 
 // x rounded to int8 as the format defines it, written out here: s = max|x| / 127 (f32) over
