@@ -4,6 +4,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -30,16 +31,30 @@ class ThreadPool {
   // runs fn(begin, end) on each; returns when all are done.
   void ParallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
 
-  // Like ParallelFor, but threads take ranges from a shared counter until none are left, so a
-  // thread slowed by a noisy neighbour does not hold the others at the barrier. Each range is a
-  // whole number of `chunk`s (the last may be cut at n) and a share of what is left (guided
-  // scheduling): large first, single chunks at the end. Ranges are handed out in ascending order.
+  // Like ParallelFor, but a thread that runs out of work takes some of another's, so a thread
+  // slowed by a noisy neighbour does not hold the others at the barrier. Each thread starts on
+  // its own contiguous share of the chunks and takes from its front, a quarter of what is left
+  // of it at a time (single chunks at the end); a thread whose share is done takes the back
+  // half of the largest share left and goes on with that as its own. So each thread walks up
+  // through runs of neighbouring chunks (what a kernel that prefetches the next chunk wants),
+  // and the takes touch a word no other thread writes until the work runs out. Each range is a
+  // whole number of `chunk`s (the last may be cut at n).
   void ParallelForDynamic(int64_t n, int64_t chunk,
                           const std::function<void(int64_t, int64_t)>& fn);
 
  private:
   void WorkerLoop(int index);
   void RunShare(int index);
+  // ParallelForDynamic's work of thread `self`: its own share, then what it can take from others.
+  void RunDynamicShare(int self, int parts, int64_t n, int64_t chunk,
+                       const std::function<void(int64_t, int64_t)>& fn);
+
+  // A ParallelForDynamic share: chunks [begin, end) packed as end << 32 | begin, one cache line
+  // each so a thread's takes from its own front do not contend with the other threads' takes.
+  struct alignas(64) Share {
+    std::atomic<uint64_t> range{0};
+  };
+  std::unique_ptr<Share[]> shares_;
 
   std::vector<std::thread> workers_;
   std::mutex mu_;

@@ -2,7 +2,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <map>
 #include <mutex>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -70,25 +74,83 @@ TEST(ThreadPoolTest, DynamicCoversEveryIndexOnceInChunks) {
   }
 }
 
-// Guided takes: a thousand chunks cost tens of takes (each a share of what is left, so at most
-// about 8 ln(1000 / 8) + 8 with two threads), the last ones single chunks.
-TEST(ThreadPoolTest, DynamicTakesShrinkingShares) {
+// Each thread walks up through runs of neighbouring chunks: its own share, then the back
+// halves it takes from others, a quarter of what is left of the run at a time. A thousand
+// chunks cost a few runs and tens of takes per run, not a take per chunk.
+TEST(ThreadPoolTest, DynamicWalksUpThroughContiguousRuns) {
   ThreadPool pool(2);
-  std::mutex mu;
-  std::vector<std::pair<int64_t, int64_t>> ranges;
-  pool.ParallelForDynamic(1000, 1, [&](int64_t b, int64_t e) {
-    std::lock_guard<std::mutex> lock(mu);
-    ranges.emplace_back(b, e);
-  });
-  std::sort(ranges.begin(), ranges.end());
-  ASSERT_FALSE(ranges.empty());
-  EXPECT_LE(ranges.size(), 64u);
-  EXPECT_EQ(ranges.front().first, 0);
-  EXPECT_EQ(ranges.front().second, 1000 / 8);  // the first take: an eighth of everything
-  EXPECT_EQ(ranges.back().second - ranges.back().first, 1);
-  for (size_t i = 1; i < ranges.size(); ++i) {
-    EXPECT_EQ(ranges[i].first, ranges[i - 1].second);
-    EXPECT_LE(ranges[i].second - ranges[i].first, ranges[i - 1].second - ranges[i - 1].first);
+  for (int rep = 0; rep < 20; ++rep) {
+    std::mutex mu;
+    std::map<std::thread::id, std::vector<std::pair<int64_t, int64_t>>> by_thread;
+    pool.ParallelForDynamic(1000, 1, [&](int64_t b, int64_t e) {
+      std::lock_guard<std::mutex> lock(mu);
+      by_thread[std::this_thread::get_id()].emplace_back(b, e);
+    });
+    std::vector<std::pair<int64_t, int64_t>> all;
+    int runs = 0;
+    for (const auto& [id, ranges] : by_thread) {
+      all.insert(all.end(), ranges.begin(), ranges.end());
+      for (size_t i = 0; i < ranges.size(); ++i) {
+        if (i == 0 || ranges[i].first != ranges[i - 1].second) {
+          ++runs;  // a share, or a back half taken from another
+          continue;
+        }
+        EXPECT_LE(ranges[i].second - ranges[i].first, ranges[i - 1].second - ranges[i - 1].first);
+      }
+    }
+    EXPECT_LE(runs, 40);
+    EXPECT_LE(all.size(), 40u * 30u);
+    std::sort(all.begin(), all.end());
+    int64_t covered = 0;
+    for (size_t i = 0; i < all.size(); ++i) {
+      EXPECT_EQ(all[i].first, i == 0 ? 0 : all[i - 1].second);
+      covered += all[i].second - all[i].first;
+    }
+    EXPECT_EQ(covered, 1000);
+  }
+}
+
+// A thread held up in its first take: the other runs everything else, the rest of the held
+// thread's share included. (Were the work not moved, the held take would wait out the deadline.)
+TEST(ThreadPoolTest, DynamicMovesWorkAwayFromAHeldThread) {
+  for (int threads : {2, 4}) {
+    ThreadPool pool(threads);
+    constexpr int64_t kN = 400;
+    std::mutex mu;
+    std::condition_variable cv;
+    int64_t done = 0, held = 0;
+    bool timed_out = false;
+    std::vector<std::atomic<int>> hits(kN);
+    pool.ParallelForDynamic(kN, 1, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) hits[i].fetch_add(1);
+      std::unique_lock<std::mutex> lock(mu);
+      if (b != 0) {
+        done += e - b;
+        cv.notify_all();
+        return;
+      }
+      held = e - b;
+      timed_out = !cv.wait_for(lock, std::chrono::seconds(30), [&] { return done == kN - held; });
+    });
+    EXPECT_FALSE(timed_out) << threads << " threads: " << done << " of " << kN - held << " done";
+    for (int64_t i = 0; i < kN; ++i) ASSERT_EQ(hits[i].load(), 1) << i;
+  }
+}
+
+// Several threads taking from each other's shares at once, with takes of uneven cost.
+TEST(ThreadPoolTest, DynamicCoversEveryIndexOnceUnderStealing) {
+  ThreadPool pool(4);
+  for (int rep = 0; rep < 50; ++rep) {
+    const int64_t n = 997 + rep * 13;
+    std::vector<std::atomic<int>> hits(n);
+    pool.ParallelForDynamic(n, 3, [&](int64_t b, int64_t e) {
+      volatile int64_t spin = 0;
+      for (int64_t i = b; i < e; ++i) {
+        hits[i].fetch_add(1);
+        for (int64_t j = 0; j < (i % 7) * 200; ++j) spin = spin + j;
+      }
+    });
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 1) << "n " << n << " i " << i;
   }
 }
 
