@@ -680,19 +680,24 @@ void IntBlock(const PackedX& x, const RowGroups& groups, int64_t g0, int64_t g1,
   const int panels = static_cast<int>((n1 - n0 + kNr - 1) / kNr);
   const QuantPanelLayout layout = QuantPanelLayout::Of(w.quant, w.cols);
   const char* block_panels = static_cast<const char*>(w.data) + (n0 / kNr) * layout.panel_bytes;
-  for (int64_t k0 = 0; k0 < w.cols; k0 += kKc) {
-    const int64_t kc = std::min(kKc, w.cols - k0);
+  // Decode reads each panel once, front to back, and its K blocks need no joints: one call runs
+  // all of them but the last, whose prefetches run on into the next block. The sums and their
+  // order are those of one call per K block (a segment never spans two K blocks).
+  const int64_t last = (w.cols - 1) / kKc * kKc;
+  for (int64_t k0 = 0, k1; k0 < w.cols; k0 = k1) {
+    k1 = stream && k0 < last ? last : std::min(w.cols, k0 + kKc);
+    const int64_t kc = k1 - k0;
     QuantBlockArgs q = BlockArgs(w, block_panels, k0);
     const char* panel = block_panels + k0 * kNr * kBits / 8;
     // The last K block's prefetches run on into the next block's panels, which this thread
     // is likely to take next (ParallelForDynamic hands out runs of blocks): with 4-bit codes
     // a K block is exactly `ahead` bytes of each panel, so every one of them would otherwise
     // fall past the codes, and the next block would start on demand misses.
-    if (stream && k0 + kc == w.cols && n1 < w.rows && kc * kNr * kBits / 8 <= q.ahead) {
+    if (stream && k1 == w.cols && n1 < w.rows && kc * kNr * kBits / 8 <= q.ahead) {
       q.ahead += kNb / kNr * layout.panel_bytes - w.cols * kNr * kBits / 8;
     }
     const bool first = k0 == 0;
-    const int64_t next = k0 + kc, calls = (g1 - g0) * panels;
+    const int64_t next = k1, calls = (g1 - g0) * panels;
     Prefetcher prefetch;
     if (next < w.cols && !stream) {
       const int64_t next_kc = std::min(kKc, w.cols - next);
