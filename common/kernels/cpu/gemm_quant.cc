@@ -428,8 +428,13 @@ void QuantBlock(const PackedX& x, const RowGroups& groups, int64_t g0, int64_t g
   const QuantPanelLayout layout = QuantPanelLayout::Of(w.quant, w.cols);
   const char* block_panels = static_cast<const char*>(w.data) + (n0 / kNr) * layout.panel_bytes;
   float* packed = to_f32 ? PackBuffer() : nullptr;
-  for (int64_t k0 = 0; k0 < w.cols; k0 += kKc) {
-    const int64_t kc = std::min(kKc, w.cols - k0);
+  // Decode with a single group of x rows: x's K blocks lie end to end (PackX) and each panel is
+  // read once front to back, so one call runs every K block. The sums and their order are those
+  // of one call per K block (a segment never spans two K blocks).
+  const bool whole_k = stream && groups.count == 1;
+  for (int64_t k0 = 0, k1; k0 < w.cols; k0 = k1) {
+    k1 = whole_k ? w.cols : std::min(w.cols, k0 + kKc);
+    const int64_t kc = k1 - k0;
     const QuantBlockArgs q = BlockArgs(w, block_panels, k0);
     const void* panel[kNb / kNr];
     for (int p = 0; p < panels; ++p) {
