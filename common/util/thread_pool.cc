@@ -82,7 +82,7 @@ void ThreadPool::ParallelForDynamic(int64_t n, int64_t chunk,
   // Contiguous shares, rather than takes from one shared counter: the counter's cache line went
   // back and forth between the cores on every take (a contended update measured 5% of a
   // 125M-shape decode step), and its takes interleaved the threads at the end, so a thread's
-  // next chunk was seldom the one its kernel had prefetched. 1.06-1.2x on the batch-1 GEMVs of
+  // next chunk was seldom the one its kernel had prefetched. 1.06-1.29x on the batch-1 GEMVs of
   // the 125M and 1B shapes on Zen 3 (docs/benchmarks.md).
   const int parts = static_cast<int>(std::min<int64_t>(num_threads(), chunks));
   for (int t = 0; t < parts; ++t) {
