@@ -5,7 +5,8 @@
 //                [--decode-steps 32] [--repeats 3] [--threads N] [--weight-memory mmap|hugepages]
 //                [--prune-ratios 0.25,0.333,0.5] [--device cpu|cuda|cuda:N]
 //                [--weight-quantization none|int8|int4 [--weight-quantization-group-size G]]
-//                [--activation-quantization none|int8] [--cpu-gemm auto|tandem|onednn]
+//                [--activation-quantization none|int8] [--lm-head-quantization none|int8]
+//                [--cpu-gemm auto|tandem|onednn]
 //
 // On a device other than the CPU the bound uses host memory bandwidth only when asked for
 // (--skip-bandwidth is implied): the device's is not measured here.
@@ -360,11 +361,26 @@ absl::Status WriteProfile(model::Model& m, const CliArgs& args, ThreadPool& pool
 }
 
 absl::Status Run(const CliArgs& args) {
-  TANDEM_RETURN_IF_ERROR(args.CheckKnown(
-      {"model", "prompt-lens", "batches", "decode-steps", "repeats", "threads", "skip-bandwidth",
-       "weight-memory", "weight-quantization", "weight-quantization-group-size",
-       "activation-quantization", "cpu-gemm", "prune-ratios", "device", "profile-out",
-       "profile-max-context", "profile-decode-tokens", "profile-chunks", "profile-contexts"}));
+  TANDEM_RETURN_IF_ERROR(args.CheckKnown({"model",
+                                          "prompt-lens",
+                                          "batches",
+                                          "decode-steps",
+                                          "repeats",
+                                          "threads",
+                                          "skip-bandwidth",
+                                          "weight-memory",
+                                          "weight-quantization",
+                                          "weight-quantization-group-size",
+                                          "activation-quantization",
+                                          "lm-head-quantization",
+                                          "cpu-gemm",
+                                          "prune-ratios",
+                                          "device",
+                                          "profile-out",
+                                          "profile-max-context",
+                                          "profile-decode-tokens",
+                                          "profile-chunks",
+                                          "profile-contexts"}));
   TANDEM_ASSIGN_OR_RETURN(std::string dir, args.String("model"));
   std::vector<int32_t> lens = {128, 512, 2048}, batches = {1, 8, 32};
   if (args.Has("prompt-lens")) {
@@ -381,7 +397,7 @@ absl::Status Run(const CliArgs& args) {
   TANDEM_ASSIGN_OR_RETURN(load.memory,
                           model::ParseWeightMemory(args.StringOr("weight-memory", "mmap")));
   TANDEM_ASSIGN_OR_RETURN(load.device, kernels::ParseDevice(args.StringOr("device", "cpu")));
-  TANDEM_ASSIGN_OR_RETURN(load.quantize, model::WeightQuantizationFromFlags(args));
+  TANDEM_RETURN_IF_ERROR(model::QuantizationFromFlags(args, load));
   TANDEM_ASSIGN_OR_RETURN(load.cpu_gemm, kernels::ParseCpuGemm(args.StringOr("cpu-gemm", "auto")));
   TANDEM_ASSIGN_OR_RETURN(auto model, model::Model::Load(dir, pool, load));
   if (args.Has("profile-out")) {
@@ -467,6 +483,7 @@ constexpr char kUsage[] = R"(usage: engine-bench --model DIR [options]
   --weight-memory mmap|hugepages  (default mmap)
   --weight-quantization none|int8|int4 [--weight-quantization-group-size G]
   --activation-quantization none|int8   (int8: as model.activation_quantization)
+  --lm-head-quantization none|int8      (int8: as model.lm_head_quantization)
   --cpu-gemm auto|tandem|onednn   (default auto: as model.cpu_gemm)
   --prune-ratios 0.25,0.5         POP rows: the last R of the layers pruned, against unpruned
   --device cpu|cuda|cuda:N        (a device other than the CPU implies --skip-bandwidth)

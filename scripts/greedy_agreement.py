@@ -11,12 +11,14 @@ the argmax agrees (teacher-forced). A mixed cache (--kv-dtype mixed, with --sink
 the one-pass forward comparison is skipped for it.
 
 With --weight-quantization int8|int4 (and --group-size G) both sides keep the --base KV dtype
-and the evaluated side quantizes the model's weights at load instead (model.weight_quantization).
+and the evaluated side quantizes the model's weights at load instead (model.weight_quantization),
+lm_head too with --lm-head-quantization int8 (model.lm_head_quantization; alone, or with them).
 
   scripts/greedy_agreement.py --model models/tandem-py-8l --text-file F [--base fp32]
       [--kv-dtype int8|mixed] [--sink-tokens 4] [--window-tokens 64] [--prompt 256]
       [--steps 64] [--windows 16] [--forward 1024]
       [--weight-quantization int8|int4 [--group-size G] [--activation-quantization int8]]
+      [--lm-head-quantization int8]
 """
 import argparse
 import os
@@ -48,13 +50,15 @@ def main():
     p.add_argument("--weight-quantization", default="none")
     p.add_argument("--group-size", type=int, default=0)
     p.add_argument("--activation-quantization", default="none")
+    p.add_argument("--lm-head-quantization", default="none")
     a = p.parse_args()
     # (KV dtype, extra model-inspect flags) of the base and the evaluated side.
-    if a.weight_quantization != "none":
+    if a.weight_quantization != "none" or a.lm_head_quantization != "none":
         sides = [(a.base, []), (a.base, ["--weight-quantization", a.weight_quantization,
                                          "--weight-quantization-group-size", str(a.group_size),
                                          "--activation-quantization",
-                                         a.activation_quantization])]
+                                         a.activation_quantization,
+                                         "--lm-head-quantization", a.lm_head_quantization])]
     else:
         sides = [(a.base, []), (a.kv_dtype, [])]
     mi = a.model_inspect

@@ -178,7 +178,8 @@ std::vector<Field> MakeSchema() {
       Str("model.weight_quantization", TANDEM_CONFIG_REF(model.weight_quantization),
           {"none", "int8", "int4"},
           "quantize the decoder layers' matrices of a float checkpoint at load (round to "
-          "nearest, as GPTQ defines it; the embedding, norms and lm_head keep their dtype): "
+          "nearest, as GPTQ defines it; the embedding and norms keep their dtype, and lm_head "
+          "unless model.lm_head_quantization): "
           "int8 stores those matrices in about half of bf16's bytes, int4 in about a quarter "
           "plus its scales; CPU only. Every role of a deployment needs the same setting"),
       Int("model.weight_quantization_group_size",
@@ -194,6 +195,13 @@ std::vector<Field> MakeSchema() {
           "measured 2.4-3.6x the prefill and 1.3-1.4x the batch-1 int4 decode, at a small cost "
           "in accuracy (docs/benchmarks.md). A W8A8 checkpoint always rounds per token. Every "
           "role needs the same setting"),
+      Str("model.lm_head_quantization", TANDEM_CONFIG_REF(model.lm_head_quantization),
+          {"none", "int8"},
+          "int8 quantizes lm_head at load too (one scale per row; a tied embedding keeps its "
+          "dtype for the rows it embeds, and lm_head becomes a quantized copy), its input "
+          "rounded as model.activation_quantization says: on small models lm_head is most of "
+          "what a decode step reads (docs/benchmarks.md); CPU only. Every role needs the same "
+          "setting"),
       Str("model.cpu_gemm", TANDEM_CONFIG_REF(model.cpu_gemm), {"auto", "tandem", "onednn"},
           "which GEMMs multiply the float matrices on the CPU: tandem, the own kernels; onednn, "
           "oneDNN's matmul (f32, bf16 and f16 weights; bf16 weights multiply inputs rounded to "

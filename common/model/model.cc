@@ -38,10 +38,11 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir, Threa
   if (load.pool == nullptr) load.pool = &pool;
   // A device backend copies the row-major matrices once; panels are the CPU GEMM's format.
   if (!backend->host_addressable()) {
-    if (load.quantize.bits != 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("model.weight_quantization runs on the CPU backend only (",
-                       backend->Describe(), " was asked for); quantized CUDA kernels are planned"));
+    if (load.quantize.bits != 0 || load.lm_head_quantize.bits != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          load.quantize.bits != 0 ? "model.weight_quantization" : "model.lm_head_quantization",
+          " runs on the CPU backend only (", backend->Describe(),
+          " was asked for); quantized CUDA kernels are planned"));
     }
     if (config.quantization.quantized()) {
       return absl::InvalidArgumentError(

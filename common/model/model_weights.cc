@@ -51,6 +51,12 @@ class WeightBinder {
     return Load(name, rows, cols, /*quantize=*/{}, /*multiplied=*/true);
   }
 
+  // A float matrix quantized at load into `format` (model.lm_head_quantization).
+  absl::StatusOr<kernels::WeightMatrix> Quantize(const std::string& name, int64_t rows,
+                                                 int64_t cols, const kernels::QuantFormat& format) {
+    return Load(name, rows, cols, format, /*multiplied=*/true);
+  }
+
   // A decoder layer's matrix: read from a quantized checkpoint's tensors, or quantized when the
   // options ask for it, else as Matrix. `name` ends in ".weight".
   absl::StatusOr<kernels::WeightMatrix> Linear(const std::string& name, int64_t rows,
@@ -521,8 +527,10 @@ class WeightBinder {
                                                      "\" has shape ", dims(s.entry->shape),
                                                      ", config.json implies ", dims(shape)));
     }
-    used_.insert(name);
-    w_.total_bytes += static_cast<int64_t>(s.entry->end - s.entry->begin);
+    // (A tied head quantized at load reads the embedding twice: its bytes count once.)
+    if (used_.insert(name).second) {
+      w_.total_bytes += static_cast<int64_t>(s.entry->end - s.entry->begin);
+    }
     return s;
   }
 
@@ -663,11 +671,30 @@ absl::StatusOr<kernels::QuantFormat> ParseWeightQuantization(std::string_view na
   return f;
 }
 
-absl::StatusOr<kernels::QuantFormat> WeightQuantizationFromFlags(const CliArgs& args) {
+absl::StatusOr<kernels::QuantFormat> ParseLmHeadQuantization(std::string_view name,
+                                                             const kernels::QuantFormat& layers) {
+  if (name == "none") return kernels::QuantFormat{};
+  if (name != "int8") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model.lm_head_quantization must be none or int8, got \"", std::string(name), "\""));
+  }
+  return kernels::QuantFormat{.bits = 8,
+                              .group_size = -1,
+                              .int8_activations = layers.int8_activations,
+                              .activation_block = layers.activation_block};
+}
+
+absl::Status QuantizationFromFlags(const CliArgs& args, WeightLoadOptions& load) {
   TANDEM_ASSIGN_OR_RETURN(int64_t group, args.IntOr("weight-quantization-group-size", 0));
-  return ParseWeightQuantization(args.StringOr("weight-quantization", "none"),
-                                 static_cast<int>(std::clamp<int64_t>(group, -2, 1 << 20)),
-                                 args.StringOr("activation-quantization", "none"));
+  TANDEM_ASSIGN_OR_RETURN(
+      load.quantize,
+      ParseWeightQuantization(args.StringOr("weight-quantization", "none"),
+                              static_cast<int>(std::clamp<int64_t>(group, -2, 1 << 20)),
+                              args.StringOr("activation-quantization", "none")));
+  TANDEM_ASSIGN_OR_RETURN(
+      load.lm_head_quantize,
+      ParseLmHeadQuantization(args.StringOr("lm-head-quantization", "none"), load.quantize));
+  return absl::OkStatus();
 }
 
 std::string WeightFormatName(DType dtype, const kernels::QuantFormat& quant) {
@@ -684,10 +711,15 @@ std::string QuantizationName(const kernels::QuantFormat& quant) {
 }
 
 std::string LoadedQuantizationName(const QuantizationConfig& checkpoint,
-                                   const kernels::QuantFormat& quantize) {
-  if (!checkpoint.quantized()) return QuantizationName(quantize);
-  const bool a8 = quantize.int8_activations && !checkpoint.int8_activations;
-  return absl::StrCat(checkpoint.Name(), a8 ? "-a8" : "");
+                                   const kernels::QuantFormat& quantize,
+                                   const kernels::QuantFormat& lm_head) {
+  std::string name = QuantizationName(quantize);
+  if (checkpoint.quantized()) {
+    const bool a8 = quantize.int8_activations && !checkpoint.int8_activations;
+    name = absl::StrCat(checkpoint.Name(), a8 ? "-a8" : "");
+  }
+  if (lm_head.bits == 0) return name;
+  return absl::StrCat(name, name.empty() ? "" : "+", "lm_head-", QuantizationName(lm_head));
 }
 
 namespace {
@@ -695,7 +727,8 @@ namespace {
 // model.cpu_gemm for this model: oneDNN multiplies float weights on the CPU only.
 absl::StatusOr<kernels::CpuGemmChoice> ChooseGemm(const ModelConfig& c,
                                                   const WeightLoadOptions& options) {
-  const bool quantized = options.quantize.bits != 0 || c.quantization.quantized();
+  const bool quantized = options.quantize.bits != 0 || options.lm_head_quantize.bits != 0 ||
+                         c.quantization.quantized();
   const bool cpu = options.device.kind == kernels::DeviceSpec::Kind::kCpu;
   if (options.cpu_gemm == kernels::CpuGemm::kOnednn && (quantized || !cpu)) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -727,16 +760,23 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(const std::stri
                                                                  const ModelConfig& c,
                                                                  const WeightLoadOptions& options) {
   const QuantizationConfig& q = c.quantization;
+  const bool quantize_head = options.lm_head_quantize.bits != 0;
+  if (quantize_head && q.quantized() && q.lm_head) {
+    return absl::InvalidArgumentError(absl::StrCat("model.lm_head_quantization: ", dir,
+                                                   " quantizes lm_head already (", q.Name(),
+                                                   "); leave model.lm_head_quantization at none"));
+  }
   if (q.quantized()) {
     if (options.quantize.bits != 0) {
       return absl::InvalidArgumentError(absl::StrCat("model.weight_quantization: ", dir,
                                                      " is already quantized (", q.Name(),
                                                      "); leave model.weight_quantization at none"));
     }
-  } else if (options.quantize.bits == 0 && options.quantize.int8_activations) {
+  } else if (options.quantize.bits == 0 && options.quantize.int8_activations && !quantize_head) {
     return absl::InvalidArgumentError(absl::StrCat(
         "model.activation_quantization: int8 rounds the input of quantized matrices, and ", dir,
-        " is not quantized; set model.weight_quantization too, or leave it at none"));
+        " is not quantized; set model.weight_quantization (or model.lm_head_quantization) too, "
+        "or leave it at none"));
   }
   auto w = std::make_unique<ModelWeights>();
   const bool packs = options.memory == WeightMemory::kHugePages;
@@ -747,11 +787,11 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(const std::stri
   w->kernels = options.device.kind != kernels::DeviceSpec::Kind::kCpu ? "cuda"
                : onednn ? absl::StrCat("onednn/", kernels::OnednnCpuInfo().isa)
                         : "tandem";
-  if (packs || onednn || options.quantize.bits != 0 || q.quantized()) {
+  if (packs || onednn || options.quantize.bits != 0 || quantize_head || q.quantized()) {
     w->arena_ = std::make_unique<HugePageArena>();
   }
   w->quant = options.quantize;
-  w->quantization = LoadedQuantizationName(q, options.quantize);
+  w->quantization = LoadedQuantizationName(q, options.quantize, options.lm_head_quantize);
   TANDEM_ASSIGN_OR_RETURN(std::vector<std::string> paths, ListWeightFiles(dir));
   for (const auto& path : paths) {
     TANDEM_ASSIGN_OR_RETURN(auto file, SafetensorsFile::Open(path));
@@ -766,7 +806,8 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(const std::stri
   b.set_quantize(options.quantize);
   if (q.quantized()) b.set_checkpoint(&q);
   // A tied embedding is lm_head too: oneDNN multiplies it, and unpacks the rows it embeds.
-  const bool embedding_is_head = c.tie_word_embeddings && !(q.quantized() && q.lm_head);
+  const bool embedding_is_head =
+      c.tie_word_embeddings && !(q.quantized() && q.lm_head) && !quantize_head;
   TANDEM_ASSIGN_OR_RETURN(w->embed_tokens,
                           embedding_is_head
                               ? b.Product("model.embed_tokens.weight", c.vocab_size, c.hidden_size)
@@ -782,6 +823,13 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(const std::stri
     // GPTQ lm_head: true, or compressed-tensors not ignoring it: its own quantized tensors (a
     // checkpoint quantizing a tied head stores it untied).
     TANDEM_ASSIGN_OR_RETURN(w->lm_head, b.Linear("lm_head.weight", c.vocab_size, c.hidden_size));
+  } else if (quantize_head) {
+    // model.lm_head_quantization: a quantized copy of the head, tied or not.
+    if (c.tie_word_embeddings) b.Ignore("lm_head.weight");
+    TANDEM_ASSIGN_OR_RETURN(
+        w->lm_head,
+        b.Quantize(c.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight",
+                   c.vocab_size, c.hidden_size, options.lm_head_quantize));
   } else if (c.tie_word_embeddings) {
     // Some tied checkpoints still store lm_head; HF ties it to the embedding regardless.
     b.Ignore("lm_head.weight");
@@ -791,7 +839,11 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(const std::stri
   }
   TANDEM_RETURN_IF_ERROR(b.CheckAllUsed());
   if (options.device.kind == kernels::DeviceSpec::Kind::kCpu && !w->quantization.empty()) {
+    // (the layers' kernels; the head's where only lm_head is quantized)
     w->cpu_gemm_implementation = kernels::QuantKernelName(w->layers[0].q_proj);
+    if (w->cpu_gemm_implementation.empty()) {
+      w->cpu_gemm_implementation = kernels::QuantKernelName(w->lm_head);
+    }
   }
   if (options.cpu_gemm != kernels::CpuGemm::kTandem) {
     Log(LogLevel::kInfo, "model",

@@ -47,6 +47,9 @@ struct WeightLoadOptions {
   // are then kernels::WeightLayout::kQuantPanels in the arena, whatever `memory` says; the
   // embedding, the norms and lm_head keep their dtype.
   kernels::QuantFormat quantize{};
+  // Quantize lm_head at load too (model.lm_head_quantization; bits 0: keep its dtype). A tied
+  // embedding stays as stored for the rows it embeds, and lm_head becomes a quantized copy.
+  kernels::QuantFormat lm_head_quantize{};
   // model.cpu_gemm: which GEMMs multiply the float matrices on the CPU (kAuto: as
   // kernels::ChooseCpuGemm decides; the library's default is the own kernels, the config's
   // auto). Quantized matrices and an untied embedding stay on the own kernels.
@@ -66,20 +69,28 @@ inline constexpr int kActivationBlock = 32;
 absl::StatusOr<kernels::QuantFormat> ParseWeightQuantization(std::string_view name, int group_size,
                                                              std::string_view activations = "none");
 
-// --weight-quantization none|int8|int4, --weight-quantization-group-size G and
-// --activation-quantization none|int8, the tools' flags for the same settings.
-absl::StatusOr<kernels::QuantFormat> WeightQuantizationFromFlags(const CliArgs& args);
+// model.lm_head_quantization as a format: "none" (bits 0) or "int8" (one scale per row), its
+// input rounded to int8 as `layers` (ParseWeightQuantization's result) says.
+absl::StatusOr<kernels::QuantFormat> ParseLmHeadQuantization(std::string_view name,
+                                                             const kernels::QuantFormat& layers);
+
+// --weight-quantization none|int8|int4, --weight-quantization-group-size G,
+// --activation-quantization none|int8 and --lm-head-quantization none|int8, the tools' flags
+// for the same settings, into `load`.
+absl::Status QuantizationFromFlags(const CliArgs& args, WeightLoadOptions& load);
 
 // The name of a quantized format, as workers compare it at registration: "int8" (one scale per
 // row), "int4-g128"; an asymmetric format adds "-zp", int8 activations "-a8". Empty when bits
 // is 0.
 std::string QuantizationName(const kernels::QuantFormat& quant);
 
-// The name of the weights a model loads with `quantize` (WeightLoadOptions): the checkpoint's
-// format (QuantizationConfig::Name, "-a8" added for int8 activations it does not define
-// itself), else QuantizationName(quantize).
+// The name of the weights a model loads with `quantize` and `lm_head` (WeightLoadOptions): the
+// checkpoint's format (QuantizationConfig::Name, "-a8" added for int8 activations it does not
+// define itself), else QuantizationName(quantize); a quantized lm_head adds
+// "+lm_head-<QuantizationName(lm_head)>" ("int4-g128+lm_head-int8", or "lm_head-int8" alone).
 std::string LoadedQuantizationName(const QuantizationConfig& checkpoint,
-                                   const kernels::QuantFormat& quantize);
+                                   const kernels::QuantFormat& quantize,
+                                   const kernels::QuantFormat& lm_head = {});
 
 // The weights' numeric format for people: QuantizationName, or the float dtype ("bf16").
 std::string WeightFormatName(DType dtype, const kernels::QuantFormat& quant);

@@ -307,10 +307,13 @@ class Reference:
     bf16_inputs: round the inputs of the decoder matrices and lm_head to bf16 (as
     model.cpu_gemm: onednn multiplies bf16 weights); everything else stays float64.
     bf16_weights: round those matrices themselves to bf16 (as oneDNN multiplies f16 weights on
-    a CPU with bf16 dot products), the embedding too when lm_head is tied to it."""
+    a CPU with bf16 dot products), the embedding too when lm_head is tied to it.
+    lm_head_quantization: (bits, group_size) quantizes lm_head as model.lm_head_quantization
+    does (a tied embedding keeps its weights), its input rounded with activation_block too."""
 
     def __init__(self, config, weights, native=None, kv_dtype=None, weight_quantization=None,
-                 activation_block=None, bf16_inputs=False, bf16_weights=False):
+                 activation_block=None, bf16_inputs=False, bf16_weights=False,
+                 lm_head_quantization=None):
         self.config = config
         archs = config.get("architectures") or []
         self.model_type = config["model_type"]
@@ -344,6 +347,11 @@ class Reference:
             if not config.get("tie_word_embeddings", True):
                 raise ValueError("lm_head.weight missing and embeddings are not tied")
             self.w["lm_head.weight"] = self.w["model.embed_tokens.weight"]
+        self.rounded_inputs = ("model.layers.",)
+        if lm_head_quantization is not None:
+            self.w["lm_head.weight"] = gptq_round_to_nearest(self.w["lm_head.weight"],
+                                                             *lm_head_quantization)
+            self.rounded_inputs += ("lm_head",)
         if bf16_weights:
             def bf16(t):
                 return t.to(torch.bfloat16).to(torch.float64)
@@ -362,14 +370,16 @@ class Reference:
 
     @classmethod
     def from_dir(cls, model_dir, native=None, kv_dtype=None, weight_quantization=None,
-                 activation_block=None, bf16_inputs=False, bf16_weights=False):
+                 activation_block=None, bf16_inputs=False, bf16_weights=False,
+                 lm_head_quantization=None):
         with open(os.path.join(model_dir, "config.json")) as f:
             config = json.load(f)
         weights, _ = load_weights(model_dir)
         weights = dequantize_checkpoint(config, weights)
         return cls(config, weights, native=native, kv_dtype=kv_dtype,
                    weight_quantization=weight_quantization, activation_block=activation_block,
-                   bf16_inputs=bf16_inputs, bf16_weights=bf16_weights)
+                   bf16_inputs=bf16_inputs, bf16_weights=bf16_weights,
+                   lm_head_quantization=lm_head_quantization)
 
     # Rounds to the native dtype (no-op in reference mode).
     def _r(self, x):
@@ -388,7 +398,7 @@ class Reference:
     def _linear(self, x, name, bias=False):
         if self.int8_inputs and name.startswith("model.layers."):
             x = int8_tokens(x)
-        elif self.activation_block and name.startswith("model.layers."):
+        elif self.activation_block and name.startswith(self.rounded_inputs):
             x = int8_blocks(x, self.activation_block)
         if any(name.startswith(p) for p in self.bf16_inputs):
             x = x.to(torch.bfloat16).to(torch.float64)

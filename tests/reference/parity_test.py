@@ -155,6 +155,15 @@ CASES = {
                              quantize=("gptq", 4, 32, "false", "float", "true")),
     "qwen2_ct_int8_head": dict(arch="qwen2", heads=4, kv_heads=2, tie=False, ffn=96,
                                quantize=("compressed-tensors", 8, -1, "true", "float", "true")),
+    # model.lm_head_quantization: int8 (one scale per row) on a tied head (a quantized copy; the
+    # embedding keeps its weights) with 4-bit layers and int8 activations, and on an untied
+    # head of float layers.
+    "llama3_int4w_a8_head8": dict(arch="llama", heads=4, kv_heads=2, tie=True, rope_theta=500000,
+                                  rope_scaling="llama3", rope_original_max_pos=64,
+                                  weight_quantization=(4, 32), activations="int8",
+                                  lm_head_quantization=(8, -1)),
+    "qwen2_head8": dict(arch="qwen2", heads=4, kv_heads=2, tie=False, ffn=96,
+                        lm_head_quantization=(8, -1)),
     # model.cpu_gemm: onednn (oneDNN's matmul on weights prepacked at load): f32 with an untied
     # lm_head (which it multiplies too), odd sizes, q/k/v biases on wider matrices, and bf16
     # weights, whose matrix inputs it rounds to bf16, as the reference then does too: the fp32
@@ -402,6 +411,7 @@ def run_case(case, args):
             write_gptq(model, *spec["gptq"])
     kv_dtype = spec.get("kv_dtype")
     quant = spec.get("weight_quantization")
+    head = spec.get("lm_head_quantization")
     a8 = spec.get("activations") == "int8"
     onednn = spec.get("cpu_gemm") == "onednn"
     # f16 weights on oneDNN: rounded to bf16 where the CPU has bf16 dot products (as the load
@@ -412,7 +422,8 @@ def run_case(case, args):
     onednn_half = onednn and spec.get("dtype") in ("bf16", "fp16")
     ref = hf_reference.Reference.from_dir(model, kv_dtype=kv_dtype, weight_quantization=quant,
                                           activation_block=32 if a8 else None,
-                                          bf16_inputs=onednn_bf16, bf16_weights=f16_rounded)
+                                          bf16_inputs=onednn_bf16, bf16_weights=f16_rounded,
+                                          lm_head_quantization=head)
     kv_flags = ["--kv-dtype", kv_dtype] if kv_dtype else []
     own_flags = list(kv_flags) + ["--cpu-gemm", "tandem"]
     # Cases without cpu_gemm test the own kernels on every CPU (auto would take oneDNN for bf16
@@ -428,6 +439,8 @@ def run_case(case, args):
                      "--weight-quantization-group-size", str(quant[1])]
         if spec.get("dtype", "fp32") != "fp32" and not kv_dtype:
             kv_flags += ["--kv-dtype", "fp32"]  # else K/V would round to the model's dtype
+    if head:
+        kv_flags += ["--lm-head-quantization", "int%d" % head[0]]
     # Quantized weights: the reference computes on the same dequantized matrices in float64, and
     # the engine in float32 whatever the checkpoint's dtype (no half-precision activations).
     dtype = "fp32" if quant or onednn_half else spec.get("dtype", "fp32")

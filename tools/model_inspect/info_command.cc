@@ -26,11 +26,11 @@ std::string HumanBytes(double bytes) {
 absl::Status RunInfo(const CliArgs& args) {
   TANDEM_RETURN_IF_ERROR(
       args.CheckKnown({"model", "threads", "weight-quantization", "weight-quantization-group-size",
-                       "activation-quantization", "cpu-gemm"}));
+                       "activation-quantization", "lm-head-quantization", "cpu-gemm"}));
   TANDEM_ASSIGN_OR_RETURN(std::string dir, args.String("model"));
   TANDEM_ASSIGN_OR_RETURN(model::ModelConfig c, model::ModelConfig::FromDirectory(dir));
   model::WeightLoadOptions load;
-  TANDEM_ASSIGN_OR_RETURN(load.quantize, model::WeightQuantizationFromFlags(args));
+  TANDEM_RETURN_IF_ERROR(model::QuantizationFromFlags(args, load));
   TANDEM_ASSIGN_OR_RETURN(load.cpu_gemm, kernels::ParseCpuGemm(args.StringOr("cpu-gemm", "auto")));
   ThreadPool pool;
   load.pool = &pool;

@@ -105,6 +105,7 @@ Common: --threads N (default: TANDEM_NUM_THREADS or all cores);
         --weight-quantization none|int8|int4 [--weight-quantization-group-size G]
         (quantize the decoder layers at load, as model.weight_quantization);
         --activation-quantization none|int8 (as model.activation_quantization);
+        --lm-head-quantization none|int8 (as model.lm_head_quantization);
         --cpu-gemm auto|tandem|onednn (default auto, as model.cpu_gemm).
 )";
 

@@ -67,7 +67,7 @@ absl::StatusOr<std::unique_ptr<model::Model>> LoadModel(const CliArgs& args, Thr
   model::WeightLoadOptions options;
   TANDEM_ASSIGN_OR_RETURN(options.memory,
                           model::ParseWeightMemory(args.StringOr("weight-memory", "mmap")));
-  TANDEM_ASSIGN_OR_RETURN(options.quantize, model::WeightQuantizationFromFlags(args));
+  TANDEM_RETURN_IF_ERROR(model::QuantizationFromFlags(args, options));
   TANDEM_ASSIGN_OR_RETURN(options.cpu_gemm,
                           kernels::ParseCpuGemm(args.StringOr("cpu-gemm", "auto")));
   return model::Model::Load(dir, pool, options);
@@ -137,10 +137,11 @@ absl::StatusOr<bool> PruningFromFlags(const CliArgs& args, int num_layers,
 }
 
 absl::Status RunForward(const CliArgs& args) {
-  TANDEM_RETURN_IF_ERROR(args.CheckKnown(
-      {"model", "tokens", "logits-out", "kv-dtype", "threads", "weight-memory",
-       "weight-quantization", "weight-quantization-group-size", "activation-quantization",
-       "cpu-gemm", "prune-start-layer", "prune-ratio", "prune-keep-every", "protect-tokens"}));
+  TANDEM_RETURN_IF_ERROR(
+      args.CheckKnown({"model", "tokens", "logits-out", "kv-dtype", "threads", "weight-memory",
+                       "weight-quantization", "weight-quantization-group-size",
+                       "activation-quantization", "lm-head-quantization", "cpu-gemm",
+                       "prune-start-layer", "prune-ratio", "prune-keep-every", "protect-tokens"}));
   TANDEM_ASSIGN_OR_RETURN(std::string dir, args.String("model"));
   TANDEM_ASSIGN_OR_RETURN(std::vector<int32_t> tokens, args.IntList("tokens"));
   TANDEM_ASSIGN_OR_RETURN(std::string out_path, args.String("logits-out"));
@@ -213,6 +214,7 @@ absl::Status RunGenerate(const CliArgs& args) {
                                           "weight-quantization",
                                           "weight-quantization-group-size",
                                           "activation-quantization",
+                                          "lm-head-quantization",
                                           "cpu-gemm",
                                           "prune-start-layer",
                                           "prune-ratio",

@@ -69,10 +69,12 @@ absl::StatusOr<tandem::v1::KvLayout> KvLayoutMessage(const config::TandemConfig&
                           model::ParseWeightQuantization(c.model.weight_quantization,
                                                          c.model.weight_quantization_group_size,
                                                          c.model.activation_quantization));
+  TANDEM_ASSIGN_OR_RETURN(kernels::QuantFormat head,
+                          model::ParseLmHeadQuantization(c.model.lm_head_quantization, quant));
   tandem::v1::KvLayout layout =
       rpc::ToProto(m.KvLayoutFor(dtype, c.kv_cache.block_size), c.kv_cache.dtype == "mixed");
   // A quantized checkpoint names its own format (model.weight_quantization is then refused).
-  layout.set_weight_quantization(model::LoadedQuantizationName(m.quantization, quant));
+  layout.set_weight_quantization(model::LoadedQuantizationName(m.quantization, quant, head));
   layout.set_weights_fingerprint(weights_fingerprint);
   return layout;
 }
@@ -389,6 +391,9 @@ class WorkerRole final : public ServedRole {
                             model::ParseWeightQuantization(c.model.weight_quantization,
                                                            c.model.weight_quantization_group_size,
                                                            c.model.activation_quantization));
+    TANDEM_ASSIGN_OR_RETURN(
+        load.lm_head_quantize,
+        model::ParseLmHeadQuantization(c.model.lm_head_quantization, load.quantize));
     {
       // Packing the weights computes on the pool too.
       std::optional<engine::ComputeShare::Turn> turn;

@@ -167,6 +167,20 @@ TEST(QuantizedCheckpointTest, QuantizedLmHead) {
       ASSERT_EQ(head[k], static_cast<float>(codes[k] - zeros[k / 32]) * scales[k / 32]) << r;
     }
   }
+  // model.lm_head_quantization on top of it: refused, naming the checkpoint's own.
+  auto twice = Model::Load(Quantize(float_dir, q), pool, {.lm_head_quantize = {8, -1}});
+  ASSERT_FALSE(twice.ok());
+  EXPECT_THAT(std::string(twice.status().message()),
+              HasSubstr("quantizes lm_head already (gptq-w8-g32-asym); leave "
+                        "model.lm_head_quantization at none"));
+  // A checkpoint that leaves lm_head in float: quantized at load, and named so.
+  q.lm_head = false;
+  auto on_load = Model::Load(Quantize(float_dir, q), pool, {.lm_head_quantize = {8, -1}});
+  ASSERT_TRUE(on_load.ok()) << on_load.status();
+  EXPECT_EQ((*on_load)->weights().lm_head.quant, (kernels::QuantFormat{8, -1}));
+  EXPECT_EQ((*on_load)->weights().format(), "gptq-w8-g32-asym+lm_head-int8");
+
+  q.lm_head = true;
   q.format = Format::kAwq;
   q.bits = 4;
   ThreadPool serial(1);

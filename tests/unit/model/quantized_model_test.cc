@@ -90,12 +90,20 @@ std::vector<float> Logits(Model& model, const std::vector<int32_t>& prompt, int 
 struct Case {
   Arch arch;
   kernels::QuantFormat format;
+  kernels::QuantFormat lm_head{};  // model.lm_head_quantization
 };
 
 TEST(QuantizedModelTest, ComputesTheDequantizedModel) {
-  const Case cases[] = {{Arch::kLlama, {8, -1, false}}, {Arch::kQwen2, {8, -1, false}},
-                        {Arch::kQwen3, {4, 32, false}}, {Arch::kMistral, {4, 32, false}},
-                        {Arch::kLlama, {4, -1, false}}, {Arch::kQwen2, {4, 16, false}}};
+  const kernels::QuantFormat int8_head{8, -1, false};
+  // (Qwen2's models here tie lm_head to the embedding; the others do not.)
+  const Case cases[] = {{Arch::kLlama, {8, -1, false}},
+                        {Arch::kQwen2, {8, -1, false}},
+                        {Arch::kQwen3, {4, 32, false}},
+                        {Arch::kMistral, {4, 32, false}},
+                        {Arch::kLlama, {4, -1, false}},
+                        {Arch::kQwen2, {4, 16, false}},
+                        {Arch::kQwen2, {4, 32, false}, int8_head},
+                        {Arch::kLlama, {}, int8_head}};
   ThreadPool pool(2);
   for (const Case& c : cases) {
     auto spec = testing::TinySpec(c.arch);
@@ -103,17 +111,26 @@ TEST(QuantizedModelTest, ComputesTheDequantizedModel) {
     spec.tie_embeddings = c.arch == Arch::kQwen2;
     const std::string dir = testing::WriteTempModel(spec);
     for (WeightMemory memory : {WeightMemory::kHugePages, WeightMemory::kMmap}) {
-      SCOPED_TRACE(::testing::Message() << dir << " " << QuantizationName(c.format)
-                                        << " hugepages=" << (memory == WeightMemory::kHugePages));
-      auto quantized = Model::Load(dir, pool, {.memory = memory, .quantize = c.format});
+      const std::string name = LoadedQuantizationName({}, c.format, c.lm_head);
+      SCOPED_TRACE(::testing::Message()
+                   << dir << " " << name << " hugepages=" << (memory == WeightMemory::kHugePages));
+      auto quantized = Model::Load(
+          dir, pool, {.memory = memory, .quantize = c.format, .lm_head_quantize = c.lm_head});
       ASSERT_TRUE(quantized.ok()) << quantized.status();
       const ModelWeights& qw = (*quantized)->weights();
-      EXPECT_EQ(qw.layers[1].down_proj.layout, kernels::WeightLayout::kQuantPanels);
-      EXPECT_EQ(qw.layers[0].q_proj.quant, c.format);
+      const bool layers = c.format.bits != 0;
+      EXPECT_EQ(qw.layers[1].down_proj.layout == kernels::WeightLayout::kQuantPanels, layers);
+      if (layers) EXPECT_EQ(qw.layers[0].q_proj.quant, c.format);
       EXPECT_NE(qw.embed_tokens.layout, kernels::WeightLayout::kQuantPanels);
-      EXPECT_NE(qw.lm_head.layout, kernels::WeightLayout::kQuantPanels);
-      EXPECT_EQ(qw.format(), QuantizationName(c.format));
-      EXPECT_LT(qw.memory_bytes, qw.total_bytes);
+      if (c.lm_head.bits != 0) {
+        ASSERT_EQ(qw.lm_head.layout, kernels::WeightLayout::kQuantPanels);
+        EXPECT_EQ(qw.lm_head.quant, c.lm_head);
+        EXPECT_NE(qw.lm_head.data, qw.embed_tokens.data);  // a tied head: a quantized copy
+      } else {
+        EXPECT_NE(qw.lm_head.layout, kernels::WeightLayout::kQuantPanels);
+      }
+      EXPECT_EQ(qw.format(), name);
+      if (layers) EXPECT_LT(qw.memory_bytes, qw.total_bytes);
 
       auto config = ModelConfig::FromDirectory(dir);
       ASSERT_TRUE(config.ok());
@@ -146,11 +163,18 @@ TEST(QuantizedModelTest, LogitsDoNotDependOnHowThePromptIsSplit) {
   auto spec = testing::TinySpec(Arch::kLlama);
   spec.dtype = DType::kBF16;
   const std::string dir = testing::WriteTempModel(spec);
-  for (const kernels::QuantFormat& f :
-       {kernels::QuantFormat{4, 32}, kernels::QuantFormat{4, 32, false, true, kActivationBlock},
-        kernels::QuantFormat{8, -1, true, true, kActivationBlock}}) {
-    SCOPED_TRACE(QuantizationName(f));
-    auto model = Model::Load(dir, pool, {.memory = WeightMemory::kHugePages, .quantize = f});
+  const kernels::QuantFormat a8{4, 32, false, true, kActivationBlock};
+  const struct {
+    kernels::QuantFormat layers, lm_head;
+  } formats[] = {{{4, 32}, {}},
+                 {a8, {}},
+                 {{8, -1, true, true, kActivationBlock}, {}},
+                 {a8, *ParseLmHeadQuantization("int8", a8)},
+                 {{}, *ParseLmHeadQuantization("int8", {})}};
+  for (const auto& [f, head] : formats) {
+    SCOPED_TRACE(LoadedQuantizationName({}, f, head));
+    auto model = Model::Load(
+        dir, pool, {.memory = WeightMemory::kHugePages, .quantize = f, .lm_head_quantize = head});
     ASSERT_TRUE(model.ok()) << model.status();
     const std::vector<int32_t> prompt = Prompt(56, static_cast<int>(spec.vocab), 5);
     const std::vector<float> whole = Logits(**model, prompt, 56);  // 56 rows convert to f32
@@ -194,6 +218,26 @@ TEST(QuantizedModelTest, ClearErrors) {
               HasSubstr("model.activation_quantization: int8 rounds the input of quantized "
                         "matrices"));
   EXPECT_EQ(WeightFormatName(DType::kBF16, {}), "bf16");
+
+  // model.lm_head_quantization: int8 with one scale per row, its input rounded as the layers'.
+  EXPECT_EQ(ParseLmHeadQuantization("none", {})->bits, 0);
+  EXPECT_EQ(*ParseLmHeadQuantization("int8", {4, 32, false}), (kernels::QuantFormat{8, -1}));
+  const kernels::QuantFormat a8 = *ParseWeightQuantization("int4", 32, "int8");
+  EXPECT_EQ(*ParseLmHeadQuantization("int8", a8),
+            (kernels::QuantFormat{8, -1, false, true, kActivationBlock}));
+  EXPECT_THAT(std::string(ParseLmHeadQuantization("int4", {}).status().message()),
+              HasSubstr("model.lm_head_quantization must be none or int8, got \"int4\""));
+  EXPECT_EQ(LoadedQuantizationName({}, {}, {8, -1}), "lm_head-int8");
+  EXPECT_EQ(LoadedQuantizationName({}, a8, *ParseLmHeadQuantization("int8", a8)),
+            "int4-g32-a8+lm_head-int8-a8");
+  // With lm_head quantized, int8 activations have a quantized matrix to round for.
+  auto head_a8 = Model::Load(dir, pool,
+                             {.quantize = *ParseWeightQuantization("none", 0, "int8"),
+                              .lm_head_quantize = *ParseLmHeadQuantization(
+                                  "int8", *ParseWeightQuantization("none", 0, "int8"))});
+  ASSERT_TRUE(head_a8.ok()) << head_a8.status();
+  EXPECT_EQ((*head_a8)->weights().format(), "lm_head-int8-a8");
+  EXPECT_THAT((*head_a8)->weights().cpu_gemm_implementation, HasSubstr("integer"));
 
   // model.cpu_gemm: onednn multiplies float weights only; auto leaves quantized ones alone.
   auto onednn =
