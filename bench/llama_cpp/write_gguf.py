@@ -5,11 +5,14 @@ Used to benchmark Tandem against llama.cpp on the same (usually random) weights 
 number of bits:
 
   /usr/bin/python3 bench/llama_cpp/write_gguf.py --model DIR --out FILE.gguf --type q8_0|q4_0|f16|bf16
+      [--output-type f16|q8_0]
 
 DIR holds config.json and model.safetensors (or model.safetensors.index.json with shards), in
 f32, f16 or bf16. Only the 7 linear matrices of each decoder layer take --type; the token
 embedding (and lm_head when it is not tied) is written as F16, as Tandem keeps them in 16 bits,
-and the RMSNorm weights as F32. The q/k projection rows are permuted from the Hugging Face
+and the RMSNorm weights as F32. --output-type q8_0 writes lm_head as a Q8_0 output.weight, tied
+or not (as Tandem's model.lm_head_quantization: int8 quantizes it; llama.cpp multiplies
+output.weight where the file has one). The q/k projection rows are permuted from the Hugging Face
 rotate-half RoPE layout into the interleaved-pair layout llama.cpp's "llama" architecture uses,
 so the GGUF computes the same function as the checkpoint. Llama 3 rope scaling is written as a
 rope_freqs.weight tensor of per-pair frequency divisors.
@@ -315,6 +318,8 @@ def main():
     ap.add_argument("--out", required=True, help="GGUF file to write")
     ap.add_argument("--type", required=True, choices=sorted(FILE_TYPE),
                     help="type of the decoder layers' linear matrices")
+    ap.add_argument("--output-type", choices=("f16", "q8_0"), default="f16",
+                    help="type of lm_head (output.weight; q8_0 writes it even when tied)")
     ap.add_argument("--context-length", type=int, default=None,
                     help="llama.context_length (default: max_position_embeddings)")
     args = ap.parse_args()
@@ -409,9 +414,10 @@ def main():
     if factors is not None:
         w.add_tensor("rope_freqs.weight", [head_dim // 2], GGML_F32, lambda: factors.tobytes())
     w.add_tensor("output_norm.weight", [hidden], GGML_F32, plain("model.norm.weight", GGML_F32))
-    if not tied:
-        w.add_tensor("output.weight", [vocab, hidden], GGML_F16,
-                     plain("lm_head.weight", GGML_F16))
+    head = LINEAR_TYPE[args.output_type]
+    if not tied or head != GGML_F16:
+        source = "model.embed_tokens.weight" if tied else "lm_head.weight"
+        w.add_tensor("output.weight", [vocab, hidden], head, plain(source, head))
     for i in range(n_layers):
         p = f"model.layers.{i}."
         b = f"blk.{i}."
