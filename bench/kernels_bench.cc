@@ -187,6 +187,10 @@ BENCHMARK(BM_GemmDecode)
     ->ArgsProduct({{1}, {512, 2048}, {2048}, {3, 4, 5, 6, 7, 8, 9}})
     ->ArgsProduct({{1}, {768, 1280, 4096}, {768}, {3, 8}})
     ->ArgsProduct({{1}, {768}, {2048}, {3, 8}})
+    // The heads: 125M (32000 x 768) and 1B (128256 x 2048) in bf16 and int8 per row
+    // (model.lm_head_quantization), with float and int8 activations.
+    ->ArgsProduct({{1}, {32000}, {768}, {3, 4, 7}})
+    ->ArgsProduct({{1}, {128256}, {2048}, {4, 7}})
     ->ArgsProduct({{1, 8, 32}, {2048, 8192}, {2048}, {10, 11}})
     ->ArgsProduct({{1, 8, 32}, {2048}, {8192}, {10, 11}})
     ->Unit(benchmark::kMicrosecond)
