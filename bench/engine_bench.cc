@@ -361,26 +361,10 @@ absl::Status WriteProfile(model::Model& m, const CliArgs& args, ThreadPool& pool
 }
 
 absl::Status Run(const CliArgs& args) {
-  TANDEM_RETURN_IF_ERROR(args.CheckKnown({"model",
-                                          "prompt-lens",
-                                          "batches",
-                                          "decode-steps",
-                                          "repeats",
-                                          "threads",
-                                          "skip-bandwidth",
-                                          "weight-memory",
-                                          "weight-quantization",
-                                          "weight-quantization-group-size",
-                                          "activation-quantization",
-                                          "lm-head-quantization",
-                                          "cpu-gemm",
-                                          "prune-ratios",
-                                          "device",
-                                          "profile-out",
-                                          "profile-max-context",
-                                          "profile-decode-tokens",
-                                          "profile-chunks",
-                                          "profile-contexts"}));
+  TANDEM_RETURN_IF_ERROR(args.CheckKnown(model::WithQuantizationFlags(
+      {"model", "prompt-lens", "batches", "decode-steps", "repeats", "threads", "skip-bandwidth",
+       "weight-memory", "cpu-gemm", "prune-ratios", "device", "profile-out", "profile-max-context",
+       "profile-decode-tokens", "profile-chunks", "profile-contexts"})));
   TANDEM_ASSIGN_OR_RETURN(std::string dir, args.String("model"));
   std::vector<int32_t> lens = {128, 512, 2048}, batches = {1, 8, 32};
   if (args.Has("prompt-lens")) {

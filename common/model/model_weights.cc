@@ -697,6 +697,12 @@ absl::Status QuantizationFromFlags(const CliArgs& args, WeightLoadOptions& load)
   return absl::OkStatus();
 }
 
+std::set<std::string> WithQuantizationFlags(std::set<std::string> known) {
+  known.insert({"weight-quantization", "weight-quantization-group-size", "activation-quantization",
+                "lm-head-quantization"});
+  return known;
+}
+
 std::string WeightFormatName(DType dtype, const kernels::QuantFormat& quant) {
   return quant.bits == 0 ? std::string(DTypeName(dtype)) : QuantizationName(quant);
 }

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -78,6 +79,9 @@ absl::StatusOr<kernels::QuantFormat> ParseLmHeadQuantization(std::string_view na
 // --activation-quantization none|int8 and --lm-head-quantization none|int8, the tools' flags
 // for the same settings, into `load`.
 absl::Status QuantizationFromFlags(const CliArgs& args, WeightLoadOptions& load);
+
+// `known` (a tool's CliArgs::CheckKnown set) with the flags QuantizationFromFlags reads.
+std::set<std::string> WithQuantizationFlags(std::set<std::string> known);
 
 // The name of a quantized format, as workers compare it at registration: "int8" (one scale per
 // row), "int4-g128"; an asymmetric format adds "-zp", int8 activations "-a8". Empty when bits

@@ -25,8 +25,7 @@ std::string HumanBytes(double bytes) {
 
 absl::Status RunInfo(const CliArgs& args) {
   TANDEM_RETURN_IF_ERROR(
-      args.CheckKnown({"model", "threads", "weight-quantization", "weight-quantization-group-size",
-                       "activation-quantization", "lm-head-quantization", "cpu-gemm"}));
+      args.CheckKnown(model::WithQuantizationFlags({"model", "threads", "cpu-gemm"})));
   TANDEM_ASSIGN_OR_RETURN(std::string dir, args.String("model"));
   TANDEM_ASSIGN_OR_RETURN(model::ModelConfig c, model::ModelConfig::FromDirectory(dir));
   model::WeightLoadOptions load;

@@ -179,26 +179,10 @@ absl::Status EvalWindow(model::Model& model, const CacheSpec& base, const CacheS
 }  // namespace
 
 absl::Status RunKvEval(const CliArgs& args) {
-  TANDEM_RETURN_IF_ERROR(args.CheckKnown({"model",
-                                          "text-file",
-                                          "prompt-tokens",
-                                          "continuation-tokens",
-                                          "windows",
-                                          "kv-dtype",
-                                          "base",
-                                          "kv-sink-tokens",
-                                          "kv-window-tokens",
-                                          "evict-budget-tokens",
-                                          "evict-sink-tokens",
-                                          "evict-policy",
-                                          "evict-shift-threshold",
-                                          "threads",
-                                          "weight-memory",
-                                          "weight-quantization",
-                                          "weight-quantization-group-size",
-                                          "activation-quantization",
-                                          "lm-head-quantization",
-                                          "cpu-gemm"}));
+  TANDEM_RETURN_IF_ERROR(args.CheckKnown(model::WithQuantizationFlags(
+      {"model", "text-file", "prompt-tokens", "continuation-tokens", "windows", "kv-dtype", "base",
+       "kv-sink-tokens", "kv-window-tokens", "evict-budget-tokens", "evict-sink-tokens",
+       "evict-policy", "evict-shift-threshold", "threads", "weight-memory", "cpu-gemm"})));
   TANDEM_ASSIGN_OR_RETURN(std::string path, args.String("text-file"));
   TANDEM_ASSIGN_OR_RETURN(WindowFlags flags, ParseWindowFlags(args, 256, 64));
   TANDEM_ASSIGN_OR_RETURN(TextEvalInputs in, LoadTextEval(args, path));

@@ -245,11 +245,10 @@ std::string LayerList(const std::vector<uint8_t>& pruned) {
 }  // namespace
 
 absl::Status RunPruneEval(const CliArgs& args) {
-  TANDEM_RETURN_IF_ERROR(args.CheckKnown(
+  TANDEM_RETURN_IF_ERROR(args.CheckKnown(model::WithQuantizationFlags(
       {"model", "text-file", "prompt-tokens", "continuation-tokens", "greedy-tokens", "windows",
-       "json", "kv-dtype", "threads", "weight-memory", "weight-quantization",
-       "weight-quantization-group-size", "activation-quantization", "lm-head-quantization",
-       "cpu-gemm", "prune-start-layer", "prune-ratio", "prune-keep-every", "protect-tokens"}));
+       "json", "kv-dtype", "threads", "weight-memory", "cpu-gemm", "prune-start-layer",
+       "prune-ratio", "prune-keep-every", "protect-tokens"})));
   TANDEM_ASSIGN_OR_RETURN(std::string path, args.String("text-file"));
   TANDEM_ASSIGN_OR_RETURN(WindowFlags flags, ParseWindowFlags(args, 512, 128));
   const int64_t prompt_tokens = flags.prompt_tokens;
@@ -350,11 +349,9 @@ absl::Status RunPruneEval(const CliArgs& args) {
 }
 
 absl::Status RunPruningStats(const CliArgs& args) {
-  TANDEM_RETURN_IF_ERROR(
-      args.CheckKnown({"model", "kv-cache", "pruning-stats", "config", "prompt-file", "kv-dtype",
-                       "threads", "weight-memory", "weight-quantization",
-                       "weight-quantization-group-size", "activation-quantization",
-                       "lm-head-quantization", "cpu-gemm", "attention-csv", "attention-png"}));
+  TANDEM_RETURN_IF_ERROR(args.CheckKnown(model::WithQuantizationFlags(
+      {"model", "kv-cache", "pruning-stats", "config", "prompt-file", "kv-dtype", "threads",
+       "weight-memory", "cpu-gemm", "attention-csv", "attention-png"})));
   TANDEM_ASSIGN_OR_RETURN(std::string config_path, args.String("config"));
   TANDEM_ASSIGN_OR_RETURN(config::TandemConfig config, config::LoadConfigFile(config_path));
   TANDEM_ASSIGN_OR_RETURN(std::string prompt_path, args.String("prompt-file"));
@@ -492,11 +489,9 @@ absl::Status RunPruningStats(const CliArgs& args) {
 }
 
 absl::Status RunImportance(const CliArgs& args) {
-  TANDEM_RETURN_IF_ERROR(
-      args.CheckKnown({"model", "prompt-file", "prompt-tokens", "continuation-tokens", "windows",
-                       "epsilon", "budget", "kv-dtype", "threads", "weight-memory",
-                       "weight-quantization", "weight-quantization-group-size",
-                       "activation-quantization", "lm-head-quantization", "cpu-gemm"}));
+  TANDEM_RETURN_IF_ERROR(args.CheckKnown(model::WithQuantizationFlags(
+      {"model", "prompt-file", "prompt-tokens", "continuation-tokens", "windows", "epsilon",
+       "budget", "kv-dtype", "threads", "weight-memory", "cpu-gemm"})));
   TANDEM_ASSIGN_OR_RETURN(std::string path, args.String("prompt-file"));
   TANDEM_ASSIGN_OR_RETURN(WindowFlags flags, ParseWindowFlags(args, 256, 64));
   const int64_t prompt_tokens = flags.prompt_tokens;

@@ -137,11 +137,9 @@ absl::StatusOr<bool> PruningFromFlags(const CliArgs& args, int num_layers,
 }
 
 absl::Status RunForward(const CliArgs& args) {
-  TANDEM_RETURN_IF_ERROR(
-      args.CheckKnown({"model", "tokens", "logits-out", "kv-dtype", "threads", "weight-memory",
-                       "weight-quantization", "weight-quantization-group-size",
-                       "activation-quantization", "lm-head-quantization", "cpu-gemm",
-                       "prune-start-layer", "prune-ratio", "prune-keep-every", "protect-tokens"}));
+  TANDEM_RETURN_IF_ERROR(args.CheckKnown(model::WithQuantizationFlags(
+      {"model", "tokens", "logits-out", "kv-dtype", "threads", "weight-memory", "cpu-gemm",
+       "prune-start-layer", "prune-ratio", "prune-keep-every", "protect-tokens"})));
   TANDEM_ASSIGN_OR_RETURN(std::string dir, args.String("model"));
   TANDEM_ASSIGN_OR_RETURN(std::vector<int32_t> tokens, args.IntList("tokens"));
   TANDEM_ASSIGN_OR_RETURN(std::string out_path, args.String("logits-out"));
@@ -188,38 +186,34 @@ absl::Status RunForward(const CliArgs& args) {
 }
 
 absl::Status RunGenerate(const CliArgs& args) {
-  TANDEM_RETURN_IF_ERROR(args.CheckKnown({"model",
-                                          "tokens",
-                                          "prompt",
-                                          "max-tokens",
-                                          "temperature",
-                                          "top-p",
-                                          "top-k",
-                                          "seed",
-                                          "presence-penalty",
-                                          "frequency-penalty",
-                                          "repetition-penalty",
-                                          "logprobs",
-                                          "prompt-logprobs",
-                                          "ignore-eos",
-                                          "kv-dtype",
-                                          "kv-sink-tokens",
-                                          "kv-window-tokens",
-                                          "evict-budget-tokens",
-                                          "evict-sink-tokens",
-                                          "evict-policy",
-                                          "evict-shift-threshold",
-                                          "threads",
-                                          "weight-memory",
-                                          "weight-quantization",
-                                          "weight-quantization-group-size",
-                                          "activation-quantization",
-                                          "lm-head-quantization",
-                                          "cpu-gemm",
-                                          "prune-start-layer",
-                                          "prune-ratio",
-                                          "prune-keep-every",
-                                          "protect-tokens"}));
+  TANDEM_RETURN_IF_ERROR(args.CheckKnown(model::WithQuantizationFlags({"model",
+                                                                       "tokens",
+                                                                       "prompt",
+                                                                       "max-tokens",
+                                                                       "temperature",
+                                                                       "top-p",
+                                                                       "top-k",
+                                                                       "seed",
+                                                                       "presence-penalty",
+                                                                       "frequency-penalty",
+                                                                       "repetition-penalty",
+                                                                       "logprobs",
+                                                                       "prompt-logprobs",
+                                                                       "ignore-eos",
+                                                                       "kv-dtype",
+                                                                       "kv-sink-tokens",
+                                                                       "kv-window-tokens",
+                                                                       "evict-budget-tokens",
+                                                                       "evict-sink-tokens",
+                                                                       "evict-policy",
+                                                                       "evict-shift-threshold",
+                                                                       "threads",
+                                                                       "weight-memory",
+                                                                       "cpu-gemm",
+                                                                       "prune-start-layer",
+                                                                       "prune-ratio",
+                                                                       "prune-keep-every",
+                                                                       "protect-tokens"})));
   TANDEM_ASSIGN_OR_RETURN(std::string dir, args.String("model"));
   TANDEM_ASSIGN_OR_RETURN(PromptTokens prompt, ResolvePrompt(args));
   const std::vector<int32_t>& tokens = prompt.ids;
