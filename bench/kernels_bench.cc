@@ -97,7 +97,8 @@ void SelectA8Kernels() {
 // 4-6 with x rounded to int8 in blocks of 32, as `model.activation_quantization: int8`; 10:
 // oneDNN's matmul on weights prepacked at load, as `model.cpu_gemm: onednn`, which on an AMX CPU
 // runs Tandem's own AMX tile kernel; 11: 10 with every call on oneDNN's 16-row primitive, as
-// oneDNN alone would run it there). bf16 weights.
+// oneDNN alone would run it there; 12: 10 with the tiles one chunk of 16 rows a pass, as before
+// two chunks shared each weight tile). bf16 weights.
 // Iterations
 // rotate over copies of W that together exceed the last-level cache, so every call reads its
 // weights from memory as a model's forward pass does (a single small W would stay in L3).
@@ -108,7 +109,7 @@ void RunGemm(benchmark::State& state) {
   // TANDEM_BENCH_HOT=1 keeps one copy, which stays in the caches: the kernel's compute ceiling.
   const char* hot = std::getenv("TANDEM_BENCH_HOT");
   const int64_t kColdBytes = hot != nullptr && std::string(hot) == "1" ? 0 : int64_t{96} << 20;
-  const bool onednn = path == 10 || path == 11;
+  const bool onednn = path >= 10 && path <= 12;
   const int64_t weights = onednn ? 3 : path >= 7 ? path - 3 : path;
   QuantFormat quant = weights == 4   ? QuantFormat{8, -1, false}
                       : weights == 5 ? QuantFormat{4, 128, false}
@@ -154,6 +155,7 @@ void RunGemm(benchmark::State& state) {
     matrices.back() = PackPanels(matrices.back(), aligned + c * panel_elems, pool);
   }
   internal::PadOnednnCalls(path == 11);
+  internal::PairOnednnChunks(path != 12);
   int64_t iteration = 0;
   for (auto _ : state) {
     const WeightMatrix& wm = matrices[iteration++ % copies];
@@ -167,6 +169,7 @@ void RunGemm(benchmark::State& state) {
     benchmark::DoNotOptimize(y.data());
   }
   internal::PadOnednnCalls(false);
+  internal::PairOnednnChunks(true);
   state.SetBytesProcessed(state.iterations() * MatrixBytes(matrices.front()));
   state.counters["FLOPS"] = benchmark::Counter(static_cast<double>(2 * m * n * k),
                                                benchmark::Counter::kIsIterationInvariantRate);
@@ -191,8 +194,8 @@ BENCHMARK(BM_GemmDecode)
     // (model.lm_head_quantization), with float and int8 activations.
     ->ArgsProduct({{1}, {32000}, {768}, {3, 4, 7}})
     ->ArgsProduct({{1}, {128256}, {2048}, {4, 7}})
-    ->ArgsProduct({{1, 8, 32}, {2048, 8192}, {2048}, {10, 11}})
-    ->ArgsProduct({{1, 8, 32}, {2048}, {8192}, {10, 11}})
+    ->ArgsProduct({{1, 8, 32}, {2048, 8192}, {2048}, {10, 11, 12}})
+    ->ArgsProduct({{1, 8, 32}, {2048}, {8192}, {10, 11, 12}})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 
@@ -215,6 +218,9 @@ BENCHMARK(BM_GemmPrefill)
     ->Args({512, 2048, 2048, 11})
     ->Args({512, 8192, 2048, 11})
     ->Args({512, 2048, 8192, 11})
+    ->Args({512, 2048, 2048, 12})
+    ->Args({512, 8192, 2048, 12})
+    ->Args({512, 2048, 8192, 12})
     ->Args({512, 2048, 8192, 3})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();

@@ -67,6 +67,9 @@ struct Plan {
   // [r]: r rows run on TileRows (the own AMX kernel), checked to give the 16-row primitive's
   // bits; the primitives are not used then.
   std::array<bool, kChunk + 1> tiles{};
+  // Every row count runs on the tiles and TilePair gives the same bits: x is then laid out in
+  // tile blocks (TileX) and two chunks share each weight tile.
+  bool pairs = false;
 };
 
 // The own AMX kernel (TileRows) reads bf16 slices in the layout oneDNN's AMX brgemm chose:
@@ -114,22 +117,49 @@ struct alignas(64) TileConfig {
   uint8_t rows[16] = {};
 };
 
-// y[rows][kSlice] = x's `rows` rows (bf16, k apart) times one slice in TileLayout, as oneDNN's
-// AMX brgemm computes it: per 16 output columns one accumulator tile, tdpbf16ps over the K
-// blocks in order. The tile configuration is loaded on every call (oneDNN's kernels load
-// their own on the same thread).
-TANDEM_AMX void TileRows(const uint16_t* x, int64_t rows, int64_t k, const char* slice, float* y) {
+// Where a chunk of up to kChunk rows of x (bf16) lies for the tiles: row i's K block kb starts at
+// data + i * row_bytes + kb * block_bytes. Row-major rows of k values have (2k, 64); the tile
+// layout GemmOnednn writes has (64, kChunk * 64): each tile load reads 1 KiB in one piece.
+struct TileX {
+  const char* data;
+  int64_t row_bytes;
+  int64_t block_bytes;
+};
+
+TileX RowMajor(const uint16_t* x, int64_t k) {
+  return {reinterpret_cast<const char*>(x), k * 2, kTileK * 2};
+}
+
+// Loads the tile configuration: tiles 0-3 accumulate, `rows[t]` rows each of 64 bytes. Loaded on
+// every call: oneDNN's kernels load their own on the same thread.
+TANDEM_AMX void LoadTileConfig(const std::array<uint8_t, 8>& rows) {
   TileConfig config;
-  for (int t = 0; t < 5; ++t) {  // tiles 0-3 accumulate y's four 16-column parts; 4 holds x
-    config.rows[t] = static_cast<uint8_t>(rows);
-    config.colsb[t] = 64;
-  }
-  for (int t = 5; t < 8; ++t) {  // a block's 16 pairs x 16 columns
-    config.rows[t] = 16;
+  for (int t = 0; t < 8; ++t) {
+    config.rows[t] = rows[t];
     config.colsb[t] = 64;
   }
   asm volatile("" : : "r"(&config) : "memory");  // GCC 12 does not see ldtilecfg read it
   _tile_loadconfig(&config);
+}
+
+// Prefetches `lines` cache lines from each of a slice block's 16 pair rows, starting at `block`,
+// into L1 (AMX tile loads do not wake the hardware prefetchers).
+void PrefetchBlock(const char* block, int64_t lines) {
+  constexpr int64_t kPairRowBytes = kSlice * 2 * 2;
+  for (int64_t b = 0; b < kTileBlockBytes; b += kPairRowBytes) {
+    for (int64_t l = 0; l < lines; ++l) _mm_prefetch(block + b + l * 64, _MM_HINT_T0);
+  }
+}
+
+// y[rows][kSlice] (rows y_stride floats apart) = x's `rows` rows times one slice in TileLayout,
+// as oneDNN's AMX brgemm computes it: per 16 output columns one accumulator tile, tdpbf16ps over
+// the K blocks in order.
+TANDEM_AMX void TileRows(TileX x, int64_t rows, int64_t k, const char* slice, float* y,
+                         int64_t y_stride) {
+  // Tiles 0-3 accumulate y's four 16-column parts; 4 holds x; 5-7 a block's 16 pairs x 16
+  // columns.
+  const auto r = static_cast<uint8_t>(rows);
+  LoadTileConfig({r, r, r, r, r, 16, 16, 16});
   _tile_zero(0);
   _tile_zero(1);
   _tile_zero(2);
@@ -139,9 +169,8 @@ TANDEM_AMX void TileRows(const uint16_t* x, int64_t rows, int64_t k, const char*
     const char* block = slice + kb * kTileBlockBytes;
     // Past the slice's end this reads ahead into the next slice, which the same thread usually
     // takes next; a prefetch never faults.
-    const char* ahead = block + kTilePrefetchBlocks * kTileBlockBytes;
-    for (int64_t b = 0; b < kTileBlockBytes; b += 64) _mm_prefetch(ahead + b, _MM_HINT_T0);
-    _tile_loadd(4, x + kb * kTileK, k * 2);
+    PrefetchBlock(block + kTilePrefetchBlocks * kTileBlockBytes, 4);
+    _tile_loadd(4, x.data + kb * x.block_bytes, x.row_bytes);
     _tile_loadd(5, block, kPairRowBytes);
     _tile_dpbf16ps(0, 4, 5);
     _tile_loadd(6, block + 64, kPairRowBytes);
@@ -151,11 +180,59 @@ TANDEM_AMX void TileRows(const uint16_t* x, int64_t rows, int64_t k, const char*
     _tile_loadd(5, block + 192, kPairRowBytes);
     _tile_dpbf16ps(3, 4, 5);
   }
-  constexpr int64_t kYRowBytes = kSlice * 4;
-  _tile_stored(0, y, kYRowBytes);
-  _tile_stored(1, y + 16, kYRowBytes);
-  _tile_stored(2, y + 32, kYRowBytes);
-  _tile_stored(3, y + 48, kYRowBytes);
+  _tile_stored(0, y, y_stride * 4);
+  _tile_stored(1, y + 16, y_stride * 4);
+  _tile_stored(2, y + 32, y_stride * 4);
+  _tile_stored(3, y + 48, y_stride * 4);
+}
+
+// y[kChunk + rows1][kSlice] (rows y_stride floats apart) = kChunk rows of x0 and then `rows1`
+// (1..kChunk) rows of x1 times one slice, with TileRows' bits: each output still accumulates in its
+// own tile over the K blocks in order. Two chunks share each weight tile: per half of the slice's
+// columns, 2 x 2 accumulator tiles take 2 x tiles and 2 weight tiles per K block, 4 loads for 4
+// products where TileRows takes 5 (the loads, from L2, are what bounds the tiles here).
+TANDEM_AMX void TilePair(TileX x0, TileX x1, int64_t rows1, int64_t k, const char* slice, float* y,
+                         int64_t y_stride) {
+  // Tiles 0-1: x0's rows x 2 x 16 columns; 2-3: x1's; 4: x0's block; 5: x1's; 6-7 weights.
+  const auto r = static_cast<uint8_t>(rows1);
+  LoadTileConfig({16, 16, r, r, 16, r, 16, 16});
+  constexpr int64_t kPairRowBytes = kSlice * 2 * 2;
+  // The halves take turns over runs of K blocks, so that the second reads x's run from L2; the
+  // accumulators wait in y in between (stored and reloaded exactly: the bits are unchanged).
+  constexpr int64_t kRunBlocks = 64;
+  const int64_t blocks = k / kTileK;
+  for (int64_t kb0 = 0; kb0 < blocks; kb0 += kRunBlocks) {
+    for (int64_t half = 0; half < 2; ++half) {
+      float* out = y + half * 32;
+      if (kb0 == 0) {
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+      } else {
+        _tile_loadd(0, out, y_stride * 4);
+        _tile_loadd(1, out + 16, y_stride * 4);
+        _tile_loadd(2, out + kChunk * y_stride, y_stride * 4);
+        _tile_loadd(3, out + kChunk * y_stride + 16, y_stride * 4);
+      }
+      for (int64_t kb = kb0; kb < std::min(blocks, kb0 + kRunBlocks); ++kb) {
+        const char* block = slice + kb * kTileBlockBytes + half * 128;
+        PrefetchBlock(block + kTilePrefetchBlocks * kTileBlockBytes, 2);
+        _tile_loadd(4, x0.data + kb * x0.block_bytes, x0.row_bytes);
+        _tile_loadd(6, block, kPairRowBytes);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_loadd(5, x1.data + kb * x1.block_bytes, x1.row_bytes);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_loadd(7, block + 64, kPairRowBytes);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(3, 5, 7);
+      }
+      _tile_stored(0, out, y_stride * 4);
+      _tile_stored(1, out + 16, y_stride * 4);
+      _tile_stored(2, out + kChunk * y_stride, y_stride * 4);
+      _tile_stored(3, out + kChunk * y_stride + 16, y_stride * 4);
+    }
+  }
 }
 
 memory::desc RowsDesc(int64_t k) {
@@ -258,10 +335,21 @@ absl::Status CheckInvariance(Plan& p) {
   if (TileLayout(p)) {
     const auto* xs = reinterpret_cast<const uint16_t*>(x.data());
     for (int64_t r = 1; r <= kChunk; ++r) {
-      TileRows(xs, r, p.k, packed, y.data());
+      TileRows(RowMajor(xs, p.k), r, p.k, packed, y.data(), kSlice);
       bool same = same_rows(0, r, 0);
-      TileRows(xs + (kChunk - r) * p.k, r, p.k, packed, y.data());
+      TileRows(RowMajor(xs + (kChunk - r) * p.k, p.k), r, p.k, packed, y.data(), kSlice);
       p.tiles[r] = same && same_rows(kChunk - r, r, 0);
+    }
+    // Pairs: x, then the first r rows of x rotated, whose rows the rotated reference call gave.
+    p.pairs = std::count(p.tiles.begin() + 1, p.tiles.end(), true) == kChunk;
+    std::vector<float> ref_rotated(kChunk * kSlice), pair(2 * kChunk * kSlice);
+    RunOnce(p, kChunk, rotated.data(), packed, ref_rotated.data());
+    const auto* rs = reinterpret_cast<const uint16_t*>(rotated.data());
+    for (int64_t r = 1; r <= kChunk && p.pairs; ++r) {
+      TilePair(RowMajor(xs, p.k), RowMajor(rs, p.k), r, p.k, packed, pair.data(), kSlice);
+      p.pairs = std::memcmp(pair.data(), ref.data(), ref.size() * sizeof(float)) == 0 &&
+                std::memcmp(pair.data() + kChunk * kSlice, ref_rotated.data(),
+                            r * kSlice * sizeof(float)) == 0;
     }
   }
   return absl::OkStatus();
@@ -314,8 +402,9 @@ absl::StatusOr<std::unique_ptr<Plan>> MakePlan(DType dtype, int64_t k) {
     if (tiled > 0) {
       const std::string rows =
           tiled == kChunk ? absl::StrCat("1-", kChunk) : absl::StrCat(tiled, " row counts");
-      p->padding = absl::StrCat(rows, " rows on Tandem's AMX tiles, the same bits",
-                                p->padding.empty() ? "" : "; ", p->padding);
+      p->padding =
+          absl::StrCat(rows, " rows on Tandem's AMX tiles", p->pairs ? ", two chunks a pass" : "",
+                       ", the same bits", p->padding.empty() ? "" : "; ", p->padding);
     }
   } catch (const dnnl::error& e) {
     return absl::InvalidArgumentError(absl::StrCat("model.cpu_gemm: onednn has no ",
@@ -368,6 +457,8 @@ const Packed& PackedOf(const WeightMatrix& w) {
 // Tests: run every call on the 16-row primitive, as a row count that failed its plan's check
 // does.
 std::atomic<bool> pad_all{false};
+// Benchmarks: pairs off.
+std::atomic<bool> pair_chunks{true};
 
 // One thread's memory objects for the primitives it has run: [plan id][rows].
 struct ThreadCalls {
@@ -377,7 +468,7 @@ struct ThreadCalls {
   };
   dnnl::stream stream{Engine()};
   std::vector<std::array<std::unique_ptr<Call>, kChunk + 1>> calls;
-  alignas(kAlign) float y[kChunk * kSlice];
+  alignas(kAlign) float y[2 * kChunk * kSlice];
   std::vector<char> padded;  // x rows padded to kChunk
   std::vector<float> rows;   // a slice unpacked by ReadOnednnRow
   std::vector<memory> rows_memory;  // [plan id]: over `rows`
@@ -413,17 +504,42 @@ void CopyOut(const float* result, int64_t rows, const float* bias, float* y, int
   }
 }
 
-// y[0, rows) x [n0, n1) (+ bias) = x's `rows` rows (contiguous, the plan's dtype) times slice
-// `s` of `w`, whose first output row is n0.
-void RunChunk(const Packed& w, int64_t s, const char* x, int64_t rows, const float* bias, float* y,
-              int64_t y_stride, int64_t n0, int64_t n1) {
+const char* SliceData(const Packed& w, int64_t s) {
+  return static_cast<const char*>(w.slices[s].get_data_handle());
+}
+
+// y[0, rows) x [n0, n1) (+ bias) = kChunk < rows <= 2 * kChunk rows of x in the tile layout
+// times slice `s` of `w`, whose first output row is n0 (a plan with pairs).
+void RunPair(const Packed& w, int64_t s, const char* x, int64_t rows, const float* bias, float* y,
+             int64_t y_stride, int64_t n0, int64_t n1) {
+  const int64_t k = w.plan->k;
+  const TileX x0{x, kTileK * 2, kChunk * kTileK * 2};
+  const TileX x1{x + kChunk * k * 2, x0.row_bytes, x0.block_bytes};
+  if (bias == nullptr && n1 - n0 == kSlice) {  // straight into y
+    TilePair(x0, x1, rows - kChunk, k, SliceData(w, s), y + n0, y_stride);
+    return;
+  }
+  ThreadCalls& t = Calls();
+  TilePair(x0, x1, rows - kChunk, k, SliceData(w, s), t.y, kSlice);
+  CopyOut(t.y, rows, bias, y, y_stride, n0, n1);
+}
+
+// y[0, rows) x [n0, n1) (+ bias) = x's `rows` rows (contiguous, the plan's dtype; in the tile
+// layout if `tile_x`) times slice `s` of `w`, whose first output row is n0.
+void RunChunk(const Packed& w, int64_t s, const char* x, bool tile_x, int64_t rows,
+              const float* bias, float* y, int64_t y_stride, int64_t n0, int64_t n1) {
   const Plan& p = *w.plan;
   ThreadCalls& t = Calls();
   const bool pad = pad_all.load(std::memory_order_relaxed);
   if (p.tiles[rows] && !pad) {
-    TileRows(reinterpret_cast<const uint16_t*>(x), rows, p.k,
-             static_cast<const char*>(w.slices[s].get_data_handle()), t.y);
-    CopyOut(t.y, rows, bias, y, y_stride, n0, n1);
+    const TileX tx = tile_x ? TileX{x, kTileK * 2, kChunk * kTileK * 2}
+                            : RowMajor(reinterpret_cast<const uint16_t*>(x), p.k);
+    if (bias == nullptr && n1 - n0 == kSlice) {  // straight into y
+      TileRows(tx, rows, p.k, SliceData(w, s), y + n0, y_stride);
+    } else {
+      TileRows(tx, rows, p.k, SliceData(w, s), t.y, kSlice);
+      CopyOut(t.y, rows, bias, y, y_stride, n0, n1);
+    }
     return;
   }
   const int64_t run = pad ? kChunk : p.run_rows[rows];
@@ -623,17 +739,32 @@ void GemmOnednn(const float* x, int64_t m, int64_t x_stride, std::span<const Gem
   if (m <= 0 || outputs.empty()) return;
   const Plan& plan = *PackedOf(outputs.front().w).plan;
   const int64_t k = plan.k;
-  // x as the primitives read it: rows of k values in the weights' dtype, one after another.
-  // Owned by the calling thread; the workers get the pointer.
+  // With pairs, x in the tile layout: per chunk of kChunk rows, per K block, kChunk x kTileK
+  // values (1 KiB), so that each tile load reads one piece of memory. Not for a single chunk:
+  // a few rows' blocks 1 KiB apart fall into 4 of L1's 64 sets, and a decode step of one row
+  // measured 6-10% slower so.
+  const bool tile_x = plan.pairs && m > kChunk && !pad_all.load(std::memory_order_relaxed) &&
+                      pair_chunks.load(std::memory_order_relaxed);
+  // x as the primitives read it: rows of k values in the weights' dtype, one after another
+  // (or the tile layout). Owned by the calling thread; the workers get the pointer.
   thread_local std::vector<char> x_buffer;
   const char* xs = reinterpret_cast<const char*>(x);
   const int64_t row_bytes = k * (plan.dtype == DType::kBF16 ? 2 : 4);
   if (plan.dtype == DType::kBF16 || x_stride != k) {
-    if (static_cast<int64_t>(x_buffer.size()) < m * row_bytes) x_buffer.resize(m * row_bytes);
+    const int64_t bytes = RoundUp(m, kChunk) * row_bytes;
+    if (static_cast<int64_t>(x_buffer.size()) < bytes) x_buffer.resize(bytes);
     char* dst = x_buffer.data();
     auto convert = [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {
-        FromFloat(plan.dtype, x + r * x_stride, dst + r * row_bytes, k);
+        if (!tile_x) {
+          FromFloat(plan.dtype, x + r * x_stride, dst + r * row_bytes, k);
+          continue;
+        }
+        char* row = dst + r / kChunk * kChunk * row_bytes + r % kChunk * kTileK * 2;
+        for (int64_t kb = 0; kb < k / kTileK; ++kb) {
+          FromFloat(plan.dtype, x + r * x_stride + kb * kTileK, row + kb * kChunk * kTileK * 2,
+                    kTileK);
+        }
       }
     };
     constexpr int64_t kGrain = 32;  // a decode step's few rows are not worth waking the pool
@@ -653,7 +784,8 @@ void GemmOnednn(const float* x, int64_t m, int64_t x_stride, std::span<const Gem
   const int64_t parts = slices >= 2 * threads
                             ? 1
                             : std::clamp<int64_t>((2 * threads + slices - 1) / slices, 1, chunks);
-  const int64_t chunks_per_part = (chunks + parts - 1) / parts;
+  // Parts of whole pairs where chunks run in pairs.
+  const int64_t chunks_per_part = RoundUp((chunks + parts - 1) / parts, tile_x ? 2 : 1);
   pool.ParallelForDynamic(slices * parts, 1, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       int64_t s = t / parts;
@@ -667,9 +799,16 @@ void GemmOnednn(const float* x, int64_t m, int64_t x_stride, std::span<const Gem
         const Packed& w = PackedOf(o.w);
         const int64_t n0 = s * kSlice, n1 = std::min(o.w.rows, n0 + kSlice);
         const int64_t r_end = std::min(m, (part + 1) * chunks_per_part * kChunk);
-        for (int64_t r0 = part * chunks_per_part * kChunk; r0 < r_end; r0 += kChunk) {
-          RunChunk(w, s, xs + r0 * row_bytes, std::min(kChunk, r_end - r0), o.bias,
-                   o.y + r0 * o.y_stride, o.y_stride, n0, n1);
+        for (int64_t r0 = part * chunks_per_part * kChunk; r0 < r_end;) {
+          const int64_t rows = std::min((tile_x ? 2 : 1) * kChunk, r_end - r0);
+          if (rows > kChunk) {
+            RunPair(w, s, xs + r0 * row_bytes, rows, o.bias, o.y + r0 * o.y_stride, o.y_stride, n0,
+                    n1);
+          } else {
+            RunChunk(w, s, xs + r0 * row_bytes, tile_x, rows, o.bias, o.y + r0 * o.y_stride,
+                     o.y_stride, n0, n1);
+          }
+          r0 += rows;
         }
         break;
       }
@@ -678,6 +817,8 @@ void GemmOnednn(const float* x, int64_t m, int64_t x_stride, std::span<const Gem
 }
 
 void PadOnednnCalls(bool pad) { pad_all.store(pad); }
+
+void PairOnednnChunks(bool pair) { pair_chunks.store(pair); }
 
 std::string DescribeRowPadding(std::span<const int64_t, kOnednnChunkRows + 1> run_rows,
                                std::span<const std::string, kOnednnChunkRows + 1> impls) {

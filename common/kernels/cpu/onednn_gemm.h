@@ -95,6 +95,10 @@ void GemmOnednn(const float* x, int64_t m, int64_t x_stride, std::span<const Gem
 // check fails, whether or not it did.
 void PadOnednnCalls(bool pad);
 
+// Benchmarks: false runs the AMX tiles one chunk of rows a pass, as before pairs (x row-major,
+// TileRows only); true (the default) takes pairs wherever the plan checked them.
+void PairOnednnChunks(bool pair);
+
 // "1-4 rows run padded to 16: brg:avx512_core_bf16 gives other bits" for a plan whose row
 // counts 1-4 (run_rows[r] != r) run on the 16-row primitive because their own primitive
 // (impls[r]) failed the check; "" when every count runs as itself. impls[kOnednnChunkRows] is

@@ -150,14 +150,16 @@ TEST(OnednnGemmTest, RowResultsDoNotDependOnTheBatch) {
 
 // Padding a call's rows to 16 (what a row count whose bits differed would run) gives the same
 // bits, including the padded rows' neighbours. Padded calls always run oneDNN's 16-row
-// primitive, so at k = 256 on an AMX CPU this compares the own AMX kernel with oneDNN's.
+// primitive, so at k = 256 on an AMX CPU this compares the own AMX kernels (one chunk and two
+// chunks a pass) with oneDNN's; k = 2112 has the pairs' accumulators wait in y between runs of
+// K blocks.
 TEST(OnednnGemmTest, PaddedCallsGiveTheSameBits) {
   std::mt19937 rng(6);
   const int64_t n = 130, rows = 37;
   ThreadPool pool(2);
   for (auto [dtype, k] :
        {std::pair{DType::kF32, int64_t{200}}, std::pair{DType::kBF16, int64_t{200}},
-        std::pair{DType::kBF16, int64_t{256}}}) {
+        std::pair{DType::kBF16, int64_t{256}}, std::pair{DType::kBF16, int64_t{2112}}}) {
     const std::vector<float> x = RandomVector(rows * k, rng);
     const OnednnWeights w(RandomVector(n * k, rng), dtype, n, k, pool);
     if (SkipUnsupported(w)) continue;
@@ -252,7 +254,8 @@ TEST(OnednnGemmTest, TheImplementationNamesItsPadding) {
   // AMX brgemm (whose 1-4-row primitives, on oneDNN 2.6.3, are the AVX512-BF16 brgemm, which
   // accumulates in another order and would have to be padded).
   if (OnednnCpuInfo().amx && impl.find("amx") != std::string::npos) {
-    EXPECT_THAT(impl, HasSubstr("(1-16 rows on Tandem's AMX tiles, the same bits)"));
+    EXPECT_THAT(impl,
+                HasSubstr("(1-16 rows on Tandem's AMX tiles, two chunks a pass, the same bits)"));
   }
 }
 
