@@ -1,6 +1,8 @@
 #include "common/util/dtype.h"
 
 #include <cmath>
+#include <cstring>
+#include <random>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -45,6 +47,26 @@ TEST(DTypeTest, BulkConversionMatchesScalar) {
                                         : Bf16ToF32(F32ToBf16(src[i]));
       EXPECT_EQ(back[i], expect) << DTypeName(t) << " at " << i;
     }
+  }
+}
+
+// The bulk bf16 conversion (8 values at a time) gives F32ToBf16's codes for every kind of
+// value: zeros, subnormals, ties at many exponents, the largest finite values (which round to
+// infinity), infinities, NaNs with their payloads, and random bit patterns; 1,003 values, so
+// that the scalar tail runs too.
+TEST(DTypeTest, BulkBf16GivesTheScalarCodes) {
+  std::vector<uint32_t> bits = {0x00000000, 0x80000000, 0x00000001, 0x807fffff, 0x00008000,
+                                0x00018000, 0x3f808000, 0x3f818000, 0x3f80ffff, 0x7f7fffff,
+                                0xff7fffff, 0x7f7f8000, 0x7f800000, 0xff800000, 0x7f800001,
+                                0xffc00000, 0x7fbfffff, 0xff800001, 0x7fffffff, 0xffffffff};
+  std::mt19937 rng(11);
+  while (bits.size() < 1003) bits.push_back(static_cast<uint32_t>(rng()));
+  std::vector<float> src(bits.size());
+  std::memcpy(src.data(), bits.data(), bits.size() * 4);
+  std::vector<uint16_t> codes(src.size());
+  FromFloat(DType::kBF16, src.data(), codes.data(), src.size());
+  for (size_t i = 0; i < src.size(); ++i) {
+    ASSERT_EQ(codes[i], F32ToBf16(src[i])) << "bits 0x" << std::hex << bits[i];
   }
 }
 
