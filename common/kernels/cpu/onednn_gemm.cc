@@ -80,6 +80,12 @@ constexpr int64_t kTileBlockBytes = kTileK * kSlice * 2;
 // step of a few rows streams its weights from memory (measured: 5 GB/s without, 22 with, the
 // rate of plain vector loads, on one Xeon core).
 constexpr int64_t kTilePrefetchBlocks = 3;
+// Where a call is the only one on its slice (a decode step of up to 32 rows), its weights come
+// from memory and the tiles' work does not hide the wait: TilePair also asks for the blocks
+// 128 KiB ahead (into the next slice, which the same thread takes next) into L2. Measured on a
+// Xeon with AMX: batch-32 steps' GEMMs 11-13% faster; prefill calls, which read their slice
+// from L2 many times over, do not ask.
+constexpr int64_t kTileStreamBlocks = 32;
 
 // The AMX tile state: asked of the kernel once per process (Linux keeps it off until a
 // process asks), as oneDNN does for its own AMX kernels.
@@ -192,7 +198,7 @@ TANDEM_AMX void TileRows(TileX x, int64_t rows, int64_t k, const char* slice, fl
 // columns, 2 x 2 accumulator tiles take 2 x tiles and 2 weight tiles per K block, 4 loads for 4
 // products where TileRows takes 5 (the loads, from L2, are what bounds the tiles here).
 TANDEM_AMX void TilePair(TileX x0, TileX x1, int64_t rows1, int64_t k, const char* slice, float* y,
-                         int64_t y_stride) {
+                         int64_t y_stride, bool stream) {
   // Tiles 0-1: x0's rows x 2 x 16 columns; 2-3: x1's; 4: x0's block; 5: x1's; 6-7 weights.
   const auto r = static_cast<uint8_t>(rows1);
   LoadTileConfig({16, 16, r, r, 16, r, 16, 16});
@@ -218,6 +224,10 @@ TANDEM_AMX void TilePair(TileX x0, TileX x1, int64_t rows1, int64_t k, const cha
       for (int64_t kb = kb0; kb < std::min(blocks, kb0 + kRunBlocks); ++kb) {
         const char* block = slice + kb * kTileBlockBytes + half * 128;
         PrefetchBlock(block + kTilePrefetchBlocks * kTileBlockBytes, 2);
+        if (stream && half == 0) {
+          const char* ahead = slice + (kb + kTileStreamBlocks) * kTileBlockBytes;
+          for (int64_t b = 0; b < kTileBlockBytes; b += 64) _mm_prefetch(ahead + b, _MM_HINT_T1);
+        }
         _tile_loadd(4, x0.data + kb * x0.block_bytes, x0.row_bytes);
         _tile_loadd(6, block, kPairRowBytes);
         _tile_dpbf16ps(0, 4, 6);
@@ -346,7 +356,7 @@ absl::Status CheckInvariance(Plan& p) {
     RunOnce(p, kChunk, rotated.data(), packed, ref_rotated.data());
     const auto* rs = reinterpret_cast<const uint16_t*>(rotated.data());
     for (int64_t r = 1; r <= kChunk && p.pairs; ++r) {
-      TilePair(RowMajor(xs, p.k), RowMajor(rs, p.k), r, p.k, packed, pair.data(), kSlice);
+      TilePair(RowMajor(xs, p.k), RowMajor(rs, p.k), r, p.k, packed, pair.data(), kSlice, false);
       p.pairs = std::memcmp(pair.data(), ref.data(), ref.size() * sizeof(float)) == 0 &&
                 std::memcmp(pair.data() + kChunk * kSlice, ref_rotated.data(),
                             r * kSlice * sizeof(float)) == 0;
@@ -509,18 +519,19 @@ const char* SliceData(const Packed& w, int64_t s) {
 }
 
 // y[0, rows) x [n0, n1) (+ bias) = kChunk < rows <= 2 * kChunk rows of x in the tile layout
-// times slice `s` of `w`, whose first output row is n0 (a plan with pairs).
-void RunPair(const Packed& w, int64_t s, const char* x, int64_t rows, const float* bias, float* y,
-             int64_t y_stride, int64_t n0, int64_t n1) {
+// times slice `s` of `w`, whose first output row is n0 (a plan with pairs); `stream`: the only
+// call on this slice (see kTileStreamBlocks).
+void RunPair(const Packed& w, int64_t s, const char* x, int64_t rows, bool stream,
+             const float* bias, float* y, int64_t y_stride, int64_t n0, int64_t n1) {
   const int64_t k = w.plan->k;
   const TileX x0{x, kTileK * 2, kChunk * kTileK * 2};
   const TileX x1{x + kChunk * k * 2, x0.row_bytes, x0.block_bytes};
   if (bias == nullptr && n1 - n0 == kSlice) {  // straight into y
-    TilePair(x0, x1, rows - kChunk, k, SliceData(w, s), y + n0, y_stride);
+    TilePair(x0, x1, rows - kChunk, k, SliceData(w, s), y + n0, y_stride, stream);
     return;
   }
   ThreadCalls& t = Calls();
-  TilePair(x0, x1, rows - kChunk, k, SliceData(w, s), t.y, kSlice);
+  TilePair(x0, x1, rows - kChunk, k, SliceData(w, s), t.y, kSlice, stream);
   CopyOut(t.y, rows, bias, y, y_stride, n0, n1);
 }
 
@@ -802,8 +813,8 @@ void GemmOnednn(const float* x, int64_t m, int64_t x_stride, std::span<const Gem
         for (int64_t r0 = part * chunks_per_part * kChunk; r0 < r_end;) {
           const int64_t rows = std::min((tile_x ? 2 : 1) * kChunk, r_end - r0);
           if (rows > kChunk) {
-            RunPair(w, s, xs + r0 * row_bytes, rows, o.bias, o.y + r0 * o.y_stride, o.y_stride, n0,
-                    n1);
+            RunPair(w, s, xs + r0 * row_bytes, rows, m <= 2 * kChunk, o.bias, o.y + r0 * o.y_stride,
+                    o.y_stride, n0, n1);
           } else {
             RunChunk(w, s, xs + r0 * row_bytes, tile_x, rows, o.bias, o.y + r0 * o.y_stride,
                      o.y_stride, n0, n1);
