@@ -751,9 +751,8 @@ void GemmOnednn(const float* x, int64_t m, int64_t x_stride, std::span<const Gem
   const Plan& plan = *PackedOf(outputs.front().w).plan;
   const int64_t k = plan.k;
   // With pairs, x in the tile layout: per chunk of kChunk rows, per K block, kChunk x kTileK
-  // values (1 KiB), so that each tile load reads one piece of memory. Not for a single chunk:
-  // a few rows' blocks 1 KiB apart fall into 4 of L1's 64 sets, and a decode step of one row
-  // measured 6-10% slower so.
+  // values (1 KiB), so that each tile load reads one piece of memory. Not for a single chunk,
+  // which gains nothing from it: a few rows' blocks 1 KiB apart would share 4 of L1's 64 sets.
   const bool tile_x = plan.pairs && m > kChunk && !pad_all.load(std::memory_order_relaxed) &&
                       pair_chunks.load(std::memory_order_relaxed);
   // x as the primitives read it: rows of k values in the weights' dtype, one after another
