@@ -5,9 +5,11 @@ router with Python's grpcio (a client Tandem did not write), with stubs generate
 proto/ by grpc_tools at test time. Nothing here sleeps to wait for an event: readiness is the
 role's own "serving on" line, and conditions are polled with a deadline.
 """
+import atexit
 import importlib.util
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -27,6 +29,7 @@ def import_grpc(proto_dir):
         print(f"skipped: {e} (install python3-grpcio python3-grpc-tools)")
         sys.exit(SKIP)
     out = tempfile.mkdtemp(prefix="tandem_stubs_")
+    atexit.register(shutil.rmtree, out, True)  # ignore_errors: gone already is fine
     include = os.path.join(os.path.dirname(protoc.__file__), "_proto")
     # Tandem's protos, plus grpc.health.v1 and reflection, which Debian ships no stubs for
     # (messages only: their package name "grpc" would shadow grpcio's, so they are loaded by
@@ -199,9 +202,14 @@ class Cluster:
                 out.append(f"--- {p.role} ---\n{f.read()[-3000:]}")
         return "\n".join(out)
 
-    def stop(self):
+    def stop(self, keep_logs=False):
+        """Stops every process; removes their logs unless `keep_logs` (a failed test's)."""
         for p in reversed(self.all):
             p.stop()
+        if keep_logs:
+            print(f"logs kept in {self.log_dir}")
+        else:
+            shutil.rmtree(self.log_dir, ignore_errors=True)
 
 
 def expected_greedy(model_inspect, model, ids, max_tokens, extra=()):

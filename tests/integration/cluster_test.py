@@ -844,6 +844,7 @@ def case_loading():
         if proc.poll() is None:
             proc.kill()
         os.unlink(config)
+    shutil.rmtree(work, ignore_errors=True)
     print("PASS")
 
 
@@ -1008,7 +1009,7 @@ def main():
          "mixed": case_mixed, "disk": case_disk, "fabric": case_fabric,
          "preallocate": case_preallocate}[args.case](c, stub)
     except BaseException:
-        c.stop()
+        c.stop(keep_logs=True)
         print(c.logs())
         raise
     c.stop()

@@ -337,6 +337,7 @@ def main():
     check_serve_tls()
     c = cluster.Cluster(args.tandem, args.model, shards=1, prefill=1, decode=1, register=True,
                         role_args=tls_args, router_extra=["--http-listen", "127.0.0.1:0"])
+    passed = False
     try:
         assert len(generate(c.router.address, "a/ca.pem")) == 8
         out = subprocess.run([args.tandem, "generate", "--addr", c.router.address, "--ca-file",
@@ -360,11 +361,12 @@ def main():
         assert len(generate(c.router.address, "a/ca.pem")) == 8  # still serving
         check_rotation(c)
         assert len(generate(c.router.address, "b/ca.pem")) == 8
+        passed = True
     except Exception:
         print(c.logs(), file=sys.stderr)
         raise
     finally:
-        c.stop()
+        c.stop(keep_logs=not passed)
     print("PASS")
 
 
