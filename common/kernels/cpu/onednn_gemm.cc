@@ -136,6 +136,10 @@ TileX RowMajor(const uint16_t* x, int64_t k) {
   return {reinterpret_cast<const char*>(x), k * 2, kTileK * 2};
 }
 
+// A chunk in the tile layout: rows 64 bytes apart, K blocks kChunk * 64 bytes apart.
+constexpr int64_t kTileXBlockBytes = kChunk * kTileK * 2;
+TileX TileLayoutX(const char* x) { return {x, kTileK * 2, kTileXBlockBytes}; }
+
 // Loads the tile configuration: tiles 0-3 accumulate, `rows[t]` rows each of 64 bytes. Loaded on
 // every call: oneDNN's kernels load their own on the same thread.
 TANDEM_AMX void LoadTileConfig(const std::array<uint8_t, 8>& rows) {
@@ -524,8 +528,7 @@ const char* SliceData(const Packed& w, int64_t s) {
 void RunPair(const Packed& w, int64_t s, const char* x, int64_t rows, bool stream,
              const float* bias, float* y, int64_t y_stride, int64_t n0, int64_t n1) {
   const int64_t k = w.plan->k;
-  const TileX x0{x, kTileK * 2, kChunk * kTileK * 2};
-  const TileX x1{x + kChunk * k * 2, x0.row_bytes, x0.block_bytes};
+  const TileX x0 = TileLayoutX(x), x1 = TileLayoutX(x + kChunk * k * 2);
   if (bias == nullptr && n1 - n0 == kSlice) {  // straight into y
     TilePair(x0, x1, rows - kChunk, k, SliceData(w, s), y + n0, y_stride, stream);
     return;
@@ -543,8 +546,7 @@ void RunChunk(const Packed& w, int64_t s, const char* x, bool tile_x, int64_t ro
   ThreadCalls& t = Calls();
   const bool pad = pad_all.load(std::memory_order_relaxed);
   if (p.tiles[rows] && !pad) {
-    const TileX tx = tile_x ? TileX{x, kTileK * 2, kChunk * kTileK * 2}
-                            : RowMajor(reinterpret_cast<const uint16_t*>(x), p.k);
+    const TileX tx = tile_x ? TileLayoutX(x) : RowMajor(reinterpret_cast<const uint16_t*>(x), p.k);
     if (bias == nullptr && n1 - n0 == kSlice) {  // straight into y
       TileRows(tx, rows, p.k, SliceData(w, s), y + n0, y_stride);
     } else {
@@ -772,7 +774,7 @@ void GemmOnednn(const float* x, int64_t m, int64_t x_stride, std::span<const Gem
         }
         char* row = dst + r / kChunk * kChunk * row_bytes + r % kChunk * kTileK * 2;
         for (int64_t kb = 0; kb < k / kTileK; ++kb) {
-          FromFloat(plan.dtype, x + r * x_stride + kb * kTileK, row + kb * kChunk * kTileK * 2,
+          FromFloat(plan.dtype, x + r * x_stride + kb * kTileK, row + kb * kTileXBlockBytes,
                     kTileK);
         }
       }
