@@ -241,12 +241,18 @@ constexpr AttentionShape k1bHeads{32, 8, 64};      // Llama-3.2-1B
 constexpr AttentionShape kBundledHeads{4, 2, 32};  // models/tandem-py-8l
 
 // A batch of `num_seqs` sequences, each `context` tokens long in the cache (bf16, one layer),
-// attending `new_tokens` queries at the end of the context. state.range(0), where given, says
-// whether the cache's rows are read in place (1, the default) or gathered to f32 first (0).
+// attending `new_tokens` queries at the end of the context. state.range(0) is the path: the f32
+// loops on the cache's rows read in place (1) or gathered to f32 first (0), or AMX bf16 tiles
+// (2, AttentionMath::kBf16Tiles; skipped where the CPU has none).
 void RunAttention(benchmark::State& state, int num_seqs, int64_t context, int new_tokens,
                   AttentionShape shape = k1bHeads) {
-  const bool in_place = state.range(0) != 0;
-  const bool was_in_place = internal::ReadKvInPlace(in_place);
+  const int64_t path = state.range(0);
+  if (path == 2 && !internal::AttentionTilesAvailable(shape.head_dim)) {
+    state.SkipWithError("no AMX tiles on this CPU");
+    return;
+  }
+  const AttentionMath math = path == 2 ? AttentionMath::kBf16Tiles : AttentionMath::kF32;
+  const bool was_in_place = internal::ReadKvInPlace(path != 0);
   kv::KvLayout layout{1, shape.kv_heads, shape.head_dim, 16, DType::kBF16};
   const int64_t blocks_per_seq = (context + layout.block_size - 1) / layout.block_size;
   std::vector<uint8_t> kv_pool(num_seqs * blocks_per_seq * layout.BlockBytes());
@@ -266,7 +272,8 @@ void RunAttention(benchmark::State& state, int num_seqs, int64_t context, int ne
   ThreadPool& pool = DefaultThreadPool();
   const float scale = 1.0f / std::sqrt(static_cast<float>(shape.head_dim));
   for (auto _ : state) {
-    PagedAttention(seqs.data(), num_seqs, shape.heads, kv_pool.data(), layout, 0, scale, pool);
+    PagedAttention(seqs.data(), num_seqs, shape.heads, kv_pool.data(), layout, 0, scale, pool,
+                   math);
     benchmark::DoNotOptimize(out.data());
   }
   internal::ReadKvInPlace(was_in_place);
@@ -280,9 +287,10 @@ void RunAttention(benchmark::State& state, int num_seqs, int64_t context, int ne
 
 void BM_AttentionDecode(benchmark::State& state) { RunAttention(state, 32, 1024, 1); }
 BENCHMARK(BM_AttentionDecode)
-    ->ArgName("in_place")
+    ->ArgName("path")
     ->Arg(1)
     ->Arg(0)
+    ->Arg(2)
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 
@@ -292,25 +300,28 @@ void BM_AttentionDecodeBundled(benchmark::State& state) {
   RunAttention(state, 24, 640, 1, kBundledHeads);
 }
 BENCHMARK(BM_AttentionDecodeBundled)
-    ->ArgName("in_place")
+    ->ArgName("path")
     ->Arg(1)
     ->Arg(0)
+    ->Arg(2)
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 
 void BM_AttentionPrefill(benchmark::State& state) { RunAttention(state, 1, 512, 512); }
 BENCHMARK(BM_AttentionPrefill)
-    ->ArgName("in_place")
+    ->ArgName("path")
     ->Arg(1)
     ->Arg(0)
+    ->Arg(2)
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 
 void BM_AttentionPrefill2048(benchmark::State& state) { RunAttention(state, 1, 2048, 2048); }
 BENCHMARK(BM_AttentionPrefill2048)
-    ->ArgName("in_place")
+    ->ArgName("path")
     ->Arg(1)
     ->Arg(0)
+    ->Arg(2)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

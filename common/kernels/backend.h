@@ -93,6 +93,10 @@ class Backend {
   // Causal paged attention of `layer` for each sequence (kernels/cpu/attention.h semantics).
   virtual void PagedAttention(std::span<const AttentionSequence> seqs, int num_heads,
                               const kv::KvArena& kv, int layer, float scale) = 0;
+  // Whether attention may multiply in bf16 (the CPU's AMX tiles: kernels/cpu/attention.h's
+  // AttentionMath::kBf16Tiles), set once at load where model.cpu_gemm chose oneDNN; backends
+  // without such a form ignore it.
+  virtual void SetBf16Attention(bool) {}
 };
 
 // Backend memory released with its owner; grows, never shrinks.

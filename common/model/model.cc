@@ -87,7 +87,9 @@ Model::Model(ModelConfig config, std::unique_ptr<ModelWeights> weights,
             .head_dim = config_.head_dim,
             .q_width = int64_t{config_.num_heads} * config_.head_dim,
             .kv_width = int64_t{config_.num_kv_heads} * config_.head_dim,
-            .eps = static_cast<float>(config_.rms_norm_eps)} {}
+            .eps = static_cast<float>(config_.rms_norm_eps)} {
+  backend_->SetBf16Attention(weights_->bf16_attention);
+}
 
 absl::StatusOr<uint8_t*> Model::BackendKvMemory::Map(size_t bytes) {
   TANDEM_ASSIGN_OR_RETURN(void* p, backend_.Allocate(bytes));

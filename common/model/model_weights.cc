@@ -10,6 +10,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/kernels/cpu/attention.h"
 #include "common/kernels/cpu/gemm.h"
 #include "common/kernels/cpu/onednn_gemm.h"
 #include "common/util/file_util.h"
@@ -136,7 +137,9 @@ class WeightBinder {
       if (!onednn.ok()) return Named(name, onednn.status());
       out = onednn->view;
       if (w_.cpu_gemm_implementation.empty()) {
-        w_.cpu_gemm_implementation = kernels::OnednnImplementation(out);
+        w_.cpu_gemm_implementation =
+            absl::StrCat(kernels::OnednnImplementation(out),
+                         w_.bf16_attention ? ", attention on AMX bf16 tiles" : "");
       }
       w_.onednn_.push_back(std::move(onednn->owner));
     } else if (packs_) {
@@ -790,8 +793,12 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(const std::stri
   const bool onednn = gemm.gemm == kernels::CpuGemm::kOnednn;
   w->cpu_gemm = gemm.reason;
   w->gemm = gemm.gemm;
+  // (oneDNN multiplies f16 weights as bf16 too; f32 weights stay f32 throughout.)
+  w->bf16_attention =
+      onednn && c.torch_dtype != DType::kF32 && kernels::Bf16AttentionTiles(c.head_dim);
   w->kernels = options.device.kind != kernels::DeviceSpec::Kind::kCpu ? "cuda"
-               : onednn ? absl::StrCat("onednn/", kernels::OnednnCpuInfo().isa)
+               : onednn ? absl::StrCat("onednn/", kernels::OnednnCpuInfo().isa,
+                                       w->bf16_attention ? "+bf16-attention" : "")
                         : "tandem";
   if (packs || onednn || options.quantize.bits != 0 || quantize_head || q.quantized()) {
     w->arena_ = std::make_unique<HugePageArena>();

@@ -128,9 +128,14 @@ class ModelWeights {
   // model.cpu_gemm as chosen, and why ("tandem (auto: f32 weights; oneDNN ISA avx2)"); the
   // oneDNN implementation its matrices run ("brg:avx512_core_amx_bf16"), or for quantized
   // weights on the CPU the kernels that multiply them (kernels::QuantKernelName); else empty.
+  // oneDNN's choice also names the attention's arithmetic where it runs on bf16 tiles
+  // (bf16_attention): ", attention on AMX bf16 tiles".
   std::string cpu_gemm;
   std::string cpu_gemm_implementation;
   kernels::CpuGemm gemm = kernels::CpuGemm::kTandem;  // the provider chosen (never kAuto)
+  // Attention multiplies in bf16 as the GEMMs do (kernels::AttentionMath::kBf16Tiles): oneDNN
+  // chosen for 16-bit weights on a CPU with AMX, head_dim a multiple of 64.
+  bool bf16_attention = false;
   // The arithmetic the products run, as workers compare it (tandem.v1.KvLayout.kernels):
   // "tandem", "onednn/<oneDNN's ISA>" or the device's kind ("cuda").
   std::string kernels;

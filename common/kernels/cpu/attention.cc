@@ -34,6 +34,9 @@ using internal::KvRows;
 std::atomic<bool> kv_in_place{true};
 
 constexpr int kTargetRows = 32;  // query rows per item: enough K/V reuse, small enough tiles
+// The bf16 tiles' items: 4 row tiles share each chunk's values in the tiles' layout, and each
+// step of one row tile has the other tiles' work between it and the step that reads its results.
+constexpr int kTargetTileRows = 64;
 // Items of up to this many query rows (decode: one token's GQA group) read a chunk's rows in
 // place: each key is widened once for the scores and at most twice for the values. Bigger
 // tiles (prefill) pass over the chunk once per 4-8 rows, so they widen it once into f32 rows.
@@ -124,14 +127,14 @@ void GatherChunk(const kv::KvArena& arena, const int32_t* table, int layer, int 
 }
 
 // Where every block of positions [c0, c0 + n) of `head` holds rows of the pool's own float type,
-// the rows need no padding (dp == head_dim) and the item is small enough, points the chunk's key
-// and value rows at the cache itself and returns their type; otherwise (int8 blocks, padded rows)
-// nothing.
+// the rows need no padding (dp == head_dim) and the item is small enough (or `tiles`: the bf16
+// tiles read every chunk in place), points the chunk's key and value rows at the cache itself
+// and returns their type; otherwise (int8 blocks, padded rows) nothing.
 std::optional<KvRows> PointAtCacheRows(const kv::KvArena& arena, const int32_t* table, int layer,
-                                       int head, int64_t c0, int n, int rows, int dp,
+                                       int head, int64_t c0, int n, int rows, int dp, bool tiles,
                                        AttentionScratch& s) {
   const DType dtype = arena.layout.dtype;
-  if (rows > kInPlaceMaxRows || dp != arena.layout.head_dim ||
+  if ((rows > kInPlaceMaxRows && !tiles) || dp != arena.layout.head_dim ||
       !kv_in_place.load(std::memory_order_relaxed)) {
     return {};
   }
@@ -191,7 +194,7 @@ void PrefetchChunk(const kv::KvArena& arena, const int32_t* table, int layer, in
 }
 
 void RunItem(const WorkItem& item, const AttentionSequence& seq, int num_heads,
-             const kv::KvArena& arena, int layer, float scale) {
+             const kv::KvArena& arena, int layer, float scale, bool tiles) {
   const kv::KvLayout& layout = arena.layout;
   const int group = num_heads / layout.num_kv_heads;
   const int d = layout.head_dim;
@@ -210,6 +213,7 @@ void RunItem(const WorkItem& item, const AttentionSequence& seq, int num_heads,
     std::fill(dst + d, dst + dp, 0.0f);
     scratch.row_pos[r] = seq.start_pos + t;
   }
+  if (tiles) internal::PrepareTileQueries(scratch, rows, dp);
   const int64_t end_pos = seq.start_pos + item.t1;  // one past the last key any row needs
   const int64_t bs = layout.block_size;
   const int32_t* table = seq.block_table;
@@ -231,7 +235,11 @@ void RunItem(const WorkItem& item, const AttentionSequence& seq, int num_heads,
                       static_cast<int>(std::min<int64_t>(internal::kKeyChunk, run1 - next)));
       }
       std::optional<KvRows> type =
-          PointAtCacheRows(arena, table, layer, item.kv_head, c0, n, rows, dp, scratch);
+          PointAtCacheRows(arena, table, layer, item.kv_head, c0, n, rows, dp, tiles, scratch);
+      if (tiles && type == KvRows::kBf16) {
+        internal::AttendChunkTiles(scratch, rows, dp, c0, n);
+        continue;
+      }
       if (!type) {
         GatherChunk(arena, table, layer, item.kv_head, false, c0, n, dp, scratch.k.data());
         GatherChunk(arena, table, layer, item.kv_head, true, c0, n, dp, scratch.v.data());
@@ -253,8 +261,8 @@ void RunItem(const WorkItem& item, const AttentionSequence& seq, int num_heads,
 }
 
 std::vector<WorkItem> MakeItems(const AttentionSequence* seqs, int num_seqs, int num_kv_heads,
-                                int group) {
-  const int tile_tokens = std::max(1, kTargetRows / group);
+                                int group, int target_rows) {
+  const int tile_tokens = std::max(1, target_rows / group);
   std::vector<WorkItem> items;
   for (int s = 0; s < num_seqs; ++s) {
     for (int t0 = 0; t0 < seqs[s].num_tokens; t0 += tile_tokens) {
@@ -272,19 +280,24 @@ std::vector<WorkItem> MakeItems(const AttentionSequence* seqs, int num_seqs, int
 
 void PagedAttention(const AttentionSequence* seqs, int num_seqs, int num_heads,
                     const uint8_t* kv_base, const kv::KvLayout& layout, int layer, float scale,
-                    ThreadPool& pool) {
+                    ThreadPool& pool, AttentionMath math) {
   PagedAttention(seqs, num_seqs, num_heads,
                  kv::KvArena{.base = const_cast<uint8_t*>(kv_base), .layout = layout}, layer, scale,
-                 pool);
+                 pool, math);
 }
 
 void PagedAttention(const AttentionSequence* seqs, int num_seqs, int num_heads,
-                    const kv::KvArena& arena, int layer, float scale, ThreadPool& pool) {
+                    const kv::KvArena& arena, int layer, float scale, ThreadPool& pool,
+                    AttentionMath math) {
   const kv::KvLayout& layout = arena.layout;
   const int group = num_heads / layout.num_kv_heads;
-  const std::vector<WorkItem> items = MakeItems(seqs, num_seqs, layout.num_kv_heads, group);
+  const bool tiles = math == AttentionMath::kBf16Tiles &&
+                     internal::AttentionTilesAvailable(layout.head_dim) &&
+                     kv_in_place.load(std::memory_order_relaxed);
+  const std::vector<WorkItem> items =
+      MakeItems(seqs, num_seqs, layout.num_kv_heads, group, tiles ? kTargetTileRows : kTargetRows);
   auto run = [&](const WorkItem& item) {
-    RunItem(item, seqs[item.seq], num_heads, arena, layer, scale);
+    RunItem(item, seqs[item.seq], num_heads, arena, layer, scale, tiles);
   };
   if (items.size() <= 1 || pool.num_threads() == 1) {
     for (const WorkItem& item : items) run(item);
@@ -319,6 +332,8 @@ void WriteKv(const float* k, const float* v, int num_tokens, int64_t start_pos,
     }
   }
 }
+
+bool Bf16AttentionTiles(int head_dim) { return internal::AttentionTilesAvailable(head_dim); }
 
 namespace internal {
 

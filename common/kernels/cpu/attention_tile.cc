@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 
+#include "common/kernels/cpu/simd_avx512.h"
 #include "common/kernels/cpu/simd_util.h"
 
 namespace tandem::kernels::internal {
@@ -120,8 +121,6 @@ void AccumulatePvRows(const float* p, const void* const* v, int dp, int nkeys, c
 // are bit-identical: Scores512 puts two keys in one zmm (dims d..d+7 of key c in the low half,
 // of key c+1 in the high half), so every lane sums the same products in the same order and the
 // halves reduce exactly as HorizontalSum4 does; AccumulatePv512 is elementwise over dims.
-#define TANDEM_AVX512 __attribute__((target("avx512f,avx512vl,avx512dq")))
-// GCC 12 flags the intrinsics' own _mm512_undefined_* placeholders as uninitialized.
 #if !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -209,36 +208,6 @@ TANDEM_AVX512 void AccumulatePvRows512(const float* p, const void* const* v, int
   if (d0 < dp) AccumulatePv<L, RR, 1>(p, v, dp, d0, nkeys, alpha, o);  // dp % 16 == 8
 }
 
-// simd::Exp on 16 lanes: the same operations per lane, so the same bits.
-TANDEM_AVX512 inline __m512 Exp512(__m512 x) {
-  const __m512 kHi = _mm512_set1_ps(88.7228394f);
-  const __m512 kLo = _mm512_set1_ps(-87.3365479f);
-  const __mmask16 too_small = _mm512_cmp_ps_mask(x, kLo, _CMP_LT_OQ);
-  const __mmask16 too_big = _mm512_cmp_ps_mask(x, kHi, _CMP_GT_OQ);
-  x = _mm512_max_ps(kLo, _mm512_min_ps(kHi, x));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-  const __m512 r2 = _mm512_mul_ps(r, r);
-  p = _mm512_fmadd_ps(p, r2, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-  const __m512i ni = _mm512_cvtps_epi32(n);
-  const __m512i half = _mm512_srai_epi32(ni, 1);
-  const __m512 s1 =
-      _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(half, _mm512_set1_epi32(127)), 23));
-  const __m512 s2 = _mm512_castsi512_ps(
-      _mm512_slli_epi32(_mm512_add_epi32(_mm512_sub_epi32(ni, half), _mm512_set1_epi32(127)), 23));
-  __m512 result = _mm512_mul_ps(_mm512_mul_ps(p, s1), s2);
-  result = _mm512_maskz_mov_ps(static_cast<__mmask16>(~too_small), result);
-  return _mm512_mask_blend_ps(too_big, result, _mm512_set1_ps(__builtin_inff()));
-}
-
 // SoftmaxStep with 16-lane exponentials. The maximum is exact in any order; the sum adds each
 // 8-lane half in the AVX2 loop's order, so the bits match.
 TANDEM_AVX512 float SoftmaxStep512(float* p, int valid, int n, float& max, float& sum) {
@@ -258,7 +227,7 @@ TANDEM_AVX512 float SoftmaxStep512(float* p, int valid, int n, float& max, float
     const __mmask16 in_row = static_cast<__mmask16>(n8 - j >= 16 ? 0xFFFF : 0x00FF);
     const __mmask16 keep = _mm512_cmpgt_epi32_mask(_mm512_set1_epi32(valid - j), lane);
     const __m512 x = _mm512_maskz_loadu_ps(in_row, p + j);
-    const __m512 e = _mm512_maskz_mov_ps(keep, Exp512(_mm512_sub_ps(x, m)));
+    const __m512 e = _mm512_maskz_mov_ps(keep, simd::Exp512(_mm512_sub_ps(x, m)));
     total = _mm256_add_ps(total, _mm512_castps512_ps256(e));
     if (in_row == 0xFFFF) total = _mm256_add_ps(total, _mm512_extractf32x8_ps(e, 1));
     _mm512_mask_storeu_ps(p + j, in_row, e);
@@ -321,10 +290,11 @@ void AttentionScratch::Reset(int rows, int dp) {
   v_rows.resize(kKeyChunk);
   if (zero_row.size() < static_cast<size_t>(dp)) zero_row.assign(dp, 0.0f);
   if (p.size() < static_cast<size_t>(rows) * kLd) p.resize(static_cast<size_t>(rows) * kLd);
-  max.assign(rows, kNegInf);
-  sum.assign(rows, 0.0f);
-  alpha.resize(rows);
-  row_pos.resize(rows);
+  const int lanes = (rows + kTileLanes - 1) / kTileLanes * kTileLanes;
+  max.assign(lanes, kNegInf);
+  sum.assign(lanes, 0.0f);
+  alpha.resize(lanes);
+  row_pos.assign(lanes, -1);
 }
 
 void PointAtGatheredRows(AttentionScratch& s, int dp) {

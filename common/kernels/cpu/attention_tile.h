@@ -34,6 +34,17 @@ struct AttentionScratch {
   std::vector<float> sum;        // [rows] running sum of exp(score - max)
   std::vector<float> alpha;      // [rows] rescale of o for the current chunk
   std::vector<int64_t> row_pos;  // [rows] sequence position of the row's token (causal limit)
+  // The bf16 tiles' (AttendChunkTiles) working set. Lane arrays above (max, sum, alpha,
+  // row_pos) are sized to whole tiles of kTileLanes rows; the padding rows see no key.
+  std::vector<uint16_t> q_tiles;  // [row tile][dp / 32][16 dim pairs][16 rows x 2]: q^T, bf16
+  std::vector<uint16_t> k_copy;   // [kKeyChunk][dp] keys whose 16-row groups are not contiguous
+  std::vector<uint16_t> v_tiles;  // [2][dp / 16][16 key pairs][16 dims x 2]: V, key-interleaved
+  // Per row tile:
+  std::vector<int32_t> lim;        // [16 rows] keys of the chunk the row sees (causal limit)
+  std::vector<int32_t> tile_keys;  // keys of the chunk any of the tile's rows sees
+  std::vector<float> s_t;          // [kKeyChunk][16 rows]: scores, then exps
+  std::vector<uint16_t> p_tiles;   // [2][16 rows][32 keys]: probabilities, bf16
+  std::vector<float> pv;           // [16 rows][dp]: P.V in the tiles' dim order
 
   // Sizes the buffers and clears o, max, sum for a new item.
   void Reset(int rows, int dp);
@@ -46,6 +57,24 @@ void PointAtGatheredRows(AttentionScratch& s, int dp);
 // every row whose position is >= c0, each row seeing only positions <= its own. Every type
 // gives the bits the same values gathered to f32 give (the widening is exact).
 void AttendChunk(AttentionScratch& s, KvRows type, int rows, int dp, int64_t c0, int n);
+
+// Query rows per tile of the bf16 tile kernels.
+constexpr int kTileLanes = 16;
+
+// Whether AttendChunkTiles runs: the CPU has AMX (and Linux lets this process use it) and
+// head_dim is a multiple of 64.
+bool AttentionTilesAvailable(int head_dim);
+
+// The bf16 tile form of AttendChunk for rows of bf16 keys and values (the cache's own, where
+// s.k_rows/v_rows point): q.k and p.v multiply on AMX tiles, q (as PrepareTileQueries rounded
+// it) and the probabilities rounded to bf16, f32 sums. Each row's results depend on its own
+// query and the chunk only (not on which tile or lane it sits in, nor on the other rows), so a
+// sequence's bits do not depend on its batch or on how its prompt was chunked; they are not
+// AttendChunk's. dp == head_dim, AttentionTilesAvailable(dp).
+void AttendChunkTiles(AttentionScratch& s, int rows, int dp, int64_t c0, int n);
+// Rounds s.q's rows to bf16 in the layout AttendChunkTiles reads, and loads the tile
+// configuration; once per work item, after s.q and s.row_pos are filled.
+void PrepareTileQueries(AttentionScratch& s, int rows, int dp);
 
 // AttendChunk runs AVX-512 loops where the CPU has AVX-512 (F, VL, DQ), else AVX2; both give the
 // same bits. Asks for one or the other (tests, benchmarks); returns whether AVX-512 is now used.

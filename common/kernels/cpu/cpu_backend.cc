@@ -100,7 +100,7 @@ void CpuBackend::WriteKv(const float* k, const float* v, std::span<const KvWrite
 void CpuBackend::PagedAttention(std::span<const AttentionSequence> seqs, int num_heads,
                                 const kv::KvArena& kv, int layer, float scale) {
   kernels::PagedAttention(seqs.data(), static_cast<int>(seqs.size()), num_heads, kv, layer, scale,
-                          pool_);
+                          pool_, bf16_attention_ ? AttentionMath::kBf16Tiles : AttentionMath::kF32);
 }
 
 }  // namespace tandem::kernels

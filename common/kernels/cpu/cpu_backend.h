@@ -44,9 +44,11 @@ class CpuBackend final : public Backend {
                const kv::KvArena& kv, int layer) override;
   void PagedAttention(std::span<const AttentionSequence> seqs, int num_heads, const kv::KvArena& kv,
                       int layer, float scale) override;
+  void SetBf16Attention(bool on) override { bf16_attention_ = on; }
 
  private:
   ThreadPool& pool_;
+  bool bf16_attention_ = false;
 };
 
 }  // namespace tandem::kernels

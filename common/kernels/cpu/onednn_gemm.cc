@@ -16,6 +16,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/kernels/cpu/amx.h"
 #include "common/util/check.h"
 #include "oneapi/dnnl/dnnl.hpp"
 
@@ -23,9 +24,21 @@
 extern "C" void omp_set_num_threads(int num_threads);
 
 namespace tandem::kernels {
+
+bool internal::AmxTilesAllowed() {
+  static const bool allowed = [] {
+    constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+    return OnednnCpuInfo().amx &&
+           syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+  }();
+  return allowed;
+}
+
 namespace {
 
 using dnnl::memory;
+using internal::AmxTilesAllowed;
+using internal::LoadTileConfig;
 constexpr int64_t kChunk = kOnednnChunkRows;
 constexpr int64_t kSlice = kOnednnSliceRows;
 constexpr int64_t kAlign = 64;
@@ -87,17 +100,6 @@ constexpr int64_t kTilePrefetchBlocks = 3;
 // prefill calls, which read their slice from L2 many times over, do not ask.
 constexpr int64_t kTileStreamBlocks = 32;
 
-// The AMX tile state: asked of the kernel once per process (Linux keeps it off until a
-// process asks), as oneDNN does for its own AMX kernels.
-bool AmxTilesAllowed() {
-  static const bool allowed = [] {
-    constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
-    return OnednnCpuInfo().amx &&
-           syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
-  }();
-  return allowed;
-}
-
 // Whether `p`'s slices are in the layout TileRows reads.
 bool TileLayout(const Plan& p) {
   if (p.dtype != DType::kBF16 || p.k % kTileK != 0 || !AmxTilesAllowed()) return false;
@@ -111,17 +113,6 @@ bool TileLayout(const Plan& p) {
          b.inner_idxs[2] == 0 && b.strides[0] == kTileK * kSlice &&
          p.slice_bytes == p.k * kSlice * 2;
 }
-
-#define TANDEM_AMX __attribute__((target("amx-tile,amx-bf16")))
-
-// ldtilecfg's operand.
-struct alignas(64) TileConfig {
-  uint8_t palette = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
 
 // Where a chunk of up to kChunk rows of x (bf16) lies for the tiles: row i's K block kb starts at
 // data + i * row_bytes + kb * block_bytes. Row-major rows of k values have (2k, 64); the tile
@@ -139,18 +130,6 @@ TileX RowMajor(const uint16_t* x, int64_t k) {
 // A chunk in the tile layout: rows 64 bytes apart, K blocks kChunk * 64 bytes apart.
 constexpr int64_t kTileXBlockBytes = kChunk * kTileK * 2;
 TileX TileLayoutX(const char* x) { return {x, kTileK * 2, kTileXBlockBytes}; }
-
-// Loads the tile configuration: tiles 0-3 accumulate, `rows[t]` rows each of 64 bytes. Loaded on
-// every call: oneDNN's kernels load their own on the same thread.
-TANDEM_AMX void LoadTileConfig(const std::array<uint8_t, 8>& rows) {
-  TileConfig config;
-  for (int t = 0; t < 8; ++t) {
-    config.rows[t] = rows[t];
-    config.colsb[t] = 64;
-  }
-  asm volatile("" : : "r"(&config) : "memory");  // GCC 12 does not see ldtilecfg read it
-  _tile_loadconfig(&config);
-}
 
 // Prefetches `lines` cache lines from each of a slice block's 16 pair rows, starting at `block`,
 // into L1 (AMX tile loads do not wake the hardware prefetchers).

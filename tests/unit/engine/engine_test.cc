@@ -8,6 +8,7 @@
 #include <random>
 
 #include "absl/strings/match.h"
+#include "common/kernels/cpu/attention.h"
 #include "common/kernels/cpu/onednn_gemm.h"
 #include "gtest/gtest.h"
 #include "tests/unit/testing/engine_run.h"
@@ -151,22 +152,34 @@ TEST_F(EngineTest, PanelWeightsMakeBatchingBitExact) {
 // plan checked do not depend on the call's other rows (kernels/cpu/onednn_gemm.h). f32 and bf16
 // weights (bf16 skips where oneDNN has no bf16 matmul).
 TEST_F(EngineTest, OnednnGemmsMakeBatchingAndChunkingBitExact) {
-  for (DType dtype : {DType::kF32, DType::kBF16}) {
-    SCOPED_TRACE(DTypeName(dtype));
+  // head_dim 64 in bf16: attention on AMX bf16 tiles where the CPU has them, over prompts of up
+  // to three key chunks.
+  for (auto [dtype, head_dim] :
+       {std::pair{DType::kF32, 0}, {DType::kBF16, 0}, {DType::kBF16, 64}}) {
+    SCOPED_TRACE(::testing::Message() << DTypeName(dtype) << " head_dim " << head_dim);
     make_random_model::ModelSpec spec = testing::TinySpec();
     spec.dtype = dtype;
+    spec.head_dim = head_dim;
     const std::string dir = testing::WriteTempModel(spec);
     auto m = model::Model::Load(dir, pool_, {.cpu_gemm = kernels::CpuGemm::kOnednn});
     if (!m.ok() && absl::StrContains(m.status().message(), "onednn has no")) continue;
     ASSERT_TRUE(m.ok()) << m.status();
     ASSERT_EQ((*m)->weights().layers[0].q_proj.layout, kernels::WeightLayout::kOnednn);
+    EXPECT_EQ((*m)->weights().bf16_attention,
+              head_dim == 64 && kernels::OnednnCpuInfo().bf16 && kernels::Bf16AttentionTiles(64));
     auto requests = MixedRequests(6, 8);
-    auto batched = RunAll(*MakeEngine(Options(), m->get()), requests);
-    EngineOptions chunked = Options();
+    EngineOptions options = Options();
+    if (head_dim == 64) {  // the tiles read bf16 caches
+      options.kv_dtype = DType::kBF16;
+      requests.push_back(Greedy("long", RandomPrompt(150, 7, 128), 8));
+      requests.push_back(Greedy("longer", RandomPrompt(180, 8, 128), 8));
+    }
+    auto batched = RunAll(*MakeEngine(options, m->get()), requests);
+    EngineOptions chunked = options;
     chunked.chunk_size = 7;
     auto in_chunks = RunAll(*MakeEngine(chunked, m->get()), requests);
     for (const auto& r : requests) {
-      auto solo = RunAll(*MakeEngine(Options(), m->get()), {r})[r.id];
+      auto solo = RunAll(*MakeEngine(options, m->get()), {r})[r.id];
       EXPECT_EQ(batched[r.id].tokens, solo.tokens) << r.id;
       EXPECT_EQ(batched[r.id].logits, solo.logits) << r.id;
       EXPECT_EQ(in_chunks[r.id].logits, solo.logits) << r.id;

@@ -116,13 +116,21 @@ std::vector<float> RoundTripRows(const kv::KvArena& arena, const std::vector<int
 // mixed-precision cache), and every table mixes both. With `evict`, every third block wholly
 // before a sequence's new tokens becomes kNoBlock (a window dropped it) and must not be attended.
 // Returns every sequence's output.
+// kBf16Tiles (`math`) rounds q and the probabilities to bf16: its outputs (averages of values in
+// [-1, 1]) are held to kTilesTolerance, the f32 loops' to kF32Tolerance.
+constexpr double kF32Tolerance = 2e-5;
+constexpr double kTilesTolerance = 5e-3;
+
 std::vector<std::vector<float>> RunAndCheck(const kv::KvLayout& layout, int heads,
                                             const std::vector<SeqSpec>& specs, ThreadPool& pool,
-                                            uint32_t seed, bool mixed = false, bool evict = false) {
+                                            uint32_t seed, bool mixed = false, bool evict = false,
+                                            AttentionMath math = AttentionMath::kF32) {
   SCOPED_TRACE(::testing::Message()
                << "dtype=" << DTypeName(layout.dtype) << (mixed ? "+int8" : "") << " block="
                << layout.block_size << " head_dim=" << layout.head_dim << " heads=" << heads
-               << " kv_heads=" << layout.num_kv_heads << " threads=" << pool.num_threads());
+               << " kv_heads=" << layout.num_kv_heads << " threads=" << pool.num_threads()
+               << (math == AttentionMath::kBf16Tiles ? " bf16 tiles" : ""));
+  const double tolerance = math == AttentionMath::kF32 ? kF32Tolerance : kTilesTolerance;
   std::mt19937 rng(seed);
   const int d = layout.head_dim;
   const int kvh = layout.num_kv_heads;
@@ -187,10 +195,11 @@ std::vector<std::vector<float>> RunAndCheck(const kv::KvLayout& layout, int head
   }
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   if (mixed) {
-    PagedAttention(batch.data(), static_cast<int>(batch.size()), heads, arena, kLayer, scale, pool);
+    PagedAttention(batch.data(), static_cast<int>(batch.size()), heads, arena, kLayer, scale, pool,
+                   math);
   } else {
     PagedAttention(batch.data(), static_cast<int>(batch.size()), heads, kv_pool.data(), layout,
-                   kLayer, scale, pool);
+                   kLayer, scale, pool, math);
   }
 
   for (size_t i = 0; i < seqs.size(); ++i) {
@@ -200,9 +209,9 @@ std::vector<std::vector<float>> RunAndCheck(const kv::KvLayout& layout, int head
         const std::vector<double> ref = Reference(s, layout, heads, t, h, scale);
         const float* out = s.out.data() + (static_cast<int64_t>(t) * heads + h) * d;
         for (int c = 0; c < d; ++c) {
-          EXPECT_NEAR(out[c], ref[c], 2e-5)
+          EXPECT_NEAR(out[c], ref[c], tolerance)
               << "seq=" << i << " token=" << t << " head=" << h << " dim=" << c;
-          if (std::abs(out[c] - ref[c]) > 2e-5) return {};
+          if (std::abs(out[c] - ref[c]) > tolerance) return {};
         }
       }
     }
@@ -393,6 +402,122 @@ TEST(AttendChunkTest, SixteenBitRowsGiveTheWidenedRowsBits) {
     }
   }
   internal::UseAvx512Attention(had_avx512);
+}
+
+// The bf16 tiles (AttentionMath::kBf16Tiles) against the double-precision reference: bf16
+// caches with blocks whose 16-key groups are and are not consecutive (16, 64: read in place;
+// 5, 1: copied), GQA/MQA/MHA and 1B's 32/8, head dims 64 and 128, mixed-precision pools
+// (chunks holding int8 blocks run the f32 loops), evicted blocks, and outputs that differ from
+// the f32 loops' (the tiles ran); an fp16 cache and head_dim 32 run the f32 loops throughout.
+TEST(PagedAttentionTilesTest, MatchesReference) {
+  if (!internal::AttentionTilesAvailable(64)) GTEST_SKIP() << "no AMX tiles on this CPU";
+  ThreadPool pool(2);
+  const std::vector<SeqSpec> specs = {{150, 160}, {0, 37}, {45, 13}, {300, 1}, {63, 1}, {45, 7}};
+  for (int block_size : {16, 64, 5, 1}) {
+    for (auto [heads, kv_heads] : {std::pair{8, 2}, {4, 1}, {3, 3}, {32, 8}}) {
+      for (int head_dim : {64, 128}) {
+        kv::KvLayout layout{kLayers, kv_heads, head_dim, block_size, DType::kBF16};
+        const auto tiles =
+            RunAndCheck(layout, heads, specs, pool, 51, false, false, AttentionMath::kBf16Tiles);
+        ASSERT_FALSE(tiles.empty());
+        EXPECT_FALSE(tiles == RunAndCheck(layout, heads, specs, pool, 51));
+      }
+    }
+  }
+  for (bool evict : {false, true}) {
+    kv::KvLayout layout{kLayers, 2, 64, 16, DType::kBF16};
+    ASSERT_FALSE(
+        RunAndCheck(layout, 8, specs, pool, 52, /*mixed=*/true, evict, AttentionMath::kBf16Tiles)
+            .empty());
+    ASSERT_FALSE(RunAndCheck(layout, 8, {{200, 30}, {400, 1}}, pool, 53, false, evict,
+                             AttentionMath::kBf16Tiles)
+                     .empty());
+  }
+  for (kv::KvLayout f32_loops : {kv::KvLayout{kLayers, 2, 64, 16, DType::kF16},
+                                 kv::KvLayout{kLayers, 2, 32, 16, DType::kBF16}}) {
+    EXPECT_FALSE(internal::AttentionTilesAvailable(32));
+    const auto out =
+        RunAndCheck(f32_loops, 8, specs, pool, 54, false, false, AttentionMath::kBf16Tiles);
+    EXPECT_TRUE(out == RunAndCheck(f32_loops, 8, specs, pool, 54));
+  }
+}
+
+// One sequence's outputs do not depend on how its tokens are split into calls (a whole prompt,
+// chunked prefill, one token at a time as decode does) nor on the batch it shares a call with
+// (other sequences' prefill and decode rows, so its rows take other tiles and lanes), nor on
+// the thread count: bit for bit, for both maths. What makes migrated and chunked streams equal
+// single-engine greedy.
+TEST(PagedAttentionInvarianceTest, SplitsAndBatchesGiveTheSameBits) {
+  for (AttentionMath math : {AttentionMath::kF32, AttentionMath::kBf16Tiles}) {
+    if (math == AttentionMath::kBf16Tiles && !internal::AttentionTilesAvailable(64)) continue;
+    for (int block_size : {16, 5}) {
+      for (auto [heads, kv_heads] : {std::pair{8, 2}, {3, 3}, {12, 4}}) {
+        for (int head_dim : {64, 128}) {
+          SCOPED_TRACE(::testing::Message() << (math == AttentionMath::kF32 ? "f32" : "bf16 tiles")
+                                            << " block " << block_size << " heads " << heads << "/"
+                                            << kv_heads << " head_dim " << head_dim);
+          kv::KvLayout layout{kLayers, kv_heads, head_dim, block_size, DType::kBF16};
+          std::mt19937 rng(61);
+          constexpr int kLen = 150;
+          const int64_t width = int64_t{heads} * head_dim;
+          // The sequence (blocks 0..) and two neighbours, each in shuffled blocks.
+          const std::vector<int> lens = {kLen, 131, 101};
+          std::vector<std::vector<int32_t>> tables;
+          int total = 0;
+          for (int len : lens) total += (len + block_size - 1) / block_size;
+          std::vector<int32_t> ids(total);
+          std::iota(ids.begin(), ids.end(), 0);
+          std::shuffle(ids.begin(), ids.end(), rng);
+          std::vector<uint8_t> kv_pool(ids.size() * layout.BlockBytes(), 0xff);
+          std::vector<std::vector<float>> qs;
+          size_t next = 0;
+          for (int len : lens) {
+            const int blocks = (len + block_size - 1) / block_size;
+            tables.emplace_back(ids.begin() + next, ids.begin() + next + blocks);
+            next += blocks;
+            const std::vector<float> k = RandomVector(int64_t{len} * kv_heads * head_dim, rng);
+            const std::vector<float> v = RandomVector(k.size(), rng);
+            WriteKv(k.data(), v.data(), len, 0, tables.back().data(), kv_pool.data(), layout,
+                    kLayer);
+            qs.push_back(RandomVector(len * width, rng));
+          }
+          const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+          // Runs the sequence's tokens [t0, t1) in one call beside the neighbours' `others`.
+          std::vector<float> out(kLen * width), neighbours(3 * 32 * width);
+          auto call = [&](int t0, int t1, const std::vector<SeqSpec>& others, ThreadPool& pool) {
+            std::vector<AttentionSequence> batch;
+            for (size_t i = 0; i < others.size(); ++i) {
+              const SeqSpec& o = others[i];
+              batch.push_back({qs[1 + i % 2].data() + o.start_pos * width,
+                               neighbours.data() + i * 32 * width, o.num_tokens, o.start_pos,
+                               tables[1 + i % 2].data()});
+            }
+            // The sequence goes in the middle of the batch.
+            batch.insert(batch.begin() + static_cast<int64_t>(batch.size() / 2),
+                         {qs[0].data() + t0 * width, out.data() + t0 * width, t1 - t0, t0,
+                          tables[0].data()});
+            PagedAttention(batch.data(), static_cast<int>(batch.size()), heads, kv_pool.data(),
+                           layout, kLayer, scale, pool, math);
+          };
+          ThreadPool two(2), three(3);
+          call(0, kLen, {}, two);
+          const std::vector<float> whole = out;
+          std::fill(out.begin(), out.end(), 0.0f);
+          for (int t0 = 0; t0 < kLen; t0 += 37) {
+            call(t0, std::min(kLen, t0 + 37), {{30, 20}, {100, 1}, {0, 7}}, two);
+          }
+          EXPECT_TRUE(out == whole) << "chunks of 37 beside other rows";
+          std::fill(out.begin(), out.end(), 0.0f);
+          call(0, 64, {{90, 1}}, three);
+          for (int t = 64; t < kLen; ++t) call(t, t + 1, {{t % 90, 1}, {50, 3}}, three);
+          EXPECT_TRUE(out == whole) << "64 tokens, then one at a time";
+          std::fill(out.begin(), out.end(), 0.0f);
+          for (int t0 = 0; t0 < kLen; t0 += 5) call(t0, std::min(kLen, t0 + 5), {{3, 11}}, three);
+          EXPECT_TRUE(out == whole) << "chunks of 5";
+        }
+      }
+    }
+  }
 }
 
 TEST(PagedAttentionLongTest, LongChunkedPrefill) {
