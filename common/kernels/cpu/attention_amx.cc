@@ -42,10 +42,13 @@ constexpr int kTileElems = 512;             // bf16 elements of one 16 x 64-byte
 constexpr int kKeyGroups = kKeyChunk / 16;  // score tiles per row tile: 16 keys each
 constexpr int kKeyBlocks = kKeyChunk / 32;  // P.V's K blocks: 32 keys (16 pairs) each
 static_assert(kKeyGroups == 4 && kKeyBlocks == 2, "the tile code below unrolls these counts");
+// How far a row's scores may rise above the max its o and sum are relative to before they are
+// rescaled: probabilities stay below e^8 ~ 3000, far inside bf16's and f32's range.
+constexpr float kRescaleGap = 8.0f;
 
-// e^x for the softmax's exponents (x <= 0, or masked off afterwards): simd::Exp512's reduction
-// and polynomial, scaled by 2^n with scalef, which also takes the underflow to 0 that Exp512
-// clamps and masks for (no operand here overflows).
+// e^x for the softmax's exponents (x <= kRescaleGap, or masked off afterwards): simd::Exp512's
+// reduction and polynomial, scaled by 2^n with scalef, which also takes the underflow to 0 that
+// Exp512 clamps and masks for (no operand here overflows).
 TANDEM_TILES inline __m512 ExpNonPositive(__m512 x) {
   const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
@@ -118,10 +121,13 @@ KeyGroups LocateKeys(AttentionScratch& s, int dp) {
 }
 
 // s.v_tiles = the chunk's values as P.V's B operand: per 32 keys and 16 dims, row kk holds keys
-// 2kk and 2kk+1 interleaved. unpack{lo,hi}_epi16 interleave within 128-bit lanes, so tile 2h
-// holds dims 32h + {0-3, 8-11, 16-19, 24-27} and tile 2h+1 the other 16 (UnpermuteDims).
+// 2kk and 2kk+1 interleaved, dim by dim.
 TANDEM_TILES void InterleaveValues(AttentionScratch& s, int dp) {
   const int nt = dp / 16;
+  // Word 2d + i of a tile row: dim d (of 16) of key 2kk + i; b's words are 32 on.
+  const __m512i low = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8,
+                                       39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+  const __m512i high = _mm512_add_epi16(low, _mm512_set1_epi16(16));
   for (int kb = 0; kb < kKeyBlocks; ++kb) {
     for (int kk = 0; kk < 16; ++kk) {
       const auto* a = static_cast<const uint16_t*>(s.v_rows[32 * kb + 2 * kk]);
@@ -130,8 +136,9 @@ TANDEM_TILES void InterleaveValues(AttentionScratch& s, int dp) {
       for (int h = 0; h < dp / 32; ++h) {
         const __m512i va = _mm512_loadu_si512(a + 32 * h);
         const __m512i vb = _mm512_loadu_si512(b + 32 * h);
-        _mm512_storeu_si512(out + 2 * h * kTileElems, _mm512_unpacklo_epi16(va, vb));
-        _mm512_storeu_si512(out + (2 * h + 1) * kTileElems, _mm512_unpackhi_epi16(va, vb));
+        _mm512_storeu_si512(out + 2 * h * kTileElems, _mm512_permutex2var_epi16(va, low, vb));
+        _mm512_storeu_si512(out + (2 * h + 1) * kTileElems,
+                            _mm512_permutex2var_epi16(va, high, vb));
       }
     }
   }
@@ -162,11 +169,14 @@ TANDEM_TILES void ScoreTiles(const KeyGroups& k, const uint16_t* q_tiles, int dp
 }
 
 // The streaming softmax over one row tile's scores st[key][lane]: key j counts for lane l where
-// j < lim[l] (the causal limit, 0 for a row that sees none of the chunk). Updates the lanes'
-// running max and sum, writes the factor that rescales o, and leaves the probabilities as P.V's
-// A operand in p_tiles (bf16, rows = lanes, keys past a lane's limit 0).
-TANDEM_TILES void SoftmaxTile(float* st, const int32_t* lim, int jmax, float* max, float* sum,
-                              float* alpha, uint16_t* p_tiles) {
+// j < lim[l] (the causal limit, 0 for a row that sees none of the chunk). o and sum are kept
+// relative to each lane's reference max, which moves only where the chunk's max exceeds it by
+// more than kRescaleGap (the lane's o row and sum are then rescaled here, o through memory);
+// otherwise the exponents run up to e^kRescaleGap, and o needs no update outside the tiles.
+// Leaves the probabilities as P.V's A operand in p_tiles (bf16, rows = lanes, keys past a
+// lane's limit 0). Every decision is the lane's own, so a row's bits do not depend on the others.
+TANDEM_TILES void SoftmaxTile(float* st, const int32_t* lim, int jmax, int rows, int dp, float* max,
+                              float* sum, float* o, uint16_t* p_tiles) {
   const __m512i limit = _mm512_loadu_si512(lim);
   const __m512 neg_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
   __m512 mx = neg_inf;
@@ -175,22 +185,38 @@ TANDEM_TILES void SoftmaxTile(float* st, const int32_t* lim, int jmax, float* ma
     mx = _mm512_mask_max_ps(mx, keep, mx, _mm512_loadu_ps(st + j * kLanes));
   }
   const __m512 old_max = _mm512_loadu_ps(max);
-  const __m512 new_max = _mm512_max_ps(old_max, mx);
-  // A lane's first keys: its empty accumulators are discarded (exp(-inf) would be NaN here).
-  const __m512 a = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(old_max, neg_inf, _CMP_NEQ_OQ),
-                                       ExpNonPositive(_mm512_sub_ps(old_max, new_max)));
+  // Lanes with keys so far whose max grew past the gap: o and sum scale by e^(old - new).
+  const __mmask16 rescale =
+      _mm512_cmp_ps_mask(old_max, neg_inf, _CMP_NEQ_OQ) &
+      _mm512_cmp_ps_mask(mx, _mm512_add_ps(old_max, _mm512_set1_ps(kRescaleGap)), _CMP_GT_OQ);
+  // A lane's first keys set its reference (its o and sum are still 0).
+  const __m512 ref =
+      _mm512_mask_blend_ps(rescale | _mm512_cmp_ps_mask(old_max, neg_inf, _CMP_EQ_OQ), old_max, mx);
+  if (rescale != 0) {
+    alignas(64) float a[kLanes];
+    _mm512_store_ps(a, ExpNonPositive(_mm512_sub_ps(old_max, ref)));
+    _mm512_storeu_ps(sum, _mm512_mask_mul_ps(_mm512_loadu_ps(sum), rescale, _mm512_loadu_ps(sum),
+                                             _mm512_load_ps(a)));
+    for (int l = 0; l < kLanes && l < rows; ++l) {
+      if ((rescale >> l & 1) == 0) continue;
+      float* row = o + static_cast<int64_t>(l) * dp;
+      const __m512 f = _mm512_set1_ps(a[l]);
+      for (int d = 0; d < dp; d += 16) {
+        _mm512_storeu_ps(row + d, _mm512_mul_ps(_mm512_loadu_ps(row + d), f));
+      }
+    }
+  }
   __m512 total = _mm512_setzero_ps();
   for (int j = 0; j < jmax; ++j) {
     const __mmask16 keep = _mm512_cmpgt_epi32_mask(limit, _mm512_set1_epi32(j));
     const __m512 e = _mm512_maskz_mov_ps(
-        keep, ExpNonPositive(_mm512_sub_ps(_mm512_loadu_ps(st + j * kLanes), new_max)));
+        keep, ExpNonPositive(_mm512_sub_ps(_mm512_loadu_ps(st + j * kLanes), ref)));
     total = _mm512_add_ps(total, e);
     _mm512_storeu_ps(st + j * kLanes, e);
   }
   for (int j = jmax; j < kKeyChunk; ++j) _mm512_storeu_ps(st + j * kLanes, _mm512_setzero_ps());
-  _mm512_storeu_ps(max, new_max);
-  _mm512_storeu_ps(sum, _mm512_fmadd_ps(_mm512_loadu_ps(sum), a, total));
-  _mm512_storeu_ps(alpha, a);
+  _mm512_storeu_ps(max, ref);
+  _mm512_storeu_ps(sum, _mm512_add_ps(_mm512_loadu_ps(sum), total));
 
   // Pairs of keys as bf16 pairs per lane, then lanes to rows.
   const __m512i pairs = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24,
@@ -207,15 +233,16 @@ TANDEM_TILES void SoftmaxTile(float* st, const int32_t* lim, int jmax, float* ma
   }
 }
 
-// pv[lane][*] = P.V for one row tile, dims in the tiles' order (InterleaveValues).
-TANDEM_TILES void PvTiles(const uint16_t* p_tiles, const uint16_t* v_tiles, int dp, float* pv) {
-  const int nt = dp / 16;  // even: dp is a multiple of 32
+// o[lane][*] += P.V for one row tile (o's rows dp floats apart, one per lane), accumulated in the
+// tiles: o is loaded and stored exactly.
+TANDEM_TILES void PvTiles(const uint16_t* p_tiles, const uint16_t* v_tiles, int dp, float* o) {
+  const int nt = dp / 16;  // a multiple of 4: dp is a multiple of 64
+  const int64_t stride = int64_t{dp} * 4;
   for (int t0 = 0; t0 < nt; t0 += 4) {
-    const bool four = nt - t0 >= 4;
-    _tile_zero(0);
-    _tile_zero(1);
-    _tile_zero(2);
-    _tile_zero(3);
+    _tile_loadd(0, o + 16 * t0, stride);
+    _tile_loadd(1, o + 16 * (t0 + 1), stride);
+    _tile_loadd(2, o + 16 * (t0 + 2), stride);
+    _tile_loadd(3, o + 16 * (t0 + 3), stride);
     for (int kb = 0; kb < kKeyBlocks; ++kb) {
       const uint16_t* v = v_tiles + (int64_t{kb} * nt + t0) * kTileElems;
       _tile_loadd(4, p_tiles + kb * kTileElems, 64);
@@ -223,37 +250,15 @@ TANDEM_TILES void PvTiles(const uint16_t* p_tiles, const uint16_t* v_tiles, int 
       _tile_dpbf16ps(0, 4, 5);
       _tile_loadd(6, v + kTileElems, 64);
       _tile_dpbf16ps(1, 4, 6);
-      if (four) {
-        _tile_loadd(7, v + 2 * kTileElems, 64);
-        _tile_dpbf16ps(2, 4, 7);
-        _tile_loadd(5, v + 3 * kTileElems, 64);
-        _tile_dpbf16ps(3, 4, 5);
-      }
+      _tile_loadd(7, v + 2 * kTileElems, 64);
+      _tile_dpbf16ps(2, 4, 7);
+      _tile_loadd(5, v + 3 * kTileElems, 64);
+      _tile_dpbf16ps(3, 4, 5);
     }
-    const int64_t stride = int64_t{dp} * 4;
-    _tile_stored(0, pv + 16 * t0, stride);
-    _tile_stored(1, pv + 16 * (t0 + 1), stride);
-    if (four) {
-      _tile_stored(2, pv + 16 * (t0 + 2), stride);
-      _tile_stored(3, pv + 16 * (t0 + 3), stride);
-    }
-  }
-}
-
-// o = o * alpha + pv for one row, pv's dims put back in order: tiles 2h and 2h+1 hold dims
-// 32h + 8L + {0-3} and 32h + 8L + {4-7} in their 4-column groups L.
-TANDEM_TILES void AddRow(const float* pv, float alpha, int dp, float* o) {
-  const __m512i low = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
-  const __m512i high =
-      _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
-  const __m512 a = _mm512_set1_ps(alpha);
-  for (int d = 0; d < dp; d += 32) {
-    const __m512 t0 = _mm512_loadu_ps(pv + d);
-    const __m512 t1 = _mm512_loadu_ps(pv + d + 16);
-    _mm512_storeu_ps(
-        o + d, _mm512_fmadd_ps(_mm512_loadu_ps(o + d), a, _mm512_permutex2var_ps(t0, low, t1)));
-    _mm512_storeu_ps(o + d + 16, _mm512_fmadd_ps(_mm512_loadu_ps(o + d + 16), a,
-                                                 _mm512_permutex2var_ps(t0, high, t1)));
+    _tile_stored(0, o + 16 * t0, stride);
+    _tile_stored(1, o + 16 * (t0 + 1), stride);
+    _tile_stored(2, o + 16 * (t0 + 2), stride);
+    _tile_stored(3, o + 16 * (t0 + 3), stride);
   }
 }
 
@@ -267,6 +272,7 @@ bool CpuHasTileAttention() {
 }  // namespace
 
 bool AttentionTilesAvailable(int head_dim) {
+  static_assert(kMinTileHeadDim % 64 == 0, "PvTiles takes 4 tiles of 16 dims at a time");
   static const bool cpu = CpuHasTileAttention();
   return cpu && head_dim > 0 && head_dim % kMinTileHeadDim == 0;
 }
@@ -297,7 +303,6 @@ TANDEM_TILES void PrepareTileQueries(AttentionScratch& s, int rows, int dp) {
   s.v_tiles.resize(static_cast<size_t>(kKeyBlocks) * (dp / 16) * kTileElems);
   s.s_t.resize(static_cast<size_t>(tiles) * kKeyChunk * kLanes);
   s.p_tiles.resize(static_cast<size_t>(tiles) * kKeyBlocks * kTileElems);
-  s.pv.resize(static_cast<size_t>(tiles) * kLanes * dp);
 }
 
 TANDEM_TILES void AttendChunkTiles(AttentionScratch& s, int rows, int dp, int64_t c0, int n) {
@@ -328,24 +333,19 @@ TANDEM_TILES void AttendChunkTiles(AttentionScratch& s, int rows, int dp, int64_
   auto pt = [&](int t) {
     return s.p_tiles.data() + static_cast<int64_t>(t) * kKeyBlocks * kTileElems;
   };
-  auto pv = [&](int t) { return s.pv.data() + static_cast<int64_t>(t) * kLanes * dp; };
+  auto o = [&](int t) { return s.o.data() + static_cast<int64_t>(t) * kLanes * dp; };
   for (int t = 0; t < tiles; ++t) {
     if (jmax[t] > 0) ScoreTiles(keys, s.q_tiles.data() + int64_t{t} * nd * kTileElems, dp, st(t));
   }
   for (int t = 0; t < tiles; ++t) {
     if (jmax[t] == 0) continue;
     const int r0 = t * kLanes;
-    SoftmaxTile(st(t), s.lim.data() + r0, jmax[t], s.max.data() + r0, s.sum.data() + r0,
-                s.alpha.data() + r0, pt(t));
+    SoftmaxTile(st(t), s.lim.data() + r0, jmax[t], rows - r0, dp, s.max.data() + r0,
+                s.sum.data() + r0, o(t), pt(t));
   }
+  // A row that sees none of the chunk has probabilities 0: its o gains exact zeros.
   for (int t = 0; t < tiles; ++t) {
-    if (jmax[t] > 0) PvTiles(pt(t), s.v_tiles.data(), dp, pv(t));
-  }
-  // Rows that see none of the chunk keep o as it is (as AttendChunk skips them).
-  for (int r = 0; r < rows; ++r) {
-    if (s.lim[r] == 0) continue;
-    AddRow(pv(r / kLanes) + static_cast<int64_t>(r % kLanes) * dp, s.alpha[r], dp,
-           s.o.data() + static_cast<int64_t>(r) * dp);
+    if (jmax[t] > 0) PvTiles(pt(t), s.v_tiles.data(), dp, o(t));
   }
 }
 

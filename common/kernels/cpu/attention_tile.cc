@@ -279,9 +279,10 @@ float SoftmaxStep(float* p, int valid, int n, float& max, float& sum) {
 }  // namespace
 
 void AttentionScratch::Reset(int rows, int dp) {
+  const int lanes = (rows + kTileLanes - 1) / kTileLanes * kTileLanes;
   const size_t rd = static_cast<size_t>(rows) * dp;
   if (q.size() < rd) q.resize(rd);
-  o.assign(rd, 0.0f);
+  o.assign(static_cast<size_t>(lanes) * dp, 0.0f);
   if (k.size() < static_cast<size_t>(kKeyChunk) * dp) {
     k.assign(static_cast<size_t>(kKeyChunk) * dp, 0.0f);
     v.assign(static_cast<size_t>(kKeyChunk) * dp, 0.0f);
@@ -290,7 +291,6 @@ void AttentionScratch::Reset(int rows, int dp) {
   v_rows.resize(kKeyChunk);
   if (zero_row.size() < static_cast<size_t>(dp)) zero_row.assign(dp, 0.0f);
   if (p.size() < static_cast<size_t>(rows) * kLd) p.resize(static_cast<size_t>(rows) * kLd);
-  const int lanes = (rows + kTileLanes - 1) / kTileLanes * kTileLanes;
   max.assign(lanes, kNegInf);
   sum.assign(lanes, 0.0f);
   alpha.resize(lanes);

@@ -34,8 +34,10 @@ struct AttentionScratch {
   std::vector<float> sum;        // [rows] running sum of exp(score - max)
   std::vector<float> alpha;      // [rows] rescale of o for the current chunk
   std::vector<int64_t> row_pos;  // [rows] sequence position of the row's token (causal limit)
-  // The bf16 tiles' (AttendChunkTiles) working set. Lane arrays above (max, sum, alpha,
-  // row_pos) are sized to whole tiles of kTileLanes rows; the padding rows see no key.
+  // The bf16 tiles' (AttendChunkTiles) working set. o and the lane arrays above (max, sum,
+  // alpha, row_pos) are sized to whole tiles of kTileLanes rows; the padding rows see no key.
+  // There max is the reference o and sum are relative to, at most kRescaleGap below the
+  // scores' running max (AttendChunk keeps o and sum relative to max too: the two mix).
   std::vector<uint16_t> q_tiles;  // [row tile][dp / 32][16 dim pairs][16 rows x 2]: q^T, bf16
   std::vector<uint16_t> k_copy;   // [kKeyChunk][dp] keys whose 16-row groups are not contiguous
   std::vector<uint16_t> v_tiles;  // [2][dp / 16][16 key pairs][16 dims x 2]: V, key-interleaved
@@ -44,7 +46,6 @@ struct AttentionScratch {
   std::vector<int32_t> tile_keys;  // keys of the chunk any of the tile's rows sees
   std::vector<float> s_t;          // [kKeyChunk][16 rows]: scores, then exps
   std::vector<uint16_t> p_tiles;   // [2][16 rows][32 keys]: probabilities, bf16
-  std::vector<float> pv;           // [16 rows][dp]: P.V in the tiles' dim order
 
   // Sizes the buffers and clears o, max, sum for a new item.
   void Reset(int rows, int dp);

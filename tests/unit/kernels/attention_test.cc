@@ -67,9 +67,10 @@ std::vector<float> RoundTrip(DType dtype, const std::vector<float>& x, int d) {
   return back;
 }
 
-// Double-precision causal softmax attention of one new token over positions 0..pos.
+// Double-precision causal softmax attention of one new token over positions 0..pos. With
+// `round_q`, q * scale is first rounded to bf16, as the bf16 tiles round it.
 std::vector<double> Reference(const SeqData& s, const kv::KvLayout& layout, int heads, int t, int h,
-                              float scale) {
+                              float scale, bool round_q) {
   const int d = layout.head_dim;
   const int kvh = h / (heads / layout.num_kv_heads);
   const int64_t pos = s.spec.start_pos + t;
@@ -80,8 +81,11 @@ std::vector<double> Reference(const SeqData& s, const kv::KvLayout& layout, int 
     if (!live(p)) continue;
     const float* k = s.k.data() + (p * layout.num_kv_heads + kvh) * d;
     double dot = 0;
-    for (int i = 0; i < d; ++i) dot += static_cast<double>(q[i]) * k[i];
-    scores[p] = dot * scale;
+    for (int i = 0; i < d; ++i) {
+      dot +=
+          (round_q ? Bf16ToF32(F32ToBf16(q[i] * scale)) : static_cast<double>(q[i]) * scale) * k[i];
+    }
+    scores[p] = dot;
   }
   const double mx = *std::max_element(scores.begin(), scores.end());
   double total = 0;
@@ -117,20 +121,26 @@ std::vector<float> RoundTripRows(const kv::KvArena& arena, const std::vector<int
 // before a sequence's new tokens becomes kNoBlock (a window dropped it) and must not be attended.
 // Returns every sequence's output.
 // kBf16Tiles (`math`) rounds q and the probabilities to bf16: its outputs (averages of values in
-// [-1, 1]) are held to kTilesTolerance, the f32 loops' to kF32Tolerance.
+// [-1, 1]) are held to kTilesTolerance, the f32 loops' to kF32Tolerance. Where the tiles run on
+// every chunk, the reference rounds q as they do, so that what is left is the probabilities'
+// rounding, whatever the scores' size. `key_growth` scales the keys at position p by
+// 1 + key_growth * p: scores that keep rising past the max o was kept relative to.
 constexpr double kF32Tolerance = 2e-5;
 constexpr double kTilesTolerance = 5e-3;
 
 std::vector<std::vector<float>> RunAndCheck(const kv::KvLayout& layout, int heads,
                                             const std::vector<SeqSpec>& specs, ThreadPool& pool,
                                             uint32_t seed, bool mixed = false, bool evict = false,
-                                            AttentionMath math = AttentionMath::kF32) {
+                                            AttentionMath math = AttentionMath::kF32,
+                                            float key_growth = 0.0f) {
   SCOPED_TRACE(::testing::Message()
                << "dtype=" << DTypeName(layout.dtype) << (mixed ? "+int8" : "") << " block="
                << layout.block_size << " head_dim=" << layout.head_dim << " heads=" << heads
                << " kv_heads=" << layout.num_kv_heads << " threads=" << pool.num_threads()
                << (math == AttentionMath::kBf16Tiles ? " bf16 tiles" : ""));
   const double tolerance = math == AttentionMath::kF32 ? kF32Tolerance : kTilesTolerance;
+  const bool round_q = math == AttentionMath::kBf16Tiles && layout.dtype == DType::kBF16 &&
+                       !mixed && internal::AttentionTilesAvailable(layout.head_dim);
   std::mt19937 rng(seed);
   const int d = layout.head_dim;
   const int kvh = layout.num_kv_heads;
@@ -163,6 +173,7 @@ std::vector<std::vector<float>> RunAndCheck(const kv::KvLayout& layout, int head
     next_id += s.blocks.size();
     std::vector<float> k = RandomVector(len * kvh * d, rng);
     std::vector<float> v = RandomVector(len * kvh * d, rng);
+    for (size_t i = 0; i < k.size(); ++i) k[i] *= 1.0f + key_growth * (i / (kvh * d));
     s.q = RandomVector(static_cast<size_t>(s.spec.num_tokens) * heads * d, rng);
     s.out.assign(s.q.size(), -7.0f);
     const int64_t split = s.spec.start_pos * kvh * d;
@@ -206,7 +217,7 @@ std::vector<std::vector<float>> RunAndCheck(const kv::KvLayout& layout, int head
     const SeqData& s = seqs[i];
     for (int t = 0; t < s.spec.num_tokens; ++t) {
       for (int h = 0; h < heads; ++h) {
-        const std::vector<double> ref = Reference(s, layout, heads, t, h, scale);
+        const std::vector<double> ref = Reference(s, layout, heads, t, h, scale, round_q);
         const float* out = s.out.data() + (static_cast<int64_t>(t) * heads + h) * d;
         for (int c = 0; c < d; ++c) {
           EXPECT_NEAR(out[c], ref[c], tolerance)
@@ -424,6 +435,13 @@ TEST(PagedAttentionTilesTest, MatchesReference) {
       }
     }
   }
+  // Scores up to ~30 that keep rising along the sequence: o and sum are rescaled many times.
+  for (int block_size : {16, 5}) {
+    kv::KvLayout layout{kLayers, 2, 64, block_size, DType::kBF16};
+    ASSERT_FALSE(RunAndCheck(layout, 8, specs, pool, 55, false, false, AttentionMath::kBf16Tiles,
+                             /*key_growth=*/0.1f)
+                     .empty());
+  }
   for (bool evict : {false, true}) {
     kv::KvLayout layout{kLayers, 2, 64, 16, DType::kBF16};
     ASSERT_FALSE(
@@ -475,7 +493,9 @@ TEST(PagedAttentionInvarianceTest, SplitsAndBatchesGiveTheSameBits) {
             const int blocks = (len + block_size - 1) / block_size;
             tables.emplace_back(ids.begin() + next, ids.begin() + next + blocks);
             next += blocks;
-            const std::vector<float> k = RandomVector(int64_t{len} * kv_heads * head_dim, rng);
+            // Keys growing along the sequence: the tiles rescale o and sum as scores rise.
+            std::vector<float> k = RandomVector(int64_t{len} * kv_heads * head_dim, rng);
+            for (size_t i = 0; i < k.size(); ++i) k[i] *= 1.0f + 0.1f * (i / (kv_heads * head_dim));
             const std::vector<float> v = RandomVector(k.size(), rng);
             WriteKv(k.data(), v.data(), len, 0, tables.back().data(), kv_pool.data(), layout,
                     kLayer);
