@@ -127,14 +127,15 @@ void GatherChunk(const kv::KvArena& arena, const int32_t* table, int layer, int 
 }
 
 // Where every block of positions [c0, c0 + n) of `head` holds rows of the pool's own float type,
-// the rows need no padding (dp == head_dim) and the item is small enough (or `tiles`: the bf16
-// tiles read every chunk in place), points the chunk's key and value rows at the cache itself
-// and returns their type; otherwise (int8 blocks, padded rows) nothing.
+// the rows need no padding (dp == head_dim) and the item is small enough (or `tiles` and bf16:
+// the bf16 tiles read every chunk in place), points the chunk's key and value rows at the cache
+// itself and returns their type; otherwise (int8 blocks, padded rows) nothing.
 std::optional<KvRows> PointAtCacheRows(const kv::KvArena& arena, const int32_t* table, int layer,
                                        int head, int64_t c0, int n, int rows, int dp, bool tiles,
                                        AttentionScratch& s) {
   const DType dtype = arena.layout.dtype;
-  if ((rows > kInPlaceMaxRows && !tiles) || dp != arena.layout.head_dim ||
+  const bool any_rows = tiles && dtype == DType::kBF16;
+  if ((rows > kInPlaceMaxRows && !any_rows) || dp != arena.layout.head_dim ||
       !kv_in_place.load(std::memory_order_relaxed)) {
     return {};
   }
