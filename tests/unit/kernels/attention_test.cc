@@ -469,7 +469,9 @@ TEST(PagedAttentionInvarianceTest, SplitsAndBatchesGiveTheSameBits) {
   for (AttentionMath math : {AttentionMath::kF32, AttentionMath::kBf16Tiles}) {
     if (math == AttentionMath::kBf16Tiles && !internal::AttentionTilesAvailable(64)) continue;
     for (int block_size : {16, 5}) {
-      for (auto [heads, kv_heads] : {std::pair{8, 2}, {3, 3}, {12, 4}}) {
+      for (std::pair<int, int> heads_kv : {std::pair{8, 2}, {3, 3}, {12, 4}}) {
+        // (not a structured binding: the lambdas below capture these, which clang 14 refuses)
+        const int heads = heads_kv.first, kv_heads = heads_kv.second;
         for (int head_dim : {64, 128}) {
           SCOPED_TRACE(::testing::Message() << (math == AttentionMath::kF32 ? "f32" : "bf16 tiles")
                                             << " block " << block_size << " heads " << heads << "/"
