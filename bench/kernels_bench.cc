@@ -243,15 +243,17 @@ constexpr AttentionShape kBundledHeads{4, 2, 32};  // models/tandem-py-8l
 // A batch of `num_seqs` sequences, each `context` tokens long in the cache (bf16, one layer),
 // attending `new_tokens` queries at the end of the context. state.range(0) is the path: the f32
 // loops on the cache's rows read in place (1) or gathered to f32 first (0), or AMX bf16 tiles
-// (2, AttentionMath::kBf16Tiles; skipped where the CPU has none).
+// (2, AttentionMath::kBf16Tiles; 3: the same with one KV head per work item; skipped where the
+// CPU has none).
 void RunAttention(benchmark::State& state, int num_seqs, int64_t context, int new_tokens,
                   AttentionShape shape = k1bHeads) {
   const int64_t path = state.range(0);
-  if (path == 2 && !internal::AttentionTilesAvailable(shape.head_dim)) {
+  if (path >= 2 && !internal::AttentionTilesAvailable(shape.head_dim)) {
     state.SkipWithError("no AMX tiles on this CPU");
     return;
   }
-  const AttentionMath math = path == 2 ? AttentionMath::kBf16Tiles : AttentionMath::kF32;
+  const AttentionMath math = path >= 2 ? AttentionMath::kBf16Tiles : AttentionMath::kF32;
+  const int had_heads = internal::MaxItemHeads(path == 3 ? 1 : internal::kMaxItemHeads);
   const bool was_in_place = internal::ReadKvInPlace(path != 0);
   kv::KvLayout layout{1, shape.kv_heads, shape.head_dim, 16, DType::kBF16};
   const int64_t blocks_per_seq = (context + layout.block_size - 1) / layout.block_size;
@@ -277,6 +279,7 @@ void RunAttention(benchmark::State& state, int num_seqs, int64_t context, int ne
     benchmark::DoNotOptimize(out.data());
   }
   internal::ReadKvInPlace(was_in_place);
+  internal::MaxItemHeads(had_heads);
   // Causal prefill touches about half the key/query pairs.
   const double pairs = new_tokens == 1 ? static_cast<double>(context)
                                        : 0.5 * new_tokens * static_cast<double>(context);
@@ -291,6 +294,7 @@ BENCHMARK(BM_AttentionDecode)
     ->Arg(1)
     ->Arg(0)
     ->Arg(2)
+    ->Arg(3)
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 
@@ -304,6 +308,7 @@ BENCHMARK(BM_AttentionDecodeBundled)
     ->Arg(1)
     ->Arg(0)
     ->Arg(2)
+    ->Arg(3)
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 
@@ -313,6 +318,7 @@ BENCHMARK(BM_AttentionPrefill)
     ->Arg(1)
     ->Arg(0)
     ->Arg(2)
+    ->Arg(3)
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 
@@ -322,6 +328,7 @@ BENCHMARK(BM_AttentionPrefill2048)
     ->Arg(1)
     ->Arg(0)
     ->Arg(2)
+    ->Arg(3)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

@@ -90,6 +90,11 @@ TANDEM_TILES void Transpose16(__m512i v[16]) {
   }
 }
 
+// Where the values of the item's KV head `slot` lie in the tiles' layout.
+uint16_t* ValueTiles(AttentionScratch& s, int dp, int slot) {
+  return s.v_tiles.data() + int64_t{slot} * kKeyBlocks * (dp / 16) * kTileElems;
+}
+
 // Where each group of 16 keys lies for the score tiles: in the cache where its rows are
 // consecutive there, else copied to s.k_copy (rows past the chunk's keys are s.zero_row).
 struct KeyGroups {
@@ -97,42 +102,44 @@ struct KeyGroups {
   int64_t stride[kKeyGroups];
 };
 
-KeyGroups LocateKeys(AttentionScratch& s, int dp) {
+// For the item's KV head `slot` (its keys at s.k_rows[slot * kKeyChunk...]).
+KeyGroups LocateKeys(AttentionScratch& s, int dp, int slot) {
   KeyGroups g;
   const int64_t row_bytes = int64_t{dp} * 2;
+  const void* const* rows = s.k_rows.data() + slot * kKeyChunk;
   for (int i = 0; i < kKeyGroups; ++i) {
-    const char* first = static_cast<const char*>(s.k_rows[16 * i]);
+    const char* first = static_cast<const char*>(rows[16 * i]);
     bool consecutive = first != reinterpret_cast<const char*>(s.zero_row.data());
     for (int j = 1; j < 16 && consecutive; ++j) {
-      consecutive = s.k_rows[16 * i + j] == first + j * row_bytes;
+      consecutive = rows[16 * i + j] == first + j * row_bytes;
     }
     if (consecutive) {
       g.at[i] = first;
       g.stride[i] = row_bytes;
       continue;
     }
-    uint16_t* copy = s.k_copy.data() + int64_t{16 * i} * dp;
-    for (int j = 0; j < 16; ++j)
-      std::memcpy(copy + int64_t{j} * dp, s.k_rows[16 * i + j], row_bytes);
+    uint16_t* copy = s.k_copy.data() + (int64_t{slot} * kKeyChunk + 16 * i) * dp;
+    for (int j = 0; j < 16; ++j) std::memcpy(copy + int64_t{j} * dp, rows[16 * i + j], row_bytes);
     g.at[i] = reinterpret_cast<const char*>(copy);
     g.stride[i] = row_bytes;
   }
   return g;
 }
 
-// s.v_tiles = the chunk's values as P.V's B operand: per 32 keys and 16 dims, row kk holds keys
-// 2kk and 2kk+1 interleaved, dim by dim.
-TANDEM_TILES void InterleaveValues(AttentionScratch& s, int dp) {
+// The chunk's values of the item's KV head `slot` as P.V's B operand (ValueTiles): per 32 keys
+// and 16 dims, row kk holds keys 2kk and 2kk+1 interleaved, dim by dim.
+TANDEM_TILES void InterleaveValues(AttentionScratch& s, int dp, int slot) {
   const int nt = dp / 16;
+  const void* const* rows = s.v_rows.data() + slot * kKeyChunk;
   // Word 2d + i of a tile row: dim d (of 16) of key 2kk + i; b's words are 32 on.
   const __m512i low = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8,
                                        39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
   const __m512i high = _mm512_add_epi16(low, _mm512_set1_epi16(16));
   for (int kb = 0; kb < kKeyBlocks; ++kb) {
     for (int kk = 0; kk < 16; ++kk) {
-      const auto* a = static_cast<const uint16_t*>(s.v_rows[32 * kb + 2 * kk]);
-      const auto* b = static_cast<const uint16_t*>(s.v_rows[32 * kb + 2 * kk + 1]);
-      uint16_t* out = s.v_tiles.data() + (int64_t{kb} * nt * 16 + kk) * 32;
+      const auto* a = static_cast<const uint16_t*>(rows[32 * kb + 2 * kk]);
+      const auto* b = static_cast<const uint16_t*>(rows[32 * kb + 2 * kk + 1]);
+      uint16_t* out = ValueTiles(s, dp, slot) + (int64_t{kb} * nt * 16 + kk) * 32;
       for (int h = 0; h < dp / 32; ++h) {
         const __m512i va = _mm512_loadu_si512(a + 32 * h);
         const __m512i vb = _mm512_loadu_si512(b + 32 * h);
@@ -277,7 +284,7 @@ bool AttentionTilesAvailable(int head_dim) {
   return cpu && head_dim > 0 && head_dim % kMinTileHeadDim == 0;
 }
 
-TANDEM_TILES void PrepareTileQueries(AttentionScratch& s, int rows, int dp) {
+TANDEM_TILES void PrepareTileQueries(AttentionScratch& s, int rows, int dp, int heads) {
   const int tiles = (rows + kLanes - 1) / kLanes;
   const int nd = dp / 32;
   s.q_tiles.resize(static_cast<size_t>(tiles) * nd * kTileElems);
@@ -299,24 +306,31 @@ TANDEM_TILES void PrepareTileQueries(AttentionScratch& s, int rows, int dp) {
   }
   s.lim.resize(static_cast<size_t>(tiles) * kLanes);
   s.tile_keys.resize(tiles);
-  s.k_copy.resize(static_cast<size_t>(kKeyChunk) * dp);
-  s.v_tiles.resize(static_cast<size_t>(kKeyBlocks) * (dp / 16) * kTileElems);
+  s.k_copy.resize(static_cast<size_t>(heads) * kKeyChunk * dp);
+  s.v_tiles.resize(static_cast<size_t>(heads) * kKeyBlocks * (dp / 16) * kTileElems);
   s.s_t.resize(static_cast<size_t>(tiles) * kKeyChunk * kLanes);
   s.p_tiles.resize(static_cast<size_t>(tiles) * kKeyBlocks * kTileElems);
 }
 
-TANDEM_TILES void AttendChunkTiles(AttentionScratch& s, int rows, int dp, int64_t c0, int n) {
+TANDEM_TILES void AttendChunkTiles(AttentionScratch& s, int rows, int dp, int64_t c0, int n,
+                                   int heads) {
   LoadTileConfig({16, 16, 16, 16, 16, 16, 16, 16});
   // Tile loads do not wake the hardware prefetchers: the keys are asked into L1 here, read by the
   // tiles after the values' vector loads (which the prefetchers follow) are laid out.
-  for (int j = 0; j < n; ++j) {
-    const char* row = static_cast<const char*>(s.k_rows[j]);
-    for (int b = 0; b < dp * 2; b += 64) _mm_prefetch(row + b, _MM_HINT_T0);
+  for (int h = 0; h < heads; ++h) {
+    for (int j = 0; j < n; ++j) {
+      const char* row = static_cast<const char*>(s.k_rows[h * kKeyChunk + j]);
+      for (int b = 0; b < dp * 2; b += 64) _mm_prefetch(row + b, _MM_HINT_T0);
+    }
   }
-  const KeyGroups keys = LocateKeys(s, dp);
-  InterleaveValues(s, dp);
+  KeyGroups keys[kMaxItemHeads];
+  for (int h = 0; h < heads; ++h) {
+    keys[h] = LocateKeys(s, dp, h);
+    InterleaveValues(s, dp, h);
+  }
   const int nd = dp / 32;
   const int tiles = (rows + kLanes - 1) / kLanes;
+  const int tiles_per_head = tiles / heads;
   // Each step runs for every row tile before the next step starts, so that what a step reads
   // through memory from another unit (vector stores to tile loads and back) was written a while
   // before; a row tile whose rows see none of the chunk sits out.
@@ -335,7 +349,10 @@ TANDEM_TILES void AttendChunkTiles(AttentionScratch& s, int rows, int dp, int64_
   };
   auto o = [&](int t) { return s.o.data() + static_cast<int64_t>(t) * kLanes * dp; };
   for (int t = 0; t < tiles; ++t) {
-    if (jmax[t] > 0) ScoreTiles(keys, s.q_tiles.data() + int64_t{t} * nd * kTileElems, dp, st(t));
+    if (jmax[t] > 0) {
+      ScoreTiles(keys[t / tiles_per_head], s.q_tiles.data() + int64_t{t} * nd * kTileElems, dp,
+                 st(t));
+    }
   }
   for (int t = 0; t < tiles; ++t) {
     if (jmax[t] == 0) continue;
@@ -345,7 +362,7 @@ TANDEM_TILES void AttendChunkTiles(AttentionScratch& s, int rows, int dp, int64_
   }
   // A row that sees none of the chunk has probabilities 0: its o gains exact zeros.
   for (int t = 0; t < tiles; ++t) {
-    if (jmax[t] > 0) PvTiles(pt(t), s.v_tiles.data(), dp, o(t));
+    if (jmax[t] > 0) PvTiles(pt(t), ValueTiles(s, dp, t / tiles_per_head), dp, o(t));
   }
 }
 

@@ -278,7 +278,7 @@ float SoftmaxStep(float* p, int valid, int n, float& max, float& sum) {
 
 }  // namespace
 
-void AttentionScratch::Reset(int rows, int dp) {
+void AttentionScratch::Reset(int rows, int dp, int heads) {
   const int lanes = (rows + kTileLanes - 1) / kTileLanes * kTileLanes;
   const size_t rd = static_cast<size_t>(rows) * dp;
   if (q.size() < rd) q.resize(rd);
@@ -287,8 +287,8 @@ void AttentionScratch::Reset(int rows, int dp) {
     k.assign(static_cast<size_t>(kKeyChunk) * dp, 0.0f);
     v.assign(static_cast<size_t>(kKeyChunk) * dp, 0.0f);
   }
-  k_rows.resize(kKeyChunk);
-  v_rows.resize(kKeyChunk);
+  k_rows.resize(static_cast<size_t>(heads) * kKeyChunk);
+  v_rows.resize(static_cast<size_t>(heads) * kKeyChunk);
   if (zero_row.size() < static_cast<size_t>(dp)) zero_row.assign(dp, 0.0f);
   if (p.size() < static_cast<size_t>(rows) * kLd) p.resize(static_cast<size_t>(rows) * kLd);
   max.assign(lanes, kNegInf);

@@ -47,8 +47,9 @@ struct AttentionScratch {
   std::vector<float> s_t;          // [kKeyChunk][16 rows]: scores, then exps
   std::vector<uint16_t> p_tiles;   // [2][16 rows][32 keys]: probabilities, bf16
 
-  // Sizes the buffers and clears o, max, sum for a new item.
-  void Reset(int rows, int dp);
+  // Sizes the buffers (k_rows and v_rows for `heads` KV heads) and clears o, max, sum for a new
+  // item.
+  void Reset(int rows, int dp, int heads = 1);
 };
 
 // Points k_rows/v_rows at scratch.k/v's rows, for a gathered chunk.
@@ -61,6 +62,8 @@ void AttendChunk(AttentionScratch& s, KvRows type, int rows, int dp, int64_t c0,
 
 // Query rows per tile of the bf16 tile kernels.
 constexpr int kTileLanes = 16;
+// The most KV heads one work item of the tiles takes (decode: a token's GQA group per head).
+constexpr int kMaxItemHeads = 8;
 
 // Whether AttendChunkTiles runs: the CPU has AMX (and Linux lets this process use it) and
 // head_dim is a multiple of 64.
@@ -72,10 +75,15 @@ bool AttentionTilesAvailable(int head_dim);
 // query and the chunk only (not on which tile or lane it sits in, nor on the other rows), so a
 // sequence's bits do not depend on its batch or on how its prompt was chunked; they are not
 // AttendChunk's. dp == head_dim, AttentionTilesAvailable(dp).
-void AttendChunkTiles(AttentionScratch& s, int rows, int dp, int64_t c0, int n);
-// Rounds s.q's rows to bf16 in the layout AttendChunkTiles reads, and loads the tile
-// configuration; once per work item, after s.q and s.row_pos are filled.
-void PrepareTileQueries(AttentionScratch& s, int rows, int dp);
+//
+// An item may take `heads` (<= kMaxItemHeads) KV heads of one sequence at once, so that each
+// step has several heads' tiles to run (decode items are one token's group, a few rows): the
+// rows are then `heads` equal runs of whole row tiles, run h attending the keys and values at
+// s.k_rows/v_rows[h * kKeyChunk...].
+void AttendChunkTiles(AttentionScratch& s, int rows, int dp, int64_t c0, int n, int heads);
+// Rounds s.q's rows to bf16 in the layout AttendChunkTiles reads and sizes its buffers for
+// `heads` KV heads; once per work item, after s.q and s.row_pos are filled.
+void PrepareTileQueries(AttentionScratch& s, int rows, int dp, int heads);
 
 // AttendChunk runs AVX-512 loops where the CPU has AVX-512 (F, VL, DQ), else AVX2; both give the
 // same bits. Asks for one or the other (tests, benchmarks); returns whether AVX-512 is now used.
@@ -85,6 +93,9 @@ bool UseAvx512Attention(bool use);
 // rows need no padding), else gathers to f32. Asks for one or the other (tests, benchmarks);
 // returns the previous setting.
 bool ReadKvInPlace(bool use);
+// The most KV heads one item of the tiles takes (1..kMaxItemHeads; benchmarks compare 1 with
+// the default, kMaxItemHeads); returns the previous setting.
+int MaxItemHeads(int heads);
 bool KvInPlace();
 
 }  // namespace tandem::kernels::internal
