@@ -18,6 +18,7 @@
 
 #include "common/kernels/cpu/amx.h"
 #include "common/kernels/cpu/attention_tile.h"
+#include "common/kernels/cpu/simd_avx512.h"
 #include "common/util/dtype.h"
 
 #define TANDEM_TILES \
@@ -46,21 +47,12 @@ static_assert(kKeyGroups == 4 && kKeyBlocks == 2, "the tile code below unrolls t
 // rescaled: probabilities stay below e^8 ~ 3000, far inside bf16's and f32's range.
 constexpr float kRescaleGap = 8.0f;
 
-// e^x for the softmax's exponents (x <= kRescaleGap, or masked off afterwards): simd::Exp512's
-// reduction and polynomial, scaled by 2^n with scalef, which also takes the underflow to 0 that
-// Exp512 clamps and masks for (no operand here overflows).
+// e^x for the softmax's exponents (x <= kRescaleGap, or masked off afterwards): Exp512's
+// mantissa scaled by 2^n with scalef, which also takes the underflow to 0 that Exp512 clamps and
+// masks for (no operand here overflows).
 TANDEM_TILES inline __m512 ExpNonPositive(__m512 x) {
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  __m512 n;
+  const __m512 p = simd::ExpMantissa512(x, n);
   return _mm512_scalef_ps(p, n);
 }
 

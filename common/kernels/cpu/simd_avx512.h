@@ -16,15 +16,12 @@
 
 namespace tandem::kernels::simd {
 
-// simd::Exp on 16 lanes: the same operations per lane, so the same bits.
-TANDEM_AVX512 inline __m512 Exp512(__m512 x) {
-  const __m512 kHi = _mm512_set1_ps(88.7228394f);
-  const __m512 kLo = _mm512_set1_ps(-87.3365479f);
-  const __mmask16 too_small = _mm512_cmp_ps_mask(x, kLo, _CMP_LT_OQ);
-  const __mmask16 too_big = _mm512_cmp_ps_mask(x, kHi, _CMP_GT_OQ);
-  x = _mm512_max_ps(kLo, _mm512_min_ps(kHi, x));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+// e^x = p * 2^n: n = round(x / ln 2), p = e^r for the rest r = x - n ln 2 (|r| <= ln 2 / 2),
+// simd::Exp's reduction and polynomial on 16 lanes. Exp512 and the attention tiles' exponential
+// differ only in how they scale p.
+TANDEM_AVX512 inline __m512 ExpMantissa512(__m512 x, __m512& n) {
+  n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                           _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
   r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
   __m512 p = _mm512_set1_ps(1.9875691500e-4f);
@@ -34,7 +31,18 @@ TANDEM_AVX512 inline __m512 Exp512(__m512 x) {
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
   const __m512 r2 = _mm512_mul_ps(r, r);
-  p = _mm512_fmadd_ps(p, r2, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  return _mm512_fmadd_ps(p, r2, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+}
+
+// simd::Exp on 16 lanes: the same operations per lane, so the same bits.
+TANDEM_AVX512 inline __m512 Exp512(__m512 x) {
+  const __m512 kHi = _mm512_set1_ps(88.7228394f);
+  const __m512 kLo = _mm512_set1_ps(-87.3365479f);
+  const __mmask16 too_small = _mm512_cmp_ps_mask(x, kLo, _CMP_LT_OQ);
+  const __mmask16 too_big = _mm512_cmp_ps_mask(x, kHi, _CMP_GT_OQ);
+  x = _mm512_max_ps(kLo, _mm512_min_ps(kHi, x));
+  __m512 n;
+  const __m512 p = ExpMantissa512(x, n);
   const __m512i ni = _mm512_cvtps_epi32(n);
   const __m512i half = _mm512_srai_epi32(ni, 1);
   const __m512 s1 =
