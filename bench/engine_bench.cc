@@ -5,7 +5,8 @@
 //                [--decode-steps 32] [--repeats 3] [--threads N] [--weight-memory mmap|hugepages]
 //                [--prune-ratios 0.25,0.333,0.5] [--device cpu|cuda|cuda:N]
 //                [--weight-quantization none|int8|int4 [--weight-quantization-group-size G]]
-//                [--activation-quantization none|int8] [--lm-head-quantization none|int8]
+//                [--activation-quantization none|int8|int8-token]
+//                [--lm-head-quantization none|int8]
 //                [--cpu-gemm auto|tandem|onednn]
 //
 // On a device other than the CPU the bound uses host memory bandwidth only when asked for
@@ -466,7 +467,7 @@ constexpr char kUsage[] = R"(usage: engine-bench --model DIR [options]
   --threads N                     (default: TANDEM_NUM_THREADS or all cores)
   --weight-memory mmap|hugepages  (default mmap)
   --weight-quantization none|int8|int4 [--weight-quantization-group-size G]
-  --activation-quantization none|int8   (int8: as model.activation_quantization)
+  --activation-quantization none|int8|int8-token   (as model.activation_quantization)
   --lm-head-quantization none|int8      (int8: as model.lm_head_quantization)
   --cpu-gemm auto|tandem|onednn   (default auto: as model.cpu_gemm)
   --prune-ratios 0.25,0.5         POP rows: the last R of the layers pruned, against unpruned

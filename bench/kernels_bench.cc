@@ -22,6 +22,7 @@
 #include "common/kernels/cpu/elementwise.h"
 #include "common/kernels/cpu/gemm.h"
 #include "common/kernels/cpu/gemm_internal.h"
+#include "common/kernels/cpu/int8_tiles.h"
 #include "common/kernels/cpu/onednn_gemm.h"
 #include "common/kernels/cpu/quant_pack.h"
 #include "common/kv/kv_layout.h"
@@ -98,7 +99,10 @@ void SelectA8Kernels() {
 // oneDNN's matmul on weights prepacked at load, as `model.cpu_gemm: onednn`, which on an AMX CPU
 // runs Tandem's own AMX tile kernel; 11: 10 with every call on oneDNN's 16-row primitive, as
 // oneDNN alone would run it there; 12: 10 with the tiles one chunk of 16 rows a pass, as before
-// two chunks shared each weight tile). bf16 weights.
+// two chunks shared each weight tile; 13: int8 per row with x rounded to int8 per token, as
+// `model.activation_quantization: int8-token` on the own integer kernels (model.cpu_gemm:
+// tandem); 14: 13 on the AMX-INT8 tiles (WeightLayout::kInt8Tiles, model.cpu_gemm: auto on an
+// AMX CPU); TANDEM_BENCH_VNNI_ROWS=R runs calls of up to R rows on vpdpbusd). bf16 weights.
 // Iterations
 // rotate over copies of W that together exceed the last-level cache, so every call reads its
 // weights from memory as a model's forward pass does (a single small W would stay in L3).
@@ -110,14 +114,23 @@ void RunGemm(benchmark::State& state) {
   const char* hot = std::getenv("TANDEM_BENCH_HOT");
   const int64_t kColdBytes = hot != nullptr && std::string(hot) == "1" ? 0 : int64_t{96} << 20;
   const bool onednn = path >= 10 && path <= 12;
-  const int64_t weights = onednn ? 3 : path >= 7 ? path - 3 : path;
+  const bool a8_token = path == 13 || path == 14, tiles = path == 14;
+  const int64_t weights = onednn ? 3 : a8_token ? 4 : path >= 7 ? path - 3 : path;
   QuantFormat quant = weights == 4   ? QuantFormat{8, -1, false}
                       : weights == 5 ? QuantFormat{4, 128, false}
                                      : QuantFormat{4, 32, false};
   if (path >= 7 && path <= 9) quant.int8_activations = true, quant.activation_block = 32;
+  if (a8_token) quant.int8_activations = true, quant.activation_block = 0;
+  if (tiles && !Int8TilesFit(quant, k)) {
+    state.SkipWithError("no AMX-INT8 tiles on this CPU");
+    return;
+  }
+  const char* vnni_rows = std::getenv("TANDEM_BENCH_VNNI_ROWS");
+  if (vnni_rows != nullptr) internal::SetInt8VnniRows(std::atoi(vnni_rows));
   const bool quantized = weights >= 4;
+  const int64_t quant_bytes = tiles ? Int8TilesBytes(n, k) : QuantPanelBytes(quant, n, k);
   // Counted in the bytes a call reads: quantized copies are smaller.
-  const int64_t copy_bytes = quantized ? QuantPanelBytes(quant, n, k) : n * k * 2;
+  const int64_t copy_bytes = quantized ? quant_bytes : n * k * 2;
   const int64_t copies = std::max<int64_t>(1, (kColdBytes + copy_bytes - 1) / copy_bytes);
   std::vector<uint16_t> w = Bf16Weights(copies * n * k);
   std::vector<float> x = RandomFloats(m * k, 1);
@@ -126,7 +139,6 @@ void RunGemm(benchmark::State& state) {
   std::vector<WeightMatrix> matrices;
   const int64_t panel_elems = PanelBytes(DType::kBF16, n, k) / 2;
   std::vector<uint16_t> panels(path == 3 ? copies * panel_elems + 16 : 0);
-  const int64_t quant_bytes = QuantPanelBytes(quant, n, k);
   std::vector<uint8_t> packed(quantized ? copies * quant_bytes + 64 : 0);
   const int64_t onednn_bytes = onednn ? OnednnBytes(DType::kBF16, n, k).value_or(0) : 0;
   if (onednn) packed.resize(copies * onednn_bytes + 64);
@@ -137,7 +149,9 @@ void RunGemm(benchmark::State& state) {
     matrices.push_back({w.data() + c * n * k, DType::kBF16, n, k});
     if (quantized) {
       matrices.back() =
-          QuantizeToPanels(matrices.back(), quant, packed_base + c * quant_bytes, pool);
+          tiles ? PackInt8Tiles(quant, DType::kBF16, n, k, QuantizedRows(matrices.back(), quant),
+                                packed_base + c * quant_bytes, pool)
+                : QuantizeToPanels(matrices.back(), quant, packed_base + c * quant_bytes, pool);
     }
     if (onednn) {
       auto m = PackOnednn(matrices.back(), packed_base + c * onednn_bytes, pool);
@@ -196,6 +210,8 @@ BENCHMARK(BM_GemmDecode)
     ->ArgsProduct({{1}, {128256}, {2048}, {4, 7}})
     ->ArgsProduct({{1, 8, 32}, {2048, 8192}, {2048}, {10, 11, 12}})
     ->ArgsProduct({{1, 8, 32}, {2048}, {8192}, {10, 11, 12}})
+    ->ArgsProduct({{1, 8, 32}, {8192}, {2048}, {13, 14}})
+    ->ArgsProduct({{1, 8, 32}, {2048}, {8192}, {13, 14}})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 
@@ -222,6 +238,9 @@ BENCHMARK(BM_GemmPrefill)
     ->Args({512, 8192, 2048, 12})
     ->Args({512, 2048, 8192, 12})
     ->Args({512, 2048, 8192, 3})
+    ->ArgsProduct({{512}, {2048, 8192}, {2048}, {13, 14}})
+    ->Args({512, 2048, 8192, 13})
+    ->Args({512, 2048, 8192, 14})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

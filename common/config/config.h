@@ -22,7 +22,7 @@ struct ModelConfig {
   std::string weight_memory = "hugepages";   // hugepages | mmap
   std::string weight_quantization = "none";  // none | int8 | int4
   int weight_quantization_group_size = 0;    // 0: the format's default; -1: one per row
-  std::string activation_quantization = "none";  // none | int8
+  std::string activation_quantization = "none";  // none | int8 | int8-token
   std::string lm_head_quantization = "none";     // none | int8
   std::string cpu_gemm = "auto";                 // auto | tandem | onednn
   int threads = 0;                           // compute threads per engine; 0: all cores

@@ -187,14 +187,16 @@ std::vector<Field> MakeSchema() {
           "input columns per scale of model.weight_quantization: -1 for one scale per output "
           "row, or 16, 32, 64, 128, 256; 0: the format's default (int8: -1, int4: 128)"),
       Str("model.activation_quantization", TANDEM_CONFIG_REF(model.activation_quantization),
-          {"none", "int8"},
+          {"none", "int8", "int8-token"},
           "int8 rounds the input of every quantized matrix (model.weight_quantization or a "
           "quantized checkpoint) to int8 in blocks of 32 columns, one scale per block, as "
           "llama.cpp does; the products then run on integers (AVX512-VNNI; AVX-VNNI; AVX2 for "
           "int4): "
           "measured 2.4-3.6x the prefill and 1.3-1.4x the batch-1 int4 decode, at a small cost "
-          "in accuracy (docs/benchmarks.md). A W8A8 checkpoint always rounds per token. Every "
-          "role needs the same setting"),
+          "in accuracy (docs/benchmarks.md). int8-token rounds with one scale per token (row), "
+          "as a W8A8 checkpoint always does; on a CPU with AMX-INT8 and model.cpu_gemm auto, "
+          "int8 weights with one scale per row then multiply on the AMX tiles. Every role needs "
+          "the same setting"),
       Str("model.lm_head_quantization", TANDEM_CONFIG_REF(model.lm_head_quantization),
           {"none", "int8"},
           "int8 quantizes lm_head at load too (one scale per row; a tied embedding keeps its "

@@ -19,6 +19,8 @@ enum class WeightLayout {
   kQuantPanels,
   // Prepacked at load in oneDNN's blocked layout, slice by slice (kernels/cpu/onednn_gemm.h).
   kOnednn,
+  // 8-bit codes, one scale per row, for AMX-INT8 tiles and int8 x (kernels/cpu/int8_tiles.h).
+  kInt8Tiles,
 };
 
 // How a kQuantPanels matrix's integers stand for weights: w[n, k] = (code - zero) * scale, with
@@ -46,7 +48,7 @@ struct WeightMatrix {
   int64_t rows = 0;
   int64_t cols = 0;
   WeightLayout layout = WeightLayout::kRowMajor;
-  QuantFormat quant{};  // kQuantPanels only; dtype is then the dtype the matrix was quantized from
+  QuantFormat quant{};  // kQuantPanels and kInt8Tiles only; dtype is then the dtype the matrix was quantized from
   // kQuantPanels only: column j of the panels holds input column input_order[j] (an act-order
   // checkpoint's columns sorted by group, so that every group is consecutive); null: column j.
   const int32_t* input_order = nullptr;

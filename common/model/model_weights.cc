@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/kernels/cpu/attention.h"
 #include "common/kernels/cpu/gemm.h"
+#include "common/kernels/cpu/int8_tiles.h"
 #include "common/kernels/cpu/onednn_gemm.h"
 #include "common/util/file_util.h"
 #include "common/util/json_fields.h"
@@ -71,6 +72,10 @@ class WeightBinder {
 
   void set_quantize(const kernels::QuantFormat& f) { quantize_ = f; }
   void set_onednn(bool onednn) { onednn_ = onednn; }
+  // Quantized matrices whose format fits go into the arena as kInt8Tiles (AMX-INT8).
+  void set_int8_tiles(bool tiles) { int8_tiles_ = tiles; }
+  // How many matrices went in as kInt8Tiles.
+  int int8_tiles_used() const { return int8_tiles_used_; }
   // The dtype the last float matrix bound had in its file (oneDNN may multiply it in another).
   DType stored_dtype() const { return stored_dtype_; }
   void set_checkpoint(const QuantizationConfig* q) { checkpoint_ = q; }
@@ -125,9 +130,13 @@ class WeightBinder {
         return absl::InvalidArgumentError(absl::StrCat(
             "model.weight_quantization: cannot quantize \"", name, "\": ", format.message()));
       }
-      bytes = kernels::QuantPanelBytes(quantize, rows, cols);
+      const bool tiles = Int8Tiles(quantize, cols, /*order=*/nullptr);
+      bytes = tiles ? kernels::Int8TilesBytes(rows, cols)
+                    : kernels::QuantPanelBytes(quantize, rows, cols);
       TANDEM_ASSIGN_OR_RETURN(uint8_t * packed, w_.arena_->Allocate(bytes));
-      out = kernels::QuantizeToPanels(stored, quantize, packed, pool_);
+      out = tiles ? kernels::PackInt8Tiles(quantize, dtype, rows, cols,
+                                           kernels::QuantizedRows(stored, quantize), packed, pool_)
+                  : kernels::QuantizeToPanels(stored, quantize, packed, pool_);
     } else if (onednn_ && multiplied) {
       auto onednn_bytes = kernels::OnednnBytes(dtype, rows, cols);
       if (!onednn_bytes.ok()) return Named(name, onednn_bytes.status());
@@ -436,10 +445,13 @@ class WeightBinder {
       return Refuse(q, prefix, std::string(s.message()));
     }
     TANDEM_ASSIGN_OR_RETURN(const int32_t* order, InputOrder(q, prefix, stored, cols));
-    const int64_t bytes = kernels::QuantPanelBytes(f, rows, cols);
+    const bool tiles = Int8Tiles(f, cols, order);
+    const int64_t bytes =
+        tiles ? kernels::Int8TilesBytes(rows, cols) : kernels::QuantPanelBytes(f, rows, cols);
     TANDEM_ASSIGN_OR_RETURN(uint8_t * packed, w_.arena_->Allocate(bytes));
     w_.memory_bytes += bytes;
-    kernels::WeightMatrix m = kernels::PackQuantPanels(
+    const auto pack = tiles ? &kernels::PackInt8Tiles : &kernels::PackQuantPanels;
+    kernels::WeightMatrix m = pack(
         f, stored.scale_dtype, rows, cols,
         [&](int64_t n, uint8_t* codes, float* row_scales, uint8_t* row_zeros) {
           if (order == nullptr) {
@@ -564,6 +576,14 @@ class WeightBinder {
     return w_.realigned_.back().get();
   }
 
+  // Whether a quantized matrix of `format` over `cols` columns (its columns gathered through
+  // `order`) goes in as kInt8Tiles; counts it.
+  bool Int8Tiles(const kernels::QuantFormat& format, int64_t cols, const int32_t* order) {
+    const bool tiles = int8_tiles_ && order == nullptr && kernels::Int8TilesFit(format, cols);
+    int8_tiles_used_ += tiles ? 1 : 0;
+    return tiles;
+  }
+
   ModelWeights& w_;
   std::string dir_;
   ThreadPool& pool_;
@@ -571,6 +591,8 @@ class WeightBinder {
   const QuantizationConfig* checkpoint_ = nullptr;  // a quantized checkpoint's settings
   bool packs_ = false;                              // float matrices go into the arena as panels
   bool onednn_ = false;  // multiplied-only float matrices go into the arena packed for oneDNN
+  bool int8_tiles_ = false;
+  int int8_tiles_used_ = 0;
   DType stored_dtype_ = DType::kBF16;
   absl::flat_hash_map<std::string, Slot> entries_;
   std::map<std::vector<int32_t>, const int32_t*> orders_;  // act-order permutations, shared
@@ -650,9 +672,12 @@ absl::StatusOr<kernels::QuantFormat> ParseWeightQuantization(std::string_view na
   if (activations == "int8") {
     f.int8_activations = true;
     f.activation_block = kActivationBlock;
+  } else if (activations == "int8-token") {
+    f.int8_activations = true;
+    f.activation_block = 0;
   } else if (activations != "none") {
     return absl::InvalidArgumentError(
-        absl::StrCat("model.activation_quantization must be none or int8, got \"",
+        absl::StrCat("model.activation_quantization must be none, int8 or int8-token, got \"",
                      std::string(activations), "\""));
   }
   if (name == "none") return f;
@@ -715,7 +740,7 @@ std::string QuantizationName(const kernels::QuantFormat& quant) {
   std::string name = absl::StrCat("int", quant.bits);
   if (quant.group_size > 0) absl::StrAppend(&name, "-g", quant.group_size);
   if (quant.has_zero) absl::StrAppend(&name, "-zp");
-  if (quant.int8_activations) absl::StrAppend(&name, "-a8");
+  if (quant.int8_activations) absl::StrAppend(&name, quant.activation_block == 0 ? "-a8t" : "-a8");
   return name;
 }
 
@@ -725,7 +750,9 @@ std::string LoadedQuantizationName(const QuantizationConfig& checkpoint,
   std::string name = QuantizationName(quantize);
   if (checkpoint.quantized()) {
     const bool a8 = quantize.int8_activations && !checkpoint.int8_activations;
-    name = absl::StrCat(checkpoint.Name(), a8 ? "-a8" : "");
+    name = absl::StrCat(checkpoint.Name(), !a8                             ? ""
+                                           : quantize.activation_block == 0 ? "-a8t"
+                                                                            : "-a8");
   }
   if (lm_head.bits == 0) return name;
   return absl::StrCat(name, name.empty() ? "" : "+", "lm_head-", QuantizationName(lm_head));
@@ -816,6 +843,10 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(const std::stri
   TANDEM_RETURN_IF_ERROR(b.Index());
   b.set_packs(packs);
   b.set_onednn(onednn);
+  // model.cpu_gemm auto on a CPU with AMX-INT8: the quantized matrices that fit (8 bits, one
+  // scale per row, int8 activations per token) multiply on the tiles.
+  b.set_int8_tiles(options.cpu_gemm == kernels::CpuGemm::kAuto &&
+                   options.device.kind == kernels::DeviceSpec::Kind::kCpu);
   b.set_quantize(options.quantize);
   if (q.quantized()) b.set_checkpoint(&q);
   // A tied embedding is lm_head too: oneDNN multiplies it, and unpacks the rows it embeds.
@@ -851,6 +882,11 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(const std::stri
     TANDEM_ASSIGN_OR_RETURN(w->lm_head, b.Product("lm_head.weight", c.vocab_size, c.hidden_size));
   }
   TANDEM_RETURN_IF_ERROR(b.CheckAllUsed());
+  const bool int8_tiles = b.int8_tiles_used() > 0;
+  if (int8_tiles) {
+    w->cpu_gemm = "auto: AMX-INT8 tiles for the int8 matrices with per-token int8 activations";
+    w->kernels = "tandem+amx-int8";
+  }
   if (options.device.kind == kernels::DeviceSpec::Kind::kCpu && !w->quantization.empty()) {
     // (the layers' kernels; the head's where only lm_head is quantized)
     w->cpu_gemm_implementation = kernels::QuantKernelName(w->layers[0].q_proj);
@@ -861,7 +897,8 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(const std::stri
   if (options.cpu_gemm != kernels::CpuGemm::kTandem) {
     Log(LogLevel::kInfo, "model",
         absl::StrCat("model.cpu_gemm: ", w->cpu_gemm,
-                     onednn ? absl::StrCat(", ", w->cpu_gemm_implementation) : ""));
+                     onednn || int8_tiles ? absl::StrCat(", ", w->cpu_gemm_implementation)
+                                          : ""));
   }
   // Every matrix now lives in the arena and every vector was converted: the mappings would
   // only keep the files' pages charged to the process (twice the model in RSS).

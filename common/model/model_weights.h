@@ -66,7 +66,8 @@ inline constexpr int kActivationBlock = 32;
 // per output row unless group_size says otherwise) or "int4" (groups of 128 unless
 // group_size). group_size: 0 for the default, -1 for one group per row, else the columns per
 // group. `activations` "int8" (model.activation_quantization) sets int8_activations in blocks
-// of kActivationBlock, also with bits 0, where it applies to a quantized checkpoint.
+// of kActivationBlock, "int8-token" with one scale per row (activation_block 0), also with bits
+// 0, where it applies to a quantized checkpoint.
 absl::StatusOr<kernels::QuantFormat> ParseWeightQuantization(std::string_view name, int group_size,
                                                              std::string_view activations = "none");
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "common/kernels/cpu/gemm_internal.h"
+#include "common/kernels/cpu/int8_tiles.h"
 #include "common/kernels/cpu/onednn_gemm.h"
 #include "common/kernels/cpu/quant_pack.h"
 #include "common/kernels/cpu/simd_util.h"
@@ -177,6 +178,9 @@ void Gemm(const float* x, int64_t m, int64_t x_stride, const WeightMatrix& w, co
   if (w.layout == WeightLayout::kOnednn) {
     const GemmOutput out{w, bias, y, y_stride};
     internal::GemmOnednn(x, m, x_stride, {&out, 1}, pool);
+  } else if (w.layout == WeightLayout::kInt8Tiles) {
+    const GemmOutput out{w, bias, y, y_stride};
+    internal::GemmInt8Tiles(x, m, x_stride, {&out, 1}, pool);
   } else if (w.layout == WeightLayout::kRowMajor && m <= kDecodeMaxM) {
     internal::GemmStreaming(x, m, x_stride, w, bias, y, y_stride, pool);
   } else {
@@ -191,16 +195,20 @@ namespace tandem::kernels {
 void GemmMulti(const float* x, int64_t m, int64_t x_stride, std::span<const GemmOutput> outputs,
                ThreadPool& pool) {
   if (m <= 0) return;
-  bool all_streamable = m <= kDecodeMaxM, all_panels = true, all_onednn = true;
+  bool all_streamable = m <= kDecodeMaxM, all_panels = true, all_onednn = true,
+       all_int8_tiles = true;
   for (const auto& o : outputs) {
     all_streamable &= o.w.rows > 0 && o.w.cols > 0 && o.w.layout == WeightLayout::kRowMajor;
     all_panels &= o.w.layout == WeightLayout::kPanels || o.w.layout == WeightLayout::kQuantPanels;
     // One plan (dtype and input columns) for all: they share one converted x.
     all_onednn &= o.w.layout == WeightLayout::kOnednn && o.w.dtype == outputs.front().w.dtype;
+    // (one x rounded to int8 for all)
+    all_int8_tiles &= o.w.layout == WeightLayout::kInt8Tiles;
   }
   if (all_streamable) return internal::GemmStreamingMulti(x, m, x_stride, outputs, pool);
   if (all_panels) return internal::GemmTiledMulti(x, m, x_stride, outputs, pool);
   if (all_onednn) return internal::GemmOnednn(x, m, x_stride, outputs, pool);
+  if (all_int8_tiles) return internal::GemmInt8Tiles(x, m, x_stride, outputs, pool);
   for (const auto& o : outputs) Gemm(x, m, x_stride, o.w, o.bias, o.y, o.y_stride, pool);
 }
 
@@ -254,17 +262,23 @@ int64_t MatrixBytes(const WeightMatrix& w) {
       return QuantPanelBytes(w.quant, w.rows, w.cols);
     case WeightLayout::kOnednn:
       return OnednnBytes(w.dtype, w.rows, w.cols).value_or(0);
+    case WeightLayout::kInt8Tiles:
+      return Int8TilesBytes(w.rows, w.cols);
   }
   return 0;
 }
 
 void ReadRow(const WeightMatrix& w, int64_t row, float* out) {
   const char* base = static_cast<const char*>(w.data);
-  if (w.layout == WeightLayout::kQuantPanels) {
+  if (w.layout == WeightLayout::kQuantPanels || w.layout == WeightLayout::kInt8Tiles) {
     const int64_t group_size = w.quant.group_size > 0 ? w.quant.group_size : w.cols;
     std::vector<uint8_t> codes(w.cols), zeros(w.cols / group_size);
     std::vector<float> scales(w.cols / group_size);
-    ReadQuantRow(w, row, codes.data(), scales.data(), zeros.data());
+    if (w.layout == WeightLayout::kInt8Tiles) {
+      ReadInt8TilesRow(w, row, codes.data(), scales.data(), zeros.data());
+    } else {
+      ReadQuantRow(w, row, codes.data(), scales.data(), zeros.data());
+    }
     for (int64_t k = 0; k < w.cols; ++k) {
       const int64_t g = k / group_size;
       out[w.input_order ? w.input_order[k] : k] =

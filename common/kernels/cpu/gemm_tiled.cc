@@ -23,6 +23,7 @@
 
 #include "common/kernels/cpu/gemm_internal.h"
 #include "common/kernels/cpu/gemm_tiled_parts.h"
+#include "common/kernels/cpu/int8_tiles.h"
 
 namespace tandem::kernels::internal::tiled {
 namespace {
@@ -439,6 +440,7 @@ void GemmTiledMulti(const float* x, int64_t m, int64_t x_stride,
 namespace tandem::kernels {
 
 std::string QuantKernelName(const WeightMatrix& w) {
+  if (w.layout == WeightLayout::kInt8Tiles) return Int8TilesKernelName();
   if (w.layout != WeightLayout::kQuantPanels) return "";
   if (w.quant.int8_activations && internal::tiled::IntSubBlock(w) > 0) {
     return "integer (" + internal::tiled::IntKernelIsa(w) + ")";

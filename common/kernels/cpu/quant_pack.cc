@@ -127,17 +127,18 @@ void QuantizeRow(const QuantFormat& f, const float* w, int64_t cols, uint8_t* co
   }
 }
 
+QuantRowSource QuantizedRows(const WeightMatrix& w, const QuantFormat& f) {
+  return [w, f](int64_t row, uint8_t* codes, float* scales, uint8_t* zeros) {
+    thread_local std::vector<float> values;
+    values.resize(w.cols);
+    ReadRow(w, row, values.data());
+    QuantizeRow(f, values.data(), w.cols, codes, scales, zeros);
+  };
+}
+
 WeightMatrix QuantizeToPanels(const WeightMatrix& w, const QuantFormat& f, void* out,
                               ThreadPool& pool) {
-  return PackQuantPanels(
-      f, w.dtype, w.rows, w.cols,
-      [&](int64_t row, uint8_t* codes, float* scales, uint8_t* zeros) {
-        thread_local std::vector<float> values;
-        values.resize(w.cols);
-        ReadRow(w, row, values.data());
-        QuantizeRow(f, values.data(), w.cols, codes, scales, zeros);
-      },
-      out, pool);
+  return PackQuantPanels(f, w.dtype, w.rows, w.cols, QuantizedRows(w, f), out, pool);
 }
 
 void ReadQuantRow(const WeightMatrix& w, int64_t row, uint8_t* codes, float* scales,

@@ -59,6 +59,10 @@ WeightMatrix PackQuantPanels(const QuantFormat& format, DType dtype, int64_t row
 void QuantizeRow(const QuantFormat& format, const float* w, int64_t cols, uint8_t* codes,
                  float* scales, uint8_t* zeros);
 
+// The rows of float `w` (any layout) quantized by QuantizeRow into `format`, as a source for
+// the packers.
+QuantRowSource QuantizedRows(const WeightMatrix& w, const QuantFormat& format);
+
 // Quantizes row-major float `w` (QuantizeRow) straight into panels at `out`.
 WeightMatrix QuantizeToPanels(const WeightMatrix& w, const QuantFormat& format, void* out,
                               ThreadPool& pool);

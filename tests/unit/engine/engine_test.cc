@@ -196,6 +196,41 @@ TEST_F(EngineTest, OnednnGemmsMakeBatchingAndChunkingBitExact) {
   }
 }
 
+// int8 weights with per-token int8 activations on AMX-INT8 tiles (model.cpu_gemm auto on an AMX
+// CPU; skipped elsewhere): each product is one exact integer per output, so batching and
+// chunking stay bit-exact, decode steps of a few rows (vpdpbusd) and prefill (tiles) alike; and
+// the logits stay close to the own integer kernels', which convert each 32 columns' sum.
+TEST_F(EngineTest, Int8TilesMakeBatchingAndChunkingBitExact) {
+  const kernels::QuantFormat w8a8{.bits = 8, .group_size = -1, .int8_activations = true};
+  auto m = model::Model::Load(dir_, pool_, {.quantize = w8a8, .cpu_gemm = kernels::CpuGemm::kAuto});
+  ASSERT_TRUE(m.ok()) << m.status();
+  if ((*m)->weights().layers[0].q_proj.layout != kernels::WeightLayout::kInt8Tiles) {
+    GTEST_SKIP() << "no AMX-INT8 tiles on this CPU: " << (*m)->weights().cpu_gemm;
+  }
+  EXPECT_EQ((*m)->weights().kernels, "tandem+amx-int8");
+  EXPECT_EQ((*m)->weights().layers[1].down_proj.layout, kernels::WeightLayout::kInt8Tiles);
+  auto requests = MixedRequests(6, 8);
+  requests.push_back(Greedy("long", RandomPrompt(90, 7, 128), 8));
+  auto batched = RunAll(*MakeEngine(Options(), m->get()), requests);
+  EngineOptions chunked = Options();
+  chunked.chunk_size = 7;
+  auto in_chunks = RunAll(*MakeEngine(chunked, m->get()), requests);
+  auto own = model::Model::Load(dir_, pool_, {.quantize = w8a8});
+  ASSERT_TRUE(own.ok()) << own.status();
+  ASSERT_EQ((*own)->weights().layers[0].q_proj.layout, kernels::WeightLayout::kQuantPanels);
+  auto on_own = RunAll(*MakeEngine(Options(), own->get()), requests);
+  for (const auto& r : requests) {
+    auto solo = RunAll(*MakeEngine(Options(), m->get()), {r})[r.id];
+    EXPECT_EQ(batched[r.id].tokens, solo.tokens) << r.id;
+    EXPECT_EQ(batched[r.id].logits, solo.logits) << r.id;
+    EXPECT_EQ(in_chunks[r.id].logits, solo.logits) << r.id;
+    ASSERT_EQ(on_own[r.id].logits.size(), solo.logits.size());
+    for (size_t i = 0; i < solo.logits.size(); ++i) {
+      EXPECT_LE(MaxRelDiff(on_own[r.id].logits[i], solo.logits[i]), 1e-3) << r.id;
+    }
+  }
+}
+
 // An int8 cache (per token and head scales) against the f32 one, on the same requests: the
 // logits move by a fraction of their spread, and batching stays exact with panel weights. (Exact
 // parity of the int8 cache with a reference that rounds K/V the same way: reference_*_int8kv.)

@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/kernels/cpu/gemm.h"
+#include "common/kernels/cpu/int8_tiles.h"
 #include "common/kernels/cpu/quant_pack.h"
 #include "common/model/model.h"
 #include "common/model/quantized_writer.h"
@@ -138,6 +139,22 @@ TEST(QuantizedCheckpointTest, W8A8RoundsActivations) {
   EXPECT_EQ((*d)->weights().quantization, "ct-w8a8-channel");
   EXPECT_EQ((*d)->weights().layers[0].q_proj.quant.activation_block, 0);
   EXPECT_EQ(Logits(**d), lb);
+
+  // model.cpu_gemm auto: on a CPU with AMX-INT8 the per-token W8A8 matrices go onto the tiles
+  // (kernels/cpu/int8_tiles.h), whose exact integer sums stay close to the own kernels'.
+  auto e = Model::Load(w8a8, pool, {.cpu_gemm = kernels::CpuGemm::kAuto});
+  ASSERT_TRUE(e.ok()) << e.status();
+  const kernels::WeightMatrix& q_proj = (*e)->weights().layers[0].q_proj;
+  if (!kernels::Int8TilesFit(q_proj.quant, q_proj.cols)) {
+    EXPECT_EQ(q_proj.layout, kernels::WeightLayout::kQuantPanels);
+    return;
+  }
+  EXPECT_EQ(q_proj.layout, kernels::WeightLayout::kInt8Tiles);
+  EXPECT_THAT((*e)->weights().cpu_gemm, HasSubstr("AMX-INT8 tiles"));
+  EXPECT_THAT((*e)->weights().cpu_gemm_implementation, HasSubstr("tdpbsud"));
+  const std::vector<float> le = Logits(**e);
+  ASSERT_EQ(le.size(), lb.size());
+  for (size_t i = 0; i < le.size(); ++i) EXPECT_NEAR(le[i], lb[i], 1e-3 * norm) << i;
 }
 
 // A quantized lm_head (GPTQ lm_head: true): loaded as a quantized matrix, each row the float

@@ -210,8 +210,13 @@ TEST(QuantizedModelTest, ClearErrors) {
   EXPECT_EQ(*ParseWeightQuantization("int4", 32, "int8"),
             (kernels::QuantFormat{4, 32, false, true, kActivationBlock}));
   EXPECT_EQ(QuantizationName(*ParseWeightQuantization("int4", 32, "int8")), "int4-g32-a8");
-  EXPECT_THAT(std::string(ParseWeightQuantization("int4", 32, "fp8").status().message()),
-              HasSubstr("model.activation_quantization must be none or int8, got \"fp8\""));
+  // int8-token: one scale per row (token), as W8A8 checkpoints round.
+  EXPECT_EQ(*ParseWeightQuantization("int8", 0, "int8-token"),
+            (kernels::QuantFormat{8, -1, false, true, 0}));
+  EXPECT_EQ(QuantizationName(*ParseWeightQuantization("int8", 0, "int8-token")), "int8-a8t");
+  EXPECT_THAT(
+      std::string(ParseWeightQuantization("int4", 32, "fp8").status().message()),
+      HasSubstr("model.activation_quantization must be none, int8 or int8-token, got \"fp8\""));
   auto float_a8 = Model::Load(dir, pool, {.quantize = *ParseWeightQuantization("none", 0, "int8")});
   ASSERT_FALSE(float_a8.ok());
   EXPECT_THAT(std::string(float_a8.status().message()),

@@ -1,0 +1,376 @@
+#include "common/kernels/cpu/int8_tiles.h"
+
+#include <cpuid.h>
+#include <immintrin.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/kernels/cpu/amx.h"
+#include "common/kernels/cpu/gemm_tiled_parts.h"
+#include "common/util/check.h"
+
+#define TANDEM_VNNI512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")))
+#define TANDEM_AMX_INT8 __attribute__((target("amx-tile,amx-bf16,amx-int8")))
+
+// GCC 12 flags the intrinsics' own _mm512_undefined_* placeholders as maybe-uninitialized.
+#if !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+namespace tandem::kernels {
+namespace {
+
+constexpr int64_t kSlice = 64;                   // output rows per slice
+constexpr int64_t kBlockK = 64;                  // input columns per K block
+constexpr int64_t kTileBytes = 1024;             // 16 rows of 64 bytes: 16 outputs x 64 columns
+constexpr int64_t kBlockBytes = 4 * kTileBytes;  // a slice's K block
+constexpr int64_t kChunk = 16;                   // rows of x per tile call
+constexpr int64_t kMaxCols = 65535;              // |t| < 255 * 127 * 65,536 < 2^31
+// K blocks a decode step prefetches ahead of its loads (8 KiB of its stream).
+constexpr int64_t kVnniPrefetchBlocks = 2;
+// K blocks the tiles prefetch ahead into L1 (tile loads do not wake the hardware prefetchers).
+constexpr int64_t kTilePrefetchBlocks = 2;
+// The first pass over a slice reads it from memory: it also asks for the blocks this far ahead
+// (128 KiB, on into the next slice, which the same thread usually takes next) into L2, as the
+// bf16 tiles do for decode (onednn_gemm.cc). Later passes read the slice from L2.
+constexpr int64_t kTileStreamBlocks = 32;
+
+int64_t RoundUp(int64_t n, int64_t to) { return (n + to - 1) / to * to; }
+
+struct Shape {
+  int64_t rows;    // padded to kSlice
+  int64_t cols;    // padded to kBlockK
+  int64_t blocks;  // K blocks
+
+  static Shape Of(int64_t rows, int64_t cols) {
+    return {RoundUp(rows, kSlice), RoundUp(cols, kBlockK), RoundUp(cols, kBlockK) / kBlockK};
+  }
+  int64_t SliceBytes() const { return blocks * kBlockBytes; }
+  int64_t CodeBytes() const { return rows * cols; }
+  int64_t Bytes() const { return CodeBytes() + rows * (sizeof(float) + sizeof(int32_t)); }
+  // Where the code of output n, input column k lies.
+  int64_t At(int64_t n, int64_t k) const {
+    return (n / kSlice * blocks + k / kBlockK) * kBlockBytes + n % kSlice / 16 * kTileBytes +
+           k % kBlockK / 4 * 64 + n % 16 * 4 + k % 4;
+  }
+};
+
+const char* Codes(const WeightMatrix& w) { return static_cast<const char*>(w.data); }
+const float* Scales(const WeightMatrix& w, const Shape& s) {
+  return reinterpret_cast<const float*>(Codes(w) + s.CodeBytes());
+}
+const int32_t* Zeros(const WeightMatrix& w, const Shape& s) {
+  return reinterpret_cast<const int32_t*>(Codes(w) + s.CodeBytes() + s.rows * sizeof(float));
+}
+
+std::atomic<int64_t> vnni_rows{internal::kInt8VnniRows};
+
+// AMX-INT8: CPUID leaf 7, EDX bit 25.
+bool AmxInt8() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) && (edx >> 25 & 1) != 0;
+}
+
+// x rounded to int8, one scale per row (tiled::RoundToInt8, the own integer kernels' codes):
+// row r's codes at q + r * stride, zero past its k columns up to the padded K.
+struct IntRows {
+  const int8_t* q;
+  const int32_t* sums;  // sum of row r's codes
+  const float* scales;
+  int64_t stride;
+};
+
+IntRows QuantizeRows(const float* x, int64_t m, int64_t x_stride, int64_t k, int64_t stride,
+                     ThreadPool& pool) {
+  // The calling thread's; the workers get the pointers.
+  thread_local std::vector<int8_t> q;
+  thread_local std::vector<int32_t> sums;
+  thread_local std::vector<float> scales;
+  if (static_cast<int64_t>(q.size()) < m * stride) q.resize(m * stride);
+  if (static_cast<int64_t>(sums.size()) < m) {
+    sums.resize(m);
+    scales.resize(m);
+  }
+  int8_t* q_data = q.data();
+  int32_t* sums_data = sums.data();
+  float* scales_data = scales.data();
+  auto run = [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      int8_t* row = q_data + r * stride;
+      scales_data[r] = internal::tiled::RoundToInt8(x + r * x_stride, k, row);
+      std::memset(row + k, 0, stride - k);
+      int32_t sum = 0;
+      for (int64_t j = 0; j < k; ++j) sum += row[j];
+      sums_data[r] = sum;
+    }
+  };
+  constexpr int64_t kGrain = 32;  // a decode step's few rows are not worth waking the pool
+  if (m <= kGrain) {
+    run(0, m);
+  } else {
+    pool.ParallelFor(m, kGrain, run);
+  }
+  return {q_data, sums_data, scales_data, stride};
+}
+
+// What a call writes: `count` (<= kSlice) outputs of a slice, from output n0 of a product.
+struct SliceOut {
+  const char* codes;  // the slice's
+  const float* scales;
+  const int32_t* zeros;
+  const float* bias;  // null: none
+  float* y;           // row 0, output n0
+  int64_t y_stride;
+  int64_t count;
+};
+
+// Sixteen outputs of one row from their integer sums t = sum xq * code: t - zero * sum(xq),
+// then fma(float(t) * s_x, s_w, bias). Every kernel ends here: the same operations, the same
+// bits.
+TANDEM_VNNI512 inline void Finish(__m512i t, const SliceOut& o, int64_t part, int32_t sum_x,
+                                  float s_x, float* y) {
+  const int64_t left = o.count - 16 * part;
+  if (left <= 0) return;
+  const __mmask16 mask = left >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << left) - 1);
+  const __m512i zero = _mm512_loadu_si512(o.zeros + 16 * part);
+  t = _mm512_sub_epi32(t, _mm512_mullo_epi32(zero, _mm512_set1_epi32(sum_x)));
+  const __m512 p = _mm512_mul_ps(_mm512_cvtepi32_ps(t), _mm512_set1_ps(s_x));
+  const __m512 bias =
+      o.bias != nullptr ? _mm512_maskz_loadu_ps(mask, o.bias + 16 * part) : _mm512_setzero_ps();
+  const __m512 out = _mm512_fmadd_ps(p, _mm512_loadu_ps(o.scales + 16 * part), bias);
+  _mm512_mask_storeu_ps(y + 16 * part, mask, out);
+}
+
+inline int32_t Load4(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+// R (1..4) rows of x from row r0 times one slice on vpdpbusd: one lane per output, 4 x 16
+// outputs, each row's 4 codes broadcast.
+template <int R>
+TANDEM_VNNI512 void VnniRows(const IntRows& x, int64_t r0, int64_t blocks, const SliceOut& o) {
+  __m512i acc[R][4];
+  TANDEM_UNROLL
+  for (int i = 0; i < R; ++i) {
+    TANDEM_UNROLL
+    for (int t = 0; t < 4; ++t) acc[i][t] = _mm512_setzero_si512();
+  }
+  const int8_t* rows[R];
+  TANDEM_UNROLL
+  for (int i = 0; i < R; ++i) rows[i] = x.q + (r0 + i) * x.stride;
+  for (int64_t kb = 0; kb < blocks; ++kb) {
+    const char* block = o.codes + kb * kBlockBytes;
+    const char* ahead = block + kVnniPrefetchBlocks * kBlockBytes;
+    TANDEM_UNROLL
+    for (int64_t q = 0; q < 16; ++q) {
+      // Past the slice's end this reads ahead into the next slice, which the same thread
+      // usually takes next; a prefetch never faults.
+      TANDEM_UNROLL
+      for (int t = 0; t < 4; ++t) _mm_prefetch(ahead + t * kTileBytes + q * 64, _MM_HINT_T0);
+      __m512i xq[R];
+      TANDEM_UNROLL
+      for (int i = 0; i < R; ++i) xq[i] = _mm512_set1_epi32(Load4(rows[i] + kb * kBlockK + q * 4));
+      TANDEM_UNROLL
+      for (int t = 0; t < 4; ++t) {
+        const __m512i w = _mm512_load_si512(block + t * kTileBytes + q * 64);
+        TANDEM_UNROLL
+        for (int i = 0; i < R; ++i) acc[i][t] = _mm512_dpbusd_epi32(acc[i][t], w, xq[i]);
+      }
+    }
+  }
+  for (int i = 0; i < R; ++i) {
+    float* y = o.y + (r0 + i) * o.y_stride;
+    for (int t = 0; t < 4; ++t) Finish(acc[i][t], o, t, x.sums[r0 + i], x.scales[r0 + i], y);
+  }
+}
+
+void VnniRange(const IntRows& x, int64_t r0, int64_t r1, int64_t blocks, const SliceOut& o) {
+  for (; r0 + 4 <= r1; r0 += 4) VnniRows<4>(x, r0, blocks, o);
+  switch (r1 - r0) {
+    case 3:
+      return VnniRows<3>(x, r0, blocks, o);
+    case 2:
+      return VnniRows<2>(x, r0, blocks, o);
+    case 1:
+      return VnniRows<1>(x, r0, blocks, o);
+    default:
+      return;
+  }
+}
+
+// c[rows][kSlice] (int32) = `rows` (1..16) rows of x, stride bytes apart, times one slice, on
+// the tiles: per 16 outputs one accumulator tile, tdpbsud (x signed, codes unsigned) over the K
+// blocks.
+TANDEM_AMX_INT8 void TileRows(const int8_t* x, int64_t stride, int64_t rows, const char* slice,
+                              int64_t blocks, bool stream, int32_t* c) {
+  // Tiles 0-3 accumulate the four 16-output parts; 4 holds x; 5-7 a block's codes.
+  const auto r = static_cast<uint8_t>(rows);
+  internal::LoadTileConfig({r, r, r, r, r, 16, 16, 16});
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  for (int64_t kb = 0; kb < blocks; ++kb) {
+    const char* block = slice + kb * kBlockBytes;
+    const char* ahead = block + kTilePrefetchBlocks * kBlockBytes;
+    for (int64_t line = 0; line < kBlockBytes; line += 64) _mm_prefetch(ahead + line, _MM_HINT_T0);
+    if (stream) {
+      const char* far = block + kTileStreamBlocks * kBlockBytes;
+      for (int64_t line = 0; line < kBlockBytes; line += 64) _mm_prefetch(far + line, _MM_HINT_T1);
+    }
+    _tile_loadd(4, x + kb * kBlockK, stride);
+    _tile_loadd(5, block, 64);
+    _tile_dpbsud(0, 4, 5);
+    _tile_loadd(6, block + kTileBytes, 64);
+    _tile_dpbsud(1, 4, 6);
+    _tile_loadd(7, block + 2 * kTileBytes, 64);
+    _tile_dpbsud(2, 4, 7);
+    _tile_loadd(5, block + 3 * kTileBytes, 64);
+    _tile_dpbsud(3, 4, 5);
+  }
+  constexpr int64_t kRowBytes = kSlice * sizeof(int32_t);
+  _tile_stored(0, c, kRowBytes);
+  _tile_stored(1, c + 16, kRowBytes);
+  _tile_stored(2, c + 32, kRowBytes);
+  _tile_stored(3, c + 48, kRowBytes);
+}
+
+TANDEM_VNNI512 void FinishRows(const int32_t* c, const IntRows& x, int64_t r0, int64_t rows,
+                               const SliceOut& o) {
+  for (int64_t i = 0; i < rows; ++i) {
+    float* y = o.y + (r0 + i) * o.y_stride;
+    for (int t = 0; t < 4; ++t) {
+      Finish(_mm512_load_si512(c + i * kSlice + 16 * t), o, t, x.sums[r0 + i], x.scales[r0 + i],
+             y);
+    }
+  }
+}
+
+void TileRange(const IntRows& x, int64_t r0, int64_t r1, int64_t blocks, const SliceOut& o) {
+  alignas(64) thread_local int32_t c[kChunk * kSlice];
+  for (bool first = true; r0 < r1; r0 += kChunk, first = false) {
+    const int64_t rows = std::min(kChunk, r1 - r0);
+    TileRows(x.q + r0 * x.stride, x.stride, rows, o.codes, blocks, first, c);
+    FinishRows(c, x, r0, rows, o);
+  }
+}
+
+}  // namespace
+
+bool Int8TilesFit(const QuantFormat& f, int64_t cols) {
+  static const bool cpu = internal::AmxTilesAllowed() && AmxInt8() &&
+                          __builtin_cpu_supports("avx512vnni") &&
+                          __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq");
+  const int64_t group = f.group_size > 0 ? f.group_size : cols;
+  return cpu && f.bits == 8 && group == cols && f.int8_activations && f.activation_block == 0 &&
+         cols > 0 && cols <= kMaxCols;
+}
+
+int64_t Int8TilesBytes(int64_t rows, int64_t cols) { return Shape::Of(rows, cols).Bytes(); }
+
+WeightMatrix PackInt8Tiles(const QuantFormat& f, DType dtype, int64_t rows, int64_t cols,
+                           const QuantRowSource& source, void* out, ThreadPool& pool) {
+  const int64_t group = f.group_size > 0 ? f.group_size : cols;
+  TANDEM_CHECK(f.bits == 8 && group == cols, "int8 tiles hold 8-bit codes, one scale per row");
+  const Shape s = Shape::Of(rows, cols);
+  auto* codes = static_cast<uint8_t*>(out);
+  auto* scales = reinterpret_cast<float*>(codes + s.CodeBytes());
+  auto* zeros = reinterpret_cast<int32_t*>(codes + s.CodeBytes() + s.rows * sizeof(float));
+  pool.ParallelFor(s.rows / kSlice, 1, [&](int64_t s0, int64_t s1) {
+    std::vector<uint8_t> row(cols);
+    for (int64_t n = s0 * kSlice; n < std::min(rows, s1 * kSlice); ++n) {
+      float scale = 0.0f;
+      uint8_t zero = 1 << 7;
+      source(n, row.data(), &scale, &zero);
+      for (int64_t k = 0; k < cols; ++k) codes[s.At(n, k)] = row[k];
+      scales[n] = scale;
+      zeros[n] = f.has_zero ? zero : 1 << 7;
+    }
+  });
+  return WeightMatrix{.data = out,
+                      .dtype = dtype,
+                      .rows = rows,
+                      .cols = cols,
+                      .layout = WeightLayout::kInt8Tiles,
+                      .quant = f};
+}
+
+void ReadInt8TilesRow(const WeightMatrix& w, int64_t row, uint8_t* codes, float* scales,
+                      uint8_t* zeros) {
+  const Shape s = Shape::Of(w.rows, w.cols);
+  for (int64_t k = 0; k < w.cols; ++k) codes[k] = static_cast<uint8_t>(Codes(w)[s.At(row, k)]);
+  scales[0] = Scales(w, s)[row];
+  zeros[0] = static_cast<uint8_t>(Zeros(w, s)[row]);
+}
+
+std::string Int8TilesKernelName() {
+  return absl::StrCat("integer (AMX-INT8 tdpbsud; AVX512-VNNI vpdpbusd up to ",
+                      vnni_rows.load(std::memory_order_relaxed), " rows)");
+}
+
+namespace internal {
+
+int64_t SetInt8VnniRows(int64_t rows) { return vnni_rows.exchange(rows); }
+
+void GemmInt8Tiles(const float* x, int64_t m, int64_t x_stride, std::span<const GemmOutput> outputs,
+                   ThreadPool& pool) {
+  if (m <= 0 || outputs.empty()) return;
+  const int64_t k = outputs.front().w.cols;
+  const int64_t blocks = Shape::Of(1, k).blocks;
+  const IntRows xq = QuantizeRows(x, m, x_stride, k, blocks * kBlockK, pool);
+  const bool vnni = m <= vnni_rows.load(std::memory_order_relaxed);
+  // Work items: (slice of one output, part of the rows); rows are split only when there are
+  // too few slices to keep every thread busy.
+  int64_t slices = 0;
+  for (const auto& o : outputs) slices += (o.w.rows + kSlice - 1) / kSlice;
+  const int64_t chunks = (m + kChunk - 1) / kChunk;
+  const int64_t threads = pool.num_threads();
+  const int64_t parts =
+      vnni || slices >= 2 * threads
+          ? 1
+          : std::clamp<int64_t>((2 * threads + slices - 1) / slices, 1, chunks);
+  const int64_t rows_per_part = (chunks + parts - 1) / parts * kChunk;
+  pool.ParallelForDynamic(slices * parts, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      int64_t slice = t / parts;
+      const int64_t part = t % parts;
+      for (const auto& o : outputs) {
+        const int64_t count = (o.w.rows + kSlice - 1) / kSlice;
+        if (slice >= count) {
+          slice -= count;
+          continue;
+        }
+        const Shape s = Shape::Of(o.w.rows, o.w.cols);
+        const int64_t n0 = slice * kSlice;
+        const SliceOut out{Codes(o.w) + slice * s.SliceBytes(),
+                           Scales(o.w, s) + n0,
+                           Zeros(o.w, s) + n0,
+                           o.bias != nullptr ? o.bias + n0 : nullptr,
+                           o.y + n0,
+                           o.y_stride,
+                           std::min(kSlice, o.w.rows - n0)};
+        const int64_t r0 = part * rows_per_part, r1 = std::min(m, r0 + rows_per_part);
+        if (vnni) {
+          VnniRange(xq, r0, r1, blocks, out);
+        } else {
+          TileRange(xq, r0, r1, blocks, out);
+        }
+        break;
+      }
+    }
+  });
+}
+
+}  // namespace internal
+}  // namespace tandem::kernels
+
+#if !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
