@@ -214,7 +214,10 @@ std::vector<Field> MakeSchema() {
           "on AVX512-BF16, and 3.6-5.1x the prefill and 2.1-3.9x the batched decode on AMX, "
           "where bf16 slices run on Tandem's own AMX tile kernel with oneDNN's bits; batch 1 "
           "alike on both; on AVX2 oneDNN's f32 GEMMs were no faster; docs/benchmarks.md). "
-          "Quantized matrices and an untied embedding stay on the own kernels. "
+          "Quantized matrices and an untied embedding stay on the own kernels, except that auto "
+          "on a CPU with AMX-INT8 multiplies int8 weights with one scale per row and per-token "
+          "int8 activations (a W8A8 checkpoint, or model.activation_quantization: int8-token) "
+          "on Tandem's own AMX-INT8 tiles. "
           "The load log line says which was chosen and why"),
       Int("model.threads", TANDEM_CONFIG_REF(model.threads), 0, 1024,
           "compute threads of a role; `tandem serve` shares them between its engines; 0: every "
