@@ -885,13 +885,18 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(const std::stri
   const bool int8_tiles = b.int8_tiles_used() > 0;
   if (int8_tiles) {
     w->cpu_gemm = "auto: AMX-INT8 tiles for the int8 matrices with per-token int8 activations";
-    w->kernels = "tandem+amx-int8";
+    // Attention's products on AMX bf16 tiles too, as with oneDNN's GEMMs (a 16-bit model).
+    w->bf16_attention = c.torch_dtype != DType::kF32 && kernels::Bf16AttentionTiles(c.head_dim);
+    w->kernels = w->bf16_attention ? "tandem+amx-int8+bf16-attention" : "tandem+amx-int8";
   }
   if (options.device.kind == kernels::DeviceSpec::Kind::kCpu && !w->quantization.empty()) {
     // (the layers' kernels; the head's where only lm_head is quantized)
     w->cpu_gemm_implementation = kernels::QuantKernelName(w->layers[0].q_proj);
     if (w->cpu_gemm_implementation.empty()) {
       w->cpu_gemm_implementation = kernels::QuantKernelName(w->lm_head);
+    }
+    if (int8_tiles && w->bf16_attention) {
+      absl::StrAppend(&w->cpu_gemm_implementation, ", attention on AMX bf16 tiles");
     }
   }
   if (options.cpu_gemm != kernels::CpuGemm::kTandem) {
