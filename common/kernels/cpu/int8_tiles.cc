@@ -289,7 +289,12 @@ WeightMatrix PackInt8Tiles(const QuantFormat& f, DType dtype, int64_t rows, int6
       float scale = 0.0f;
       uint8_t zero = 1 << 7;
       source(n, row.data(), &scale, &zero);
-      for (int64_t k = 0; k < cols; ++k) codes[s.At(n, k)] = row[k];
+      // Each 4 columns' codes in one piece; the last block's missing columns stay zero.
+      uint8_t* out_n = codes + s.At(n, 0);
+      for (int64_t k = 0; k < cols; k += 4) {
+        std::memcpy(out_n + k / kBlockK * kBlockBytes + k % kBlockK / 4 * 64, row.data() + k,
+                    std::min<int64_t>(4, cols - k));
+      }
       scales[n] = scale;
       zeros[n] = f.has_zero ? zero : 1 << 7;
     }

@@ -104,7 +104,8 @@ TEST_F(Int8TilesTest, EveryRowCountOnEitherKernelGivesTheDefinitionsBits) {
   struct Shape {
     int64_t rows, cols;
   };
-  for (const Shape shape : {Shape{64, 64}, Shape{100, 200}, Shape{200, 768}, Shape{130, 1000}}) {
+  for (const Shape shape :
+       {Shape{64, 64}, Shape{33, 70}, Shape{100, 200}, Shape{200, 768}, Shape{130, 1001}}) {
     for (const bool has_zero : {false, true}) {
       const RandomInt8Matrix w(has_zero, shape.rows, shape.cols, 7, pool);
       std::vector<float> bias(shape.rows);
