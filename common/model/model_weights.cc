@@ -787,9 +787,8 @@ absl::StatusOr<kernels::CpuGemmChoice> ChooseGemm(const ModelConfig& c,
   TANDEM_ASSIGN_OR_RETURN(kernels::CpuGemmChoice floats,
                           kernels::ChooseCpuGemm(kernels::CpuGemm::kAuto, c.torch_dtype));
   if (floats.gemm != kernels::CpuGemm::kOnednn) return quantized_choice;
-  // (completed after the load, which knows where the quantized matrices went)
-  floats.reason =
-      absl::StrCat("the float ", float_layers ? "layers" : "lm_head", " on ", floats.reason);
+  floats.reason = absl::StrCat("onednn for the float ", float_layers ? "layers" : "lm_head", " (",
+                               floats.reason, "); the quantized matrices on the own kernels");
   return floats;
 }
 
@@ -896,13 +895,10 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(const std::stri
   }
   TANDEM_RETURN_IF_ERROR(b.CheckAllUsed());
   const bool int8_tiles = b.int8_tiles_used() > 0;
-  if (!w->quantization.empty() && (onednn || int8_tiles)) {
-    w->cpu_gemm = absl::StrCat(int8_tiles ? "auto: the int8 matrices with per-token int8 "
-                                            "activations on AMX-INT8 tiles"
-                                          : "auto: the quantized matrices on the own kernels",
-                               onednn ? absl::StrCat(", ", gemm.reason) : "");
-  }
   if (int8_tiles) {
+    w->cpu_gemm =
+        absl::StrCat("auto: AMX-INT8 tiles for the int8 matrices with per-token int8 activations",
+                     onednn ? absl::StrCat("; ", w->cpu_gemm) : "");
     // Attention's products on AMX bf16 tiles too, as with oneDNN's GEMMs (a 16-bit model).
     w->bf16_attention = c.torch_dtype != DType::kF32 && kernels::Bf16AttentionTiles(c.head_dim);
     w->kernels =
