@@ -217,8 +217,7 @@ std::vector<Field> MakeSchema() {
           "Quantized matrices and an untied embedding stay on the own kernels, except that auto "
           "on a CPU with AMX-INT8 multiplies int8 weights with one scale per row and per-token "
           "int8 activations (a W8A8 checkpoint, or model.activation_quantization: int8-token) "
-          "on Tandem's own AMX-INT8 tiles; in a quantized model auto puts the float matrices it "
-          "keeps (an lm_head left in float) where it puts a float model's. "
+          "on Tandem's own AMX-INT8 tiles. "
           "The load log line says which was chosen and why"),
       Int("model.threads", TANDEM_CONFIG_REF(model.threads), 0, 1024,
           "compute threads of a role; `tandem serve` shares them between its engines; 0: every "

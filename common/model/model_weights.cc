@@ -760,9 +760,7 @@ std::string LoadedQuantizationName(const QuantizationConfig& checkpoint,
 
 namespace {
 
-// model.cpu_gemm for this model: oneDNN multiplies float weights on the CPU only. In a
-// quantized model, auto puts the float matrices it keeps (an lm_head left in float, or the
-// layers when only lm_head is quantized) where it would put a float model's.
+// model.cpu_gemm for this model: oneDNN multiplies float weights on the CPU only.
 absl::StatusOr<kernels::CpuGemmChoice> ChooseGemm(const ModelConfig& c,
                                                   const WeightLoadOptions& options) {
   const bool quantized = options.quantize.bits != 0 || options.lm_head_quantize.bits != 0 ||
@@ -774,22 +772,12 @@ absl::StatusOr<kernels::CpuGemmChoice> ChooseGemm(const ModelConfig& c,
         quantized ? "quantized" : absl::StrCat("on ", options.device.ToString()),
         " (leave model.cpu_gemm at auto or tandem)"));
   }
-  if (!cpu) return kernels::CpuGemmChoice{kernels::CpuGemm::kTandem, "tandem (not on the CPU)"};
-  const kernels::CpuGemmChoice quantized_choice{kernels::CpuGemm::kTandem,
-                                                "tandem (quantized weights)"};
-  if (!quantized) return kernels::ChooseCpuGemm(options.cpu_gemm, c.torch_dtype);
-  const bool float_layers = options.quantize.bits == 0 && !c.quantization.quantized();
-  const bool float_head =
-      options.lm_head_quantize.bits == 0 && !(c.quantization.quantized() && c.quantization.lm_head);
-  if (options.cpu_gemm != kernels::CpuGemm::kAuto || !(float_layers || float_head)) {
-    return quantized_choice;
+  if (quantized || !cpu) {
+    return kernels::CpuGemmChoice{kernels::CpuGemm::kTandem, quantized
+                                                                 ? "tandem (quantized weights)"
+                                                                 : "tandem (not on the CPU)"};
   }
-  TANDEM_ASSIGN_OR_RETURN(kernels::CpuGemmChoice floats,
-                          kernels::ChooseCpuGemm(kernels::CpuGemm::kAuto, c.torch_dtype));
-  if (floats.gemm != kernels::CpuGemm::kOnednn) return quantized_choice;
-  floats.reason = absl::StrCat("onednn for the float ", float_layers ? "layers" : "lm_head", " (",
-                               floats.reason, "); the quantized matrices on the own kernels");
-  return floats;
+  return kernels::ChooseCpuGemm(options.cpu_gemm, c.torch_dtype);
 }
 
 }  // namespace
@@ -896,26 +884,18 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(const std::stri
   TANDEM_RETURN_IF_ERROR(b.CheckAllUsed());
   const bool int8_tiles = b.int8_tiles_used() > 0;
   if (int8_tiles) {
-    w->cpu_gemm =
-        absl::StrCat("auto: AMX-INT8 tiles for the int8 matrices with per-token int8 activations",
-                     onednn ? absl::StrCat("; ", w->cpu_gemm) : "");
+    w->cpu_gemm = "auto: AMX-INT8 tiles for the int8 matrices with per-token int8 activations";
     // Attention's products on AMX bf16 tiles too, as with oneDNN's GEMMs (a 16-bit model).
     w->bf16_attention = c.torch_dtype != DType::kF32 && kernels::Bf16AttentionTiles(c.head_dim);
-    w->kernels =
-        absl::StrCat(onednn ? absl::StrCat("onednn/", kernels::OnednnCpuInfo().isa) : "tandem",
-                     "+amx-int8", w->bf16_attention ? "+bf16-attention" : "");
+    w->kernels = w->bf16_attention ? "tandem+amx-int8+bf16-attention" : "tandem+amx-int8";
   }
   if (options.device.kind == kernels::DeviceSpec::Kind::kCpu && !w->quantization.empty()) {
-    // (the layers' kernels; the head's where only lm_head is quantized), then oneDNN's for the
-    // float matrices, and attention's
-    const std::string onednn_part = onednn ? w->cpu_gemm_implementation : "";
+    // (the layers' kernels; the head's where only lm_head is quantized)
     w->cpu_gemm_implementation = kernels::QuantKernelName(w->layers[0].q_proj);
     if (w->cpu_gemm_implementation.empty()) {
       w->cpu_gemm_implementation = kernels::QuantKernelName(w->lm_head);
     }
-    if (!onednn_part.empty()) {
-      absl::StrAppend(&w->cpu_gemm_implementation, "; float matrices: ", onednn_part);
-    } else if (int8_tiles && w->bf16_attention) {
+    if (int8_tiles && w->bf16_attention) {
       absl::StrAppend(&w->cpu_gemm_implementation, ", attention on AMX bf16 tiles");
     }
   }

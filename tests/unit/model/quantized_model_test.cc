@@ -8,7 +8,6 @@
 #include <vector>
 
 #include "common/kernels/cpu/gemm.h"
-#include "common/kernels/cpu/onednn_gemm.h"
 #include "common/model/model.h"
 #include "common/model/scratch_kv.h"
 #include "gmock/gmock.h"
@@ -260,60 +259,6 @@ TEST(QuantizedModelTest, ClearErrors) {
   EXPECT_THAT((*automatic)->weights().cpu_gemm_implementation,
               HasSubstr("float (codes to f32 in registers"));
   EXPECT_EQ((*automatic)->weights().layers[0].q_proj.layout, kernels::WeightLayout::kQuantPanels);
-}
-
-}  // namespace
-}  // namespace tandem::model
-
-namespace tandem::model {
-namespace {
-
-// model.cpu_gemm auto in a quantized model: the float matrices it keeps (here lm_head) go where
-// auto puts a float model's (oneDNN where the CPU has bf16 dot products); the quantized ones stay
-// on the own kernels. With lm_head quantized too, nothing is left for oneDNN.
-TEST(QuantizedModelTest, AutoPutsTheFloatHeadWhereAFloatModelsGoes) {
-  ThreadPool pool(2);
-  make_random_model::ModelSpec spec = testing::TinySpec();
-  spec.dtype = DType::kBF16;
-  const std::string dir = testing::WriteTempModel(spec);
-  auto m =
-      Model::Load(dir, pool, {.quantize = {4, 32, false}, .cpu_gemm = kernels::CpuGemm::kAuto});
-  ASSERT_TRUE(m.ok()) << m.status();
-  const ModelWeights& w = (*m)->weights();
-  EXPECT_EQ(w.layers[0].q_proj.layout, kernels::WeightLayout::kQuantPanels);
-  const bool onednn = kernels::ChooseCpuGemm(kernels::CpuGemm::kAuto, DType::kBF16)->gemm ==
-                      kernels::CpuGemm::kOnednn;
-  if (onednn) {
-    EXPECT_EQ(w.lm_head.layout, kernels::WeightLayout::kOnednn);
-    EXPECT_THAT(w.cpu_gemm, ::testing::HasSubstr("onednn for the float lm_head"));
-    EXPECT_THAT(w.cpu_gemm_implementation, ::testing::HasSubstr("; float matrices: "));
-    EXPECT_THAT(w.kernels, ::testing::StartsWith("onednn/"));
-  } else {
-    EXPECT_EQ(w.cpu_gemm, "tandem (quantized weights)");
-    EXPECT_EQ(w.kernels, "tandem");
-  }
-  // The same model on the own kernels throughout: close (oneDNN rounds the head's input to bf16).
-  auto own = Model::Load(dir, pool, {.quantize = {4, 32, false}});
-  ASSERT_TRUE(own.ok()) << own.status();
-  std::vector<int32_t> prompt(12);
-  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>(i * 5 % 100);
-  ScratchKv a(**m, DType::kF32, 12), b(**own, DType::kF32, 12);
-  ASSERT_TRUE(a.Forward(prompt.data(), 12, 0, LogitsMode::kAll, nullptr).ok());
-  ASSERT_TRUE(b.Forward(prompt.data(), 12, 0, LogitsMode::kAll, nullptr).ok());
-  double diff = 0, norm = 0;
-  for (size_t i = 0; i < a.logits().size(); ++i) {
-    diff = std::max<double>(diff, std::fabs(a.logits()[i] - b.logits()[i]));
-    norm = std::max<double>(norm, std::fabs(b.logits()[i]));
-  }
-  EXPECT_LT(diff, 0.05 * norm);
-
-  auto all = Model::Load(dir, pool,
-                         {.quantize = {4, 32, false},
-                          .lm_head_quantize = {8, -1},
-                          .cpu_gemm = kernels::CpuGemm::kAuto});
-  ASSERT_TRUE(all.ok()) << all.status();
-  EXPECT_EQ((*all)->weights().cpu_gemm, "tandem (quantized weights)");
-  EXPECT_EQ((*all)->weights().kernels, "tandem");
 }
 
 }  // namespace
