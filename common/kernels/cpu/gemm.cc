@@ -123,6 +123,35 @@ void GemvRange(const float* x, int64_t m, int64_t x_stride, const WeightMatrix& 
 
 namespace internal {
 
+void ForEachSlice(std::span<const GemmOutput> outputs, int64_t m, int64_t slice_rows,
+                  int64_t chunk_rows, int64_t unit_chunks, bool split_rows, ThreadPool& pool,
+                  const SliceFn& fn) {
+  int64_t slices = 0;
+  for (const auto& o : outputs) slices += (o.w.rows + slice_rows - 1) / slice_rows;
+  const int64_t chunks = (m + chunk_rows - 1) / chunk_rows;
+  const int64_t threads = pool.num_threads();
+  const int64_t parts = !split_rows || slices >= 2 * threads
+                            ? 1
+                            : std::clamp<int64_t>((2 * threads + slices - 1) / slices, 1, chunks);
+  const int64_t units = ((chunks + parts - 1) / parts + unit_chunks - 1) / unit_chunks;
+  const int64_t rows_per_part = units * unit_chunks * chunk_rows;
+  pool.ParallelForDynamic(slices * parts, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      int64_t slice = t / parts;
+      const int64_t r0 = t % parts * rows_per_part, r1 = std::min(m, r0 + rows_per_part);
+      for (const auto& o : outputs) {
+        const int64_t count = (o.w.rows + slice_rows - 1) / slice_rows;
+        if (slice >= count) {
+          slice -= count;
+          continue;
+        }
+        if (r0 < r1) fn(o, slice, r0, r1);
+        break;
+      }
+    }
+  });
+}
+
 void GemmStreaming(const float* x, int64_t m, int64_t x_stride, const WeightMatrix& w,
                    const float* bias, float* y, int64_t y_stride, ThreadPool& pool) {
   const GemmOutput out{w, bias, y, y_stride};

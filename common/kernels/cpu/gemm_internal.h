@@ -4,6 +4,7 @@
 // Both have Gemm()'s exact contract; Gemm() picks by layout and M.
 
 #include <cstdint>
+#include <functional>
 #include <span>
 
 #include "common/kernels/cpu/gemm.h"
@@ -30,6 +31,16 @@ void GemmTiled(const float* x, int64_t m, int64_t x_stride, const WeightMatrix& 
 // GemmTiled over several weights at once (see GemmMulti).
 void GemmTiledMulti(const float* x, int64_t m, int64_t x_stride,
                     std::span<const GemmOutput> outputs, ThreadPool& pool);
+
+// The work split of the slice-by-slice GEMMs (oneDNN's, the int8 tiles): runs fn(output, slice,
+// r0, r1) over `pool` for every slice of `slice_rows` output rows of every output, rows [r0, r1)
+// of x. Where there are fewer than two slices per thread and `split_rows`, x's m rows are split
+// into parts too, each a whole number of runs of `unit_chunks` chunks of `chunk_rows` rows.
+using SliceFn =
+    std::function<void(const GemmOutput& output, int64_t slice, int64_t r0, int64_t r1)>;
+void ForEachSlice(std::span<const GemmOutput> outputs, int64_t m, int64_t slice_rows,
+                  int64_t chunk_rows, int64_t unit_chunks, bool split_rows, ThreadPool& pool,
+                  const SliceFn& fn);
 
 // Quantized panels run AVX-512 kernels where the CPU has AVX-512 (F, BW, VL, DQ), else AVX2;
 // both give the same bits. Asks for one or the other (for tests and benchmarks) and returns

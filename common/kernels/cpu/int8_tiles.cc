@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/kernels/cpu/amx.h"
+#include "common/kernels/cpu/gemm_internal.h"
 #include "common/kernels/cpu/gemm_tiled_parts.h"
 #include "common/util/check.h"
 
@@ -331,46 +332,24 @@ void GemmInt8Tiles(const float* x, int64_t m, int64_t x_stride, std::span<const 
   const int64_t blocks = Shape::Of(1, k).blocks;
   const IntRows xq = QuantizeRows(x, m, x_stride, k, blocks * kBlockK, pool);
   const bool vnni = m <= vnni_rows.load(std::memory_order_relaxed);
-  // Work items: (slice of one output, part of the rows); rows are split only when there are
-  // too few slices to keep every thread busy.
-  int64_t slices = 0;
-  for (const auto& o : outputs) slices += (o.w.rows + kSlice - 1) / kSlice;
-  const int64_t chunks = (m + kChunk - 1) / kChunk;
-  const int64_t threads = pool.num_threads();
-  const int64_t parts =
-      vnni || slices >= 2 * threads
-          ? 1
-          : std::clamp<int64_t>((2 * threads + slices - 1) / slices, 1, chunks);
-  const int64_t rows_per_part = (chunks + parts - 1) / parts * kChunk;
-  pool.ParallelForDynamic(slices * parts, 1, [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) {
-      int64_t slice = t / parts;
-      const int64_t part = t % parts;
-      for (const auto& o : outputs) {
-        const int64_t count = (o.w.rows + kSlice - 1) / kSlice;
-        if (slice >= count) {
-          slice -= count;
-          continue;
-        }
-        const Shape s = Shape::Of(o.w.rows, o.w.cols);
-        const int64_t n0 = slice * kSlice;
-        const SliceOut out{Codes(o.w) + slice * s.SliceBytes(),
-                           Scales(o.w, s) + n0,
-                           Zeros(o.w, s) + n0,
-                           o.bias != nullptr ? o.bias + n0 : nullptr,
-                           o.y + n0,
-                           o.y_stride,
-                           std::min(kSlice, o.w.rows - n0)};
-        const int64_t r0 = part * rows_per_part, r1 = std::min(m, r0 + rows_per_part);
-        if (vnni) {
-          VnniRange(xq, r0, r1, blocks, out);
-        } else {
-          TileRange(xq, r0, r1, blocks, out);
-        }
-        break;
-      }
-    }
-  });
+  // Work items: (slice of one output, part of the rows); a decode step's rows are not split.
+  internal::ForEachSlice(outputs, m, kSlice, kChunk, 1, /*split_rows=*/!vnni, pool,
+                         [&](const GemmOutput& o, int64_t slice, int64_t r0, int64_t r1) {
+                           const Shape s = Shape::Of(o.w.rows, o.w.cols);
+                           const int64_t n0 = slice * kSlice;
+                           const SliceOut out{Codes(o.w) + slice * s.SliceBytes(),
+                                              Scales(o.w, s) + n0,
+                                              Zeros(o.w, s) + n0,
+                                              o.bias != nullptr ? o.bias + n0 : nullptr,
+                                              o.y + n0,
+                                              o.y_stride,
+                                              std::min(kSlice, o.w.rows - n0)};
+                           if (vnni) {
+                             VnniRange(xq, r0, r1, blocks, out);
+                           } else {
+                             TileRange(xq, r0, r1, blocks, out);
+                           }
+                         });
 }
 
 }  // namespace internal

@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/kernels/cpu/amx.h"
+#include "common/kernels/cpu/gemm_internal.h"
 #include "common/util/check.h"
 #include "oneapi/dnnl/dnnl.hpp"
 
@@ -766,45 +767,25 @@ void GemmOnednn(const float* x, int64_t m, int64_t x_stride, std::span<const Gem
     }
     xs = dst;
   }
-  // Work items: (slice of one output, part of the rows); rows are split only when there are
-  // too few slices to keep every thread busy.
-  int64_t slices = 0;
-  for (const auto& o : outputs) slices += (o.w.rows + kSlice - 1) / kSlice;
-  const int64_t chunks = (m + kChunk - 1) / kChunk;
-  const int64_t threads = pool.num_threads();
-  const int64_t parts = slices >= 2 * threads
-                            ? 1
-                            : std::clamp<int64_t>((2 * threads + slices - 1) / slices, 1, chunks);
-  // Parts of whole pairs where chunks run in pairs.
-  const int64_t chunks_per_part = RoundUp((chunks + parts - 1) / parts, tile_x ? 2 : 1);
-  pool.ParallelForDynamic(slices * parts, 1, [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) {
-      int64_t s = t / parts;
-      const int64_t part = t % parts;
-      for (const auto& o : outputs) {
-        const int64_t count = (o.w.rows + kSlice - 1) / kSlice;
-        if (s >= count) {
-          s -= count;
-          continue;
-        }
-        const Packed& w = PackedOf(o.w);
-        const int64_t n0 = s * kSlice, n1 = std::min(o.w.rows, n0 + kSlice);
-        const int64_t r_end = std::min(m, (part + 1) * chunks_per_part * kChunk);
-        for (int64_t r0 = part * chunks_per_part * kChunk; r0 < r_end;) {
-          const int64_t rows = std::min((tile_x ? 2 : 1) * kChunk, r_end - r0);
-          if (rows > kChunk) {
-            RunPair(w, s, xs + r0 * row_bytes, rows, m <= 2 * kChunk, o.bias, o.y + r0 * o.y_stride,
-                    o.y_stride, n0, n1);
-          } else {
-            RunChunk(w, s, xs + r0 * row_bytes, tile_x, rows, o.bias, o.y + r0 * o.y_stride,
-                     o.y_stride, n0, n1);
-          }
-          r0 += rows;
-        }
-        break;
-      }
-    }
-  });
+  // Work items: (slice of one output, part of the rows), parts of whole pairs where chunks run
+  // in pairs.
+  ForEachSlice(outputs, m, kSlice, kChunk, tile_x ? 2 : 1, /*split_rows=*/true, pool,
+               [&](const GemmOutput& o, int64_t s, int64_t r0, int64_t r_end) {
+                 const Packed& w = PackedOf(o.w);
+                 const int64_t n0 = s * kSlice, n1 = std::min(o.w.rows, n0 + kSlice);
+                 while (r0 < r_end) {
+                   const int64_t rows = std::min((tile_x ? 2 : 1) * kChunk, r_end - r0);
+                   float* y = o.y + r0 * o.y_stride;
+                   if (rows > kChunk) {
+                     RunPair(w, s, xs + r0 * row_bytes, rows, m <= 2 * kChunk, o.bias, y,
+                             o.y_stride, n0, n1);
+                   } else {
+                     RunChunk(w, s, xs + r0 * row_bytes, tile_x, rows, o.bias, y, o.y_stride, n0,
+                              n1);
+                   }
+                   r0 += rows;
+                 }
+               });
 }
 
 void PadOnednnCalls(bool pad) { pad_all.store(pad); }
