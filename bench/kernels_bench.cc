@@ -351,34 +351,63 @@ BENCHMARK(BM_AttentionPrefill2048)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
+// Arg "isa": 0 = AVX2, 1 = AVX-512 (the same bits; skipped where the CPU has no AVX-512).
+bool ElementwiseIsa(benchmark::State& state, int64_t arg, VectorIsa* isa) {
+  *isa = arg == 1 ? VectorIsa::kAvx512 : VectorIsa::kAvx2;
+  if (*isa == VectorIsa::kAvx512 && BestVectorIsa() != VectorIsa::kAvx512) {
+    state.SkipWithError("this CPU has no AVX-512");
+    return false;
+  }
+  return true;
+}
+
 void BM_RmsNorm(benchmark::State& state) {
   const int64_t rows = state.range(0), dim = 2048;
+  VectorIsa isa;
+  if (!ElementwiseIsa(state, state.range(1), &isa)) return;
   std::vector<float> x = RandomFloats(rows * dim, 5);
   std::vector<float> w = RandomFloats(dim, 6);
   std::vector<float> y(x.size());
   for (auto _ : state) {
-    RmsNorm(x.data(), w.data(), 1e-5f, rows, dim, y.data());
+    RmsNorm(x.data(), w.data(), 1e-5f, rows, dim, y.data(), isa);
     benchmark::DoNotOptimize(y.data());
   }
   state.SetBytesProcessed(state.iterations() * rows * dim * 8);
 }
-BENCHMARK(BM_RmsNorm)->Arg(1)->Arg(512);
+BENCHMARK(BM_RmsNorm)->ArgNames({"rows", "isa"})->ArgsProduct({{1, 512}, {0, 1}});
+
+// The 1B shape's FFN (8192), one step's rows or a prefill's.
+void BM_SiluMul(benchmark::State& state) {
+  const int64_t rows = state.range(0), dim = 8192;
+  VectorIsa isa;
+  if (!ElementwiseIsa(state, state.range(1), &isa)) return;
+  std::vector<float> gate_up = RandomFloats(rows * 2 * dim, 9);
+  std::vector<float> out(rows * dim);
+  for (auto _ : state) {
+    SiluMul(gate_up.data(), rows, dim, out.data(), isa);
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetItemsProcessed(state.iterations() * rows * dim);
+}
+BENCHMARK(BM_SiluMul)->ArgNames({"rows", "isa"})->ArgsProduct({{1, 64}, {0, 1}});
 
 // One token's q (32 heads) then k (8 heads) at the same position, as the model calls it.
 void BM_Rope(benchmark::State& state) {
+  VectorIsa isa;
+  if (!ElementwiseIsa(state, state.range(0), &isa)) return;
   std::vector<float> q = RandomFloats(32 * 64, 7);
   std::vector<float> k = RandomFloats(8 * 64, 8);
   std::vector<float> inv_freq(32);
   for (int j = 0; j < 32; ++j) inv_freq[j] = std::pow(500000.0f, -2.0f * j / 64);
   int64_t pos = 0;
   for (auto _ : state) {
-    ApplyRope(q.data(), 32, 64, pos, inv_freq.data());
-    ApplyRope(k.data(), 8, 64, pos, inv_freq.data());
+    ApplyRope(q.data(), 32, 64, pos, inv_freq.data(), isa);
+    ApplyRope(k.data(), 8, 64, pos, inv_freq.data(), isa);
     ++pos;
     benchmark::DoNotOptimize(q.data());
   }
 }
-BENCHMARK(BM_Rope);
+BENCHMARK(BM_Rope)->ArgName("isa")->Arg(0)->Arg(1);
 
 }  // namespace
 }  // namespace tandem::kernels

@@ -11,6 +11,18 @@
 #include "common/kernels/cpu/gemm.h"
 
 namespace tandem::kernels {
+namespace {
+
+// The element-wise passes go parallel in parts of at least this many floats, so that handing a
+// part to the pool (a few µs) stays small beside it; a decode step's few rows stay on the calling
+// thread. Each element's result does not depend on the split.
+constexpr int64_t kElementwiseGrain = 32768;
+
+int64_t RowGrain(int64_t row_floats) {
+  return std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(1, row_floats));
+}
+
+}  // namespace
 
 std::string CpuBackend::Describe() const {
   return absl::StrCat("cpu (", pool_.num_threads(), " threads)");
@@ -43,7 +55,9 @@ void CpuBackend::Embed(const WeightMatrix& table, const int32_t* host_tokens, in
 
 void CpuBackend::RmsNorm(const float* x, const float* weight, float eps, int64_t rows, int64_t dim,
                          float* y) {
-  kernels::RmsNorm(x, weight, eps, rows, dim, y);
+  pool_.ParallelFor(rows, RowGrain(dim), [&](int64_t r0, int64_t r1) {
+    kernels::RmsNorm(x + r0 * dim, weight, eps, r1 - r0, dim, y + r0 * dim);
+  });
 }
 
 void CpuBackend::GemmMulti(const float* x, int64_t m, int64_t x_stride,
@@ -57,10 +71,19 @@ void CpuBackend::Gemm(const float* x, int64_t m, int64_t x_stride, const WeightM
 }
 
 void CpuBackend::SiluMul(const float* gate_up, int64_t rows, int64_t dim, float* out) {
-  kernels::SiluMul(gate_up, rows, dim, out);
+  pool_.ParallelFor(rows, RowGrain(2 * dim), [&](int64_t r0, int64_t r1) {
+    kernels::SiluMul(gate_up + r0 * 2 * dim, r1 - r0, dim, out + r0 * dim);
+  });
 }
 
-void CpuBackend::Add(float* y, const float* x, int64_t n) { AddInPlace(y, x, n); }
+void CpuBackend::Add(float* y, const float* x, int64_t n) {
+  // In runs of 16 floats, so that every part but the last is whole vectors.
+  constexpr int64_t kRun = 16;
+  pool_.ParallelFor((n + kRun - 1) / kRun, kElementwiseGrain / kRun, [&](int64_t b, int64_t e) {
+    const int64_t begin = b * kRun, end = std::min(n, e * kRun);
+    AddInPlace(y + begin, x + begin, end - begin);
+  });
+}
 
 void CpuBackend::Scale(float* x, float factor, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] *= factor;
