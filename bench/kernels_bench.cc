@@ -102,7 +102,8 @@ void SelectA8Kernels() {
 // two chunks shared each weight tile; 13: int8 per row with x rounded to int8 per token, as
 // `model.activation_quantization: int8-token` on the own integer kernels (model.cpu_gemm:
 // tandem); 14: 13 on the AMX-INT8 tiles (WeightLayout::kInt8Tiles, model.cpu_gemm: auto on an
-// AMX CPU); TANDEM_BENCH_VNNI_ROWS=R runs calls of up to R rows on vpdpbusd). bf16 weights.
+// AMX CPU); 15: 14 one chunk of 16 rows a pass, x row-major; TANDEM_BENCH_VNNI_ROWS=R runs
+// calls of up to R rows on vpdpbusd). bf16 weights.
 // Iterations
 // rotate over copies of W that together exceed the last-level cache, so every call reads its
 // weights from memory as a model's forward pass does (a single small W would stay in L3).
@@ -114,7 +115,7 @@ void RunGemm(benchmark::State& state) {
   const char* hot = std::getenv("TANDEM_BENCH_HOT");
   const int64_t kColdBytes = hot != nullptr && std::string(hot) == "1" ? 0 : int64_t{96} << 20;
   const bool onednn = path >= 10 && path <= 12;
-  const bool a8_token = path == 13 || path == 14, tiles = path == 14;
+  const bool a8_token = path >= 13 && path <= 15, tiles = path == 14 || path == 15;
   const int64_t weights = onednn ? 3 : a8_token ? 4 : path >= 7 ? path - 3 : path;
   QuantFormat quant = weights == 4   ? QuantFormat{8, -1, false}
                       : weights == 5 ? QuantFormat{4, 128, false}
@@ -170,6 +171,7 @@ void RunGemm(benchmark::State& state) {
   }
   internal::PadOnednnCalls(path == 11);
   internal::PairOnednnChunks(path != 12);
+  internal::PairInt8Chunks(path != 15);
   int64_t iteration = 0;
   for (auto _ : state) {
     const WeightMatrix& wm = matrices[iteration++ % copies];
@@ -184,6 +186,7 @@ void RunGemm(benchmark::State& state) {
   }
   internal::PadOnednnCalls(false);
   internal::PairOnednnChunks(true);
+  internal::PairInt8Chunks(true);
   state.SetBytesProcessed(state.iterations() * MatrixBytes(matrices.front()));
   state.counters["FLOPS"] = benchmark::Counter(static_cast<double>(2 * m * n * k),
                                                benchmark::Counter::kIsIterationInvariantRate);
@@ -210,8 +213,9 @@ BENCHMARK(BM_GemmDecode)
     ->ArgsProduct({{1}, {128256}, {2048}, {4, 7}})
     ->ArgsProduct({{1, 8, 32}, {2048, 8192}, {2048}, {10, 11, 12}})
     ->ArgsProduct({{1, 8, 32}, {2048}, {8192}, {10, 11, 12}})
-    ->ArgsProduct({{1, 8, 32}, {8192}, {2048}, {13, 14}})
-    ->ArgsProduct({{1, 8, 32}, {2048}, {8192}, {13, 14}})
+    ->ArgsProduct({{1}, {128256}, {2048}, {10}})
+    ->ArgsProduct({{1, 8, 32}, {8192}, {2048}, {13, 14, 15}})
+    ->ArgsProduct({{1, 8, 32}, {2048}, {8192}, {13, 14, 15}})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 
@@ -238,9 +242,10 @@ BENCHMARK(BM_GemmPrefill)
     ->Args({512, 8192, 2048, 12})
     ->Args({512, 2048, 8192, 12})
     ->Args({512, 2048, 8192, 3})
-    ->ArgsProduct({{512}, {2048, 8192}, {2048}, {13, 14}})
+    ->ArgsProduct({{512}, {2048, 8192}, {2048}, {13, 14, 15}})
     ->Args({512, 2048, 8192, 13})
     ->Args({512, 2048, 8192, 14})
+    ->Args({512, 2048, 8192, 15})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

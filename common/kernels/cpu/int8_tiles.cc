@@ -70,6 +70,7 @@ const int32_t* Zeros(const WeightMatrix& w, const Shape& s) {
 }
 
 std::atomic<int64_t> vnni_rows{internal::kInt8VnniRows};
+std::atomic<bool> pair_chunks{true};
 
 // AMX-INT8: CPUID leaf 7, EDX bit 25.
 bool AmxInt8() {
@@ -79,20 +80,40 @@ bool AmxInt8() {
 
 // x rounded to int8, one scale per row (tiled::RoundToInt8, the own integer kernels' codes):
 // row r's codes at q + r * stride, zero past its k columns up to the padded K.
+// x's rows rounded to int8. Row-major (row r at q + r * stride) for vpdpbusd; for the tiles, in
+// the tile layout: per chunk of kChunk rows (kChunk * stride bytes), per K block, the chunk's rows
+// of kBlockK codes 64 bytes apart (1 KiB), so that each tile load reads one piece of memory (a
+// chunk's rows stride bytes apart would share a few of L1's sets).
 struct IntRows {
   const int8_t* q;
   const int32_t* sums;  // sum of row r's codes
   const float* scales;
   int64_t stride;
+  bool tile_layout;
 };
 
+// Where the tiles read rows [r0, r0 + kChunk) of x: K block kb's rows start at
+// data + kb * block_bytes, row_bytes apart.
+struct TileX {
+  const int8_t* data;
+  int64_t row_bytes;
+  int64_t block_bytes;
+};
+
+TileX ChunkOf(const IntRows& x, int64_t r0) {
+  if (x.tile_layout) return {x.q + r0 * x.stride, kBlockK, kChunk * kBlockK};
+  return {x.q + r0 * x.stride, x.stride, kBlockK};
+}
+
 IntRows QuantizeRows(const float* x, int64_t m, int64_t x_stride, int64_t k, int64_t stride,
-                     ThreadPool& pool) {
+                     bool tile_layout, ThreadPool& pool) {
   // The calling thread's; the workers get the pointers.
   thread_local std::vector<int8_t> q;
   thread_local std::vector<int32_t> sums;
   thread_local std::vector<float> scales;
-  if (static_cast<int64_t>(q.size()) < m * stride) q.resize(m * stride);
+  if (static_cast<int64_t>(q.size()) < RoundUp(m, kChunk) * stride) {
+    q.resize(RoundUp(m, kChunk) * stride);
+  }
   if (static_cast<int64_t>(sums.size()) < m) {
     sums.resize(m);
     scales.resize(m);
@@ -101,13 +122,20 @@ IntRows QuantizeRows(const float* x, int64_t m, int64_t x_stride, int64_t k, int
   int32_t* sums_data = sums.data();
   float* scales_data = scales.data();
   auto run = [&](int64_t r0, int64_t r1) {
+    thread_local std::vector<int8_t> staged;
+    if (tile_layout) staged.resize(stride);
     for (int64_t r = r0; r < r1; ++r) {
-      int8_t* row = q_data + r * stride;
+      int8_t* row = tile_layout ? staged.data() : q_data + r * stride;
       scales_data[r] = internal::tiled::RoundToInt8(x + r * x_stride, k, row);
       std::memset(row + k, 0, stride - k);
       int32_t sum = 0;
       for (int64_t j = 0; j < k; ++j) sum += row[j];
       sums_data[r] = sum;
+      if (!tile_layout) continue;
+      int8_t* chunk = q_data + r / kChunk * kChunk * stride + r % kChunk * kBlockK;
+      for (int64_t kb = 0; kb < stride / kBlockK; ++kb) {
+        std::memcpy(chunk + kb * kChunk * kBlockK, row + kb * kBlockK, kBlockK);
+      }
     }
   };
   constexpr int64_t kGrain = 32;  // a decode step's few rows are not worth waking the pool
@@ -116,7 +144,7 @@ IntRows QuantizeRows(const float* x, int64_t m, int64_t x_stride, int64_t k, int
   } else {
     pool.ParallelFor(m, kGrain, run);
   }
-  return {q_data, sums_data, scales_data, stride};
+  return {q_data, sums_data, scales_data, stride, tile_layout};
 }
 
 // What a call writes: `count` (<= kSlice) outputs of a slice, from output n0 of a product.
@@ -206,11 +234,10 @@ void VnniRange(const IntRows& x, int64_t r0, int64_t r1, int64_t blocks, const S
   }
 }
 
-// c[rows][kSlice] (int32) = `rows` (1..16) rows of x, stride bytes apart, times one slice, on
-// the tiles: per 16 outputs one accumulator tile, tdpbsud (x signed, codes unsigned) over the K
-// blocks.
-TANDEM_AMX_INT8 void TileRows(const int8_t* x, int64_t stride, int64_t rows, const char* slice,
-                              int64_t blocks, bool stream, int32_t* c) {
+// c[rows][kSlice] (int32) = `rows` (1..16) rows of x times one slice, on the tiles: per 16
+// outputs one accumulator tile, tdpbsud (x signed, codes unsigned) over the K blocks.
+TANDEM_AMX_INT8 void TileRows(TileX x, int64_t rows, const char* slice, int64_t blocks, bool stream,
+                              int32_t* c) {
   // Tiles 0-3 accumulate the four 16-output parts; 4 holds x; 5-7 a block's codes.
   const auto r = static_cast<uint8_t>(rows);
   internal::LoadTileConfig({r, r, r, r, r, 16, 16, 16});
@@ -226,7 +253,7 @@ TANDEM_AMX_INT8 void TileRows(const int8_t* x, int64_t stride, int64_t rows, con
       const char* far = block + kTileStreamBlocks * kBlockBytes;
       for (int64_t line = 0; line < kBlockBytes; line += 64) _mm_prefetch(far + line, _MM_HINT_T1);
     }
-    _tile_loadd(4, x + kb * kBlockK, stride);
+    _tile_loadd(4, x.data + kb * x.block_bytes, x.row_bytes);
     _tile_loadd(5, block, 64);
     _tile_dpbsud(0, 4, 5);
     _tile_loadd(6, block + kTileBytes, 64);
@@ -243,6 +270,49 @@ TANDEM_AMX_INT8 void TileRows(const int8_t* x, int64_t stride, int64_t rows, con
   _tile_stored(3, c + 48, kRowBytes);
 }
 
+// c[kChunk + rows1][kSlice] (int32) = a chunk of kChunk rows of x and then `rows1` (1..16) rows
+// of the next chunk times one slice. Per half of the slice's outputs, 2 x 2 accumulator tiles take
+// 2 x tiles and 2 code tiles per K block: 4 tile loads for 4 products, where TileRows takes 5.
+// The sums are exact integers, so they are TileRows' whatever the order.
+TANDEM_AMX_INT8 void TilePair(TileX x0, TileX x1, int64_t rows1, const char* slice, int64_t blocks,
+                              bool stream, int32_t* c) {
+  // Tiles 0-1: the first chunk x 2 x 16 outputs; 2-3: the second's; 4-5 the chunks' x; 6-7 codes.
+  const auto r = static_cast<uint8_t>(rows1);
+  internal::LoadTileConfig({16, 16, r, r, 16, r, 16, 16});
+  constexpr int64_t kRowBytes = kSlice * sizeof(int32_t);
+  for (int64_t half = 0; half < 2; ++half) {
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    for (int64_t kb = 0; kb < blocks; ++kb) {
+      const char* block = slice + kb * kBlockBytes + half * 2 * kTileBytes;
+      const char* ahead = block + kTilePrefetchBlocks * kBlockBytes;
+      for (int64_t line = 0; line < 2 * kTileBytes; line += 64) {
+        _mm_prefetch(ahead + line, _MM_HINT_T0);
+      }
+      if (stream && half == 0) {
+        const char* far = slice + (kb + kTileStreamBlocks) * kBlockBytes;
+        for (int64_t line = 0; line < kBlockBytes; line += 64)
+          _mm_prefetch(far + line, _MM_HINT_T1);
+      }
+      _tile_loadd(4, x0.data + kb * x0.block_bytes, x0.row_bytes);
+      _tile_loadd(6, block, 64);
+      _tile_dpbsud(0, 4, 6);
+      _tile_loadd(5, x1.data + kb * x1.block_bytes, x1.row_bytes);
+      _tile_dpbsud(2, 5, 6);
+      _tile_loadd(7, block + kTileBytes, 64);
+      _tile_dpbsud(1, 4, 7);
+      _tile_dpbsud(3, 5, 7);
+    }
+    int32_t* out = c + half * 32;
+    _tile_stored(0, out, kRowBytes);
+    _tile_stored(1, out + 16, kRowBytes);
+    _tile_stored(2, out + kChunk * kSlice, kRowBytes);
+    _tile_stored(3, out + kChunk * kSlice + 16, kRowBytes);
+  }
+}
+
 TANDEM_VNNI512 void FinishRows(const int32_t* c, const IntRows& x, int64_t r0, int64_t rows,
                                const SliceOut& o) {
   for (int64_t i = 0; i < rows; ++i) {
@@ -254,12 +324,19 @@ TANDEM_VNNI512 void FinishRows(const int32_t* c, const IntRows& x, int64_t r0, i
   }
 }
 
-void TileRange(const IntRows& x, int64_t r0, int64_t r1, int64_t blocks, const SliceOut& o) {
-  alignas(64) thread_local int32_t c[kChunk * kSlice];
-  for (bool first = true; r0 < r1; r0 += kChunk, first = false) {
-    const int64_t rows = std::min(kChunk, r1 - r0);
-    TileRows(x.q + r0 * x.stride, x.stride, rows, o.codes, blocks, first, c);
+// Rows [r0, r1) times one slice, two chunks of kChunk rows a pass where `pairs`.
+void TileRange(const IntRows& x, int64_t r0, int64_t r1, int64_t blocks, bool pairs,
+               const SliceOut& o) {
+  alignas(64) thread_local int32_t c[2 * kChunk * kSlice];
+  for (bool first = true; r0 < r1; first = false) {
+    const int64_t rows = std::min((pairs ? 2 : 1) * kChunk, r1 - r0);
+    if (rows > kChunk) {
+      TilePair(ChunkOf(x, r0), ChunkOf(x, r0 + kChunk), rows - kChunk, o.codes, blocks, first, c);
+    } else {
+      TileRows(ChunkOf(x, r0), rows, o.codes, blocks, first, c);
+    }
     FinishRows(c, x, r0, rows, o);
+    r0 += rows;
   }
 }
 
@@ -325,15 +402,21 @@ namespace internal {
 
 int64_t SetInt8VnniRows(int64_t rows) { return vnni_rows.exchange(rows); }
 
+bool PairInt8Chunks(bool pair) { return pair_chunks.exchange(pair); }
+
 void GemmInt8Tiles(const float* x, int64_t m, int64_t x_stride, std::span<const GemmOutput> outputs,
                    ThreadPool& pool) {
   if (m <= 0 || outputs.empty()) return;
   const int64_t k = outputs.front().w.cols;
   const int64_t blocks = Shape::Of(1, k).blocks;
-  const IntRows xq = QuantizeRows(x, m, x_stride, k, blocks * kBlockK, pool);
   const bool vnni = m <= vnni_rows.load(std::memory_order_relaxed);
-  // Work items: (slice of one output, part of the rows); a decode step's rows are not split.
-  internal::ForEachSlice(outputs, m, kSlice, kChunk, 1, /*split_rows=*/!vnni, pool,
+  const bool pairs = pair_chunks.load(std::memory_order_relaxed);
+  // Not for a single chunk, which gains nothing from the tile layout (as the bf16 tiles).
+  const bool tile_layout = !vnni && pairs && m > kChunk;
+  const IntRows xq = QuantizeRows(x, m, x_stride, k, blocks * kBlockK, tile_layout, pool);
+  // Work items: (slice of one output, part of the rows), parts of whole pairs of chunks; a
+  // decode step's rows are not split.
+  internal::ForEachSlice(outputs, m, kSlice, kChunk, pairs ? 2 : 1, /*split_rows=*/!vnni, pool,
                          [&](const GemmOutput& o, int64_t slice, int64_t r0, int64_t r1) {
                            const Shape s = Shape::Of(o.w.rows, o.w.cols);
                            const int64_t n0 = slice * kSlice;
@@ -347,7 +430,7 @@ void GemmInt8Tiles(const float* x, int64_t m, int64_t x_stride, std::span<const 
                            if (vnni) {
                              VnniRange(xq, r0, r1, blocks, out);
                            } else {
-                             TileRange(xq, r0, r1, blocks, out);
+                             TileRange(xq, r0, r1, blocks, pairs, out);
                            }
                          });
 }

@@ -54,6 +54,10 @@ void GemmInt8Tiles(const float* x, int64_t m, int64_t x_stride, std::span<const 
 // Calls of up to `rows` rows run on vpdpbusd, more on the tiles (tests and benchmarks; the
 // default is kInt8VnniRows). Returns the previous value.
 int64_t SetInt8VnniRows(int64_t rows);
+// Whether calls of more than 16 rows run two chunks of 16 a pass with x in the tile layout (the
+// default), or one chunk a pass with x row-major, as before; for benchmarks. Returns the previous
+// setting. The sums are the same either way.
+bool PairInt8Chunks(bool pair);
 inline constexpr int64_t kInt8VnniRows = 4;
 
 }  // namespace internal

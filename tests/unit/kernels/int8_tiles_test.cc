@@ -96,7 +96,10 @@ class Int8TilesTest : public ::testing::Test {
   void SetUp() override {
     if (!Int8TilesFit(kW8A8, 64)) GTEST_SKIP() << "this CPU has no AMX-INT8 tiles granted";
   }
-  void TearDown() override { internal::SetInt8VnniRows(internal::kInt8VnniRows); }
+  void TearDown() override {
+    internal::SetInt8VnniRows(internal::kInt8VnniRows);
+    internal::PairInt8Chunks(true);
+  }
 };
 
 TEST_F(Int8TilesTest, EveryRowCountOnEitherKernelGivesTheDefinitionsBits) {
@@ -110,19 +113,24 @@ TEST_F(Int8TilesTest, EveryRowCountOnEitherKernelGivesTheDefinitionsBits) {
       const RandomInt8Matrix w(has_zero, shape.rows, shape.cols, 7, pool);
       std::vector<float> bias(shape.rows);
       for (int64_t n = 0; n < shape.rows; ++n) bias[n] = 0.01f * static_cast<float>(n % 17);
-      for (const int64_t m : {1, 2, 3, 4, 5, 8, 16, 17, 31, 32, 33, 70}) {
+      for (const int64_t m : {1, 2, 3, 4, 5, 8, 16, 17, 31, 32, 33, 40, 48, 70}) {
         const std::vector<float> x = RandomX(m, shape.cols, static_cast<uint32_t>(m));
         const std::vector<float> expected = w.Expected(x, m, &bias);
         // 0: every count on the tiles; 1 << 20: every count on vpdpbusd; and the default.
+        // The tiles with two chunks a pass and x in the tile layout (the default: pairs of 16,
+        // then a pair or a single chunk for the rest), and one chunk a pass, x row-major.
         for (const int64_t vnni : {int64_t{0}, int64_t{1} << 20, internal::kInt8VnniRows}) {
-          internal::SetInt8VnniRows(vnni);
-          std::vector<float> y(m * shape.rows, -1.0f);
-          Gemm(x.data(), m, shape.cols, w.matrix, bias.data(), y.data(), shape.rows, pool);
-          int64_t differ = 0;
-          for (int64_t i = 0; i < m * shape.rows; ++i) differ += y[i] != expected[i] ? 1 : 0;
-          ASSERT_EQ(differ, 0) << shape.rows << "x" << shape.cols << " zero " << has_zero
-                               << " m " << m << " vnni rows " << vnni << ": y[0] " << y[0]
-                               << " expected " << expected[0];
+          for (const bool pairs : {true, false}) {
+            internal::SetInt8VnniRows(vnni);
+            internal::PairInt8Chunks(pairs);
+            std::vector<float> y(m * shape.rows, -1.0f);
+            Gemm(x.data(), m, shape.cols, w.matrix, bias.data(), y.data(), shape.rows, pool);
+            int64_t differ = 0;
+            for (int64_t i = 0; i < m * shape.rows; ++i) differ += y[i] != expected[i] ? 1 : 0;
+            ASSERT_EQ(differ, 0) << shape.rows << "x" << shape.cols << " zero " << has_zero << " m "
+                                 << m << " vnni rows " << vnni << " pairs " << pairs << ": y[0] "
+                                 << y[0] << " expected " << expected[0];
+          }
         }
       }
     }
