@@ -78,12 +78,11 @@ bool AmxInt8() {
   return __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) && (edx >> 25 & 1) != 0;
 }
 
-// x rounded to int8, one scale per row (tiled::RoundToInt8, the own integer kernels' codes):
-// row r's codes at q + r * stride, zero past its k columns up to the padded K.
-// x's rows rounded to int8. Row-major (row r at q + r * stride) for vpdpbusd; for the tiles, in
-// the tile layout: per chunk of kChunk rows (kChunk * stride bytes), per K block, the chunk's rows
-// of kBlockK codes 64 bytes apart (1 KiB), so that each tile load reads one piece of memory (a
-// chunk's rows stride bytes apart would share a few of L1's sets).
+// x rounded to int8, one scale per row (tiled::RoundToInt8, the own integer kernels' codes), zero
+// past its k columns up to the padded K (stride). Row-major (row r's codes at q + r * stride), or
+// for pairs of chunks on the tiles in the tile layout: per chunk of kChunk rows (kChunk * stride
+// bytes), per K block, the chunk's rows of kBlockK codes 64 bytes apart (1 KiB), so that each
+// tile load reads one piece of memory (rows stride bytes apart share a few of L1's sets).
 struct IntRows {
   const int8_t* q;
   const int32_t* sums;  // sum of row r's codes
@@ -293,8 +292,9 @@ TANDEM_AMX_INT8 void TilePair(TileX x0, TileX x1, int64_t rows1, const char* sli
       }
       if (stream && half == 0) {
         const char* far = slice + (kb + kTileStreamBlocks) * kBlockBytes;
-        for (int64_t line = 0; line < kBlockBytes; line += 64)
+        for (int64_t line = 0; line < kBlockBytes; line += 64) {
           _mm_prefetch(far + line, _MM_HINT_T1);
+        }
       }
       _tile_loadd(4, x0.data + kb * x0.block_bytes, x0.row_bytes);
       _tile_loadd(6, block, 64);
