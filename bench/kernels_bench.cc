@@ -246,6 +246,9 @@ BENCHMARK(BM_GemmPrefill)
     ->Args({512, 2048, 8192, 13})
     ->Args({512, 2048, 8192, 14})
     ->Args({512, 2048, 8192, 15})
+    // The 125M shape's FFN at prefill-512 and -2048: x (768 KiB, 3 MiB, 12 MiB) in or out of L2.
+    ->ArgsProduct({{512, 2048}, {3072}, {768}, {10}})
+    ->ArgsProduct({{512, 2048}, {768}, {3072}, {10}})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

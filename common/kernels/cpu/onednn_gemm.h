@@ -99,6 +99,11 @@ void PadOnednnCalls(bool pad);
 // TileRows only); true (the default) takes pairs wherever the plan checked them.
 void PairOnednnChunks(bool pair);
 
+// Tests: prefill on the AMX tiles in blocks of x's rows of at most `x_bytes` and ranges of at
+// most `k_blocks` blocks of 32 input columns (small ones make small shapes take several of
+// each); 0 restores the default.
+void SetTileBlocking(int64_t x_bytes, int64_t k_blocks);
+
 // "1-4 rows run padded to 16: brg:avx512_core_bf16 gives other bits" for a plan whose row
 // counts 1-4 (run_rows[r] != r) run on the 16-row primitive because their own primitive
 // (impls[r]) failed the check; "" when every count runs as itself. impls[kOnednnChunkRows] is

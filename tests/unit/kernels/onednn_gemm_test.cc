@@ -174,6 +174,45 @@ TEST(OnednnGemmTest, PaddedCallsGiveTheSameBits) {
   }
 }
 
+// Prefill on the AMX tiles runs in blocks of rows and ranges of K (each output's sums waiting in y
+// between ranges); whatever the blocking, every row gets the bits oneDNN's 16-row primitive (the
+// padded path) gives it. Outputs that are whole slices without bias take ranges; a bias or a
+// partial slice keeps all of K in one call. Without AMX this runs the primitives both ways.
+TEST(OnednnGemmTest, TileBlocksGiveThePrimitivesBits) {
+  std::mt19937 rng(8);
+  ThreadPool pool(2);
+  struct Case {
+    int64_t n, k;
+    bool bias;
+  };
+  for (const Case c : {Case{128, 256, false}, Case{192, 2112, false}, Case{130, 320, false},
+                       Case{128, 256, true}}) {
+    const std::vector<float> x = RandomVector(300 * c.k, rng);
+    const std::vector<float> bias = RandomVector(c.n, rng);
+    const OnednnWeights w(RandomVector(c.n * c.k, rng), DType::kBF16, c.n, c.k, pool);
+    if (SkipUnsupported(w)) return;
+    // (x bytes a block, K blocks a range): the defaults, then blocks of 1-3 pairs and ranges of
+    // 1 and 3 blocks.
+    for (auto [x_bytes, k_blocks] :
+         {std::pair<int64_t, int64_t>{0, 0}, {32 << 10, 3}, {4 << 10, 1}}) {
+      internal::SetTileBlocking(x_bytes, k_blocks);
+      for (int64_t m : {33, 64, 95, 300}) {
+        SCOPED_TRACE(::testing::Message()
+                     << "n=" << c.n << " k=" << c.k << " bias=" << c.bias << " x_bytes=" << x_bytes
+                     << " k_blocks=" << k_blocks << " m=" << m);
+        std::vector<float> tiles(m * c.n), padded(m * c.n);
+        const float* b = c.bias ? bias.data() : nullptr;
+        Gemm(x.data(), m, c.k, w.matrix(), b, tiles.data(), c.n, pool);
+        internal::PadOnednnCalls(true);
+        Gemm(x.data(), m, c.k, w.matrix(), b, padded.data(), c.n, pool);
+        internal::PadOnednnCalls(false);
+        ASSERT_EQ(tiles, padded);
+      }
+    }
+    internal::SetTileBlocking(0, 0);
+  }
+}
+
 TEST(OnednnGemmTest, MultiEqualsSeparateProducts) {
   ThreadPool pool(2);
   std::mt19937 rng(7);
