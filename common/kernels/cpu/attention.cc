@@ -36,14 +36,15 @@ std::atomic<bool> kv_in_place{true};
 std::atomic<int> max_item_heads{internal::kMaxItemHeads};
 
 constexpr int kTargetRows = 32;  // query rows per item: enough K/V reuse, small enough tiles
-// The bf16 tiles' items: 4 row tiles share each chunk's values in the tiles' layout, and each
-// step of one row tile has the other tiles' work between it and the step that reads its results.
-constexpr int kTargetTileRows = 64;
-// Items of several KV heads take up to this many row tiles (kTargetTileRows' worth): a decode
-// step's items (one row tile per head) ran 9-21% faster at 4 heads than at one in 6 of 7 runs
-// (BM_AttentionDecode path 2 against 3, 1B heads); 8 heads were no clearer, and prefill items
-// (4 row tiles of one head) stay as they were.
-constexpr int kItemHeadTiles = kTargetTileRows / internal::kTileLanes;
+// The bf16 tiles' items: 16 row tiles share each chunk's keys (asked into L1 once) and values (laid
+// out for the tiles once), and each step of one row tile has the other tiles' work between it and
+// the step that reads its results. BM_AttentionPrefill2048 path 2 (1B heads, 2 threads): 43.2 ms
+// at 4 row tiles, 36.5 at 8, 34.5-35.0 at 16.
+constexpr int kTargetTileRows = 256;
+// Items of several KV heads take up to this many row tiles: a decode step's items (one row tile
+// per head) ran 9-21% faster at 4 heads than at one in 6 of 7 runs (BM_AttentionDecode path 2
+// against 3, 1B heads); 8 heads were no clearer.
+constexpr int kItemHeadTiles = 4;
 // Items of up to this many query rows (decode: one token's GQA group) read a chunk's rows in
 // place: each key is widened once for the scores and at most twice for the values. Bigger
 // tiles (prefill) pass over the chunk once per 4-8 rows, so they widen it once into f32 rows.

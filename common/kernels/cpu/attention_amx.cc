@@ -167,6 +167,51 @@ TANDEM_TILES void ScoreTiles(const KeyGroups& k, const uint16_t* q_tiles, int dp
   _tile_stored(3, st + 48 * kLanes, 64);
 }
 
+// Pairs of keys as bf16 pairs per lane: words 2i and 2i+1 of the result are lane i of `even`
+// and of `odd`.
+TANDEM_TILES inline __m512i KeyPairs(__m512 odd, __m512 even) {
+  const __m512i pairs = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24,
+                                         8, 23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  return _mm512_permutexvar_epi16(pairs, (__m512i)_mm512_cvtne2ps_pbh(odd, even));
+}
+
+// SoftmaxTile where no lane's reference moves (every lane that sees keys of the chunk has seen
+// keys before, and none of its scores here is more than kRescaleGap above its reference), as
+// after a sequence's first chunks: one pass over the scores, the exponents going straight to
+// p_tiles, st left as it is. Returns false, having changed nothing but p_tiles, where a lane's
+// reference would move; SoftmaxTile then runs. The same operations per kept key as SoftmaxTile's
+// (whose max pass would have left every reference where it is): the same bits.
+TANDEM_TILES bool SoftmaxTileKeepingReferences(const float* st, __m512i limit, float* sum,
+                                               const float* max, uint16_t* p_tiles) {
+  const __m512 neg_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  const __m512 ref = _mm512_loadu_ps(max);
+  const __mmask16 sees = _mm512_cmpgt_epi32_mask(limit, _mm512_setzero_si512());
+  if ((sees & _mm512_cmp_ps_mask(ref, neg_inf, _CMP_EQ_OQ)) != 0) return false;
+  const __m512 ceiling = _mm512_add_ps(ref, _mm512_set1_ps(kRescaleGap));
+  __mmask16 over = 0;
+  __m512 total = _mm512_setzero_ps();
+  for (int kb = 0; kb < kKeyBlocks; ++kb) {
+    __m512i w[16];
+    for (int kk = 0; kk < 16; ++kk) {
+      const int j = 32 * kb + 2 * kk;
+      __m512 e[2];
+      for (int i = 0; i < 2; ++i) {
+        const __mmask16 keep = _mm512_cmpgt_epi32_mask(limit, _mm512_set1_epi32(j + i));
+        const __m512 score = _mm512_loadu_ps(st + (j + i) * kLanes);
+        over |= _mm512_mask_cmp_ps_mask(keep, score, ceiling, _CMP_GT_OQ);
+        e[i] = _mm512_maskz_mov_ps(keep, ExpNonPositive(_mm512_sub_ps(score, ref)));
+        total = _mm512_add_ps(total, e[i]);
+      }
+      w[kk] = KeyPairs(e[1], e[0]);
+    }
+    Transpose16(w);
+    for (int r = 0; r < kLanes; ++r) _mm512_storeu_si512(p_tiles + kb * kTileElems + r * 32, w[r]);
+  }
+  if (over != 0) return false;
+  _mm512_storeu_ps(sum, _mm512_add_ps(_mm512_loadu_ps(sum), total));
+  return true;
+}
+
 // The streaming softmax over one row tile's scores st[key][lane]: key j counts for lane l where
 // j < lim[l] (the causal limit, 0 for a row that sees none of the chunk). o and sum are kept
 // relative to each lane's reference max, which moves only where the chunk's max exceeds it by
@@ -177,6 +222,7 @@ TANDEM_TILES void ScoreTiles(const KeyGroups& k, const uint16_t* q_tiles, int dp
 TANDEM_TILES void SoftmaxTile(float* st, const int32_t* lim, int jmax, int rows, int dp, float* max,
                               float* sum, float* o, uint16_t* p_tiles) {
   const __m512i limit = _mm512_loadu_si512(lim);
+  if (SoftmaxTileKeepingReferences(st, limit, sum, max, p_tiles)) return;
   const __m512 neg_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
   __m512 mx = neg_inf;
   for (int j = 0; j < jmax; ++j) {
@@ -218,14 +264,11 @@ TANDEM_TILES void SoftmaxTile(float* st, const int32_t* lim, int jmax, int rows,
   _mm512_storeu_ps(sum, _mm512_add_ps(_mm512_loadu_ps(sum), total));
 
   // Pairs of keys as bf16 pairs per lane, then lanes to rows.
-  const __m512i pairs = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24,
-                                         8, 23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
   for (int kb = 0; kb < kKeyBlocks; ++kb) {
     __m512i w[16];
     for (int kk = 0; kk < 16; ++kk) {
       const float* e = st + (32 * kb + 2 * kk) * kLanes;
-      const __m512bh both = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(e + kLanes), _mm512_loadu_ps(e));
-      w[kk] = _mm512_permutexvar_epi16(pairs, (__m512i)both);
+      w[kk] = KeyPairs(_mm512_loadu_ps(e + kLanes), _mm512_loadu_ps(e));
     }
     Transpose16(w);
     for (int r = 0; r < kLanes; ++r) _mm512_storeu_si512(p_tiles + kb * kTileElems + r * 32, w[r]);
