@@ -241,6 +241,10 @@ void RunItem(const WorkItem& item, const AttentionSequence& seq, int num_heads,
   const int64_t end_pos = seq.start_pos + item.t1;  // one past the last key any row needs
   const int64_t bs = layout.block_size;
   const int32_t* table = seq.block_table;
+  // The tiles' chunks where the pool is bf16; one of its int8 blocks (a mixed-precision pool)
+  // falls back to the f32 loops, which take any count up to kKeyChunk.
+  const int chunk =
+      tiles && layout.dtype == DType::kBF16 ? internal::kKeyChunk : internal::kF32KeyChunk;
   // Keys come in runs of live blocks: a sliding or elastic window may have evicted some
   // (kNoBlock). Chunks keep their true positions, for the causal mask.
   for (int64_t run0 = 0; run0 < end_pos;) {
@@ -251,12 +255,12 @@ void RunItem(const WorkItem& item, const AttentionSequence& seq, int num_heads,
     int64_t run1 = (run0 / bs + 1) * bs;
     while (run1 < end_pos && table[run1 / bs] != kv::kNoBlock) run1 += bs;
     run1 = std::min(run1, end_pos);
-    for (int64_t c0 = run0; c0 < run1; c0 += internal::kKeyChunk) {
-      const int n = static_cast<int>(std::min<int64_t>(internal::kKeyChunk, run1 - c0));
-      const int64_t next = c0 + internal::kKeyChunk;
+    for (int64_t c0 = run0; c0 < run1; c0 += chunk) {
+      const int n = static_cast<int>(std::min<int64_t>(chunk, run1 - c0));
+      const int64_t next = c0 + chunk;
       for (int h = 0; h < item.kv_heads && next < run1; ++h) {
         PrefetchChunk(arena, table, layer, item.kv_head + h, next,
-                      static_cast<int>(std::min<int64_t>(internal::kKeyChunk, run1 - next)));
+                      static_cast<int>(std::min<int64_t>(chunk, run1 - next)));
       }
       if (item.kv_heads > 1) {  // bf16 blocks throughout (MakeItems): read in place
         for (int h = 0; h < item.kv_heads; ++h) {

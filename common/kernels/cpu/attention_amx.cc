@@ -42,7 +42,7 @@ constexpr int kMinTileHeadDim = 64;
 constexpr int kTileElems = 512;             // bf16 elements of one 16 x 64-byte tile
 constexpr int kKeyGroups = kKeyChunk / 16;  // score tiles per row tile: 16 keys each
 constexpr int kKeyBlocks = kKeyChunk / 32;  // P.V's K blocks: 32 keys (16 pairs) each
-static_assert(kKeyGroups == 4 && kKeyBlocks == 2, "the tile code below unrolls these counts");
+static_assert(kKeyGroups % 4 == 0, "ScoreTiles takes 4 groups of 16 keys a pass");
 // How far a row's scores may rise above the max its o and sum are relative to before they are
 // rescaled: probabilities stay below e^8 ~ 3000, far inside bf16's and f32's range.
 constexpr float kRescaleGap = 8.0f;
@@ -145,26 +145,29 @@ TANDEM_TILES void InterleaveValues(AttentionScratch& s, int dp, int slot) {
 
 // st[key][lane] = q_lane . k_key for the chunk's 64 keys and one row tile's queries.
 TANDEM_TILES void ScoreTiles(const KeyGroups& k, const uint16_t* q_tiles, int dp, float* st) {
-  _tile_zero(0);
-  _tile_zero(1);
-  _tile_zero(2);
-  _tile_zero(3);
-  for (int db = 0; db < dp / 32; ++db) {
-    const int64_t off = int64_t{db} * 64;  // bytes: 32 dims of a key row
-    _tile_loadd(4, q_tiles + db * kTileElems, 64);
-    _tile_loadd(5, k.at[0] + off, k.stride[0]);
-    _tile_dpbf16ps(0, 5, 4);
-    _tile_loadd(6, k.at[1] + off, k.stride[1]);
-    _tile_dpbf16ps(1, 6, 4);
-    _tile_loadd(7, k.at[2] + off, k.stride[2]);
-    _tile_dpbf16ps(2, 7, 4);
-    _tile_loadd(5, k.at[3] + off, k.stride[3]);
-    _tile_dpbf16ps(3, 5, 4);
+  for (int g = 0; g < kKeyGroups; g += 4) {
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    for (int db = 0; db < dp / 32; ++db) {
+      const int64_t off = int64_t{db} * 64;  // bytes: 32 dims of a key row
+      _tile_loadd(4, q_tiles + db * kTileElems, 64);
+      _tile_loadd(5, k.at[g] + off, k.stride[g]);
+      _tile_dpbf16ps(0, 5, 4);
+      _tile_loadd(6, k.at[g + 1] + off, k.stride[g + 1]);
+      _tile_dpbf16ps(1, 6, 4);
+      _tile_loadd(7, k.at[g + 2] + off, k.stride[g + 2]);
+      _tile_dpbf16ps(2, 7, 4);
+      _tile_loadd(5, k.at[g + 3] + off, k.stride[g + 3]);
+      _tile_dpbf16ps(3, 5, 4);
+    }
+    float* out = st + g * 16 * kLanes;
+    _tile_stored(0, out, 64);
+    _tile_stored(1, out + 16 * kLanes, 64);
+    _tile_stored(2, out + 32 * kLanes, 64);
+    _tile_stored(3, out + 48 * kLanes, 64);
   }
-  _tile_stored(0, st, 64);
-  _tile_stored(1, st + 16 * kLanes, 64);
-  _tile_stored(2, st + 32 * kLanes, 64);
-  _tile_stored(3, st + 48 * kLanes, 64);
 }
 
 // Pairs of keys as bf16 pairs per lane: words 2i and 2i+1 of the result are lane i of `even`
