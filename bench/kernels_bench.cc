@@ -249,6 +249,7 @@ BENCHMARK(BM_GemmPrefill)
     // The 125M shape's FFN at prefill-512 and -2048: x (768 KiB, 3 MiB, 12 MiB) in or out of L2.
     ->ArgsProduct({{512, 2048}, {3072}, {768}, {10}})
     ->ArgsProduct({{512, 2048}, {768}, {3072}, {10}})
+    ->ArgsProduct({{2048}, {2048, 8192}, {2048}, {14}})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

@@ -18,6 +18,22 @@ namespace tandem::kernels::internal {
 // AMX kernels.
 bool AmxTilesAllowed();
 
+// Bytes a tile call asks into L2 while it runs, spread over its steps: a part of the slice of
+// weights the same thread takes next (tile loads do not wake the hardware prefetchers, so a slice
+// not asked for ahead arrives one tile load's wait at a time).
+struct Ahead {
+  const char* data = nullptr;
+  int64_t bytes = 0;
+
+  // Asks for step `step`'s share of the lines (of `steps`).
+  void Step(int64_t step, int64_t steps) const {
+    const int64_t lines = (bytes + 63) / 64;
+    for (int64_t l = step * lines / steps; l < (step + 1) * lines / steps; ++l) {
+      _mm_prefetch(data + l * 64, _MM_HINT_T1);
+    }
+  }
+};
+
 // ldtilecfg's operand.
 struct alignas(64) TileConfig {
   uint8_t palette = 1;

@@ -11,6 +11,7 @@
 #include "common/kernels/cpu/onednn_gemm.h"
 #include "common/kernels/cpu/quant_pack.h"
 #include "common/kernels/cpu/simd_util.h"
+#include "common/util/check.h"
 
 namespace tandem::kernels {
 namespace {
@@ -148,6 +149,43 @@ void ForEachSlice(std::span<const GemmOutput> outputs, int64_t m, int64_t slice_
         if (r0 < r1) fn(o, slice, r0, r1);
         break;
       }
+    }
+  });
+}
+
+namespace {
+
+// Slice `index` of the outputs' slices in order: its output and its index there.
+std::pair<const GemmOutput*, int64_t> SliceAt(std::span<const GemmOutput> outputs,
+                                              int64_t slice_rows, int64_t index) {
+  for (const GemmOutput& o : outputs) {
+    const int64_t count = (o.w.rows + slice_rows - 1) / slice_rows;
+    if (index < count) return {&o, index};
+    index -= count;
+  }
+  TANDEM_CHECK(false, "a slice past the outputs' last");
+  return {nullptr, 0};
+}
+
+}  // namespace
+
+void ForEachRowBlockSlice(std::span<const GemmOutput> outputs, int64_t m, int64_t slice_rows,
+                          int64_t unit, int64_t max_block_rows, ThreadPool& pool,
+                          const RowBlockFn& fn) {
+  int64_t slices = 0;
+  for (const GemmOutput& o : outputs) slices += (o.w.rows + slice_rows - 1) / slice_rows;
+  const int64_t most = std::max(unit, max_block_rows / unit * unit);
+  const int64_t row_blocks =
+      std::max((m + most - 1) / most, (2 * pool.num_threads() + slices - 1) / slices);
+  const int64_t block_rows = (m + row_blocks - 1) / row_blocks;
+  const int64_t rows = (block_rows + unit - 1) / unit * unit;
+  pool.ParallelForDynamic((m + rows - 1) / rows * slices, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t r0 = t / slices * rows;
+      const std::pair<const GemmOutput*, int64_t> at = SliceAt(outputs, slice_rows, t % slices);
+      const std::pair<const GemmOutput*, int64_t> next =
+          SliceAt(outputs, slice_rows, (t + 1) % slices);
+      fn(*at.first, at.second, r0, std::min(m, r0 + rows), *next.first, next.second);
     }
   });
 }

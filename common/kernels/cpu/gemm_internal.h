@@ -42,6 +42,21 @@ void ForEachSlice(std::span<const GemmOutput> outputs, int64_t m, int64_t slice_
                   int64_t chunk_rows, int64_t unit_chunks, bool split_rows, ThreadPool& pool,
                   const SliceFn& fn);
 
+// Prefill on the AMX tiles (the bf16 and the int8 kernels): items of (block of x's rows, slice of
+// `slice_rows` output rows of an output) with the blocks outermost, so that both threads run every
+// slice over the block their L2s hold (a tile load from L3 waits; one from L2 mostly does not).
+// Blocks of whole `unit`s of rows, as even as they can be, of at most `max_block_rows` rows (at
+// least one unit), and enough of them for two items per thread where m allows. Runs
+// fn(output, slice, r0, r1, next_output, next_slice), where next is the slice of the item after
+// it: the one the same thread most likely takes next (the pool hands out runs of consecutive
+// items), which fn may ask into L2 ahead.
+using RowBlockFn =
+    std::function<void(const GemmOutput& output, int64_t slice, int64_t r0, int64_t r1,
+                       const GemmOutput& next_output, int64_t next_slice)>;
+void ForEachRowBlockSlice(std::span<const GemmOutput> outputs, int64_t m, int64_t slice_rows,
+                          int64_t unit, int64_t max_block_rows, ThreadPool& pool,
+                          const RowBlockFn& fn);
+
 // Quantized panels run AVX-512 kernels where the CPU has AVX-512 (F, BW, VL, DQ), else AVX2;
 // both give the same bits. Asks for one or the other (for tests and benchmarks) and returns
 // whether AVX-512 is now used.

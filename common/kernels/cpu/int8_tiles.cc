@@ -40,6 +40,9 @@ constexpr int64_t kTilePrefetchBlocks = 2;
 // (128 KiB, on into the next slice, which the same thread usually takes next) into L2, as the
 // bf16 tiles do for decode (onednn_gemm.cc). Later passes read the slice from L2.
 constexpr int64_t kTileStreamBlocks = 32;
+// A prefill's block of x's rows (int8, in the tile layout): at most this many bytes, so that it
+// stays in a core's L2 while every slice runs over it (the bf16 tiles' kBlockXBytes).
+constexpr int64_t kBlockXBytes = int64_t{1} << 20;
 
 int64_t RoundUp(int64_t n, int64_t to) { return (n + to - 1) / to * to; }
 
@@ -274,7 +277,7 @@ TANDEM_AMX_INT8 void TileRows(TileX x, int64_t rows, const char* slice, int64_t 
 // 2 x tiles and 2 code tiles per K block: 4 tile loads for 4 products, where TileRows takes 5.
 // The sums are exact integers, so they are TileRows' whatever the order.
 TANDEM_AMX_INT8 void TilePair(TileX x0, TileX x1, int64_t rows1, const char* slice, int64_t blocks,
-                              bool stream, int32_t* c) {
+                              bool stream, int32_t* c, internal::Ahead ahead = {}) {
   // Tiles 0-1: the first chunk x 2 x 16 outputs; 2-3: the second's; 4-5 the chunks' x; 6-7 codes.
   const auto r = static_cast<uint8_t>(rows1);
   internal::LoadTileConfig({16, 16, r, r, 16, r, 16, 16});
@@ -286,9 +289,9 @@ TANDEM_AMX_INT8 void TilePair(TileX x0, TileX x1, int64_t rows1, const char* sli
     _tile_zero(3);
     for (int64_t kb = 0; kb < blocks; ++kb) {
       const char* block = slice + kb * kBlockBytes + half * 2 * kTileBytes;
-      const char* ahead = block + kTilePrefetchBlocks * kBlockBytes;
+      const char* near = block + kTilePrefetchBlocks * kBlockBytes;
       for (int64_t line = 0; line < 2 * kTileBytes; line += 64) {
-        _mm_prefetch(ahead + line, _MM_HINT_T0);
+        _mm_prefetch(near + line, _MM_HINT_T0);
       }
       if (stream && half == 0) {
         const char* far = slice + (kb + kTileStreamBlocks) * kBlockBytes;
@@ -296,6 +299,7 @@ TANDEM_AMX_INT8 void TilePair(TileX x0, TileX x1, int64_t rows1, const char* sli
           _mm_prefetch(far + line, _MM_HINT_T1);
         }
       }
+      ahead.Step(half * blocks + kb, 2 * blocks);
       _tile_loadd(4, x0.data + kb * x0.block_bytes, x0.row_bytes);
       _tile_loadd(6, block, 64);
       _tile_dpbsud(0, 4, 6);
@@ -324,14 +328,21 @@ TANDEM_VNNI512 void FinishRows(const int32_t* c, const IntRows& x, int64_t r0, i
   }
 }
 
-// Rows [r0, r1) times one slice, two chunks of kChunk rows a pass where `pairs`.
+// Rows [r0, r1) times one slice, two chunks of kChunk rows a pass where `pairs`. The first call
+// streams the slice from memory unless `ahead` (the next slice, asked into L2 by the pairs'
+// calls) says a previous item asked for this one.
 void TileRange(const IntRows& x, int64_t r0, int64_t r1, int64_t blocks, bool pairs,
-               const SliceOut& o) {
+               const SliceOut& o, internal::Ahead ahead = {}) {
   alignas(64) thread_local int32_t c[2 * kChunk * kSlice];
-  for (bool first = true; r0 < r1; first = false) {
-    const int64_t rows = std::min((pairs ? 2 : 1) * kChunk, r1 - r0);
+  const int64_t unit = (pairs ? 2 : 1) * kChunk, calls = (r1 - r0 + unit - 1) / unit;
+  for (int64_t call = 0; r0 < r1; ++call) {
+    const int64_t rows = std::min(unit, r1 - r0);
+    const bool first = call == 0 && ahead.data == nullptr;
     if (rows > kChunk) {
-      TilePair(ChunkOf(x, r0), ChunkOf(x, r0 + kChunk), rows - kChunk, o.codes, blocks, first, c);
+      const internal::Ahead part{ahead.data + ahead.bytes * call / calls,
+                                 ahead.bytes * (call + 1) / calls - ahead.bytes * call / calls};
+      TilePair(ChunkOf(x, r0), ChunkOf(x, r0 + kChunk), rows - kChunk, o.codes, blocks, first, c,
+               part);
     } else {
       TileRows(ChunkOf(x, r0), rows, o.codes, blocks, first, c);
     }
@@ -414,23 +425,39 @@ void GemmInt8Tiles(const float* x, int64_t m, int64_t x_stride, std::span<const 
   // Not for a single chunk, which gains nothing from the tile layout (as the bf16 tiles).
   const bool tile_layout = !vnni && pairs && m > kChunk;
   const IntRows xq = QuantizeRows(x, m, x_stride, k, blocks * kBlockK, tile_layout, pool);
+  auto slice_out = [](const GemmOutput& o, int64_t slice) {
+    const Shape s = Shape::Of(o.w.rows, o.w.cols);
+    const int64_t n0 = slice * kSlice;
+    return SliceOut{Codes(o.w) + slice * s.SliceBytes(),
+                    Scales(o.w, s) + n0,
+                    Zeros(o.w, s) + n0,
+                    o.bias != nullptr ? o.bias + n0 : nullptr,
+                    o.y + n0,
+                    o.y_stride,
+                    std::min(kSlice, o.w.rows - n0)};
+  };
+  if (tile_layout && m > 2 * kChunk) {
+    // A prefill: in blocks of x's rows that stay in L2 (as the bf16 tiles, onednn_gemm.cc), each
+    // item asking for the next one's slice.
+    internal::ForEachRowBlockSlice(
+        outputs, m, kSlice, 2 * kChunk, kBlockXBytes / xq.stride, pool,
+        [&](const GemmOutput& o, int64_t slice, int64_t r0, int64_t r1, const GemmOutput& next,
+            int64_t next_slice) {
+          const Shape s = Shape::Of(next.w.rows, next.w.cols);
+          const internal::Ahead ahead{Codes(next.w) + next_slice * s.SliceBytes(),
+                                      blocks * kBlockBytes};
+          TileRange(xq, r0, r1, blocks, pairs, slice_out(o, slice), ahead);
+        });
+    return;
+  }
   // Work items: (slice of one output, part of the rows), parts of whole pairs of chunks; a
   // decode step's rows are not split.
   internal::ForEachSlice(outputs, m, kSlice, kChunk, pairs ? 2 : 1, /*split_rows=*/!vnni, pool,
                          [&](const GemmOutput& o, int64_t slice, int64_t r0, int64_t r1) {
-                           const Shape s = Shape::Of(o.w.rows, o.w.cols);
-                           const int64_t n0 = slice * kSlice;
-                           const SliceOut out{Codes(o.w) + slice * s.SliceBytes(),
-                                              Scales(o.w, s) + n0,
-                                              Zeros(o.w, s) + n0,
-                                              o.bias != nullptr ? o.bias + n0 : nullptr,
-                                              o.y + n0,
-                                              o.y_stride,
-                                              std::min(kSlice, o.w.rows - n0)};
                            if (vnni) {
-                             VnniRange(xq, r0, r1, blocks, out);
+                             VnniRange(xq, r0, r1, blocks, slice_out(o, slice));
                            } else {
-                             TileRange(xq, r0, r1, blocks, pairs, out);
+                             TileRange(xq, r0, r1, blocks, pairs, slice_out(o, slice));
                            }
                          });
 }

@@ -38,6 +38,7 @@ bool internal::AmxTilesAllowed() {
 namespace {
 
 using dnnl::memory;
+using internal::Ahead;
 using internal::AmxTilesAllowed;
 using internal::LoadTileConfig;
 constexpr int64_t kChunk = kOnednnChunkRows;
@@ -190,13 +191,6 @@ TANDEM_AMX void TileRows(TileX x, int64_t rows, KBlocks kbs, const char* slice, 
   _tile_stored(3, y + 48, y_stride * 4);
 }
 
-// Bytes a call asks into L2 while it runs, spread over its K blocks: a part of the slice the
-// same thread takes next (tile loads do not wake the hardware prefetchers).
-struct Ahead {
-  const char* data = nullptr;
-  int64_t bytes = 0;
-};
-
 // y[kChunk + rows1][kSlice] (rows y_stride floats apart) = kChunk rows of x0 and then `rows1`
 // (1..kChunk) rows of x1 times one slice, with TileRows' bits: each output still accumulates in its
 // own tile over the K blocks in order. Two chunks share each weight tile: per half of the slice's
@@ -211,10 +205,8 @@ TANDEM_AMX void TilePair(TileX x0, TileX x1, int64_t rows1, KBlocks kbs, const c
   // The halves take turns over runs of K blocks, so that the second reads x's run from L2; the
   // accumulators wait in y in between (stored and reloaded exactly: the bits are unchanged).
   constexpr int64_t kRunBlocks = 64;
-  const int64_t lines = (ahead.bytes + 63) / 64;
-  const int64_t lines_per_step =
-      (lines + 2 * (kbs.end - kbs.begin) - 1) / (2 * (kbs.end - kbs.begin));
-  int64_t next_line = 0;
+  const int64_t steps = 2 * (kbs.end - kbs.begin);
+  int64_t step = 0;
   for (int64_t kb0 = kbs.begin; kb0 < kbs.end; kb0 += kRunBlocks) {
     for (int64_t half = 0; half < 2; ++half) {
       float* out = y + half * 32;
@@ -236,9 +228,7 @@ TANDEM_AMX void TilePair(TileX x0, TileX x1, int64_t rows1, KBlocks kbs, const c
           const char* next = slice + (kb + kTileStreamBlocks) * kTileBlockBytes;
           for (int64_t b = 0; b < kTileBlockBytes; b += 64) _mm_prefetch(next + b, _MM_HINT_T1);
         }
-        for (int64_t l = 0; l < lines_per_step && next_line < lines; ++l, ++next_line) {
-          _mm_prefetch(ahead.data + next_line * 64, _MM_HINT_T1);
-        }
+        ahead.Step(step++, steps);
         _tile_loadd(4, x0.data + kb * x0.block_bytes, x0.row_bytes);
         _tile_loadd(6, block, kPairRowBytes);
         _tile_dpbf16ps(0, 4, 6);
@@ -596,17 +586,6 @@ void RunChunk(const Packed& w, int64_t s, const char* x, bool tile_x, int64_t ro
   CopyOut(t.y, rows, bias, y, y_stride, n0, n1);
 }
 
-// Slice `index` of the outputs' slices, in order: its output and its index there.
-std::pair<const GemmOutput*, int64_t> SliceAt(std::span<const GemmOutput> outputs, int64_t index) {
-  for (const GemmOutput& o : outputs) {
-    const int64_t count = (o.w.rows + kSlice - 1) / kSlice;
-    if (index < count) return {&o, index};
-    index -= count;
-  }
-  TANDEM_CHECK(false, "a slice past the outputs' last");
-  return {nullptr, 0};
-}
-
 // A block of x's rows (in the tile layout) over a range of K: at most this many bytes, so that
 // it stays in a core's L2 (2 MiB on the Xeons with AMX) while every slice runs over it, beside
 // the slice being read and the one being asked for. Row blocks of all of x measured 0.90 TFLOP/s
@@ -631,10 +610,8 @@ void RunTileBlocks(std::span<const GemmOutput> outputs, const char* xs, int64_t 
   const int64_t blocks = k / kTileK, row_bytes = k * 2, unit = 2 * kChunk;
   const int64_t x_bytes = block_x_bytes.load(std::memory_order_relaxed);
   const int64_t most_blocks = range_blocks.load(std::memory_order_relaxed);
-  int64_t slices = 0;
   bool straight = true;
   for (const GemmOutput& o : outputs) {
-    slices += (o.w.rows + kSlice - 1) / kSlice;
     straight = straight && o.bias == nullptr && o.w.rows % kSlice == 0;
   }
   const int64_t ranges = straight ? (blocks + most_blocks - 1) / most_blocks : 1;
@@ -643,40 +620,29 @@ void RunTileBlocks(std::span<const GemmOutput> outputs, const char* xs, int64_t 
     const int64_t range_bytes = (kbs.end - kbs.begin) * kTileBlockBytes;
     // All of x in one block where a range would be longer than kRangeBlocks: smaller blocks would
     // read the weights from memory more often than they save.
-    int64_t row_blocks = 1;
-    if (kbs.end - kbs.begin <= most_blocks) {
-      const int64_t fit = x_bytes / ((kbs.end - kbs.begin) * kTileK * 2);
-      row_blocks = (m + fit - 1) / fit;
-    }
-    // Two items per thread at least, where the rows allow.
-    row_blocks = std::max(row_blocks, (2 * pool.num_threads() + slices - 1) / slices);
-    // Blocks of whole pairs, as even as they can be.
-    const int64_t block_rows = RoundUp((m + row_blocks - 1) / row_blocks, unit);
-    const int64_t items = (m + block_rows - 1) / block_rows * slices;
-    pool.ParallelForDynamic(items, 1, [&](int64_t t0, int64_t t1) {
-      for (int64_t t = t0; t < t1; ++t) {
-        const int64_t r0 = t / slices * block_rows, r1 = std::min(m, r0 + block_rows);
-        const std::pair<const GemmOutput*, int64_t> at = SliceAt(outputs, t % slices);
-        const std::pair<const GemmOutput*, int64_t> next = SliceAt(outputs, (t + 1) % slices);
-        const GemmOutput& o = *at.first;
-        const int64_t s = at.second, n0 = s * kSlice, n1 = std::min(o.w.rows, n0 + kSlice);
-        const Packed& w = PackedOf(o.w);
-        const char* ahead =
-            SliceData(PackedOf(next.first->w), next.second) + kbs.begin * kTileBlockBytes;
-        const int64_t calls = (r1 - r0 + unit - 1) / unit;
-        for (int64_t c = 0; c < calls; ++c) {
-          const int64_t row = r0 + c * unit, rows = std::min(unit, r1 - row);
-          if (rows <= kChunk) {
-            RunChunk(w, s, xs + row * row_bytes, true, rows, kbs, o.bias, o.y + row * o.y_stride,
-                     o.y_stride, n0, n1);
-            continue;
+    const int64_t block_rows = kbs.end - kbs.begin <= most_blocks
+                                   ? x_bytes / ((kbs.end - kbs.begin) * kTileK * 2)
+                                   : RoundUp(m, unit);
+    internal::ForEachRowBlockSlice(
+        outputs, m, kSlice, unit, block_rows, pool,
+        [&](const GemmOutput& o, int64_t s, int64_t r0, int64_t r1, const GemmOutput& next,
+            int64_t next_slice) {
+          const int64_t n0 = s * kSlice, n1 = std::min(o.w.rows, n0 + kSlice);
+          const Packed& w = PackedOf(o.w);
+          const char* ahead = SliceData(PackedOf(next.w), next_slice) + kbs.begin * kTileBlockBytes;
+          const int64_t calls = (r1 - r0 + unit - 1) / unit;
+          for (int64_t c = 0; c < calls; ++c) {
+            const int64_t row = r0 + c * unit, rows = std::min(unit, r1 - row);
+            if (rows <= kChunk) {
+              RunChunk(w, s, xs + row * row_bytes, true, rows, kbs, o.bias, o.y + row * o.y_stride,
+                       o.y_stride, n0, n1);
+              continue;
+            }
+            const int64_t b0 = range_bytes * c / calls, b1 = range_bytes * (c + 1) / calls;
+            RunPair(w, s, xs + row * row_bytes, rows, kbs, false, {ahead + b0, b1 - b0}, o, row, n0,
+                    n1);
           }
-          const int64_t b0 = range_bytes * c / calls, b1 = range_bytes * (c + 1) / calls;
-          RunPair(w, s, xs + row * row_bytes, rows, kbs, false, {ahead + b0, b1 - b0}, o, row, n0,
-                  n1);
-        }
-      }
-    });
+        });
   }
 }
 
