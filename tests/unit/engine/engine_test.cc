@@ -242,11 +242,13 @@ TEST_F(EngineTest, Int8TilesMakeBatchingAndChunkingBitExact) {
       EXPECT_EQ(in_chunks[r.id].logits, solo.logits) << r.id;
       ASSERT_EQ(on_own[r.id].logits.size(), solo.logits.size());
       // bf16 attention rounds q and the probabilities to 8 bits too: on random tiny weights
-      // that moves the logits by up to ~0.08 of their spread (an fp16 cache's 11 bits: 0.005).
+      // that moves the logits by up to ~0.16 of their spread (0.15 in 64-key chunks, 0.16 in
+      // 128; an fp16 cache's 11 bits: 0.005; the kernel against a double reference:
+      // PagedAttentionTilesTest).
       // Compared while the greedy tokens agree (a flipped token changes what follows).
       for (size_t i = 0; i < solo.logits.size(); ++i) {
         if (i > 0 && on_own[r.id].tokens[i - 1] != solo.tokens[i - 1]) break;
-        EXPECT_LE(MaxRelDiff(on_own[r.id].logits[i], solo.logits[i]), head_dim == 64 ? 0.15 : 1e-3)
+        EXPECT_LE(MaxRelDiff(on_own[r.id].logits[i], solo.logits[i]), head_dim == 64 ? 0.2 : 1e-3)
             << r.id;
       }
     }
