@@ -95,12 +95,6 @@ constexpr int64_t kTileBlockBytes = kTileK * kSlice * 2;
 // step of a few rows streams its weights from memory (measured: 5 GB/s without, 22 with, the
 // rate of plain vector loads, on one Xeon core).
 constexpr int64_t kTilePrefetchBlocks = 3;
-// Where a call is the only one on its slice (a decode step of up to 32 rows), its weights come
-// from memory and the tiles' work does not hide the wait: TilePair also asks for the blocks
-// 128 KiB ahead (into the next slice, which the same thread takes next) into L2. Measured on a
-// Xeon with AMX: batch-32 GEMMs faster in 14 of 16 paired rounds, by 8-22% in the medians;
-// prefill calls, which read their slice from L2 many times over, do not ask.
-constexpr int64_t kTileStreamBlocks = 32;
 
 // Whether `p`'s slices are in the layout TileRows reads.
 bool TileLayout(const Plan& p) {
@@ -197,7 +191,7 @@ TANDEM_AMX void TileRows(TileX x, int64_t rows, KBlocks kbs, const char* slice, 
 // columns, 2 x 2 accumulator tiles take 2 x tiles and 2 weight tiles per K block, 4 loads for 4
 // products where TileRows takes 5 (tile loads are what bounds the tiles: docs/benchmarks.md).
 TANDEM_AMX void TilePair(TileX x0, TileX x1, int64_t rows1, KBlocks kbs, const char* slice,
-                         float* y, int64_t y_stride, bool stream, Ahead ahead = {}) {
+                         float* y, int64_t y_stride, Ahead ahead = {}) {
   // Tiles 0-1: x0's rows x 2 x 16 columns; 2-3: x1's; 4: x0's block; 5: x1's; 6-7 weights.
   const auto r = static_cast<uint8_t>(rows1);
   LoadTileConfig({16, 16, r, r, 16, r, 16, 16});
@@ -224,10 +218,6 @@ TANDEM_AMX void TilePair(TileX x0, TileX x1, int64_t rows1, KBlocks kbs, const c
       for (int64_t kb = kb0; kb < std::min(kbs.end, kb0 + kRunBlocks); ++kb) {
         const char* block = slice + kb * kTileBlockBytes + half * 128;
         PrefetchBlock(block + kTilePrefetchBlocks * kTileBlockBytes, 2);
-        if (stream && half == 0) {
-          const char* next = slice + (kb + kTileStreamBlocks) * kTileBlockBytes;
-          for (int64_t b = 0; b < kTileBlockBytes; b += 64) _mm_prefetch(next + b, _MM_HINT_T1);
-        }
         ahead.Step(step++, steps);
         _tile_loadd(4, x0.data + kb * x0.block_bytes, x0.row_bytes);
         _tile_loadd(6, block, kPairRowBytes);
@@ -357,8 +347,7 @@ absl::Status CheckInvariance(Plan& p) {
     RunOnce(p, kChunk, rotated.data(), packed, ref_rotated.data());
     const auto* rs = reinterpret_cast<const uint16_t*>(rotated.data());
     for (int64_t r = 1; r <= kChunk && p.pairs; ++r) {
-      TilePair(RowMajor(xs, p.k), RowMajor(rs, p.k), r, AllOf(p.k), packed, pair.data(), kSlice,
-               false);
+      TilePair(RowMajor(xs, p.k), RowMajor(rs, p.k), r, AllOf(p.k), packed, pair.data(), kSlice);
       p.pairs = std::memcmp(pair.data(), ref.data(), ref.size() * sizeof(float)) == 0 &&
                 std::memcmp(pair.data() + kChunk * kSlice, ref_rotated.data(),
                             r * kSlice * sizeof(float)) == 0;
@@ -528,20 +517,19 @@ bool Straight(const GemmOutput& o, int64_t n0, int64_t n1) {
 
 // y[0, rows) x [n0, n1) (+ bias) = kChunk < rows <= 2 * kChunk rows of x in the tile layout
 // times slice `s` of `w`, whose first output row is n0 (a plan with pairs), over K blocks `kbs`
-// (the whole of K unless Straight); `stream`: the only call on this slice (see
-// kTileStreamBlocks).
-void RunPair(const Packed& w, int64_t s, const char* x, int64_t rows, KBlocks kbs, bool stream,
-             Ahead ahead, const GemmOutput& o, int64_t y_row, int64_t n0, int64_t n1) {
+// (the whole of K unless Straight), asking for `ahead` into L2 while it runs.
+void RunPair(const Packed& w, int64_t s, const char* x, int64_t rows, KBlocks kbs, Ahead ahead,
+             const GemmOutput& o, int64_t y_row, int64_t n0, int64_t n1) {
   const int64_t k = w.plan->k;
   const TileX x0 = TileLayoutX(x), x1 = TileLayoutX(x + kChunk * k * 2);
   float* y = o.y + y_row * o.y_stride;
   if (Straight(o, n0, n1)) {
-    TilePair(x0, x1, rows - kChunk, kbs, SliceData(w, s), y + n0, o.y_stride, stream, ahead);
+    TilePair(x0, x1, rows - kChunk, kbs, SliceData(w, s), y + n0, o.y_stride, ahead);
     return;
   }
   TANDEM_CHECK(kbs.begin == 0 && kbs.end == k / kTileK, "a range of K through the scratch rows");
   ThreadCalls& t = Calls();
-  TilePair(x0, x1, rows - kChunk, kbs, SliceData(w, s), t.y, kSlice, stream, ahead);
+  TilePair(x0, x1, rows - kChunk, kbs, SliceData(w, s), t.y, kSlice, ahead);
   CopyOut(t.y, rows, o.bias, y, o.y_stride, n0, n1);
 }
 
@@ -599,12 +587,14 @@ std::atomic<int64_t> block_x_bytes{kBlockXBytes};  // tests: smaller
 constexpr int64_t kRangeBlocks = 64;
 std::atomic<int64_t> range_blocks{kRangeBlocks};  // tests: shorter
 
-// Prefill on the tiles: x (more than one pair of chunks) in the tile layout at `xs`. Ranges of K
-// in turn (each output's sums carried in y from one to the next); in each, items of (block of
-// rows, slice) with the blocks outermost, so that both threads run every slice over the block
-// their L2s hold; each item asks for the next item's slice (the one the same thread most likely
-// takes next: the pool hands out runs of consecutive items) into L2 while it runs. Every output
-// still sums over K in order in its own tile: the bits do not change.
+// Calls of more than one chunk of rows on the tiles (prefill, and decode steps of 17-32 rows): x
+// in the tile layout at `xs`. Ranges of K in turn (each output's sums carried in y from one to
+// the next); in each, items of (block of rows, slice) with the blocks outermost
+// (ForEachRowBlockSlice); each item asks for the next item's slice into L2 while it runs. A
+// decode step's slices come from memory: asking for the next slice while one runs measured 1.08x
+// the 32-row GEMM at 8,192 x 2,048 against asking 128 KiB ahead within the call, as before, and
+// 1.03-1.05x the 1B batch-32 decode in 2 of 3 rounds. Every output still sums over K in order in
+// its own tile: the bits do not change.
 void RunTileBlocks(std::span<const GemmOutput> outputs, const char* xs, int64_t m, int64_t k,
                    ThreadPool& pool) {
   const int64_t blocks = k / kTileK, row_bytes = k * 2, unit = 2 * kChunk;
@@ -639,8 +629,7 @@ void RunTileBlocks(std::span<const GemmOutput> outputs, const char* xs, int64_t 
               continue;
             }
             const int64_t b0 = range_bytes * c / calls, b1 = range_bytes * (c + 1) / calls;
-            RunPair(w, s, xs + row * row_bytes, rows, kbs, false, {ahead + b0, b1 - b0}, o, row, n0,
-                    n1);
+            RunPair(w, s, xs + row * row_bytes, rows, kbs, {ahead + b0, b1 - b0}, o, row, n0, n1);
           }
         });
   }
@@ -861,26 +850,18 @@ void GemmOnednn(const float* x, int64_t m, int64_t x_stride, std::span<const Gem
     }
     xs = dst;
   }
-  if (tile_x && m > 2 * kChunk) {
+  if (tile_x) {
     RunTileBlocks(outputs, xs, m, k, pool);
     return;
   }
-  // Work items: (slice of one output, part of the rows), parts of whole pairs where chunks run
-  // in pairs.
-  ForEachSlice(outputs, m, kSlice, kChunk, tile_x ? 2 : 1, /*split_rows=*/true, pool,
+  // Work items: (slice of one output, part of the rows), one chunk a call.
+  ForEachSlice(outputs, m, kSlice, kChunk, 1, /*split_rows=*/true, pool,
                [&](const GemmOutput& o, int64_t s, int64_t r0, int64_t r_end) {
                  const Packed& w = PackedOf(o.w);
                  const int64_t n0 = s * kSlice, n1 = std::min(o.w.rows, n0 + kSlice);
-                 while (r0 < r_end) {
-                   const int64_t rows = std::min((tile_x ? 2 : 1) * kChunk, r_end - r0);
-                   if (rows > kChunk) {
-                     RunPair(w, s, xs + r0 * row_bytes, rows, AllOf(k), m <= 2 * kChunk, {}, o, r0,
-                             n0, n1);
-                   } else {
-                     RunChunk(w, s, xs + r0 * row_bytes, tile_x, rows, AllOf(k), o.bias,
-                              o.y + r0 * o.y_stride, o.y_stride, n0, n1);
-                   }
-                   r0 += rows;
+                 for (; r0 < r_end; r0 += kChunk) {
+                   RunChunk(w, s, xs + r0 * row_bytes, false, std::min(kChunk, r_end - r0),
+                            AllOf(k), o.bias, o.y + r0 * o.y_stride, o.y_stride, n0, n1);
                  }
                });
 }
