@@ -3,7 +3,8 @@
 // A work item is (sequence, KV head, tile of up to kTileTokens new tokens). Its query rows are
 // every (token, query head) pair that shares the KV head, so each K/V chunk is read once for
 // all of them (GQA groups in decode, token x group tiles in prefill). Keys are consumed in
-// chunks of kKeyChunk positions across blocks, with a streaming ("online") softmax over chunks.
+// chunks of kF32KeyChunk positions (kKeyChunk on the bf16 tiles) across blocks, with a streaming
+// ("online") softmax over chunks.
 // A chunk's bf16, fp16 or f32 rows are read where they lie in the cache and widened in
 // registers; int8 rows (and rows whose head_dim needs padding) are first gathered into f32
 // rows. Either way the block size only decides where the rows are. Items are handed out

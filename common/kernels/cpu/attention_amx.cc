@@ -143,7 +143,7 @@ TANDEM_TILES void InterleaveValues(AttentionScratch& s, int dp, int slot) {
   }
 }
 
-// st[key][lane] = q_lane . k_key for the chunk's 64 keys and one row tile's queries.
+// st[key][lane] = q_lane . k_key for the chunk's keys and one row tile's queries, 64 keys a pass.
 TANDEM_TILES void ScoreTiles(const KeyGroups& k, const uint16_t* q_tiles, int dp, float* st) {
   for (int g = 0; g < kKeyGroups; g += 4) {
     _tile_zero(0);
