@@ -42,7 +42,8 @@ void ForEachSlice(std::span<const GemmOutput> outputs, int64_t m, int64_t slice_
                   int64_t chunk_rows, int64_t unit_chunks, bool split_rows, ThreadPool& pool,
                   const SliceFn& fn);
 
-// Prefill on the AMX tiles (the bf16 and the int8 kernels): items of (block of x's rows, slice of
+// Calls of more than one chunk of rows on the AMX tiles (prefill, and decode steps of 17-32 rows;
+// the bf16 and the int8 kernels): items of (block of x's rows, slice of
 // `slice_rows` output rows of an output) with the blocks outermost, so that both threads run every
 // slice over the block their L2s hold (a tile load from L3 waits; one from L2 mostly does not).
 // Blocks of whole `unit`s of rows, as even as they can be, of at most `max_block_rows` rows (at

@@ -36,12 +36,14 @@ constexpr int64_t kMaxCols = 65535;              // |t| < 255 * 127 * 65,536 < 2
 constexpr int64_t kVnniPrefetchBlocks = 2;
 // K blocks the tiles prefetch ahead into L1 (tile loads do not wake the hardware prefetchers).
 constexpr int64_t kTilePrefetchBlocks = 2;
-// The first pass over a slice reads it from memory: it also asks for the blocks this far ahead
-// (128 KiB, on into the next slice, which the same thread usually takes next) into L2, as the
-// bf16 tiles do for decode (onednn_gemm.cc). Later passes read the slice from L2.
+// A call of 5-16 rows (one chunk, the only pass over its slice) reads the slice from memory: it
+// also asks for the blocks this far ahead (128 KiB, on into the next slice, which the same thread
+// usually takes next) into L2. Calls of more rows ask for the next item's slice instead
+// (ForEachRowBlockSlice).
 constexpr int64_t kTileStreamBlocks = 32;
-// A prefill's block of x's rows (int8, in the tile layout): at most this many bytes, so that it
-// stays in a core's L2 while every slice runs over it (the bf16 tiles' kBlockXBytes).
+// A block of x's rows (int8, in the tile layout) for calls of more than one chunk: at most this
+// many bytes, so that it stays in a core's L2 while every slice runs over it (as the bf16 tiles'
+// kBlockXBytes).
 constexpr int64_t kBlockXBytes = int64_t{1} << 20;
 
 int64_t RoundUp(int64_t n, int64_t to) { return (n + to - 1) / to * to; }
