@@ -143,6 +143,36 @@ struct KBlocks {
 };
 KBlocks AllOf(int64_t k) { return {0, k / kTileK}; }
 
+// Where accumulator tiles 0-3 live in y between ranges of K: four blocks of f32 rows, each
+// `stride` bytes apart.
+struct Accumulators {
+  float* at[4];
+  int64_t stride;
+};
+
+// Zeroes tiles 0-3 for a call's first K block, or reloads them from where the ranges before it
+// left their sums.
+TANDEM_AMX inline void StartAccumulators(bool first, const Accumulators& a) {
+  if (first) {
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    return;
+  }
+  _tile_loadd(0, a.at[0], a.stride);
+  _tile_loadd(1, a.at[1], a.stride);
+  _tile_loadd(2, a.at[2], a.stride);
+  _tile_loadd(3, a.at[3], a.stride);
+}
+
+TANDEM_AMX inline void StoreAccumulators(const Accumulators& a) {
+  _tile_stored(0, a.at[0], a.stride);
+  _tile_stored(1, a.at[1], a.stride);
+  _tile_stored(2, a.at[2], a.stride);
+  _tile_stored(3, a.at[3], a.stride);
+}
+
 // y[rows][kSlice] (rows y_stride floats apart) = x's `rows` rows times one slice in TileLayout,
 // as oneDNN's AMX brgemm computes it: per 16 output columns one accumulator tile, tdpbf16ps over
 // the K blocks in order.
@@ -152,17 +182,8 @@ TANDEM_AMX void TileRows(TileX x, int64_t rows, KBlocks kbs, const char* slice, 
   // columns.
   const auto r = static_cast<uint8_t>(rows);
   LoadTileConfig({r, r, r, r, r, 16, 16, 16});
-  if (kbs.begin == 0) {
-    _tile_zero(0);
-    _tile_zero(1);
-    _tile_zero(2);
-    _tile_zero(3);
-  } else {
-    _tile_loadd(0, y, y_stride * 4);
-    _tile_loadd(1, y + 16, y_stride * 4);
-    _tile_loadd(2, y + 32, y_stride * 4);
-    _tile_loadd(3, y + 48, y_stride * 4);
-  }
+  const Accumulators acc{{y, y + 16, y + 32, y + 48}, y_stride * 4};
+  StartAccumulators(kbs.begin == 0, acc);
   constexpr int64_t kPairRowBytes = kSlice * 2 * 2;  // a block's row: 64 columns x 2 bf16
   for (int64_t kb = kbs.begin; kb < kbs.end; ++kb) {
     const char* block = slice + kb * kTileBlockBytes;
@@ -179,10 +200,7 @@ TANDEM_AMX void TileRows(TileX x, int64_t rows, KBlocks kbs, const char* slice, 
     _tile_loadd(5, block + 192, kPairRowBytes);
     _tile_dpbf16ps(3, 4, 5);
   }
-  _tile_stored(0, y, y_stride * 4);
-  _tile_stored(1, y + 16, y_stride * 4);
-  _tile_stored(2, y + 32, y_stride * 4);
-  _tile_stored(3, y + 48, y_stride * 4);
+  StoreAccumulators(acc);
 }
 
 // y[kChunk + rows1][kSlice] (rows y_stride floats apart) = kChunk rows of x0 and then `rows1`
@@ -204,17 +222,9 @@ TANDEM_AMX void TilePair(TileX x0, TileX x1, int64_t rows1, KBlocks kbs, const c
   for (int64_t kb0 = kbs.begin; kb0 < kbs.end; kb0 += kRunBlocks) {
     for (int64_t half = 0; half < 2; ++half) {
       float* out = y + half * 32;
-      if (kb0 == 0) {
-        _tile_zero(0);
-        _tile_zero(1);
-        _tile_zero(2);
-        _tile_zero(3);
-      } else {
-        _tile_loadd(0, out, y_stride * 4);
-        _tile_loadd(1, out + 16, y_stride * 4);
-        _tile_loadd(2, out + kChunk * y_stride, y_stride * 4);
-        _tile_loadd(3, out + kChunk * y_stride + 16, y_stride * 4);
-      }
+      const Accumulators acc{{out, out + 16, out + kChunk * y_stride, out + kChunk * y_stride + 16},
+                             y_stride * 4};
+      StartAccumulators(kb0 == 0, acc);
       for (int64_t kb = kb0; kb < std::min(kbs.end, kb0 + kRunBlocks); ++kb) {
         const char* block = slice + kb * kTileBlockBytes + half * 128;
         PrefetchBlock(block + kTilePrefetchBlocks * kTileBlockBytes, 2);
@@ -228,10 +238,7 @@ TANDEM_AMX void TilePair(TileX x0, TileX x1, int64_t rows1, KBlocks kbs, const c
         _tile_dpbf16ps(1, 4, 7);
         _tile_dpbf16ps(3, 5, 7);
       }
-      _tile_stored(0, out, y_stride * 4);
-      _tile_stored(1, out + 16, y_stride * 4);
-      _tile_stored(2, out + kChunk * y_stride, y_stride * 4);
-      _tile_stored(3, out + kChunk * y_stride + 16, y_stride * 4);
+      StoreAccumulators(acc);
     }
   }
 }
