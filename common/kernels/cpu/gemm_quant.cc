@@ -229,7 +229,9 @@ constexpr auto kQuantKernels =
 // nothing subtracted, their table holding code - 8.
 template <int kBits, bool kZero>
 TANDEM_AVX512 inline __m512 LoadZeros512(const char* zeros) {
-  if constexpr (kZero) {
+  if constexpr (kBits == 0) {  // panels converted to f32: nothing to subtract
+    return _mm512_setzero_ps();
+  } else if constexpr (kZero) {
     const __m512i z =
         _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(zeros)));
     if constexpr (kBits == 4) return _mm512_cvtepi32_ps(z);
@@ -253,10 +255,13 @@ TANDEM_AVX512 inline __m512 CodesMinusZeros512(__m512i codes, __m512 zf) {
                        zf);
 }
 
-// LoadUnit and UnitColumn with a panel column in one vector.
+// LoadUnit and UnitColumn with a panel column in one vector (kBits 0: a column of a panel
+// converted to f32, its bits carried as they are).
 template <int kBits, bool kZero>
 TANDEM_AVX512 inline __m512i LoadUnit512(const uint8_t* codes, int64_t k) {
-  if constexpr (kBits == 8) {
+  if constexpr (kBits == 0) {
+    return _mm512_castps_si512(_mm512_loadu_ps(reinterpret_cast<const float*>(codes) + k * kNr));
+  } else if constexpr (kBits == 8) {
     const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + k * kNr));
     return kZero ? _mm512_cvtepu8_epi32(v) : _mm512_cvtepi8_epi32(v);
   } else {
@@ -266,7 +271,9 @@ TANDEM_AVX512 inline __m512i LoadUnit512(const uint8_t* codes, int64_t k) {
 
 template <int kBits, bool kZero>
 TANDEM_AVX512 inline __m512 UnitColumn512(__m512i raw, int c, __m512 zf) {
-  if constexpr (kBits == 8) {
+  if constexpr (kBits == 0) {
+    return _mm512_castsi512_ps(raw);
+  } else if constexpr (kBits == 8) {
     return kZero ? CodesMinusZeros512(raw, zf) : _mm512_cvtepi32_ps(raw);
   } else {
     // vpermps reads the low 4 bits of each lane: column c's nibble once shifted down.
@@ -284,7 +291,7 @@ TANDEM_AVX512 __attribute__((always_inline)) inline void SegmentColumns512(
     const int64_t (&length)[kSegs], const __m512 (&zf)[kSegs][NP], int64_t t0, int64_t t1, int segs,
     __m512 (&acc)[kSegs][MR][NP]) {
   constexpr int64_t kStreamAhead = 2048;
-  constexpr int64_t kColumnBytes = kNr * kBits / 8;
+  constexpr int64_t kColumnBytes = kBits == 0 ? kNr * 4 : kNr * kBits / 8;
   constexpr int kS = kStep<kBits>;
 #pragma GCC unroll 4
   for (int64_t t = t0; t < t1; t += kS) {
@@ -387,15 +394,23 @@ TANDEM_AVX512 void QuantMicroKernel512(const float* xp, const void* panel, int64
 #pragma GCC diagnostic pop
 #endif
 
-template <int kBits, bool kZero, bool kStream, bool kWide, int... I>
+// Micro-panels a call: `panels` where given, else StreamPanels(mr) where wide, else 1.
+constexpr int Panels512(int panels, bool wide, int mr) {
+  return panels > 0 ? panels : wide ? StreamPanels(mr) : 1;
+}
+template <int kBits, bool kZero, bool kStream, bool kWide, int kPanels, int... I>
 constexpr std::array<QuantKernel, sizeof...(I)> MakeQuantKernels512(
     std::integer_sequence<int, I...>) {
-  return {QuantKernel{&QuantMicroKernel512 < kBits, kZero, kStream, I + 1,
-                      kWide ? StreamPanels(I + 1) : 1 >, kWide ? StreamPanels(I + 1) : 1}...};
+  return {QuantKernel{
+      &QuantMicroKernel512<kBits, kZero, kStream, I + 1, Panels512(kPanels, kWide, I + 1)>,
+      Panels512(kPanels, kWide, I + 1)}...};
 }
-template <int kBits, bool kZero, bool kStream = false, bool kWide = false>
-constexpr auto kQuantKernels512 =
-    MakeQuantKernels512<kBits, kZero, kStream, kWide>(std::make_integer_sequence<int, kMr>());
+template <int kBits, bool kZero, bool kStream = false, bool kWide = false, int kPanels = 0>
+constexpr auto kQuantKernels512 = MakeQuantKernels512<kBits, kZero, kStream, kWide, kPanels>(
+    std::make_integer_sequence<int, kMr>());
+// Prefill on panels converted to f32, two micro-panels a call: 2 * MR chains of 16-lane FMAs
+// (one 16-row column is one vector, so one panel alone would leave MR chains, too few).
+constexpr int kF32Panels512 = 2;
 
 bool Avx512Available() {
   __builtin_cpu_init();  // this may run before the runtime's own initialization
@@ -414,20 +429,25 @@ void QuantBlock(const PackedX& x, const RowGroups& groups, int64_t g0, int64_t g
   const bool stream = g1 - g0 <= kStreamMaxGroups;
   const bool to_f32 = g1 - g0 >= kConvertMinGroups;
   const bool avx512 = use_avx512_quant.load(std::memory_order_relaxed);
-  const QuantKernel* narrow = to_f32   ? kQuantKernels<0, false>.data()
-                              : stream ? (avx512 ? kQuantKernels512<kBits, kZero, true>.data()
-                                                 : kQuantKernels<kBits, kZero, true>.data())
-                                       : (avx512 ? kQuantKernels512<kBits, kZero>.data()
-                                                 : kQuantKernels<kBits, kZero>.data());
-  const QuantKernel* kernels = !stream  ? narrow
-                               : avx512 ? kQuantKernels512<kBits, kZero, true, true>.data()
-                                        : kQuantKernels<kBits, kZero, true, true>.data();
+  const QuantKernel* narrow =
+      to_f32 ? (avx512 ? kQuantKernels512<0, false>.data() : kQuantKernels<0, false>.data())
+      : stream
+          ? (avx512 ? kQuantKernels512<kBits, kZero, true>.data()
+                    : kQuantKernels<kBits, kZero, true>.data())
+          : (avx512 ? kQuantKernels512<kBits, kZero>.data() : kQuantKernels<kBits, kZero>.data());
+  const QuantKernel* kernels = to_f32 && avx512
+                                   ? kQuantKernels512<0, false, false, false, kF32Panels512>.data()
+                               : !stream ? narrow
+                               : avx512  ? kQuantKernels512<kBits, kZero, true, true>.data()
+                                         : kQuantKernels<kBits, kZero, true, true>.data();
   float* acc = AccumulatorTile(g1 - g0);
   const int64_t m_pad = groups.PaddedRows();
   const int panels = static_cast<int>((n1 - n0 + kNr - 1) / kNr);
   const QuantPanelLayout layout = QuantPanelLayout::Of(w.quant, w.cols);
   const char* block_panels = static_cast<const char*>(w.data) + (n0 / kNr) * layout.panel_bytes;
   float* packed = to_f32 ? PackBuffer() : nullptr;
+  // Between a call's micro-panels: the converted panels lie kKc columns apart.
+  const int64_t panel_stride = to_f32 ? kKc * kNr * int64_t{sizeof(float)} : layout.panel_bytes;
   // Decode with a single group of x rows: x's K blocks lie end to end (PackX) and each panel is
   // read once front to back, so one call runs every K block. The sums and their order are those
   // of one call per K block (a segment never spans two K blocks).
@@ -462,7 +482,7 @@ void QuantBlock(const PackedX& x, const RowGroups& groups, int64_t g0, int64_t g
         prefetch.UpTo(++call);
         const QuantKernel kernel =
             p + kernels[mr - 1].panels <= panels ? kernels[mr - 1] : narrow[mr - 1];
-        kernel.fn(xg, panel[p], layout.panel_bytes, kc, q.Panel(p), first, acc_g + p * kNr, kNb);
+        kernel.fn(xg, panel[p], panel_stride, kc, q.Panel(p), first, acc_g + p * kNr, kNb);
         p += kernel.panels;
       }
     }

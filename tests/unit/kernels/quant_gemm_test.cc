@@ -162,7 +162,8 @@ TEST(QuantGemmTest, ResultsDoNotDependOnBatchSize) {
   }
 }
 
-// Where the CPU has AVX-512, decode runs 16-lane kernels; every lane performs the AVX2 kernel's
+// Where the CPU has AVX-512, decode runs 16-lane kernels, and prefill (m = 70: the codes
+// converted to f32 first) two 16-row panels a call; every lane performs the AVX2 kernel's
 // operations in the same order, so both give the same bits (and each matches the reference).
 TEST(QuantGemmTest, Avx512AndAvx2GiveTheSameBits) {
   if (!internal::UseAvx512QuantKernels(true)) GTEST_SKIP() << "this CPU has no AVX-512";
@@ -173,7 +174,7 @@ TEST(QuantGemmTest, Avx512AndAvx2GiveTheSameBits) {
     if (!CheckQuantFormat(f, k).ok()) continue;
     SCOPED_TRACE(Describe(f));
     const RandomQuantMatrix w(f, n, k, 12, pool);
-    for (int64_t m : {1, 2, 7, 13, 20}) {
+    for (int64_t m : {1, 2, 7, 13, 20, 70}) {
       std::vector<float> x = RandomVector(m * k, rng), wide(m * n), narrow(m * n);
       ASSERT_TRUE(internal::UseAvx512QuantKernels(true));
       Gemm(x.data(), m, k, w.matrix(), nullptr, wide.data(), n, pool);
