@@ -148,6 +148,59 @@ constexpr std::array<Kernel, sizeof...(I)> MakeKernels(std::integer_sequence<int
 template <DType P, bool kStream = false, bool kWide = false>
 constexpr auto kKernels = MakeKernels<P, kStream, kWide>(std::make_integer_sequence<int, kMr>());
 
+#define TANDEM_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
+
+// MicroKernel on f32 micro-panels (packed per call, or converted for prefill) with one 16-row
+// column in one vector: the same operations in each lane, in the same order, as the 8-lane
+// kernel, so the same bits. Two micro-panels a call keep 2 * MR FMA chains going.
+template <int MR, int NP>
+TANDEM_AVX512 void MicroKernelF32x16(const float* xp, const void* panel, int64_t panel_stride,
+                                     int64_t kc, bool first, float* acc_out, int64_t acc_stride) {
+  const float* panels[NP];
+  TANDEM_UNROLL
+  for (int j = 0; j < NP; ++j) {
+    panels[j] = reinterpret_cast<const float*>(static_cast<const char*>(panel) + j * panel_stride);
+  }
+  __m512 acc[MR][NP];
+  TANDEM_UNROLL
+  for (int i = 0; i < MR; ++i) TANDEM_UNROLL
+  for (int j = 0; j < NP; ++j) acc[i][j] = _mm512_setzero_ps();
+#pragma GCC unroll 4
+  for (int64_t k = 0; k < kc; ++k) {
+    __m512 b[NP];
+    TANDEM_UNROLL
+    for (int j = 0; j < NP; ++j) b[j] = _mm512_loadu_ps(panels[j] + k * kNr);
+    TANDEM_UNROLL
+    for (int i = 0; i < MR; ++i) {
+      const __m512 a = _mm512_set1_ps(xp[k * kMr + i]);
+      TANDEM_UNROLL
+      for (int j = 0; j < NP; ++j) acc[i][j] = _mm512_fmadd_ps(a, b[j], acc[i][j]);
+    }
+  }
+  TANDEM_UNROLL
+  for (int i = 0; i < MR; ++i) TANDEM_UNROLL
+  for (int j = 0; j < NP; ++j) {
+    float* out = acc_out + i * acc_stride + j * kNr;
+    _mm512_storeu_ps(out, first ? acc[i][j] : _mm512_add_ps(acc[i][j], _mm512_loadu_ps(out)));
+  }
+}
+
+template <int NP, int... I>
+constexpr std::array<Kernel, sizeof...(I)> MakeKernelsF32x16(std::integer_sequence<int, I...>) {
+  return {Kernel{&MicroKernelF32x16<I + 1, NP>, NP}...};
+}
+// Indexed by MR - 1: two micro-panels a call, and one for a block's odd last panel.
+template <int NP>
+constexpr auto kKernelsF32x16 = MakeKernelsF32x16<NP>(std::make_integer_sequence<int, kMr>());
+
+bool Avx512Available() {
+  __builtin_cpu_init();  // this may run before the runtime's own initialization
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+}
+
+std::atomic<bool> use_avx512_f32{Avx512Available()};
+
 // Converts kc columns of a micro-panel packed at load (dtype T) to f32 in row order.
 template <DType T>
 void ConvertPanel(const void* panel, int64_t kc, float* out) {
@@ -273,16 +326,22 @@ void Block(const PackedX& x, const RowGroups& groups, int64_t g0, int64_t g1, co
   constexpr int64_t kStreamMaxGroups = 2, kConvertMinGroups = 8;
   const bool stream = kPrepacked && g1 - g0 <= kStreamMaxGroups;
   const bool to_f32 = !kPrepacked || (T != DType::kF32 && g1 - g0 >= kConvertMinGroups);
-  const Kernel* narrow = to_f32   ? kKernels<DType::kF32>.data()
+  const bool avx512 = to_f32 && use_avx512_f32.load(std::memory_order_relaxed);
+  const Kernel* narrow = avx512   ? kKernelsF32x16<1>.data()
+                         : to_f32 ? kKernels<DType::kF32>.data()
                          : stream ? kKernels<T, true>.data()
                                   : kKernels<T>.data();
-  const Kernel* kernels = stream ? kKernels<T, true, true>.data() : narrow;
+  const Kernel* kernels = stream   ? kKernels<T, true, true>.data()
+                          : avx512 ? kKernelsF32x16<2>.data()
+                                   : narrow;
   float* acc = AccumulatorTile(g1 - g0);
   const int64_t m_pad = groups.PaddedRows();
   const int panels = static_cast<int>((n1 - n0 + kNr - 1) / kNr);
   const char* base = static_cast<const char*>(w.data);
-  // Packed at load, a panel is kNr rows x all columns.
+  // Packed at load, a panel is kNr rows x all columns; converted or packed per call, kKc
+  // columns.
   const int64_t panel_bytes = w.cols * kNr * kElem;
+  const int64_t kernel_stride = to_f32 ? kKc * kNr * int64_t{sizeof(float)} : panel_bytes;
   const char* block_panels = base + (n0 / kNr) * panel_bytes;
   float* packed = to_f32 ? PackBuffer() : nullptr;
   for (int64_t k0 = 0; k0 < w.cols; k0 += kKc) {
@@ -325,7 +384,7 @@ void Block(const PackedX& x, const RowGroups& groups, int64_t g0, int64_t g1, co
         // A block at the end of a matrix may hold fewer panels than a wide kernel takes.
         const Kernel kernel =
             p + kernels[mr - 1].panels <= panels ? kernels[mr - 1] : narrow[mr - 1];
-        kernel.fn(xg, panel[p], panel_bytes, kc, first, acc_g + p * kNr, kNb);
+        kernel.fn(xg, panel[p], kernel_stride, kc, first, acc_g + p * kNr, kNb);
         p += kernel.panels;
       }
     }
@@ -433,6 +492,11 @@ void GemmTiled(const float* x, int64_t m, int64_t x_stride, const WeightMatrix& 
 void GemmTiledMulti(const float* x, int64_t m, int64_t x_stride,
                     std::span<const GemmOutput> outputs, ThreadPool& pool) {
   tiled::Run(x, m, x_stride, outputs, pool);
+}
+
+bool UseAvx512F32PanelKernels(bool use) {
+  tiled::use_avx512_f32.store(use && tiled::Avx512Available());
+  return use && tiled::Avx512Available();
 }
 
 }  // namespace tandem::kernels::internal
