@@ -156,6 +156,33 @@ TEST(GemmTest, PanelResultsDoNotDependOnBatchSize) {
   }
 }
 
+// Prefill's f32 micro-panels run 16-lane FMAs where the CPU has AVX-512: each lane the 8-lane
+// kernel's operations in the same order, for weights packed per call and panels converted.
+TEST(GemmTest, F32PanelKernelsGiveTheSameBitsOnAvx512AndAvx2) {
+  if (!internal::UseAvx512F32PanelKernels(true)) GTEST_SKIP() << "this CPU has no AVX-512";
+  std::mt19937 rng(8);
+  const int64_t n = 150, k = 515, m = 70;
+  std::vector<float> x = RandomVector(m * k, rng);
+  ThreadPool pool(2);
+  for (DType dtype : kDTypes) {
+    SCOPED_TRACE(DTypeName(dtype));
+    std::vector<float> w_f32 = RandomVector(n * k, rng);
+    std::vector<uint8_t> stored(n * k * DTypeSize(dtype));
+    FromFloat(dtype, w_f32.data(), stored.data(), w_f32.size());
+    const WeightMatrix w{stored.data(), dtype, n, k};
+    const Packed packed(w, pool);
+    for (const WeightMatrix* matrix : {&w, &packed.matrix()}) {
+      std::vector<float> wide(m * n), narrow(m * n);
+      ASSERT_TRUE(internal::UseAvx512F32PanelKernels(true));
+      internal::GemmTiled(x.data(), m, k, *matrix, nullptr, wide.data(), n, pool);
+      internal::UseAvx512F32PanelKernels(false);
+      internal::GemmTiled(x.data(), m, k, *matrix, nullptr, narrow.data(), n, pool);
+      internal::UseAvx512F32PanelKernels(true);
+      ASSERT_EQ(wide, narrow) << (matrix == &w ? "row-major" : "panels");
+    }
+  }
+}
+
 TEST(GemmTest, ReadRowReadsEitherLayout) {
   std::mt19937 rng(6);
   ThreadPool pool(2);
