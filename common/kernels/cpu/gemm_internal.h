@@ -63,10 +63,11 @@ void ForEachRowBlockSlice(std::span<const GemmOutput> outputs, int64_t m, int64_
 // whether AVX-512 is now used.
 bool UseAvx512QuantKernels(bool use);
 
-// Prefill's f32 micro-panels (float weights packed per call or converted from panels packed at
-// load) run a 16-lane kernel where the CPU has AVX-512, else the 8-lane one; both give the same
-// bits. Asks for one or the other (tests, benchmarks); returns whether AVX-512 is now used.
-bool UseAvx512F32PanelKernels(bool use);
+// Float weights (panels packed at load, read in place or converted to f32 for prefill, and
+// row-major weights packed per call) run 16-lane kernels where the CPU has AVX-512, else 8-lane
+// ones; both give the same bits. Asks for one or the other (tests, benchmarks); returns whether
+// AVX-512 is now used.
+bool UseAvx512PanelKernels(bool use);
 
 // Quantized panels with int8 activations run integer kernels: AVX512-VNNI ones where the CPU
 // has AVX512-VNNI and VBMI, else 256-bit ones on AVX2 (vpmaddubsw, or vpdpbusd where the CPU

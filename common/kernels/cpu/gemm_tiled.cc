@@ -150,26 +150,64 @@ constexpr auto kKernels = MakeKernels<P, kStream, kWide>(std::make_integer_seque
 
 #define TANDEM_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
 
-// MicroKernel on f32 micro-panels (packed per call, or converted for prefill) with one 16-row
-// column in one vector: the same operations in each lane, in the same order, as the 8-lane
-// kernel, so the same bits. Two micro-panels a call keep 2 * MR FMA chains going.
-template <int MR, int NP>
-TANDEM_AVX512 void MicroKernelF32x16(const float* xp, const void* panel, int64_t panel_stride,
-                                     int64_t kc, bool first, float* acc_out, int64_t acc_stride) {
-  const float* panels[NP];
-  TANDEM_UNROLL
-  for (int j = 0; j < NP; ++j) {
-    panels[j] = reinterpret_cast<const float*>(static_cast<const char*>(panel) + j * panel_stride);
+// GCC 12 flags the intrinsics' own _mm512_undefined_* placeholders as (maybe-)uninitialized.
+#if !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+
+// Column k of a micro-panel of dtype P as one 16-lane vector. bf16 panels hold row r in the low
+// half of 32-bit lane r and row r + 8 in the high half of lane r (LoadPanelColumn), so widened
+// to 32 bits lane 2r is row r and lane 2r + 1 row r + 8: kBf16Lanes, undone at the store.
+template <DType P>
+TANDEM_AVX512 inline __m512 LoadPanelColumn16(const void* panel, int64_t k) {
+  if constexpr (P == DType::kF32) {
+    return _mm512_loadu_ps(static_cast<const float*>(panel) + k * kNr);
+  } else {
+    const __m256i v = _mm256_loadu_si256(
+        reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(panel) + k * kNr));
+    if constexpr (P == DType::kBF16) {
+      return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(v), 16));
+    } else {
+      return _mm512_cvtph_ps(v);
+    }
   }
+}
+
+// Output row r's lane in a bf16 column (LoadPanelColumn16), as a permute index.
+TANDEM_AVX512 inline __m512i Bf16RowLanes() {
+  return _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+}
+
+// MicroKernel with one 16-row column in one vector: each lane performs the 8-lane kernel's
+// operations in the same order, so the same bits. Prefill takes two micro-panels a call
+// (2 * MR chains of FMAs), decode StreamPanels(MR) as the 8-lane kernel.
+template <DType P, bool kStream, int MR, int NP>
+TANDEM_AVX512 void MicroKernel16(const float* xp, const void* panel, int64_t panel_stride,
+                                 int64_t kc, bool first, float* acc_out, int64_t acc_stride) {
+  constexpr int64_t kStreamAhead = 2048;
+  constexpr int64_t kColumnBytes = kNr * DTypeSize(P);
+  const char* panels[NP];
+  TANDEM_UNROLL
+  for (int j = 0; j < NP; ++j) panels[j] = static_cast<const char*>(panel) + j * panel_stride;
   __m512 acc[MR][NP];
   TANDEM_UNROLL
   for (int i = 0; i < MR; ++i) TANDEM_UNROLL
   for (int j = 0; j < NP; ++j) acc[i][j] = _mm512_setzero_ps();
 #pragma GCC unroll 4
   for (int64_t k = 0; k < kc; ++k) {
+    if constexpr (kStream) {
+      if ((k * kColumnBytes) % 64 == 0) {
+        TANDEM_UNROLL
+        for (int j = 0; j < NP; ++j) {
+          _mm_prefetch(panels[j] + k * kColumnBytes + kStreamAhead, _MM_HINT_T0);
+        }
+      }
+    }
     __m512 b[NP];
     TANDEM_UNROLL
-    for (int j = 0; j < NP; ++j) b[j] = _mm512_loadu_ps(panels[j] + k * kNr);
+    for (int j = 0; j < NP; ++j) b[j] = LoadPanelColumn16<P>(panels[j], k);
     TANDEM_UNROLL
     for (int i = 0; i < MR; ++i) {
       const __m512 a = _mm512_set1_ps(xp[k * kMr + i]);
@@ -181,17 +219,27 @@ TANDEM_AVX512 void MicroKernelF32x16(const float* xp, const void* panel, int64_t
   for (int i = 0; i < MR; ++i) TANDEM_UNROLL
   for (int j = 0; j < NP; ++j) {
     float* out = acc_out + i * acc_stride + j * kNr;
-    _mm512_storeu_ps(out, first ? acc[i][j] : _mm512_add_ps(acc[i][j], _mm512_loadu_ps(out)));
+    const __m512 sum =
+        P == DType::kBF16 ? _mm512_permutexvar_ps(Bf16RowLanes(), acc[i][j]) : acc[i][j];
+    _mm512_storeu_ps(out, first ? sum : _mm512_add_ps(sum, _mm512_loadu_ps(out)));
   }
 }
 
-template <int NP, int... I>
-constexpr std::array<Kernel, sizeof...(I)> MakeKernelsF32x16(std::integer_sequence<int, I...>) {
-  return {Kernel{&MicroKernelF32x16<I + 1, NP>, NP}...};
+#if !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
+// Micro-panels a call: `panels` where given, else StreamPanels(mr).
+constexpr int Panels16(int panels, int mr) { return panels > 0 ? panels : StreamPanels(mr); }
+template <DType P, bool kStream, int kPanels, int... I>
+constexpr std::array<Kernel, sizeof...(I)> MakeKernels16(std::integer_sequence<int, I...>) {
+  return {Kernel{&MicroKernel16<P, kStream, I + 1, Panels16(kPanels, I + 1)>,
+                 Panels16(kPanels, I + 1)}...};
 }
-// Indexed by MR - 1: two micro-panels a call, and one for a block's odd last panel.
-template <int NP>
-constexpr auto kKernelsF32x16 = MakeKernelsF32x16<NP>(std::make_integer_sequence<int, kMr>());
+// Indexed by MR - 1; kPanels 0: StreamPanels(MR) micro-panels a call.
+template <DType P, bool kStream, int kPanels>
+constexpr auto kKernels16 =
+    MakeKernels16<P, kStream, kPanels>(std::make_integer_sequence<int, kMr>());
 
 bool Avx512Available() {
   __builtin_cpu_init();  // this may run before the runtime's own initialization
@@ -199,7 +247,7 @@ bool Avx512Available() {
          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
 }
 
-std::atomic<bool> use_avx512_f32{Avx512Available()};
+std::atomic<bool> use_avx512_panels{Avx512Available()};
 
 // Converts kc columns of a micro-panel packed at load (dtype T) to f32 in row order.
 template <DType T>
@@ -326,14 +374,18 @@ void Block(const PackedX& x, const RowGroups& groups, int64_t g0, int64_t g1, co
   constexpr int64_t kStreamMaxGroups = 2, kConvertMinGroups = 8;
   const bool stream = kPrepacked && g1 - g0 <= kStreamMaxGroups;
   const bool to_f32 = !kPrepacked || (T != DType::kF32 && g1 - g0 >= kConvertMinGroups);
-  const bool avx512 = to_f32 && use_avx512_f32.load(std::memory_order_relaxed);
-  const Kernel* narrow = avx512   ? kKernelsF32x16<1>.data()
-                         : to_f32 ? kKernels<DType::kF32>.data()
-                         : stream ? kKernels<T, true>.data()
-                                  : kKernels<T>.data();
-  const Kernel* kernels = stream   ? kKernels<T, true, true>.data()
-                          : avx512 ? kKernelsF32x16<2>.data()
-                                   : narrow;
+  // 16 lanes where the CPU has AVX-512: prefill two micro-panels a call, one for a block's odd
+  // last panel.
+  const bool avx512 = use_avx512_panels.load(std::memory_order_relaxed);
+  const Kernel* narrow =
+      to_f32   ? (avx512 ? kKernels16<DType::kF32, false, 1>.data() : kKernels<DType::kF32>.data())
+      : stream ? (avx512 ? kKernels16<T, true, 1>.data() : kKernels<T, true>.data())
+               : (avx512 ? kKernels16<T, false, 1>.data() : kKernels<T>.data());
+  const Kernel* kernels =
+      stream    ? (avx512 ? kKernels16<T, true, 0>.data() : kKernels<T, true, true>.data())
+      : !avx512 ? narrow
+      : to_f32  ? kKernels16<DType::kF32, false, 2>.data()
+                : kKernels16<T, false, 2>.data();
   float* acc = AccumulatorTile(g1 - g0);
   const int64_t m_pad = groups.PaddedRows();
   const int panels = static_cast<int>((n1 - n0 + kNr - 1) / kNr);
@@ -494,8 +546,8 @@ void GemmTiledMulti(const float* x, int64_t m, int64_t x_stride,
   tiled::Run(x, m, x_stride, outputs, pool);
 }
 
-bool UseAvx512F32PanelKernels(bool use) {
-  tiled::use_avx512_f32.store(use && tiled::Avx512Available());
+bool UseAvx512PanelKernels(bool use) {
+  tiled::use_avx512_panels.store(use && tiled::Avx512Available());
   return use && tiled::Avx512Available();
 }
 

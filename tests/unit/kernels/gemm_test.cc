@@ -156,13 +156,13 @@ TEST(GemmTest, PanelResultsDoNotDependOnBatchSize) {
   }
 }
 
-// Prefill's f32 micro-panels run 16-lane FMAs where the CPU has AVX-512: each lane the 8-lane
-// kernel's operations in the same order, for weights packed per call and panels converted.
-TEST(GemmTest, F32PanelKernelsGiveTheSameBitsOnAvx512AndAvx2) {
-  if (!internal::UseAvx512F32PanelKernels(true)) GTEST_SKIP() << "this CPU has no AVX-512";
+// Float weights run 16-lane FMAs where the CPU has AVX-512: each lane the 8-lane kernel's
+// operations in the same order, for weights packed per call, panels read in place (decode and
+// small batches) and panels converted (prefill).
+TEST(GemmTest, PanelKernelsGiveTheSameBitsOnAvx512AndAvx2) {
+  if (!internal::UseAvx512PanelKernels(true)) GTEST_SKIP() << "this CPU has no AVX-512";
   std::mt19937 rng(8);
-  const int64_t n = 150, k = 515, m = 70;
-  std::vector<float> x = RandomVector(m * k, rng);
+  const int64_t n = 150, k = 515;
   ThreadPool pool(2);
   for (DType dtype : kDTypes) {
     SCOPED_TRACE(DTypeName(dtype));
@@ -172,13 +172,15 @@ TEST(GemmTest, F32PanelKernelsGiveTheSameBitsOnAvx512AndAvx2) {
     const WeightMatrix w{stored.data(), dtype, n, k};
     const Packed packed(w, pool);
     for (const WeightMatrix* matrix : {&w, &packed.matrix()}) {
-      std::vector<float> wide(m * n), narrow(m * n);
-      ASSERT_TRUE(internal::UseAvx512F32PanelKernels(true));
-      internal::GemmTiled(x.data(), m, k, *matrix, nullptr, wide.data(), n, pool);
-      internal::UseAvx512F32PanelKernels(false);
-      internal::GemmTiled(x.data(), m, k, *matrix, nullptr, narrow.data(), n, pool);
-      internal::UseAvx512F32PanelKernels(true);
-      ASSERT_EQ(wide, narrow) << (matrix == &w ? "row-major" : "panels");
+      for (int64_t m : {1, 2, 7, 13, 32, 70}) {
+        std::vector<float> x = RandomVector(m * k, rng), wide(m * n), narrow(m * n);
+        ASSERT_TRUE(internal::UseAvx512PanelKernels(true));
+        internal::GemmTiled(x.data(), m, k, *matrix, nullptr, wide.data(), n, pool);
+        internal::UseAvx512PanelKernels(false);
+        internal::GemmTiled(x.data(), m, k, *matrix, nullptr, narrow.data(), n, pool);
+        internal::UseAvx512PanelKernels(true);
+        ASSERT_EQ(wide, narrow) << (matrix == &w ? "row-major" : "panels") << " m=" << m;
+      }
     }
   }
 }
