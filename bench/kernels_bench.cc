@@ -76,8 +76,8 @@ BENCHMARK(BM_MemoryRead)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // Which kernels run int8 activations (paths 7-9): TANDEM_BENCH_A8=vnni (the default where the CPU
 // has AVX512-VNNI), avx-vnni (the AVX2 integer kernels on AVX-VNNI), avx2 (the AVX2 integer
-// kernels) or float; TANDEM_BENCH_AVX2_ONLY=1 also keeps the float quantized kernels on AVX2, as
-// on a CPU without AVX-512.
+// kernels) or float; TANDEM_BENCH_AVX2_ONLY=1 also keeps the float quantized kernels and the
+// float panel kernels on AVX2, as on a CPU without AVX-512.
 void SelectA8Kernels() {
   static const bool selected = [] {
     const char* env = std::getenv("TANDEM_BENCH_A8");
@@ -87,6 +87,7 @@ void SelectA8Kernels() {
     internal::UseAvxVnniIntegerQuantKernels(want == "avx-vnni");
     const char* avx2_only = std::getenv("TANDEM_BENCH_AVX2_ONLY");
     internal::UseAvx512QuantKernels(avx2_only == nullptr || std::string(avx2_only) != "1");
+    internal::UseAvx512PanelKernels(avx2_only == nullptr || std::string(avx2_only) != "1");
     return true;
   }();
   (void)selected;
