@@ -159,7 +159,7 @@ constexpr auto kKernels = MakeKernels<P, kStream, kWide>(std::make_integer_seque
 
 // Column k of a micro-panel of dtype P as one 16-lane vector. bf16 panels hold row r in the low
 // half of 32-bit lane r and row r + 8 in the high half of lane r (LoadPanelColumn), so widened
-// to 32 bits lane 2r is row r and lane 2r + 1 row r + 8: kBf16Lanes, undone at the store.
+// to 32 bits lane 2r is row r and lane 2r + 1 row r + 8 (Bf16RowLanes undoes it at the store).
 template <DType P>
 TANDEM_AVX512 inline __m512 LoadPanelColumn16(const void* panel, int64_t k) {
   if constexpr (P == DType::kF32) {
