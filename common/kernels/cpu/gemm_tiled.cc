@@ -180,14 +180,12 @@ TANDEM_AVX512 inline __m512i Bf16RowLanes() {
   return _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
 }
 
-// MicroKernel with one 16-row column in one vector: each lane performs the 8-lane kernel's
-// operations in the same order, so the same bits. Prefill takes two micro-panels a call
-// (2 * MR chains of FMAs), decode StreamPanels(MR) as the 8-lane kernel.
-template <DType P, bool kStream, int MR, int NP>
+// MicroKernel (without kStream) with one 16-row column in one vector: each lane performs the
+// 8-lane kernel's operations in the same order, so the same bits. Two micro-panels a call give
+// 2 * MR chains of FMAs.
+template <DType P, int MR, int NP>
 TANDEM_AVX512 void MicroKernel16(const float* xp, const void* panel, int64_t panel_stride,
                                  int64_t kc, bool first, float* acc_out, int64_t acc_stride) {
-  constexpr int64_t kStreamAhead = 2048;
-  constexpr int64_t kColumnBytes = kNr * DTypeSize(P);
   const char* panels[NP];
   TANDEM_UNROLL
   for (int j = 0; j < NP; ++j) panels[j] = static_cast<const char*>(panel) + j * panel_stride;
@@ -197,14 +195,6 @@ TANDEM_AVX512 void MicroKernel16(const float* xp, const void* panel, int64_t pan
   for (int j = 0; j < NP; ++j) acc[i][j] = _mm512_setzero_ps();
 #pragma GCC unroll 4
   for (int64_t k = 0; k < kc; ++k) {
-    if constexpr (kStream) {
-      if ((k * kColumnBytes) % 64 == 0) {
-        TANDEM_UNROLL
-        for (int j = 0; j < NP; ++j) {
-          _mm_prefetch(panels[j] + k * kColumnBytes + kStreamAhead, _MM_HINT_T0);
-        }
-      }
-    }
     __m512 b[NP];
     TANDEM_UNROLL
     for (int j = 0; j < NP; ++j) b[j] = LoadPanelColumn16<P>(panels[j], k);
@@ -229,17 +219,13 @@ TANDEM_AVX512 void MicroKernel16(const float* xp, const void* panel, int64_t pan
 #pragma GCC diagnostic pop
 #endif
 
-// Micro-panels a call: `panels` where given, else StreamPanels(mr).
-constexpr int Panels16(int panels, int mr) { return panels > 0 ? panels : StreamPanels(mr); }
-template <DType P, bool kStream, int kPanels, int... I>
+template <DType P, int NP, int... I>
 constexpr std::array<Kernel, sizeof...(I)> MakeKernels16(std::integer_sequence<int, I...>) {
-  return {Kernel{&MicroKernel16<P, kStream, I + 1, Panels16(kPanels, I + 1)>,
-                 Panels16(kPanels, I + 1)}...};
+  return {Kernel{&MicroKernel16<P, I + 1, NP>, NP}...};
 }
-// Indexed by MR - 1; kPanels 0: StreamPanels(MR) micro-panels a call.
-template <DType P, bool kStream, int kPanels>
-constexpr auto kKernels16 =
-    MakeKernels16<P, kStream, kPanels>(std::make_integer_sequence<int, kMr>());
+// Indexed by MR - 1, NP micro-panels a call.
+template <DType P, int NP>
+constexpr auto kKernels16 = MakeKernels16<P, NP>(std::make_integer_sequence<int, kMr>());
 
 bool Avx512Available() {
   __builtin_cpu_init();  // this may run before the runtime's own initialization
@@ -374,18 +360,18 @@ void Block(const PackedX& x, const RowGroups& groups, int64_t g0, int64_t g1, co
   constexpr int64_t kStreamMaxGroups = 2, kConvertMinGroups = 8;
   const bool stream = kPrepacked && g1 - g0 <= kStreamMaxGroups;
   const bool to_f32 = !kPrepacked || (T != DType::kF32 && g1 - g0 >= kConvertMinGroups);
-  // 16 lanes where the CPU has AVX-512: prefill two micro-panels a call, one for a block's odd
-  // last panel.
-  const bool avx512 = use_avx512_panels.load(std::memory_order_relaxed);
+  // 16 lanes where the CPU has AVX-512, two micro-panels a call (one for a block's odd last
+  // panel), for every call but decode's streams: those are bound by memory, and a 16-lane
+  // stream kernel measured no faster at batches of 1 and 8 (the same bits either way).
+  const bool avx512 = !stream && use_avx512_panels.load(std::memory_order_relaxed);
   const Kernel* narrow =
-      to_f32   ? (avx512 ? kKernels16<DType::kF32, false, 1>.data() : kKernels<DType::kF32>.data())
-      : stream ? (avx512 ? kKernels16<T, true, 1>.data() : kKernels<T, true>.data())
-               : (avx512 ? kKernels16<T, false, 1>.data() : kKernels<T>.data());
-  const Kernel* kernels =
-      stream    ? (avx512 ? kKernels16<T, true, 0>.data() : kKernels<T, true, true>.data())
-      : !avx512 ? narrow
-      : to_f32  ? kKernels16<DType::kF32, false, 2>.data()
-                : kKernels16<T, false, 2>.data();
+      to_f32   ? (avx512 ? kKernels16<DType::kF32, 1>.data() : kKernels<DType::kF32>.data())
+      : stream ? kKernels<T, true>.data()
+               : (avx512 ? kKernels16<T, 1>.data() : kKernels<T>.data());
+  const Kernel* kernels = stream    ? kKernels<T, true, true>.data()
+                          : !avx512 ? narrow
+                          : to_f32  ? kKernels16<DType::kF32, 2>.data()
+                                    : kKernels16<T, 2>.data();
   float* acc = AccumulatorTile(g1 - g0);
   const int64_t m_pad = groups.PaddedRows();
   const int panels = static_cast<int>((n1 - n0 + kNr - 1) / kNr);

@@ -156,9 +156,9 @@ TEST(GemmTest, PanelResultsDoNotDependOnBatchSize) {
   }
 }
 
-// Float weights run 16-lane FMAs where the CPU has AVX-512: each lane the 8-lane kernel's
-// operations in the same order, for weights packed per call, panels read in place (decode and
-// small batches) and panels converted (prefill).
+// Float weights run 16-lane FMAs where the CPU has AVX-512 (all but decode's streams, m <= 12):
+// each lane the 8-lane kernel's operations in the same order, for weights packed per call,
+// panels read in place (m = 13, 32) and panels converted (prefill, m = 70).
 TEST(GemmTest, PanelKernelsGiveTheSameBitsOnAvx512AndAvx2) {
   if (!internal::UseAvx512PanelKernels(true)) GTEST_SKIP() << "this CPU has no AVX-512";
   std::mt19937 rng(8);
