@@ -412,12 +412,6 @@ constexpr auto kQuantKernels512 = MakeQuantKernels512<kBits, kZero, kStream, kWi
 // (one 16-row column is one vector, so one panel alone would leave MR chains, too few).
 constexpr int kF32Panels512 = 2;
 
-bool Avx512Available() {
-  __builtin_cpu_init();  // this may run before the runtime's own initialization
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
-}
-
 std::atomic<bool> use_avx512_quant{Avx512Available()};
 
 // Block() for quantized panels.

@@ -227,12 +227,6 @@ constexpr std::array<Kernel, sizeof...(I)> MakeKernels16(std::integer_sequence<i
 template <DType P, int NP>
 constexpr auto kKernels16 = MakeKernels16<P, NP>(std::make_integer_sequence<int, kMr>());
 
-bool Avx512Available() {
-  __builtin_cpu_init();  // this may run before the runtime's own initialization
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
-}
-
 std::atomic<bool> use_avx512_panels{Avx512Available()};
 
 // Converts kc columns of a micro-panel packed at load (dtype T) to f32 in row order.
@@ -317,6 +311,12 @@ void PackX(const float* x, int64_t x_stride, int64_t k, const RowGroups& groups,
 }
 
 }  // namespace
+
+bool Avx512Available() {
+  __builtin_cpu_init();  // this may run before the runtime's own initialization
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+}
 
 // Thread-local so each worker packs into its own L2-resident buffer without allocating.
 float* PackBuffer() {

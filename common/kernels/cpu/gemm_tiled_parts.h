@@ -140,6 +140,10 @@ void WriteTile(const float* acc, const RowGroups& groups, int64_t g0, int64_t g1
 // `block_panels`.
 QuantBlockArgs BlockArgs(const WeightMatrix& w, const char* block_panels, int64_t k0);
 
+// Whether the CPU has AVX-512 F, BW, VL and DQ: what the 16-lane float and quantized kernels
+// need.
+bool Avx512Available();
+
 // Block() for kQuantPanels weights and float x (gemm_quant.cc).
 BlockFn QuantBlockFor(const WeightMatrix& w);
 

@@ -92,6 +92,14 @@ void SweepShapes(const GemmFn& gemm, int threads) {
   }
 }
 
+// n x k random weights in [-1, 1) stored as dtype.
+std::vector<uint8_t> RandomWeights(DType dtype, int64_t n, int64_t k, std::mt19937& rng) {
+  const std::vector<float> w = RandomVector(n * k, rng);
+  std::vector<uint8_t> stored(n * k * DTypeSize(dtype));
+  FromFloat(dtype, w.data(), stored.data(), w.size());
+  return stored;
+}
+
 TEST(GemmTest, MatchesReferenceTwoThreads) { SweepShapes(Gemm, 2); }
 
 TEST(GemmTest, MatchesReferenceThreeThreads) { SweepShapes(Gemm, 3); }
@@ -137,9 +145,7 @@ TEST(GemmTest, PanelResultsDoNotDependOnBatchSize) {
   std::vector<float> x = RandomVector(rows * k, rng);
   for (DType dtype : kDTypes) {
     SCOPED_TRACE(DTypeName(dtype));
-    std::vector<float> w_f32 = RandomVector(n * k, rng);
-    std::vector<uint8_t> stored(n * k * DTypeSize(dtype));
-    FromFloat(dtype, w_f32.data(), stored.data(), w_f32.size());
+    const std::vector<uint8_t> stored = RandomWeights(dtype, n, k, rng);
     const WeightMatrix w{stored.data(), dtype, n, k};
     ThreadPool two(2), three(3);
     const Packed packed(w, two);
@@ -166,9 +172,7 @@ TEST(GemmTest, PanelKernelsGiveTheSameBitsOnAvx512AndAvx2) {
   ThreadPool pool(2);
   for (DType dtype : kDTypes) {
     SCOPED_TRACE(DTypeName(dtype));
-    std::vector<float> w_f32 = RandomVector(n * k, rng);
-    std::vector<uint8_t> stored(n * k * DTypeSize(dtype));
-    FromFloat(dtype, w_f32.data(), stored.data(), w_f32.size());
+    const std::vector<uint8_t> stored = RandomWeights(dtype, n, k, rng);
     const WeightMatrix w{stored.data(), dtype, n, k};
     const Packed packed(w, pool);
     for (const WeightMatrix* matrix : {&w, &packed.matrix()}) {
@@ -190,9 +194,7 @@ TEST(GemmTest, ReadRowReadsEitherLayout) {
   ThreadPool pool(2);
   const int64_t n = 37, k = 21;
   for (DType dtype : kDTypes) {
-    std::vector<float> w_f32 = RandomVector(n * k, rng);
-    std::vector<uint8_t> stored(n * k * DTypeSize(dtype));
-    FromFloat(dtype, w_f32.data(), stored.data(), w_f32.size());
+    const std::vector<uint8_t> stored = RandomWeights(dtype, n, k, rng);
     std::vector<float> rounded(n * k);
     ToFloat(dtype, stored.data(), rounded.data(), rounded.size());
     const WeightMatrix w{stored.data(), dtype, n, k};
